@@ -1,0 +1,1 @@
+"""Streamlit what-if dashboards, one page per file. Needs the `dashboard` extra."""

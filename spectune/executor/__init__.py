@@ -1,0 +1,1 @@
+"""Runs policies on a real GPU: real-shape models, the spec-decoding loop, calibration (needs torch)."""

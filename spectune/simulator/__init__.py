@@ -1,0 +1,1 @@
+"""SimPy discrete-event model of a continuously batching server with speculative decoding."""

@@ -1,0 +1,31 @@
+"""Shared domain types: what every part of spectune speaks. Imports nothing else of ours."""
+
+from spectune.specs.errors import SpecError
+from spectune.specs.hardware import HARDWARE_PRESETS, HardwareSpec, hardware_preset, load_hardware
+from spectune.specs.io import read_mapping, write_json_atomic, write_text_atomic
+from spectune.specs.model import MODEL_PRESETS, ModelSpec, load_model, model_preset
+from spectune.specs.policy import Bucket, PolicyTable, Prediction, TreePolicy
+from spectune.specs.tree import SOURCE_MODEL, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree
+
+__all__ = [
+    "HARDWARE_PRESETS",
+    "MODEL_PRESETS",
+    "SOURCE_MODEL",
+    "SOURCE_RETRIEVAL",
+    "SOURCE_ROOT",
+    "Bucket",
+    "DraftTree",
+    "HardwareSpec",
+    "ModelSpec",
+    "PolicyTable",
+    "Prediction",
+    "SpecError",
+    "TreePolicy",
+    "hardware_preset",
+    "load_hardware",
+    "load_model",
+    "model_preset",
+    "read_mapping",
+    "write_json_atomic",
+    "write_text_atomic",
+]

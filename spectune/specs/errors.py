@@ -1,0 +1,30 @@
+"""One error type for bad user input, so the CLI can turn it into a clear message and exit 2."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class SpecError(ValueError):
+    """A spec, policy, trace or argument is malformed. The message says what, where and how to fix."""
+
+
+def closest_names(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
+    """Up to `n` entries of `choices` that look most like `name` (for 'did you mean' hints)."""
+    choices = list(choices)
+    low = name.lower()
+    contains = [c for c in choices if low in c.lower() or c.lower() in low]
+    similar = difflib.get_close_matches(low, choices, n=n, cutoff=0.4)
+    return list(dict.fromkeys(contains + similar))[:n]
+
+
+def unknown_name_error(kind: str, name: str, choices: Iterable[str]) -> SpecError:
+    """The error for an unknown preset: names the closest presets and lists all of them."""
+    choices = sorted(choices)
+    near = closest_names(name, choices)
+    hint = f" Did you mean {', '.join(repr(c) for c in near)}?" if near else ""
+    return SpecError(
+        f"unknown {kind} {name!r}.{hint} Known {kind} presets: {', '.join(choices)}; "
+        f"or pass the path of a JSON/TOML file."
+    )

@@ -1,0 +1,245 @@
+"""TreePolicy (one speculation setting) and PolicyTable (the versioned policy file).
+
+The policy file is what `spectune plan` writes and every other command reads:
+
+    {"schema": "spectune.policy/v1", "target": ..., "drafter": ..., "hardware": ..., "tp": 1,
+     "workload": ..., "temperature": 0.0,
+     "buckets": [{"batch": [lo, hi], "context": [lo, hi], "policy": {...} | null,
+                  "predicted": {"tokens_per_s": ..., "speedup": ..., "accepted_len": ...}}],
+     "provenance": {...}}
+
+Bucket ranges are inclusive. A null policy means speculation off for that bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spectune.specs.errors import SpecError
+from spectune.specs.io import from_mapping, help_field, write_json_atomic
+
+SCHEMA = "spectune.policy/v1"
+BUILDERS = ("static", "dynamic-topk")
+MAX_BUDGET = 1024
+MAX_DEPTH = 64
+MAX_TOPK = 64
+
+
+@dataclass(frozen=True)
+class TreePolicy:
+    """How to build the draft tree each step."""
+
+    builder: str = help_field(help="'static' (Sequoia-optimal shape) or 'dynamic-topk' (EAGLE-2)")
+    depth: int = help_field(help="draft steps (maximum tree depth below the root)")
+    topk: int = help_field(help="children expanded per node per draft step")
+    budget: int = help_field(help="verify budget: tree tokens per sequence, root included")
+    prune_threshold: float = help_field(0.0, help="drop nodes whose path probability is below this")
+    graft_budget: int = help_field(0, help="freed slots that retrieved tokens may fill")
+
+    def __post_init__(self) -> None:
+        if self.builder not in BUILDERS:
+            raise SpecError(f"field 'builder' must be one of {BUILDERS}, got {self.builder!r}")
+        checks = (
+            ("depth", 1, MAX_DEPTH),
+            ("topk", 1, MAX_TOPK),
+            ("budget", 2, MAX_BUDGET),
+            ("graft_budget", 0, MAX_BUDGET),
+        )
+        for name, lo, hi in checks:
+            v = getattr(self, name)
+            if not lo <= v <= hi:
+                raise SpecError(f"field {name!r} must be in {lo}..{hi}, got {v}")
+        if not 0.0 <= self.prune_threshold < 1.0:
+            raise SpecError(
+                f"field 'prune_threshold' must be in [0, 1), got {self.prune_threshold}"
+            )
+        if self.graft_budget > self.budget - 1:
+            raise SpecError("field 'graft_budget' cannot exceed budget - 1 (the draft slots)")
+
+    @classmethod
+    def parse(cls, text: str) -> TreePolicy:
+        """Parse the CLI form 'static:DEPTH,TOPK,BUDGET' or 'dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]]'."""
+        try:
+            builder, _, rest = text.partition(":")
+            parts = [p for p in rest.split(",") if p]
+            if (builder == "static" and len(parts) == 3) or (
+                builder == "dynamic-topk" and 3 <= len(parts) <= 5
+            ):
+                depth, topk, budget = (int(p) for p in parts[:3])
+                prune = float(parts[3]) if len(parts) > 3 else 0.0
+                graft = int(parts[4]) if len(parts) > 4 else 0
+                return cls(builder, depth, topk, budget, prune, graft)
+        except ValueError as e:
+            if isinstance(e, SpecError):
+                raise
+        raise SpecError(
+            f"cannot parse policy {text!r}; expected 'static:DEPTH,TOPK,BUDGET' or "
+            "'dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE_THRESHOLD[,GRAFT_BUDGET]]', e.g. static:5,4,8"
+        )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the planner predicted for a bucket's policy."""
+
+    tokens_per_s: float = help_field(help="predicted steady-state output tokens/s")
+    speedup: float = help_field(help="predicted speedup over no speculation")
+    accepted_len: float = help_field(help="predicted tokens per verify step (accepted + bonus)")
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A batch-size x context-length range (inclusive) and the policy chosen for it."""
+
+    batch: tuple[int, int]
+    context: tuple[int, int]
+    policy: TreePolicy | None
+    predicted: Prediction | None = None
+
+    def contains(self, batch: int, context: int) -> bool:
+        return (
+            self.batch[0] <= batch <= self.batch[1]
+            and self.context[0] <= context <= self.context[1]
+        )
+
+
+@dataclass(frozen=True)
+class PolicyTable:
+    """The tuned policy per (batch, context) bucket, plus what it was tuned for."""
+
+    target: str
+    drafter: str
+    hardware: str
+    buckets: tuple[Bucket, ...]
+    tp: int = 1
+    workload: str = ""
+    temperature: float = 0.0
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    def lookup(self, batch: int, context: int) -> TreePolicy | None:
+        """The policy for a live batch size and context length (None: speculation off).
+        Past the last bucket the nearest bucket is used, so a table always answers."""
+        for b in self.buckets:
+            if b.contains(batch, context):
+                return b.policy
+
+        def dist(b: Bucket) -> int:
+            return max(b.batch[0] - batch, batch - b.batch[1], 0) + max(
+                b.context[0] - context, context - b.context[1], 0
+            )
+
+        return min(self.buckets, key=dist).policy
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "target": self.target,
+            "drafter": self.drafter,
+            "hardware": self.hardware,
+            "tp": self.tp,
+            "workload": self.workload,
+            "temperature": self.temperature,
+            "buckets": [
+                {
+                    "batch": list(b.batch),
+                    "context": list(b.context),
+                    "policy": asdict(b.policy) if b.policy else None,
+                    "predicted": asdict(b.predicted) if b.predicted else None,
+                }
+                for b in self.buckets
+            ],
+            "provenance": dict(self.provenance),
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the policy file atomically."""
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "policy") -> PolicyTable:
+        if not isinstance(data, Mapping):
+            raise SpecError(f"{where}: expected a JSON object at the top level")
+        if data.get("schema") != SCHEMA:
+            raise SpecError(
+                f"{where}: field 'schema' must be {SCHEMA!r}, got {data.get('schema')!r}"
+            )
+        for key in ("target", "drafter", "hardware", "buckets"):
+            if key not in data:
+                raise SpecError(f"{where}: missing required field {key!r}")
+        raw = data["buckets"]
+        if not isinstance(raw, list) or not raw:
+            raise SpecError(f"{where}: field 'buckets' must be a non-empty list")
+        buckets = []
+        for i, b in enumerate(raw):
+            w = f"{where}: buckets[{i}]"
+            if not isinstance(b, Mapping):
+                raise SpecError(f"{w}: expected an object")
+            unknown = set(b) - {"batch", "context", "policy", "predicted"}
+            if unknown:
+                raise SpecError(f"{w}: unknown field {sorted(unknown)[0]!r}")
+            rng = {k: _range(b.get(k), f"{w}.{k}") for k in ("batch", "context")}
+            pol = b.get("policy", None)
+            policy = (
+                None
+                if pol is None
+                else from_mapping(TreePolicy, _obj(pol, f"{w}.policy"), f"{w}.policy")
+            )
+            pred = b.get("predicted")
+            prediction = (
+                None
+                if pred is None
+                else from_mapping(Prediction, _obj(pred, f"{w}.predicted"), f"{w}.predicted")
+            )
+            buckets.append(Bucket(rng["batch"], rng["context"], policy, prediction))
+        tp = data.get("tp", 1)
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise SpecError(f"{where}: field 'tp' must be a positive integer, got {tp!r}")
+        temp = data.get("temperature", 0.0)
+        if isinstance(temp, bool) or not isinstance(temp, int | float) or temp < 0:
+            raise SpecError(f"{where}: field 'temperature' must be a number >= 0, got {temp!r}")
+        prov = data.get("provenance", {})
+        if not isinstance(prov, Mapping):
+            raise SpecError(f"{where}: field 'provenance' must be an object")
+        return cls(
+            target=str(data["target"]),
+            drafter=str(data["drafter"]),
+            hardware=str(data["hardware"]),
+            buckets=tuple(buckets),
+            tp=tp,
+            workload=str(data.get("workload", "")),
+            temperature=float(temp),
+            provenance=dict(prov),
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> PolicyTable:
+        p = Path(path)
+        if not p.is_file():
+            raise SpecError(f"{p}: no such policy file")
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise SpecError(f"{p}: not valid JSON: {e}") from e
+        return cls.from_dict(data, str(p))
+
+
+def _obj(v: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise SpecError(f"{where}: expected an object or null, got {v!r}")
+    return v
+
+
+def _range(v: Any, where: str) -> tuple[int, int]:
+    ok = (
+        isinstance(v, list | tuple)
+        and len(v) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    )
+    if not ok or v[0] < 0 or v[0] > v[1]:
+        raise SpecError(f"{where}: expected [lo, hi] with 0 <= lo <= hi integers, got {v!r}")
+    return int(v[0]), int(v[1])
