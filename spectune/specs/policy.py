@@ -93,6 +93,21 @@ class Prediction:
 
 
 @dataclass(frozen=True)
+class ChainChoice:
+    """The best chain (top-k 1) for a bucket, for engines that verify chains only (vLLM 0.33)."""
+
+    draft_tokens: int = help_field(help="draft tokens per step of the best chain; 0 = off")
+    tokens_per_s: float = help_field(help="predicted steady-state output tokens/s of that chain")
+    speedup: float = help_field(help="predicted speedup of that chain over no speculation")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.draft_tokens <= MAX_DEPTH:
+            raise SpecError(
+                f"field 'draft_tokens' must be in 0..{MAX_DEPTH}, got {self.draft_tokens}"
+            )
+
+
+@dataclass(frozen=True)
 class Bucket:
     """A batch-size x context-length range (inclusive) and the policy chosen for it."""
 
@@ -100,6 +115,7 @@ class Bucket:
     context: tuple[int, int]
     policy: TreePolicy | None
     predicted: Prediction | None = None
+    chain: ChainChoice | None = None
 
     def contains(self, batch: int, context: int) -> bool:
         return (
@@ -150,6 +166,7 @@ class PolicyTable:
                     "context": list(b.context),
                     "policy": asdict(b.policy) if b.policy else None,
                     "predicted": asdict(b.predicted) if b.predicted else None,
+                    **({"chain": asdict(b.chain)} if b.chain else {}),
                 }
                 for b in self.buckets
             ],
@@ -179,7 +196,7 @@ class PolicyTable:
             w = f"{where}: buckets[{i}]"
             if not isinstance(b, Mapping):
                 raise SpecError(f"{w}: expected an object")
-            unknown = set(b) - {"batch", "context", "policy", "predicted"}
+            unknown = set(b) - {"batch", "context", "policy", "predicted", "chain"}
             if unknown:
                 raise SpecError(f"{w}: unknown field {sorted(unknown)[0]!r}")
             rng = {k: _range(b.get(k), f"{w}.{k}") for k in ("batch", "context")}
@@ -195,7 +212,13 @@ class PolicyTable:
                 if pred is None
                 else from_mapping(Prediction, _obj(pred, f"{w}.predicted"), f"{w}.predicted")
             )
-            buckets.append(Bucket(rng["batch"], rng["context"], policy, prediction))
+            ch = b.get("chain")
+            chain = (
+                None
+                if ch is None
+                else from_mapping(ChainChoice, _obj(ch, f"{w}.chain"), f"{w}.chain")
+            )
+            buckets.append(Bucket(rng["batch"], rng["context"], policy, prediction, chain))
         tp = data.get("tp", 1)
         if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
             raise SpecError(f"{where}: field 'tp' must be a positive integer, got {tp!r}")
