@@ -1,0 +1,243 @@
+"""Roofline cost model: seconds for each phase of a speculative-decoding iteration on one GPU.
+
+The planner, the simulator and the dashboards call this thousands of times per study, so every
+method takes numpy arrays that broadcast against each other and prices all points at once.
+
+One forward pass is the sum over its kernels of max(FLOPs / (peak * eff), bytes / (bw * eff))
+plus one launch per kernel (spectune.planner.forward lists the kernels, spectune.planner.operators
+prices them). Phases of one speculative iteration (interfaces.md):
+
+    spec_step = draft (first step over 1 token/seq, then depth-1 steps over topk tokens/seq)
+              + verify (target over `budget` tree tokens/seq, logits at every tree node)
+              + draft_extend (drafter over the accepted tokens)
+              + step overhead (scheduler, sampling, tree building)
+
+Batches up to the largest CUDA-graph capture size are padded to the next captured size and
+replay a graph; larger ones launch eagerly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from spectune.planner.forward import CLASSES, BatchShape, ForwardPricer
+from spectune.planner.operators import F64, Rates
+from spectune.specs.calibration import Calibration
+from spectune.specs.errors import SpecError
+from spectune.specs.hardware import HardwareSpec
+from spectune.specs.model import ModelSpec
+
+BREAKDOWN_KEYS = CLASSES
+
+
+def _arr(name: str, value: ArrayLike) -> F64:
+    """A float64 array of non-negative finite values (SpecError naming the argument otherwise)."""
+    a = np.asarray(value, dtype=np.float64)
+    if not np.all(np.isfinite(a)):
+        raise SpecError(f"{name} must be finite numbers, got {value!r}")
+    if np.any(a < 0):
+        raise SpecError(f"{name} must be >= 0, got a minimum of {a.min():g}")
+    return a
+
+
+class CostModel:
+    """Prices target verify passes, drafter passes and per-step overheads on `tp` GPUs."""
+
+    def __init__(
+        self,
+        hardware: HardwareSpec,
+        target: ModelSpec,
+        drafter: ModelSpec | None = None,
+        tp: int = 1,
+        calibration: Calibration | None = None,
+    ) -> None:
+        if isinstance(tp, bool) or not isinstance(tp, int | np.integer) or tp < 1:
+            raise SpecError(f"tp must be a positive integer, got {tp!r}")
+        if target.is_draft_head:
+            raise SpecError(f"target {target.name!r} is an EAGLE-3 draft head, not a model")
+        cal = calibration if calibration is not None else Calibration()
+        if cal.hardware and cal.hardware != hardware.name:
+            raise SpecError(
+                f"calibration was fitted on {cal.hardware!r} but the GPU is {hardware.name!r}"
+            )
+        self.hardware = hardware
+        self.target = target
+        self.drafter = drafter
+        self.tp = int(tp)
+        self.calibration = cal
+        self.rates = Rates.resolve(hardware, cal)
+        self._target = ForwardPricer(target, self.rates, self.tp)
+        self._drafter = ForwardPricer(drafter, self.rates, self.tp) if drafter else None
+        self._buckets = np.asarray(cal.graph_batch_sizes, dtype=np.float64)
+
+    # ---- shapes --------------------------------------------------------------------------------
+    def _graph_batch(self, batch: F64) -> tuple[F64, np.ndarray]:
+        """(padded batch, replays a graph): the next captured size, or the batch itself (eager)
+        above the largest."""
+        graph = batch <= self._buckets[-1]
+        idx = np.minimum(np.searchsorted(self._buckets, batch, side="left"), self._buckets.size - 1)
+        padded = np.where(graph & (batch > 0), self._buckets[idx], batch)
+        return padded, graph
+
+    def _uniform(
+        self,
+        batch: ArrayLike,
+        tokens: ArrayLike,
+        context: ArrayLike,
+        *,
+        lm_per_seq: F64 | None = None,
+    ) -> BatchShape:
+        """B sequences x n new tokens over c cached tokens each, padded to a graph batch."""
+        b = _arr("batch", batch)
+        n = _arr("tokens", tokens)
+        c = _arr("context", context)
+        padded, graph = self._graph_batch(b)
+        lm = n if lm_per_seq is None else lm_per_seq
+        return BatchShape(
+            tokens=b * n,
+            gemm_tokens=padded * n,
+            kv_tokens=b * (c + n),
+            lm_tokens=padded * lm,
+            graph=graph,
+            new=n,
+            cached=c,
+            seqs=b,
+            ragged=False,
+        )
+
+    # ---- target --------------------------------------------------------------------------------
+    def verify_breakdown(
+        self, batch: ArrayLike, tokens: ArrayLike, context: ArrayLike
+    ) -> dict[str, F64]:
+        """Seconds per operator class of one target forward over `batch` sequences x `tokens` new
+        tokens over `context` cached tokens, logits at every token. Keys: BREAKDOWN_KEYS."""
+        return self._target.forward(self._uniform(batch, tokens, context))
+
+    def verify_time(self, batch: ArrayLike, tokens: ArrayLike, context: ArrayLike) -> F64:
+        """Seconds of one target forward (see verify_breakdown)."""
+        return _total(self.verify_breakdown(batch, tokens, context))
+
+    def ragged_forward_time(
+        self, new_tokens: ArrayLike, context: ArrayLike, *, cuda_graph: bool = False
+    ) -> float:
+        """Seconds of one target forward over a ragged batch: sequence i brings new_tokens[i]
+        tokens over context[i] cached ones (int[B] each), logits at every new token. Runs eagerly
+        unless `cuda_graph` (mixed prefill/decode batches are not graph-captured by engines)."""
+        n = np.atleast_1d(_arr("new_tokens", new_tokens))
+        c = np.atleast_1d(_arr("context", context))
+        if n.ndim != 1 or c.shape != n.shape:
+            raise SpecError(
+                f"new_tokens and context must be 1-D of equal length, got {n.shape} and {c.shape}"
+            )
+        t = np.asarray(n.sum())
+        shape = BatchShape(
+            tokens=t,
+            gemm_tokens=t,
+            kv_tokens=np.asarray((n + c).sum()),
+            lm_tokens=t,
+            graph=np.asarray(cuda_graph),
+            new=n,
+            cached=c,
+            seqs=np.ones(()),
+            ragged=True,
+        )
+        return float(_total(self._target.forward(shape)).item())
+
+    # ---- drafter -------------------------------------------------------------------------------
+    def draft_step_time(
+        self, batch: ArrayLike, tokens: ArrayLike, context: ArrayLike, *, from_target: bool = False
+    ) -> F64:
+        """Seconds of one drafter forward over `batch` x `tokens` tokens over `context` cached
+        (an EAGLE-3 head's single layer + reduced-vocab LM head and top-k, or a full draft
+        model). `from_target`: the input is the target's hidden states, so an EAGLE-3 head runs
+        its fc first (the first draft step and draft extend). Zero without a model drafter."""
+        if self._drafter is None:
+            return np.zeros(np.broadcast(_arr("batch", batch), tokens, context).shape)
+        shape = self._uniform(batch, tokens, context)
+        return _total(self._drafter.forward(shape, from_target=from_target))
+
+    def draft_time(
+        self, batch: ArrayLike, depth: ArrayLike, topk: ArrayLike, context: ArrayLike
+    ) -> F64:
+        """Seconds of the whole drafting phase: one step over 1 token/seq (fed by the target),
+        then depth-1 steps over topk tokens/seq. Zero where depth is 0. Without a model drafter
+        (retrieval drafting) it is the retrieval lookup cost."""
+        d = _arr("depth", depth)
+        k = _arr("topk", topk)
+        if self._drafter is None:
+            return np.where(d > 0, self.retrieval_time(batch) + 0.0 * k, 0.0)
+        first = self.draft_step_time(batch, 1, context, from_target=True)
+        rest = self.draft_step_time(batch, k, context)
+        return np.where(d > 0, first + np.maximum(d - 1, 0) * rest, 0.0)
+
+    def draft_extend_time(self, batch: ArrayLike, accepted: ArrayLike, context: ArrayLike) -> F64:
+        """Seconds of the drafter pass over the `accepted` tokens per sequence (mean accepted
+        length may be fractional): refills the drafter's KV cache and gives the next first
+        draft logits (one per sequence). Zero without a model drafter or with nothing accepted."""
+        a = _arr("accepted", accepted)
+        if self._drafter is None:
+            return np.zeros(np.broadcast(_arr("batch", batch), a, context).shape)
+        shape = self._uniform(batch, a, context, lm_per_seq=np.ones(1))
+        t = _total(self._drafter.forward(shape, from_target=True))
+        return np.where(a > 0, t, 0.0)
+
+    # ---- fixed costs ---------------------------------------------------------------------------
+    def step_overhead_time(self, batch: ArrayLike, tree_tokens: ArrayLike) -> F64:
+        """Seconds per iteration outside the forward passes: fixed scheduler/sampling cost, a
+        per-request cost, and tree building where tree_tokens > 1 (speculating)."""
+        b = _arr("batch", batch)
+        n = _arr("tree_tokens", tree_tokens)
+        cal = self.calibration
+        return (
+            cal.step_overhead_s
+            + cal.per_request_overhead_s * b
+            + np.where(n > 1, cal.tree_build_s, 0.0)
+        )
+
+    def retrieval_time(self, batch: ArrayLike) -> F64:
+        """Seconds of retrieval-drafter lookups (n-gram / suffix match) for `batch` requests."""
+        return self.calibration.retrieval_per_request_s * _arr("batch", batch)
+
+    # ---- iterations ----------------------------------------------------------------------------
+    def spec_step_time(
+        self,
+        batch: ArrayLike,
+        depth: ArrayLike,
+        topk: ArrayLike,
+        budget: ArrayLike,
+        context: ArrayLike,
+        accepted: ArrayLike,
+    ) -> F64:
+        """Seconds of one speculative iteration: draft + verify of `budget` tree tokens per
+        sequence (root included) + draft extend of `accepted` tokens + step overhead."""
+        return (
+            self.draft_time(batch, depth, topk, context)
+            + self.verify_time(batch, budget, context)
+            + self.draft_extend_time(batch, accepted, context)
+            + self.step_overhead_time(batch, budget)
+        )
+
+    def ar_step_time(self, batch: ArrayLike, context: ArrayLike) -> F64:
+        """Seconds of one plain decode iteration (speculation off), overhead included."""
+        return self.verify_time(batch, 1, context) + self.step_overhead_time(batch, 1)
+
+    # ---- facts the tests and dashboards use ----------------------------------------------------
+    def memory_floor_time(self) -> float:
+        """Weights one token streams per rank / achievable weight bandwidth: no target forward
+        can be faster."""
+        return self._target.min_weight_bytes() / self.rates.weight_bytes_per_s
+
+    def knee_tokens(self) -> float:
+        """Tokens (summed over the batch) where a weight GEMM turns compute-bound:
+        achievable FLOP/s / (2 * achievable weight bytes/s / bytes per weight)."""
+        wb = float(self.target.dtype_bytes)
+        eff = float(self.rates.gemm_efficiency[-1])
+        return self.rates.gemm_peak(wb) * eff * wb / (2 * self.rates.weight_bytes_per_s)
+
+
+def _total(parts: dict[str, F64]) -> F64:
+    total = np.zeros(())
+    for v in parts.values():
+        total = total + v
+    return total

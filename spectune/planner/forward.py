@@ -1,0 +1,282 @@
+"""One forward pass of one model (target, EAGLE-3 head or draft model), priced operator by operator.
+
+The layer is written out kernel by kernel as an inference engine runs it (SGLang/vLLM on Hopper):
+each kernel's roofline time goes to its operator class, and each kernel counts one launch. Shapes
+are per tensor-parallel rank: attention heads, MLP/expert widths and the vocabulary split by tp;
+MLA's down-projections and MoE routers are replicated.
+
+A batch enters as a `BatchShape`: totals over its sequences, so one code path prices both a
+uniform batch (B sequences x n new tokens over c cached, arrays broadcast) and a ragged one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from spectune.planner.operators import (
+    ACT_BYTES,
+    F64,
+    LOGIT_BYTES,
+    Rates,
+    allgather_time,
+    allreduce_time,
+    attention_time,
+    elementwise_time,
+    gemm_time,
+    moe_experts_time,
+    pad_up,
+)
+from spectune.specs.errors import SpecError
+from spectune.specs.model import ModelSpec
+
+# Operator classes of the breakdown, in display order.
+QKV_O = "qkv_o"  # attention projections (q/k/v, o; MLA's q/kv down and up projections)
+ATTENTION = "attention"  # score + softmax + value over cached and new keys
+MLP = "mlp"  # dense SwiGLU MLP, or router + routed and shared experts; EAGLE-3's fc
+LM_HEAD = "lm_head"  # LM head GEMM over every token that needs logits
+ELEMENTWISE = "elementwise"  # embedding, norms, RoPE + KV write, activation, logits pass
+COMM = "comm"  # tensor-parallel all-reduces (2 per layer) and the logits all-gather
+LAUNCH = "launch"  # one kernel launch per kernel (graph replay or eager)
+CLASSES = (QKV_O, ATTENTION, MLP, LM_HEAD, ELEMENTWISE, COMM, LAUNCH)
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """What one forward pass works on. Arrays broadcast against each other.
+
+    tokens:      real new tokens summed over sequences (attention queries, KV writes)
+    gemm_tokens: rows the weight GEMMs see (tokens padded to the CUDA-graph batch)
+    kv_tokens:   sum over sequences of (cached + new) tokens = keys attention reads
+    lm_tokens:   tokens whose logits are needed
+    graph:       True where the pass replays a CUDA graph
+    """
+
+    tokens: F64
+    gemm_tokens: F64
+    kv_tokens: F64
+    lm_tokens: F64
+    graph: np.ndarray
+    new: F64  # [B] new tokens per sequence (ragged) or n (uniform)
+    cached: F64  # [B] cached tokens per sequence (ragged) or c (uniform)
+    seqs: F64  # B (uniform; multiplies the per-sequence sums) or 1 (ragged; sums over [B])
+    ragged: bool
+
+    def rows_x_keys(self, rows_per_token: int, tile: int) -> F64:
+        """sum_i pad(rows_per_token * n_i, tile) * (c_i + n_i): query rows of one KV-head
+        group, padded to the attention tile, times the keys they score."""
+        per_seq = pad_up(rows_per_token * self.new, tile) * (self.cached + self.new)
+        if self.ragged:
+            return np.asarray(per_seq.sum(), dtype=np.float64)
+        return self.seqs * per_seq
+
+
+class ForwardPricer:
+    """Prices forward passes of one model on one GPU at tensor-parallel degree `tp`."""
+
+    def __init__(self, model: ModelSpec, rates: Rates, tp: int) -> None:
+        if model.heads % tp:
+            raise SpecError(
+                f"tp={tp} must divide the attention heads of {model.name} ({model.heads})"
+            )
+        if not model.is_mla and model.kv_heads % tp and tp % model.kv_heads:
+            raise SpecError(
+                f"tp={tp} and the {model.kv_heads} KV heads of {model.name} must divide one "
+                "another (KV heads are split, or replicated when tp exceeds them)"
+            )
+        for name, width in (("ffn", model.ffn), ("expert_ffn", model.expert_ffn)):
+            if width % tp:
+                raise SpecError(f"tp={tp} must divide {name}={width} of {model.name}")
+        self.model = model
+        self.r = rates
+        self.tp = tp
+        self.heads = model.heads // tp  # query heads per rank
+        self.kv_heads = 1 if model.is_mla else max(1, model.kv_heads // tp)
+        self.wb = float(model.dtype_bytes)
+        self.kvb = float(model.kv_dtype_bytes)
+
+    # ---- weight bytes --------------------------------------------------------------------------
+    def min_weight_bytes(self) -> float:
+        """Weights one token streams per rank (routed top-k experts only; no embedding table):
+        the memory floor of any forward pass."""
+        m = self.model
+        replicated = m.router_params() * m.moe_layers
+        if m.is_mla:
+            replicated += (
+                m.layers * m.hidden * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
+            )
+        return (replicated + (m.active_params_per_token() - replicated) / self.tp) * self.wb
+
+    # ---- the pass ------------------------------------------------------------------------------
+    def forward(self, b: BatchShape, *, from_target: bool = False) -> dict[str, F64]:
+        """Seconds per operator class for one pass. `from_target`: an EAGLE-3 head fed the
+        target's three hidden states runs its fc (3*hidden -> hidden) first."""
+        m = self.model
+        out = {k: np.zeros(()) for k in CLASSES}
+        launches = 0.0
+        tg = b.gemm_tokens
+
+        def add(cls: str, time: F64, kernels: int = 1) -> None:
+            nonlocal launches
+            out[cls] = out[cls] + time
+            launches += kernels
+
+        # embedding lookup: read T rows of [vocab, hidden], write [T, hidden]
+        add(ELEMENTWISE, elementwise_time(self.r, 2 * tg * m.hidden * ACT_BYTES))
+        if m.is_draft_head and from_target:
+            # fc: [T, 3*hidden] x [3*hidden, hidden]; FLOPs 2*T*3h*h; bytes 3h*h*wb + T*4h*2
+            add(MLP, gemm_time(self.r, tg, m.hidden, 3 * m.hidden, self.wb))
+        if m.is_draft_head:
+            # second input norm (embedding and fused hidden are normed separately)
+            add(ELEMENTWISE, elementwise_time(self.r, 2 * tg * m.hidden * ACT_BYTES))
+
+        layer = self._attention_layer(b) if not m.is_mla else self._mla_layer(b)
+        dense = self._dense_mlp(tg)
+        moe = self._moe_mlp(tg) if m.is_moe else None
+        n_dense = m.layers - m.moe_layers
+        for cls, (time, kernels) in layer.items():
+            add(cls, time * m.layers, kernels * m.layers)
+        for cls, (time, kernels) in dense.items():
+            add(cls, time * n_dense, kernels * n_dense)
+        if moe is not None:
+            for cls, (time, kernels) in moe.items():
+                add(cls, time * m.moe_layers, kernels * m.moe_layers)
+
+        # final norm: read + write [T, hidden]
+        add(ELEMENTWISE, elementwise_time(self.r, 2 * tg * m.hidden * ACT_BYTES))
+        lm = b.lm_tokens
+        vocab = m.lm_vocab / self.tp
+        # LM head: [L, hidden] x [hidden, vocab/tp]; FLOPs 2*L*h*V/tp; bytes h*V/tp*wb + L*(h+V/tp)*2
+        add(LM_HEAD, gemm_time(self.r, lm, vocab, m.hidden, self.wb))
+        # logits pass (fp32 upcast + softmax/argmax/top-k): write and read L*V/tp fp32 values
+        add(LM_HEAD, elementwise_time(self.r, 2 * lm * vocab * LOGIT_BYTES))
+        if self.tp > 1:
+            # all-gather the vocabulary shards: L*V bf16 logits in total
+            add(COMM, allgather_time(self.r, lm * m.lm_vocab * ACT_BYTES, self.tp))
+
+        launch_s = np.where(b.graph, self.r.launch_s, self.r.eager_launch_s)
+        out[LAUNCH] = out[LAUNCH] + launches * launch_s
+        shape = np.broadcast(*out.values()).shape
+        return {k: np.broadcast_to(v, shape).astype(np.float64) for k, v in out.items()}
+
+    # ---- layer pieces: {class: (seconds, kernels)} per layer -----------------------------------
+    def _attention_layer(self, b: BatchShape) -> dict[str, tuple[F64, int]]:
+        """GQA/MHA attention block (norm, qkv, RoPE + KV write, attention, o, all-reduce)."""
+        m, r, tg = self.model, self.r, b.gemm_tokens
+        q_w = self.heads * m.head_dim  # query width per rank
+        kv_w = self.kv_heads * m.head_dim  # K (and V) width per rank
+        group = self.heads // self.kv_heads
+        norm = elementwise_time(
+            r, 4 * tg * m.hidden * ACT_BYTES
+        )  # fused add+RMSNorm: 2 reads, 2 writes
+        # qkv: [T, in] x [in, q_w + 2 kv_w]; FLOPs 2*T*in*(q_w+2kv_w)
+        qkv = gemm_time(r, tg, q_w + 2 * kv_w, m.attn_in_width, self.wb)
+        # RoPE + KV store: read q,k,v; write rotated q,k; write K,V into the cache
+        rope = elementwise_time(r, tg * ((2 * q_w + 3 * kv_w) * ACT_BYTES + 2 * kv_w * self.kvb))
+        # attention: each sequence's K and V read once per KV-head group:
+        #   bytes = sum_i (c_i + n_i) * 2 * kv_w * kv_bytes; Q read + O write = 2 * T * q_w * 2
+        #   FLOPs = 4 * head_dim * kv_heads * sum_i pad(group*n_i) * (c_i + n_i)   (QK^T and PV)
+        # the tree part (n_i x n_i, masked) is computed densely inside the same tiles.
+        attn = attention_time(
+            r,
+            b.kv_tokens * 2 * kv_w * self.kvb,
+            4 * m.head_dim * self.kv_heads * b.rows_x_keys(group, r.attention_tile_m),
+            2 * b.tokens * q_w * ACT_BYTES,
+        )
+        o = gemm_time(r, tg, m.hidden, q_w, self.wb)  # [T, q_w] x [q_w, hidden]
+        parts: dict[str, tuple[F64, int]] = {
+            QKV_O: (qkv + o, 2),
+            ATTENTION: (attn, 1),
+            ELEMENTWISE: (norm + rope, 2),
+        }
+        if self.tp > 1:
+            parts[COMM] = (allreduce_time(r, tg * m.hidden * ACT_BYTES, self.tp), 1)
+        return parts
+
+    def _mla_layer(self, b: BatchShape) -> dict[str, tuple[F64, int]]:
+        """Multi-head latent attention, weight-absorbed (decode/verify form, as SGLang runs it).
+
+        The cache holds per token one latent (kv_lora) + one RoPE key (rope), shared by all heads.
+        q' = q_nope W_UK (absorbed), scores over [latent; rope], output latent x W_UV, then o.
+        """
+        m, r, tg = self.model, self.r, b.gemm_tokens
+        h, hr = m.hidden, self.heads
+        lat, rope_w = m.kv_lora_rank, m.qk_rope_head_dim
+        norm = elementwise_time(r, 4 * tg * h * ACT_BYTES)
+        if m.q_lora_rank:
+            # fused q_a + kv_a (replicated): [T, h] x [h, q_lora + lat + rope]
+            down = gemm_time(r, tg, m.q_lora_rank + lat + rope_w, h, self.wb)
+            # q_b: [T, q_lora] x [q_lora, hr * (nope + rope)]
+            q_up = gemm_time(r, tg, hr * (m.qk_nope_head_dim + rope_w), m.q_lora_rank, self.wb)
+            lora_norm = elementwise_time(r, 2 * tg * (m.q_lora_rank + lat) * ACT_BYTES)
+        else:
+            down = gemm_time(r, tg, lat + rope_w, h, self.wb)
+            q_up = gemm_time(r, tg, hr * (m.qk_nope_head_dim + rope_w), h, self.wb)
+            lora_norm = elementwise_time(r, 2 * tg * lat * ACT_BYTES)
+        # absorb W_UK per head: FLOPs 2*T*hr*nope*lat; weights hr*nope*lat*wb
+        absorb_k = gemm_time(r, tg, hr * lat, m.qk_nope_head_dim, self.wb)
+        # RoPE on q and k; latent + rope key written to the cache
+        rope = elementwise_time(
+            r, tg * (2 * hr * rope_w + 2 * rope_w) * ACT_BYTES + tg * (lat + rope_w) * self.kvb
+        )
+        # attention: every rank reads the whole latent cache once (one KV group of hr heads):
+        #   bytes = sum_i (c_i + n_i) * (lat + rope) * kv_bytes
+        #   FLOPs = 2*(lat + rope) [scores] + 2*lat [values] per (query row, key); rows = hr * n_i
+        attn = attention_time(
+            r,
+            b.kv_tokens * (lat + rope_w) * self.kvb,
+            2 * (2 * lat + rope_w) * b.rows_x_keys(hr, r.attention_tile_m),
+            b.tokens * hr * (2 * lat + rope_w) * ACT_BYTES,
+        )
+        # W_UV per head: latent out -> v: FLOPs 2*T*hr*lat*v; then o: [T, hr*v] x [hr*v, h]
+        absorb_v = gemm_time(r, tg, hr * m.v_head_dim, lat, self.wb)
+        o = gemm_time(r, tg, h, hr * m.v_head_dim, self.wb)
+        parts: dict[str, tuple[F64, int]] = {
+            QKV_O: (down + q_up + absorb_k + absorb_v + o, 5),
+            ATTENTION: (attn, 1),
+            ELEMENTWISE: (norm + lora_norm + rope, 3),
+        }
+        if self.tp > 1:
+            parts[COMM] = (allreduce_time(r, tg * h * ACT_BYTES, self.tp), 1)
+        return parts
+
+    def _dense_mlp(self, tg: F64) -> dict[str, tuple[F64, int]]:
+        """Post-attention norm, SwiGLU MLP (gate+up, SiLU*mul, down), all-reduce."""
+        m, r = self.model, self.r
+        f = m.ffn / self.tp
+        norm = elementwise_time(r, 4 * tg * m.hidden * ACT_BYTES)
+        gate_up = gemm_time(r, tg, 2 * f, m.hidden, self.wb)  # [T, h] x [h, 2f]
+        act = elementwise_time(r, 3 * tg * f * ACT_BYTES)  # read [T, 2f], write [T, f]
+        down = gemm_time(r, tg, m.hidden, f, self.wb)  # [T, f] x [f, h]
+        parts: dict[str, tuple[F64, int]] = {
+            MLP: (gate_up + down, 2),
+            ELEMENTWISE: (norm + act, 2),
+        }
+        if self.tp > 1:
+            parts[COMM] = (allreduce_time(r, tg * m.hidden * ACT_BYTES, self.tp), 1)
+        return parts
+
+    def _moe_mlp(self, tg: F64) -> dict[str, tuple[F64, int]]:
+        """Post-attention norm, router, top-k, permute, routed experts, shared experts, combine."""
+        m, r = self.model, self.r
+        h, e, k = m.hidden, m.experts, m.experts_topk
+        f = m.expert_ffn / self.tp
+        norm = elementwise_time(r, 4 * tg * h * ACT_BYTES)
+        router = gemm_time(r, tg, e, h, self.wb)  # replicated [h, E]
+        # top-k softmax over fp32 router logits; permute rows to experts; combine k outputs
+        topk = elementwise_time(r, tg * e * LOGIT_BYTES)
+        permute = elementwise_time(r, 2 * tg * k * h * ACT_BYTES)
+        combine = elementwise_time(r, tg * (k + 1) * h * ACT_BYTES)
+        experts = moe_experts_time(r, tg, e, k, h, f, self.wb)
+        act = elementwise_time(r, 3 * tg * k * f * ACT_BYTES)
+        mlp, ew, n_mlp, n_ew = router + experts, norm + topk + permute + combine + act, 3, 5
+        if m.shared_experts:
+            fs = m.shared_experts * f
+            mlp = mlp + gemm_time(r, tg, 2 * fs, h, self.wb) + gemm_time(r, tg, h, fs, self.wb)
+            ew = ew + elementwise_time(r, 3 * tg * fs * ACT_BYTES)
+            n_mlp, n_ew = n_mlp + 2, n_ew + 1
+        parts: dict[str, tuple[F64, int]] = {MLP: (mlp, n_mlp), ELEMENTWISE: (ew, n_ew)}
+        if self.tp > 1:
+            parts[COMM] = (allreduce_time(r, tg * h * ACT_BYTES, self.tp), 1)
+        return parts

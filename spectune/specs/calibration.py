@@ -1,0 +1,206 @@
+"""Fitted efficiencies and overheads that turn the roofline into a prediction for one GPU.
+
+The cost model prices every operator as max(FLOPs / (peak * eff_c), bytes / (bandwidth * eff_m))
+plus launch cost. Without a calibration, the efficiencies are the public measured fractions in
+HardwareSpec (gemm_efficiency, hbm_efficiency) and the overheads are the defaults below. A
+calibration replaces them with figures fitted from micro-benchmarks on the actual GPU (`spectune
+calibrate`, see spectune.planner.calibfit for the measurement rows it fits).
+
+Fields left at None fall back to the HardwareSpec figure named in their help text, so a
+calibration file may hold only what was measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spectune.specs.errors import SpecError
+from spectune.specs.io import from_mapping, help_field, read_mapping, write_json_atomic
+
+US = 1e-6  # seconds in one microsecond
+
+# SGLang's default CUDA-graph capture list for decode (server_args / cuda_graph_runner):
+# 1, 2, 4, 8, then every 8 up to 256. Batches are padded up to the next captured size; larger
+# batches run eagerly.
+SGLANG_GRAPH_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, *range(16, 257, 8))
+
+SCHEMA = "spectune.calibration/v1"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per-GPU efficiencies and fixed costs of the cost model (None: the HardwareSpec figure)."""
+
+    hardware: str = help_field(
+        "", help="name of the HardwareSpec this was fitted on ('': not tied to one GPU)"
+    )
+    gemm_tokens: tuple[float, ...] = help_field(
+        (),
+        help="GEMM row counts M (tokens after tile padding), ascending, at which "
+        "gemm_flops_efficiency is given; linear interpolation in M between points, clamped "
+        "outside; empty: HardwareSpec.gemm_efficiency at every M",
+    )
+    gemm_flops_efficiency: tuple[float, ...] = help_field(
+        (),
+        help="achieved fraction of peak tensor FLOP/s of a weight GEMM with M rows, one value per "
+        "gemm_tokens entry; M/eff must not decrease with M (time never falls as M grows)",
+    )
+    weight_bw_efficiency: float | None = help_field(
+        None,
+        help="fraction of peak HBM bytes/s a weight-streaming (small-M) GEMM reaches; "
+        "None: HardwareSpec.hbm_efficiency",
+    )
+    attention_bw_efficiency: float | None = help_field(
+        None,
+        help="fraction of peak HBM bytes/s attention reaches reading the KV cache; "
+        "None: HardwareSpec.hbm_efficiency",
+    )
+    attention_flops_efficiency: float | None = help_field(
+        None,
+        help="fraction of peak bf16 FLOP/s attention reaches when compute-bound (long trees / "
+        "prefill); None: HardwareSpec.gemm_efficiency",
+    )
+    elementwise_bw_efficiency: float | None = help_field(
+        None,
+        help="fraction of peak HBM bytes/s of norms, RoPE, activations, KV writes, logits "
+        "processing; None: HardwareSpec.hbm_efficiency",
+    )
+    interconnect_efficiency: float = help_field(
+        0.80,
+        help="fraction of HardwareSpec.interconnect_bytes_per_s a ring all-reduce reaches (bus "
+        "bandwidth); default: nccl-tests all_reduce busbw on 8x H100 SXM, ~360 of 450 GB/s",
+    )
+    allreduce_latency_s: float | None = help_field(
+        None,
+        help="fixed latency of one all-reduce or all-gather, s; "
+        "None: HardwareSpec.interconnect_latency_s",
+    )
+    launch_s: float | None = help_field(
+        None,
+        help="cost of one kernel inside a CUDA graph (launch gap + ramp), s; "
+        "None: HardwareSpec.launch_s",
+    )
+    eager_launch_s: float = help_field(
+        10.0 * US,
+        help="cost of one kernel launched eagerly (no CUDA graph: batch above the largest "
+        "captured size, or a ragged/prefill forward), s; must be >= the graph launch cost. "
+        "Default: order of a PyTorch eager op's CPU dispatch + launch",
+    )
+    gemm_tile_m: int = help_field(
+        64, help="row tile of weight GEMMs (M is padded to it); 64 = one Hopper wgmma M"
+    )
+    gemm_tile_n: int = help_field(
+        128, help="column tile of weight GEMMs, for wave quantization over the SMs"
+    )
+    attention_tile_m: int = help_field(
+        16,
+        help="query rows per KV-head group are padded to this (16: the mma.sync M that "
+        "tensor-core decode/tree attention kernels use)",
+    )
+    graph_batch_sizes: tuple[int, ...] = help_field(
+        SGLANG_GRAPH_BATCH_SIZES,
+        help="CUDA-graph capture batch sizes, ascending; a batch is padded up to the next one "
+        "and runs eagerly above the largest (default: SGLang's capture list)",
+    )
+    step_overhead_s: float = help_field(
+        50.0 * US,
+        help="fixed per-iteration cost outside the forward passes (scheduler, sampling launch, "
+        "output processing), s; placeholder of the order seen in engine profiles until fitted",
+    )
+    per_request_overhead_s: float = help_field(
+        2.0 * US, help="per-request per-iteration CPU cost (bookkeeping, detokenize), s"
+    )
+    tree_build_s: float = help_field(
+        30.0 * US,
+        help="per-iteration cost of building draft trees (top-k rerank, mask/position "
+        "kernels) when speculating, s",
+    )
+    retrieval_per_request_s: float = help_field(
+        20.0 * US,
+        help="CPU time of one retrieval-drafter lookup (n-gram / suffix match) per request, s",
+    )
+    source: str = help_field("defaults", help="how these figures were obtained")
+
+    def __post_init__(self) -> None:
+        fractions = (
+            "weight_bw_efficiency",
+            "attention_bw_efficiency",
+            "attention_flops_efficiency",
+            "elementwise_bw_efficiency",
+            "interconnect_efficiency",
+        )
+        for name in fractions:
+            v = getattr(self, name)
+            if v is not None and not 0.0 < v <= 1.0:
+                raise SpecError(f"field {name!r} is a fraction of peak, must be in (0, 1], got {v}")
+        times = (
+            "allreduce_latency_s",
+            "launch_s",
+            "eager_launch_s",
+            "step_overhead_s",
+            "per_request_overhead_s",
+            "tree_build_s",
+            "retrieval_per_request_s",
+        )
+        for name in times:
+            v = getattr(self, name)
+            if v is not None and not v >= 0.0:
+                raise SpecError(f"field {name!r} is a time in seconds, must be >= 0, got {v}")
+        for name in ("gemm_tile_m", "gemm_tile_n", "attention_tile_m"):
+            if getattr(self, name) <= 0:
+                raise SpecError(f"field {name!r} must be > 0, got {getattr(self, name)}")
+        self._check_gemm_curve()
+        g = self.graph_batch_sizes
+        if any(b <= 0 for b in g) or any(b >= c for b, c in itertools.pairwise(g)):
+            raise SpecError("field 'graph_batch_sizes' must be positive and strictly ascending")
+
+    def _check_gemm_curve(self) -> None:
+        m, e = self.gemm_tokens, self.gemm_flops_efficiency
+        if len(m) != len(e):
+            raise SpecError(
+                f"fields 'gemm_tokens' ({len(m)} values) and 'gemm_flops_efficiency' "
+                f"({len(e)} values) must have the same length"
+            )
+        if any(x <= 0 for x in m) or any(a >= b for a, b in itertools.pairwise(m)):
+            raise SpecError("field 'gemm_tokens' must be positive and strictly ascending")
+        if any(not 0.0 < x <= 1.0 for x in e):
+            raise SpecError("field 'gemm_flops_efficiency' values must be in (0, 1]")
+        per_flop = [mi / ei for mi, ei in zip(m, e, strict=True)]
+        for i in range(1, len(per_flop)):
+            if per_flop[i] < per_flop[i - 1] * (1 - 1e-9):
+                raise SpecError(
+                    "field 'gemm_flops_efficiency': M/eff falls between gemm_tokens "
+                    f"{m[i - 1]:g} and {m[i]:g}, so a larger GEMM would be priced faster; "
+                    "refit or smooth the curve"
+                )
+
+    # ---- files -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["gemm_tokens"] = list(self.gemm_tokens)
+        d["gemm_flops_efficiency"] = list(self.gemm_flops_efficiency)
+        d["graph_batch_sizes"] = list(self.graph_batch_sizes)
+        return {"schema": SCHEMA, **d}
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write as JSON atomically."""
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Calibration:
+        """Read a calibration JSON/TOML file; bad fields raise SpecError naming field and file."""
+        data = read_mapping(path)
+        schema = data.pop("schema", SCHEMA)
+        if schema != SCHEMA:
+            raise SpecError(f"{Path(path)}: schema {schema!r} is not {SCHEMA!r}")
+        return from_mapping(cls, data, str(Path(path)))
+
+
+def load_calibration(path: str | os.PathLike[str]) -> Calibration:
+    """Calibration.load, as a function (the CLI's --calibration FILE)."""
+    return Calibration.load(path)
