@@ -1,5 +1,6 @@
 """Shared domain types: what every part of spectune speaks. Imports nothing else of ours."""
 
+from spectune.specs.calibration import Calibration, load_calibration
 from spectune.specs.errors import SpecError
 from spectune.specs.hardware import HARDWARE_PRESETS, HardwareSpec, hardware_preset, load_hardware
 from spectune.specs.io import read_mapping, write_json_atomic, write_text_atomic
@@ -14,6 +15,7 @@ __all__ = [
     "SOURCE_RETRIEVAL",
     "SOURCE_ROOT",
     "Bucket",
+    "Calibration",
     "DraftTree",
     "HardwareSpec",
     "ModelSpec",
@@ -22,6 +24,7 @@ __all__ = [
     "SpecError",
     "TreePolicy",
     "hardware_preset",
+    "load_calibration",
     "load_hardware",
     "load_model",
     "model_preset",
