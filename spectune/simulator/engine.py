@@ -1,0 +1,399 @@
+"""`simulate(config)`: one load level on one or more replicas, with speculation as configured
+and, on the same arrivals and lengths (common random numbers), with speculation off.
+
+Random streams are split from the seed by purpose (arrivals, lengths, acceptance per replica),
+so the speculation-off run replays exactly the arrivals and lengths of the speculative one and
+the result depends on the seed alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import simpy
+
+from spectune.simulator.arrivals import ArrivalProcess, ClosedLoop, Trace
+from spectune.simulator.capacity import KVBudget, auto_max_batch, check_batch_fits, kv_budget
+from spectune.simulator.iterations import IterationLog
+from spectune.simulator.lengths import LengthDist
+from spectune.simulator.metrics import Metrics, compute_metrics
+from spectune.simulator.replica import Replica
+from spectune.simulator.requests import Requests
+from spectune.simulator.router import Router
+from spectune.simulator.speculation import (
+    AcceptanceModelLike,
+    BatchTreeBuilder,
+    PolicySource,
+    Speculator,
+    TreeBuilder,
+)
+from spectune.simulator.steptime import CostModelLike, StepPricer
+from spectune.specs import HardwareSpec, ModelSpec, SpecError
+from spectune.specs.io import help_field
+
+STREAM_ARRIVALS, STREAM_LENGTHS, STREAM_ACCEPT = 1, 2, 3
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated load level. Unset collaborators (cost model, acceptance model, tree
+    builders, lengths) are derived from the specs and the workload."""
+
+    hardware: HardwareSpec = field(metadata={"help": "GPU of every replica"})
+    target: ModelSpec = field(metadata={"help": "target model"})
+    drafter: ModelSpec | None = field(metadata={"help": "EAGLE-3 head or draft model; None: none"})
+    arrivals: ArrivalProcess = field(metadata={"help": "Poisson, Gamma, ClosedLoop or a Trace"})
+    policy: PolicySource = field(
+        default=None, metadata={"help": "PolicyTable, one TreePolicy, or None (off)"}
+    )
+    workload: Any = field(
+        default=None, metadata={"help": "specs.workload.Workload: acceptance and lengths"}
+    )
+    requests: int = help_field(1000, help="requests to simulate (a trace: at most its length)")
+    prompt: LengthDist | None = field(
+        default=None, metadata={"help": "prompt lengths (None: the workload's)"}
+    )
+    output: LengthDist | None = field(
+        default=None, metadata={"help": "output lengths (None: the workload's)"}
+    )
+    tp: int = help_field(1, help="tensor-parallel GPUs per replica")
+    replicas: int = help_field(1, help="replicas behind the router")
+    router: str = help_field("rr", help="'rr' (round-robin) or 'least' (least outstanding)")
+    max_batch: int | None = help_field(None, help="max running sequences (None: from KV, <=256)")
+    max_batch_tokens: int = help_field(8192, help="token budget per iteration (chunked prefill)")
+    block_size: int = help_field(16, help="KV-cache page size, tokens")
+    memory_fraction: float = help_field(0.9, help="share of HBM the engine may use")
+    slo_ttft_s: float | None = help_field(None, help="goodput SLO on time to first token, s")
+    slo_tpot_s: float | None = help_field(None, help="goodput SLO on time per output token, s")
+    seed: int = help_field(0, help="seed of every random stream")
+    baseline: bool = help_field(True, help="also run speculation off on the same arrivals")
+    tree_pool: int = help_field(256, help="trees built per dynamic policy (see speculation.py)")
+    context_quantum: int = help_field(16, help="contexts are priced in steps of this many tokens")
+    keep_iterations: bool = help_field(False, help="keep the iteration log (Chrome trace)")
+    cost_model: CostModelLike | None = field(
+        default=None, metadata={"help": "a prebuilt CostModel"}
+    )
+    acceptance: AcceptanceModelLike | None = field(
+        default=None, metadata={"help": "a prebuilt acceptance model"}
+    )
+    build_tree: TreeBuilder | None = field(
+        default=None, metadata={"help": "tree builder (planner.trees.build_tree)"}
+    )
+    build_batch_trees: BatchTreeBuilder | None = field(
+        default=None, metadata={"help": "batch super-tree builder: one budget per batch (ECHO)"}
+    )
+
+
+@dataclass
+class RunResult:
+    """One run (speculation as configured, or off)."""
+
+    metrics: Metrics
+    requests: Requests
+    log: IterationLog | None
+    wall_s: float
+
+
+@dataclass
+class SimResult:
+    """A load level: the speculative run, the speculation-off baseline, and their ratios."""
+
+    config: SimConfig
+    spec: RunResult
+    off: RunResult | None
+    max_batch: int
+    kv_tokens: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.spec.metrics
+
+    @property
+    def speedup_vs_off(self) -> float:
+        """Decode speedup: seconds per output token off / on (sum over requests of decode time
+        over the tokens after the first), the per-token latency a user sees."""
+        if self.off is None:
+            return float("nan")
+        return self.off.metrics.token_latency_s / self.spec.metrics.token_latency_s
+
+    @property
+    def throughput_ratio_vs_off(self) -> float:
+        if self.off is None:
+            return float("nan")
+        return self.spec.metrics.throughput_tok_s / self.off.metrics.throughput_tok_s
+
+    def summary(self) -> dict[str, Any]:
+        """The flat record `spectune simulate --json` prints per load level."""
+        m = self.spec.metrics
+        arr = self.config.arrivals
+        d: dict[str, Any] = {}
+        if isinstance(arr, ClosedLoop):
+            d["concurrency"] = arr.concurrency
+        elif isinstance(arr, Trace):
+            d["trace"] = arr.source
+        else:
+            d["qps"] = arr.qps
+        d.update(
+            throughput_tok_s=m.throughput_tok_s,
+            goodput_tok_s=m.goodput_tok_s,
+            ttft_p50_s=m.ttft.p50,
+            ttft_p99_s=m.ttft.p99,
+            tpot_p50_s=m.tpot.p50,
+            tpot_p99_s=m.tpot.p99,
+            e2e_p50_s=m.e2e.p50,
+            e2e_p99_s=m.e2e.p99,
+            mean_accepted=m.mean_accepted,
+            verify_waste=m.verify_waste,
+            speedup_vs_off=self.speedup_vs_off,
+            throughput_ratio_vs_off=self.throughput_ratio_vs_off,
+            requests=m.requests,
+            max_batch=self.max_batch,
+            preemptions=m.preemptions,
+        )
+        if self.off is not None:
+            o = self.off.metrics
+            d["off"] = {
+                "throughput_tok_s": o.throughput_tok_s,
+                "ttft_p50_s": o.ttft.p50,
+                "tpot_p50_s": o.tpot.p50,
+                "tpot_p99_s": o.tpot.p99,
+                "e2e_p50_s": o.e2e.p50,
+            }
+        return d
+
+
+# ---- collaborators -----------------------------------------------------------------------------
+def default_cost_model(cfg: SimConfig) -> CostModelLike:
+    from spectune.planner.costmodel import CostModel
+
+    return CostModel(cfg.hardware, cfg.target, cfg.drafter, tp=cfg.tp)
+
+
+def default_acceptance(cfg: SimConfig) -> AcceptanceModelLike:
+    if cfg.workload is None:
+        raise SpecError("speculation needs a workload (acceptance model); pass one")
+    from spectune.planner.acceptance import acceptance_model
+
+    return acceptance_model(cfg.workload)  # type: ignore[no-any-return]
+
+
+def default_build_tree() -> TreeBuilder:
+    from spectune.planner.trees import build_tree
+
+    return build_tree  # type: ignore[no-any-return]
+
+
+def _lengths(cfg: SimConfig) -> tuple[LengthDist, LengthDist]:
+    prompt, output = cfg.prompt, cfg.output
+    w = cfg.workload
+    if prompt is None or output is None:
+        if w is None:
+            raise SpecError("give prompt and output lengths or a workload that has them")
+        fixed = getattr(w, "length_dist", "lognormal") == "fixed"
+        src = f"workload {w.name}"
+        if prompt is None:
+            prompt = LengthDist(
+                w.prompt_len_mean_tokens,
+                0.0 if fixed else w.prompt_len_cv,
+                1,
+                w.prompt_len_max_tokens,
+                src,
+            )
+        if output is None:
+            output = LengthDist(
+                w.output_len_mean_tokens,
+                0.0 if fixed else w.output_len_cv,
+                1,
+                w.output_len_max_tokens,
+                src,
+            )
+    return prompt, output
+
+
+def make_requests(cfg: SimConfig) -> tuple[Requests, LengthDist, LengthDist]:
+    """The run's requests: arrival times (0 for closed loop, filled in as clients send) and
+    lengths, from their own random streams."""
+    arr = cfg.arrivals
+    if isinstance(arr, Trace):
+        n = min(cfg.requests, len(arr)) if cfg.requests else len(arr)
+        p = LengthDist(float(arr.prompt_tokens[:n].mean()), 0.0, source=arr.source)
+        o = LengthDist(float(arr.output_tokens[:n].mean()), 0.0, source=arr.source)
+        reqs = Requests(arr.arrival_s[:n], arr.prompt_tokens[:n], arr.output_tokens[:n])
+        return reqs, p, o
+    if cfg.requests < 1:
+        raise SpecError(f"requests must be >= 1, got {cfg.requests}")
+    prompt, output = _lengths(cfg)
+    n = cfg.requests
+    lrng = np.random.default_rng([cfg.seed, STREAM_LENGTHS])
+    p_tok = prompt.sample(lrng, n)
+    o_tok = output.sample(lrng, n)
+    if isinstance(arr, ClosedLoop):
+        times = np.zeros(n)
+    else:
+        times = arr.times(np.random.default_rng([cfg.seed, STREAM_ARRIVALS]), n)
+    return Requests(times, p_tok, o_tok), prompt, output
+
+
+def resolve_capacity(cfg: SimConfig, reqs: Requests) -> tuple[KVBudget, int]:
+    """KV budget and max batch, or SpecError for configurations that cannot run."""
+    kv = kv_budget(
+        cfg.hardware,
+        cfg.target,
+        cfg.drafter,
+        tp=cfg.tp,
+        memory_fraction=cfg.memory_fraction,
+        max_batch_tokens=cfg.max_batch_tokens,
+        block_size=cfg.block_size,
+    )
+    mp, mo = float(reqs.prompt.mean()), float(reqs.output.mean())
+    longest = int((reqs.prompt + reqs.output).max())
+    if cfg.max_batch is None:
+        check_batch_fits(kv, 1, mp, mo, longest)
+        return kv, auto_max_batch(kv, mp, mo)
+    if cfg.max_batch < 1:
+        raise SpecError(f"max batch must be >= 1, got {cfg.max_batch}")
+    check_batch_fits(kv, cfg.max_batch, mp, mo, longest)
+    return kv, cfg.max_batch
+
+
+# ---- one run -----------------------------------------------------------------------------------
+def run_once(
+    cfg: SimConfig,
+    reqs: Requests,
+    kv: KVBudget,
+    max_batch: int,
+    pricer: StepPricer,
+    speculator: Speculator,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunResult:
+    """Simulate the requests (fresh state) on cfg.replicas replicas."""
+    t_wall = time.perf_counter()
+    env = simpy.Environment()
+    log = IterationLog()
+    n = len(reqs)
+    closed = cfg.arrivals if isinstance(cfg.arrivals, ClosedLoop) else None
+    state = {"sent": 0, "done": 0}
+    replicas: list[Replica] = []
+    router = Router(cfg.router, replicas)
+
+    def send() -> None:
+        i = state["sent"]
+        state["sent"] = i + 1
+        reqs.arrival_s[i] = env.now if closed else reqs.arrival_s[i]
+        replicas[router.pick()].submit(i)
+
+    def think(k: int) -> Any:
+        yield env.timeout(closed.think_s if closed else 0.0)
+        for _ in range(k):
+            if state["sent"] < n:
+                send()
+
+    def on_finish(k: int) -> None:
+        state["done"] += k
+        if progress is not None:
+            progress(state["done"], n)
+        if closed is None:
+            return
+        if closed.think_s == 0:
+            for _ in range(k):
+                if state["sent"] < n:
+                    send()
+        else:
+            env.process(think(k))
+
+    for i in range(cfg.replicas):
+        replicas.append(
+            Replica(
+                env,
+                i,
+                reqs,
+                kv,
+                max_batch=max_batch,
+                max_batch_tokens=cfg.max_batch_tokens,
+                pricer=pricer,
+                speculator=speculator,
+                rng=np.random.default_rng([cfg.seed, STREAM_ACCEPT, i]),
+                log=log,
+                on_finish=on_finish,
+            )
+        )
+
+    def open_loop() -> Any:
+        t = reqs.arrival_s
+        for i in range(n):
+            dt = t[i] - env.now
+            if dt > 0:
+                yield env.timeout(dt)
+            send()
+
+    if closed is not None:
+        for _ in range(min(closed.concurrency, n)):
+            send()
+    else:
+        env.process(open_loop())
+    env.run()
+    if state["done"] < n:  # pragma: no cover - a scheduling bug, not a user error
+        raise RuntimeError(f"simulation stalled: {state['done']} of {n} requests finished")
+    metrics = compute_metrics(reqs, log, cfg.replicas, cfg.slo_ttft_s, cfg.slo_tpot_s)
+    return RunResult(
+        metrics, reqs, log if cfg.keep_iterations else None, time.perf_counter() - t_wall
+    )
+
+
+def _fresh(reqs: Requests, closed: bool) -> Requests:
+    return Requests(np.zeros(len(reqs)) if closed else reqs.arrival_s, reqs.prompt, reqs.output)
+
+
+def simulate(
+    config: SimConfig, progress: Callable[[str, int, int], None] | None = None
+) -> SimResult:
+    """Run one load level (and its speculation-off baseline unless config.baseline is False).
+    `progress(phase, done, total)` is called as requests finish ('spec' then 'off')."""
+    cfg = config
+    if cfg.replicas < 1:
+        raise SpecError(f"replicas must be >= 1, got {cfg.replicas}")
+    if cfg.max_batch_tokens < 1:
+        raise SpecError(f"max batch tokens must be >= 1, got {cfg.max_batch_tokens}")
+    reqs, _, _ = make_requests(cfg)
+    kv, max_batch = resolve_capacity(cfg, reqs)
+    cost = cfg.cost_model if cfg.cost_model is not None else default_cost_model(cfg)
+    pricer = StepPricer(
+        cost, context_quantum=cfg.context_quantum, has_drafter=cfg.drafter is not None
+    )
+    closed = isinstance(cfg.arrivals, ClosedLoop)
+    spec: RunResult | None = None
+    if cfg.policy is not None:
+        acc = cfg.acceptance if cfg.acceptance is not None else default_acceptance(cfg)
+        build = cfg.build_tree if cfg.build_tree is not None else default_build_tree()
+        speculator = Speculator(
+            cfg.policy,
+            acc,
+            build,
+            pool_size=cfg.tree_pool,
+            seed=cfg.seed,
+            build_batch_trees=cfg.build_batch_trees,
+        )
+        cb = (lambda d, t: progress("spec", d, t)) if progress else None
+        spec = run_once(cfg, _fresh(reqs, closed), kv, max_batch, pricer, speculator, cb)
+    off: RunResult | None = None
+    if cfg.baseline or spec is None:
+        cb = (lambda d, t: progress("off", d, t)) if progress else None
+        off = run_once(
+            cfg, _fresh(reqs, closed), kv, max_batch, pricer, Speculator(None, None, None), cb
+        )
+    if spec is None:
+        assert off is not None
+        return SimResult(cfg, off, off, max_batch, kv.tokens)
+    return SimResult(cfg, spec, off, max_batch, kv.tokens)
+
+
+def with_policy(cfg: SimConfig, policy: PolicySource) -> SimConfig:
+    return replace(cfg, policy=policy)
+
+
+__all__ = ["RunResult", "SimConfig", "SimResult", "make_requests", "simulate"]

@@ -1,0 +1,113 @@
+"""A simulation-based objective for planner.search: score a policy at (batch, context) by
+simulating a saturated server rather than by the closed-form steady state.
+
+The server runs closed-loop at concurrency = max batch = `batch`, every prompt `context` tokens
+long, outputs from the workload (or fixed), so it captures what the closed form leaves out:
+prefill interleaving, request turnover, policy switches with the live batch and the variance of
+accepted lengths. Every call with the same arguments replays the same arrivals, lengths and
+acceptance draws (common random numbers), so trials differ only by their policy, and results are
+cached per (policy, batch, context).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from spectune.simulator.arrivals import ClosedLoop
+from spectune.simulator.engine import SimConfig, SimResult, simulate
+from spectune.simulator.lengths import LengthDist
+from spectune.specs import HardwareSpec, ModelSpec, SpecError, TreePolicy
+
+METRICS = ("goodput", "throughput")
+
+
+class SimObjective:
+    """Callable (policy | None, batch, context) -> output tokens/s (goodput under the SLO, or
+    throughput); `latency(policy, batch, context)` gives the run's p50 TPOT in seconds for
+    multi-objective searches."""
+
+    def __init__(self, base: SimConfig, metric: str, waves: float) -> None:
+        if metric not in METRICS:
+            raise SpecError(f"objective metric must be one of {METRICS}, got {metric!r}")
+        self.base = base
+        self.metric = metric
+        self.waves = waves
+        self._runs: dict[tuple[TreePolicy | None, int, int], SimResult] = {}
+        self._cost: Any = base.cost_model
+        self._acc: Any = base.acceptance
+
+    def run(self, policy: TreePolicy | None, batch: int, context: int) -> SimResult:
+        key = (policy, int(batch), int(context))
+        res = self._runs.get(key)
+        if res is None:
+            if batch < 1:
+                raise SpecError(f"batch must be >= 1, got {batch}")
+            cfg = replace(
+                self.base,
+                policy=policy,
+                arrivals=ClosedLoop(int(batch)),
+                max_batch=int(batch),
+                requests=max(int(batch), round(batch * self.waves)),
+                prompt=LengthDist.fixed(max(1, int(context))),
+                baseline=False,
+                cost_model=self._cost,
+                acceptance=self._acc,
+            )
+            if self._cost is None:
+                from spectune.simulator.engine import default_cost_model
+
+                self._cost = default_cost_model(cfg)
+                cfg = replace(cfg, cost_model=self._cost)
+            if policy is not None and self._acc is None:
+                from spectune.simulator.engine import default_acceptance
+
+                self._acc = default_acceptance(cfg)
+                cfg = replace(cfg, acceptance=self._acc)
+            res = simulate(cfg)
+            self._runs[key] = res
+        return res
+
+    def __call__(self, policy: TreePolicy | None, batch: int, context: int) -> float:
+        m = self.run(policy, batch, context).metrics
+        return m.goodput_tok_s if self.metric == "goodput" else m.throughput_tok_s
+
+    def latency(self, policy: TreePolicy | None, batch: int, context: int) -> float:
+        return self.run(policy, batch, context).metrics.tpot.p50
+
+
+def goodput_objective(
+    hardware: HardwareSpec,
+    target: ModelSpec,
+    drafter: ModelSpec | None,
+    workload: Any,
+    *,
+    tp: int = 1,
+    output_tokens: int | None = None,
+    waves: float = 2.0,
+    slo_ttft_s: float | None = None,
+    slo_tpot_s: float | None = None,
+    metric: str = "goodput",
+    seed: int = 0,
+    tree_pool: int = 128,
+    **config: Any,
+) -> SimObjective:
+    """The simulator's objective for planner.search. `waves` batches of requests are simulated
+    per call (requests = waves x batch); outputs are `output_tokens` long, or drawn from the
+    workload. Extra keyword arguments are SimConfig fields (cost_model, acceptance, build_tree,
+    max_batch_tokens, ...)."""
+    base = SimConfig(
+        hardware=hardware,
+        target=target,
+        drafter=drafter,
+        arrivals=ClosedLoop(1),
+        workload=workload,
+        tp=tp,
+        output=LengthDist.fixed(output_tokens) if output_tokens else None,
+        slo_ttft_s=slo_ttft_s,
+        slo_tpot_s=slo_tpot_s,
+        seed=seed,
+        tree_pool=tree_pool,
+        **config,
+    )
+    return SimObjective(base, metric, waves)
