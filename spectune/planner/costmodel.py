@@ -166,7 +166,8 @@ class CostModel:
         d = _arr("depth", depth)
         k = _arr("topk", topk)
         if self._drafter is None:
-            return np.where(d > 0, self.retrieval_time(batch) + 0.0 * k, 0.0)
+            c = _arr("context", context)  # retrieval cost does not depend on it; shape does
+            return np.where(d > 0, self.retrieval_time(batch) + 0.0 * k + 0.0 * c, 0.0)
         first = self.draft_step_time(batch, 1, context, from_target=True)
         rest = self.draft_step_time(batch, k, context)
         return np.where(d > 0, first + np.maximum(d - 1, 0) * rest, 0.0)

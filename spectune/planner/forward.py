@@ -18,6 +18,7 @@ import numpy as np
 from spectune.planner.operators import (
     ACT_BYTES,
     F64,
+    FP8_BYTES,
     LOGIT_BYTES,
     Rates,
     allgather_time,
@@ -95,6 +96,10 @@ class ForwardPricer:
         self.kv_heads = 1 if model.is_mla else max(1, model.kv_heads // tp)
         self.wb = float(model.dtype_bytes)
         self.kvb = float(model.kv_dtype_bytes)
+        # fp8 weights on fp8 tensor cores: every GEMM first quantizes its bf16 input per token
+        # group (SGLang/vLLM block-fp8 linear), one more kernel per GEMM
+        self.fp8 = self.wb <= FP8_BYTES and rates.peak_fp8_flops > 0
+        self.kpg = 2 if self.fp8 else 1  # kernels per GEMM
 
     # ---- weight bytes --------------------------------------------------------------------------
     def min_weight_bytes(self) -> float:
@@ -126,7 +131,7 @@ class ForwardPricer:
         add(ELEMENTWISE, elementwise_time(self.r, 2 * tg * m.hidden * ACT_BYTES))
         if m.is_draft_head and from_target:
             # fc: [T, 3*hidden] x [3*hidden, hidden]; FLOPs 2*T*3h*h; bytes 3h*h*wb + T*4h*2
-            add(MLP, gemm_time(self.r, tg, m.hidden, 3 * m.hidden, self.wb))
+            add(MLP, self._linear(tg, m.hidden, 3 * m.hidden), self.kpg)
         if m.is_draft_head:
             # second input norm (embedding and fused hidden are normed separately)
             add(ELEMENTWISE, elementwise_time(self.r, 2 * tg * m.hidden * ACT_BYTES))
@@ -148,7 +153,7 @@ class ForwardPricer:
         lm = b.lm_tokens
         vocab = m.lm_vocab / self.tp
         # LM head: [L, hidden] x [hidden, vocab/tp]; FLOPs 2*L*h*V/tp; bytes h*V/tp*wb + L*(h+V/tp)*2
-        add(LM_HEAD, gemm_time(self.r, lm, vocab, m.hidden, self.wb))
+        add(LM_HEAD, self._linear(lm, vocab, m.hidden), self.kpg)
         # logits pass (fp32 upcast + softmax/argmax/top-k): write and read L*V/tp fp32 values
         add(LM_HEAD, elementwise_time(self.r, 2 * lm * vocab * LOGIT_BYTES))
         if self.tp > 1:
@@ -159,6 +164,14 @@ class ForwardPricer:
         out[LAUNCH] = out[LAUNCH] + launches * launch_s
         shape = np.broadcast(*out.values()).shape
         return {k: np.broadcast_to(v, shape).astype(np.float64) for k, v in out.items()}
+
+    def _linear(self, m: F64, n: float, k: float) -> F64:
+        """A weight GEMM [m, k] x [k, n] (operators.gemm_time), plus, for fp8 weights, the input
+        quantization kernel: read m*k bf16, write m*k fp8."""
+        t = gemm_time(self.r, m, n, k, self.wb)
+        if self.fp8:
+            t = t + elementwise_time(self.r, m * k * (ACT_BYTES + FP8_BYTES))
+        return t
 
     # ---- layer pieces: {class: (seconds, kernels)} per layer -----------------------------------
     def _attention_layer(self, b: BatchShape) -> dict[str, tuple[F64, int]]:
@@ -171,7 +184,7 @@ class ForwardPricer:
             r, 4 * tg * m.hidden * ACT_BYTES
         )  # fused add+RMSNorm: 2 reads, 2 writes
         # qkv: [T, in] x [in, q_w + 2 kv_w]; FLOPs 2*T*in*(q_w+2kv_w)
-        qkv = gemm_time(r, tg, q_w + 2 * kv_w, m.attn_in_width, self.wb)
+        qkv = self._linear(tg, q_w + 2 * kv_w, m.attn_in_width)
         # RoPE + KV store: read q,k,v; write rotated q,k; write K,V into the cache
         rope = elementwise_time(r, tg * ((2 * q_w + 3 * kv_w) * ACT_BYTES + 2 * kv_w * self.kvb))
         # attention: each sequence's K and V read once per KV-head group:
@@ -184,9 +197,9 @@ class ForwardPricer:
             4 * m.head_dim * self.kv_heads * b.rows_x_keys(group, r.attention_tile_m),
             2 * b.tokens * q_w * ACT_BYTES,
         )
-        o = gemm_time(r, tg, m.hidden, q_w, self.wb)  # [T, q_w] x [q_w, hidden]
+        o = self._linear(tg, m.hidden, q_w)  # [T, q_w] x [q_w, hidden]
         parts: dict[str, tuple[F64, int]] = {
-            QKV_O: (qkv + o, 2),
+            QKV_O: (qkv + o, 2 * self.kpg),
             ATTENTION: (attn, 1),
             ELEMENTWISE: (norm + rope, 2),
         }
@@ -206,16 +219,16 @@ class ForwardPricer:
         norm = elementwise_time(r, 4 * tg * h * ACT_BYTES)
         if m.q_lora_rank:
             # fused q_a + kv_a (replicated): [T, h] x [h, q_lora + lat + rope]
-            down = gemm_time(r, tg, m.q_lora_rank + lat + rope_w, h, self.wb)
+            down = self._linear(tg, m.q_lora_rank + lat + rope_w, h)
             # q_b: [T, q_lora] x [q_lora, hr * (nope + rope)]
-            q_up = gemm_time(r, tg, hr * (m.qk_nope_head_dim + rope_w), m.q_lora_rank, self.wb)
+            q_up = self._linear(tg, hr * (m.qk_nope_head_dim + rope_w), m.q_lora_rank)
             lora_norm = elementwise_time(r, 2 * tg * (m.q_lora_rank + lat) * ACT_BYTES)
         else:
-            down = gemm_time(r, tg, lat + rope_w, h, self.wb)
-            q_up = gemm_time(r, tg, hr * (m.qk_nope_head_dim + rope_w), h, self.wb)
+            down = self._linear(tg, lat + rope_w, h)
+            q_up = self._linear(tg, hr * (m.qk_nope_head_dim + rope_w), h)
             lora_norm = elementwise_time(r, 2 * tg * lat * ACT_BYTES)
         # absorb W_UK per head: FLOPs 2*T*hr*nope*lat; weights hr*nope*lat*wb
-        absorb_k = gemm_time(r, tg, hr * lat, m.qk_nope_head_dim, self.wb)
+        absorb_k = self._linear(tg, hr * lat, m.qk_nope_head_dim)
         # RoPE on q and k; latent + rope key written to the cache
         rope = elementwise_time(
             r, tg * (2 * hr * rope_w + 2 * rope_w) * ACT_BYTES + tg * (lat + rope_w) * self.kvb
@@ -230,10 +243,10 @@ class ForwardPricer:
             b.tokens * hr * (2 * lat + rope_w) * ACT_BYTES,
         )
         # W_UV per head: latent out -> v: FLOPs 2*T*hr*lat*v; then o: [T, hr*v] x [hr*v, h]
-        absorb_v = gemm_time(r, tg, hr * m.v_head_dim, lat, self.wb)
-        o = gemm_time(r, tg, h, hr * m.v_head_dim, self.wb)
+        absorb_v = self._linear(tg, hr * m.v_head_dim, lat)
+        o = self._linear(tg, h, hr * m.v_head_dim)
         parts: dict[str, tuple[F64, int]] = {
-            QKV_O: (down + q_up + absorb_k + absorb_v + o, 5),
+            QKV_O: (down + q_up + absorb_k + absorb_v + o, 5 * self.kpg),
             ATTENTION: (attn, 1),
             ELEMENTWISE: (norm + lora_norm + rope, 3),
         }
@@ -246,11 +259,11 @@ class ForwardPricer:
         m, r = self.model, self.r
         f = m.ffn / self.tp
         norm = elementwise_time(r, 4 * tg * m.hidden * ACT_BYTES)
-        gate_up = gemm_time(r, tg, 2 * f, m.hidden, self.wb)  # [T, h] x [h, 2f]
+        gate_up = self._linear(tg, 2 * f, m.hidden)  # [T, h] x [h, 2f]
         act = elementwise_time(r, 3 * tg * f * ACT_BYTES)  # read [T, 2f], write [T, f]
-        down = gemm_time(r, tg, m.hidden, f, self.wb)  # [T, f] x [f, h]
+        down = self._linear(tg, m.hidden, f)  # [T, f] x [f, h]
         parts: dict[str, tuple[F64, int]] = {
-            MLP: (gate_up + down, 2),
+            MLP: (gate_up + down, 2 * self.kpg),
             ELEMENTWISE: (norm + act, 2),
         }
         if self.tp > 1:
@@ -263,19 +276,20 @@ class ForwardPricer:
         h, e, k = m.hidden, m.experts, m.experts_topk
         f = m.expert_ffn / self.tp
         norm = elementwise_time(r, 4 * tg * h * ACT_BYTES)
-        router = gemm_time(r, tg, e, h, self.wb)  # replicated [h, E]
+        router = self._linear(tg, e, h)  # replicated [h, E]
         # top-k softmax over fp32 router logits; permute rows to experts; combine k outputs
         topk = elementwise_time(r, tg * e * LOGIT_BYTES)
         permute = elementwise_time(r, 2 * tg * k * h * ACT_BYTES)
         combine = elementwise_time(r, tg * (k + 1) * h * ACT_BYTES)
         experts = moe_experts_time(r, tg, e, k, h, f, self.wb)
         act = elementwise_time(r, 3 * tg * k * f * ACT_BYTES)
-        mlp, ew, n_mlp, n_ew = router + experts, norm + topk + permute + combine + act, 3, 5
+        mlp, ew = router + experts, norm + topk + permute + combine + act
+        n_mlp, n_ew = 3 * self.kpg, 5
         if m.shared_experts:
             fs = m.shared_experts * f
-            mlp = mlp + gemm_time(r, tg, 2 * fs, h, self.wb) + gemm_time(r, tg, h, fs, self.wb)
+            mlp = mlp + self._linear(tg, 2 * fs, h) + self._linear(tg, h, fs)
             ew = ew + elementwise_time(r, 3 * tg * fs * ACT_BYTES)
-            n_mlp, n_ew = n_mlp + 2, n_ew + 1
+            n_mlp, n_ew = n_mlp + 2 * self.kpg, n_ew + 1
         parts: dict[str, tuple[F64, int]] = {MLP: (mlp, n_mlp), ELEMENTWISE: (ew, n_ew)}
         if self.tp > 1:
             parts[COMM] = (allreduce_time(r, tg * h * ACT_BYTES, self.tp), 1)

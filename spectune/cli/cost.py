@@ -1,0 +1,108 @@
+"""`spectune cost`: price target verify passes, drafter steps and plain decode steps on a GPU.
+
+Every combination of --batch x --tokens x --context gives one row. With --json the output is
+exactly {"rows": [{"batch", "tokens", "context", "verify_s", "draft_step_s", "ar_step_s",
+"breakdown": {class: seconds}}]}; other tools read that shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from typing import Any
+
+import numpy as np
+
+from spectune.cli.common import int_list
+from spectune.planner.costmodel import BREAKDOWN_KEYS, CostModel
+from spectune.specs import Calibration, SpecError, load_hardware, load_model
+
+MS = 1e3  # milliseconds per second, for the table
+
+
+def build_rows(
+    cm: CostModel, batch: list[int], tokens: list[int], context: list[int]
+) -> list[dict[str, Any]]:
+    """One row per (batch, tokens, context), all priced in one vectorised call per method."""
+    grid = np.array(list(itertools.product(batch, tokens, context)), dtype=np.float64)
+    b, n, c = grid[:, 0], grid[:, 1], grid[:, 2]
+    parts = cm.verify_breakdown(b, n, c)
+    verify = np.sum(np.stack([parts[k] for k in BREAKDOWN_KEYS]), axis=0)
+    draft = cm.draft_step_time(b, n, c)
+    ar = cm.ar_step_time(b, c)
+    rows = []
+    for i in range(grid.shape[0]):
+        rows.append(
+            {
+                "batch": int(b[i]),
+                "tokens": int(n[i]),
+                "context": int(c[i]),
+                "verify_s": float(verify[i]),
+                "draft_step_s": float(draft[i]),
+                "ar_step_s": float(ar[i]),
+                "breakdown": {k: float(parts[k][i]) for k in BREAKDOWN_KEYS},
+            }
+        )
+    return rows
+
+
+def _print_table(cm: CostModel, rows: list[dict[str, Any]]) -> None:
+    drafter = cm.drafter.name if cm.drafter else "none"
+    print(
+        f"{cm.target.name} (drafter {drafter}) on {cm.tp} x {cm.hardware.name}; "
+        f"memory floor {cm.memory_floor_time() * MS:.3f} ms, "
+        f"GEMM knee ~{cm.knee_tokens():.0f} tokens/pass; times in ms"
+    )
+    head = ["batch", "tokens", "context", "verify", "draft_step", "ar_step", *BREAKDOWN_KEYS]
+    print(" ".join(f"{h:>11}" for h in head))
+    for r in rows:
+        cells = [str(r["batch"]), str(r["tokens"]), str(r["context"])]
+        cells += [f"{r[k] * MS:.3f}" for k in ("verify_s", "draft_step_s", "ar_step_s")]
+        cells += [f"{r['breakdown'][k] * MS:.3f}" for k in BREAKDOWN_KEYS]
+        print(" ".join(f"{c:>11}" for c in cells))
+
+
+def run(args: argparse.Namespace) -> int:
+    hardware = load_hardware(args.gpu)
+    target = load_model(args.target)
+    drafter = None if args.drafter.lower() == "none" else load_model(args.drafter)
+    calibration = Calibration.load(args.calibration) if args.calibration else None
+    if args.tp < 1:
+        raise SpecError(f"--tp must be a positive integer, got {args.tp}")
+    cm = CostModel(hardware, target, drafter, tp=args.tp, calibration=calibration)
+    rows = build_rows(cm, args.batch, args.tokens, args.context)
+    if args.json:
+        print(json.dumps({"rows": rows}))
+    else:
+        _print_table(cm, rows)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "cost",
+        help="roofline times of verify, draft and decode steps",
+        description="Price one target verify pass (batch x tokens tree tokens per sequence over "
+        "context cached tokens), one drafter step over the same shape, and one plain decode "
+        "step, with the verify breakdown by operator class.",
+    )
+    p.add_argument("--target", default="llama-3.1-8b", help="target model preset or JSON/TOML path")
+    p.add_argument(
+        "--drafter",
+        default="eagle3-llama-3.1-8b",
+        help="drafter preset or path (EAGLE-3 head or a draft model); 'none' for no model drafter",
+    )
+    p.add_argument("--gpu", default="h100-sxm", help="GPU preset or JSON/TOML path")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
+    p.add_argument("--batch", type=int_list, default=[1, 8, 64], help="batch sizes, e.g. 1,8,64")
+    p.add_argument(
+        "--tokens",
+        type=int_list,
+        default=[1, 16, 64],
+        help="tree tokens per sequence, e.g. 1,16,64",
+    )
+    p.add_argument("--context", type=int_list, default=[4096], help="cached tokens per sequence")
+    p.add_argument("--calibration", default=None, help="calibration JSON/TOML (spectune calibrate)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)

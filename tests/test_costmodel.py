@@ -1,0 +1,400 @@
+"""Cost model: one contract suite run against dense, MoE, MLA, tensor-parallel and draft-model
+set-ups; hand-worked roofline figures; calibration files; the `spectune cost` command."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spectune.cli import main
+from spectune.planner.costmodel import BREAKDOWN_KEYS, CostModel
+from spectune.planner.operators import expected_experts
+from spectune.specs import Calibration, SpecError, hardware_preset, model_preset
+
+H100 = hardware_preset("h100-sxm")
+H100_BW = 3.35e12 * 0.90  # datasheet HBM bytes/s x default achievable fraction
+
+
+@functools.cache
+def cost_model(gpu: str, target: str, drafter: str | None, tp: int) -> CostModel:
+    return CostModel(
+        hardware_preset(gpu), model_preset(target), model_preset(drafter) if drafter else None, tp
+    )
+
+
+batches = st.integers(1, 300)
+tokens = st.integers(1, 300)
+contexts = st.integers(0, 65536)
+# The contract's properties run once per subclass; the cost model is pure, so the same
+# test function under several executors is expected here.
+contract_property = settings(suppress_health_check=[HealthCheck.differing_executors])
+
+
+class CostModelContract:
+    """What every CostModel set-up must satisfy. Subclasses name the set-up."""
+
+    gpu = "h100-sxm"
+    target = "llama-3.1-8b"
+    drafter: str | None = "eagle3-llama-3.1-8b"
+    tp = 1
+
+    @property
+    def cm(self) -> CostModel:
+        return cost_model(self.gpu, self.target, self.drafter, self.tp)
+
+    def test_broadcasts_to_float64_arrays(self) -> None:
+        b = np.array([1, 8, 64])[:, None, None]
+        n = np.array([1, 4, 16, 64])[None, :, None]
+        c = np.array([0, 4096])[None, None, :]
+        for t in (
+            self.cm.verify_time(b, n, c),
+            self.cm.draft_step_time(b, n, c),
+            self.cm.draft_time(b, 3, n, c),
+            self.cm.draft_extend_time(b, n, c),
+            self.cm.spec_step_time(b, 4, 2, n, c, 2.5),
+        ):
+            assert t.dtype == np.float64
+            assert t.shape == (3, 4, 2)
+            assert np.all(np.isfinite(t)) and np.all(t >= 0)
+        assert self.cm.ar_step_time(b, c).shape == (3, 1, 2)
+        assert np.ndim(self.cm.verify_time(1, 1, 0)) == 0
+
+    def test_breakdown_sums_to_total(self) -> None:
+        b, n, c = (
+            np.array([1, 7, 64, 300]),
+            np.array([1, 16, 64, 8]),
+            np.array([0, 512, 4096, 9000]),
+        )
+        parts = self.cm.verify_breakdown(b, n, c)
+        assert tuple(parts) == BREAKDOWN_KEYS
+        total = np.sum(np.stack(list(parts.values())), axis=0)
+        np.testing.assert_allclose(total, self.cm.verify_time(b, n, c), rtol=1e-12)
+        if self.tp == 1:
+            assert np.all(parts["comm"] == 0)
+        else:
+            assert np.all(parts["comm"] > 0)
+
+    @contract_property
+    @given(batches, tokens, contexts)
+    def test_never_below_memory_floor(self, b: int, n: int, c: int) -> None:
+        assert self.cm.verify_time(b, n, c) >= self.cm.memory_floor_time()
+
+    @contract_property
+    @given(batches, tokens, contexts, st.integers(0, 200))
+    def test_monotone_in_tokens(self, b: int, n: int, c: int, dn: int) -> None:
+        cm = self.cm
+        assert cm.verify_time(b, n + dn, c) >= cm.verify_time(b, n, c)
+        assert cm.draft_step_time(b, n + dn, c) >= cm.draft_step_time(b, n, c)
+
+    @contract_property
+    @given(batches, tokens, contexts, st.integers(0, 20000))
+    def test_monotone_in_context(self, b: int, n: int, c: int, dc: int) -> None:
+        cm = self.cm
+        assert cm.verify_time(b, n, c + dc) >= cm.verify_time(b, n, c)
+        assert cm.draft_step_time(b, n, c + dc) >= cm.draft_step_time(b, n, c)
+
+    @contract_property
+    @given(batches, tokens, contexts, st.integers(0, 100))
+    def test_monotone_in_batch(self, b: int, n: int, c: int, db: int) -> None:
+        cm = self.cm
+        assert cm.verify_time(b + db, n, c) >= cm.verify_time(b, n, c)
+        assert cm.ar_step_time(b + db, c) >= cm.ar_step_time(b, c)
+
+    def test_ragged_forward_equals_uniform_batch(self) -> None:
+        # 8 is a CUDA-graph batch size, so the uniform batch is not padded
+        t = self.cm.ragged_forward_time([16] * 8, [1000] * 8, cuda_graph=True)
+        assert isinstance(t, float)
+        assert t == pytest.approx(float(self.cm.verify_time(8, 16, 1000)), rel=1e-9)
+        # eager (the default) costs more launch time; longer sequences cost more
+        assert self.cm.ragged_forward_time([16] * 8, [1000] * 8) > t
+        assert self.cm.ragged_forward_time([16] * 7 + [500], [1000] * 8) > t
+
+    def test_flat_then_linear_in_tokens(self) -> None:
+        cm = self.cm
+        knee = cm.knee_tokens()
+        n = np.array([1, 8, 32])
+        parts = cm.verify_breakdown(1, n, 0)
+        dense = parts["qkv_o"] + parts["lm_head"]
+        assert np.all(dense / dense[0] < 1.1)  # far below the knee: weight reads dominate
+        if cm.target.is_moe:  # ... but each new token may route to experts not yet read
+            assert parts["mlp"][2] > 2 * parts["mlp"][0]
+        else:
+            flat = cm.verify_time(1, n, 0)
+            assert np.all(flat / flat[0] < 1.1)
+        # well past the knee (16 and 32 knees of tokens, as 4-token trees): linear in tokens
+        far = cm.verify_time(np.round(np.array([4, 8]) * knee), 4, 0)
+        assert 1.8 < far[1] / far[0] < 2.2
+
+    def test_spec_step_is_the_sum_of_its_phases(self) -> None:
+        cm = self.cm
+        b, depth, k, budget, c, acc = np.array([1, 16]), 5, 4, 16, 2048, 3.2
+        parts = (
+            cm.draft_time(b, depth, k, c)
+            + cm.verify_time(b, budget, c)
+            + cm.draft_extend_time(b, acc, c)
+            + cm.step_overhead_time(b, budget)
+        )
+        np.testing.assert_allclose(cm.spec_step_time(b, depth, k, budget, c, acc), parts)
+        ar = cm.ar_step_time(b, c)
+        np.testing.assert_allclose(ar, cm.verify_time(b, 1, c) + cm.step_overhead_time(b, 1))
+        assert np.all(cm.spec_step_time(b, depth, k, budget, c, acc) > ar)
+
+    def test_draft_phases(self) -> None:
+        cm = self.cm
+        assert cm.draft_time(4, 0, 4, 1000) == 0
+        assert cm.draft_extend_time(4, 0, 1000) == 0
+        if cm.drafter is None:
+            assert cm.draft_time(4, 3, 4, 1000) == pytest.approx(float(cm.retrieval_time(4)))
+            return
+        one = cm.draft_time(4, 1, 4, 1000)
+        assert one == pytest.approx(float(cm.draft_step_time(4, 1, 1000, from_target=True)))
+        five = cm.draft_time(4, 5, 4, 1000)
+        assert five == pytest.approx(float(one + 4 * cm.draft_step_time(4, 4, 1000)))
+        # a drafter step is cheaper than a target step of the same shape
+        assert cm.draft_step_time(8, 4, 1000) < cm.verify_time(8, 4, 1000)
+
+    def test_bad_inputs_are_spec_errors(self) -> None:
+        with pytest.raises(SpecError, match="tokens must be >= 0"):
+            self.cm.verify_time(1, -1, 0)
+        with pytest.raises(SpecError, match="context must be finite"):
+            self.cm.verify_time(1, 1, np.nan)
+        with pytest.raises(SpecError, match="batch"):
+            self.cm.ar_step_time(-2, 0)
+        with pytest.raises(SpecError, match="equal length"):
+            self.cm.ragged_forward_time([1, 2], [3])
+
+
+class TestDenseLlama8B(CostModelContract):
+    pass
+
+
+class TestMoEQwen30B(CostModelContract):
+    target = "qwen3-30b-a3b"
+    drafter = None
+
+
+class TestMLADeepSeekV3(CostModelContract):
+    gpu = "h200"  # 671 GB of fp8 weights do not fit 8 x 80 GB
+    target = "deepseek-v3"
+    drafter = None
+    tp = 8
+
+
+class TestTensorParallelLlama70B(CostModelContract):
+    target = "llama-3.1-70b"
+    drafter = "eagle3-llama-3.1-70b"
+    tp = 2
+
+
+class TestDraftModelLlama1B(CostModelContract):
+    drafter = "llama-3.2-1b"
+
+
+# ---- numbers worked by hand -----------------------------------------------------------------
+
+
+def test_llama_8b_batch_1_decode_is_weight_streaming() -> None:
+    cm = cost_model("h100-sxm", "llama-3.1-8b", None, 1)
+    assert cm.target.weight_bytes() == pytest.approx(16.06e9, rel=1e-3)
+    # one token streams every weight but the embedding table (a lookup reads one row):
+    # 32 layers x (q,k,v,o 41.9M + MLP 176.2M) + LM head 525.3M = 7.504e9 params = 15.01 GB
+    streamed = 2 * (32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336) + 128256 * 4096)
+    assert streamed == pytest.approx(15.01e9, rel=1e-3)
+    assert cm.memory_floor_time() == pytest.approx(streamed / H100_BW, rel=1e-9)  # 4.98 ms
+    parts = cm.verify_breakdown(1, 1, 0)
+    gemms = parts["qkv_o"] + parts["mlp"] + parts["lm_head"]
+    assert gemms == pytest.approx(streamed / H100_BW, rel=0.01)
+    # whole step: weight bytes / achievable bandwidth (5.33 ms) plus launches: public ~6-7 ms
+    t = float(cm.verify_time(1, 1, 0))
+    assert 1.0 < t / (16.06e9 / H100_BW) < 1.3
+    assert 6e-3 < t < 7e-3
+
+
+def test_llama_8b_batch_64_decode_reads_34_gb_of_kv() -> None:
+    cm = cost_model("h100-sxm", "llama-3.1-8b", None, 1)
+    kv = 64 * 4096 * (32 * 2 * 8 * 128 * 2)  # 64 seqs x 4096 tokens x 128 KiB = 34.4 GB
+    assert kv == pytest.approx(34.36e9, rel=1e-3)
+    attn = float(cm.verify_breakdown(64, 1, 4095)["attention"])  # 4095 cached + 1 new
+    assert attn == pytest.approx(kv / H100_BW, rel=0.01)  # 11.4 ms
+    assert cm.ar_step_time(64, 4095) > 2.5 * cm.ar_step_time(1, 4095)
+
+
+def test_knee_at_the_ridge_point() -> None:
+    cm = cost_model("h100-sxm", "llama-3.1-8b", None, 1)
+    # bf16 weight GEMM turns compute-bound when 2*T FLOPs per weight = ridge * 2 bytes:
+    # T = 989e12 * (792.1/989) / (3.35e12 * 0.9) = 262.7 tokens over the whole batch
+    assert cm.knee_tokens() == pytest.approx(792.1e12 / H100_BW, rel=1e-6)
+    gemm = lambda t: float(cm.verify_breakdown(1, t, 0)["mlp"])  # noqa: E731
+    assert gemm(128) == pytest.approx(gemm(1), rel=0.05)
+    assert gemm(1024) / gemm(512) == pytest.approx(2.0, rel=0.1)
+    # batch of 16 x 16 tree tokens sits at the same knee as batch 1 x 256
+    assert gemm(256) == pytest.approx(float(cm.verify_breakdown(16, 16, 0)["mlp"]), rel=1e-9)
+    ds = cost_model("h200", "deepseek-v3", None, 8)
+    assert ds.knee_tokens() == pytest.approx(1979e12 * 792.1 / 989 / (2 * 4.8e12 * 0.9), rel=1e-6)
+
+
+def test_moe_expert_union() -> None:
+    assert expected_experts(1, 128, 8) == pytest.approx(8.0)
+    assert expected_experts(2, 128, 8) == pytest.approx(128 * (1 - (120 / 128) ** 2))  # 15.5
+    assert expected_experts(10_000, 128, 8) == pytest.approx(128.0)
+    assert expected_experts(0, 128, 8) == 0.0
+    # Monte Carlo: T tokens each pick 8 distinct of 128 experts uniformly
+    rng = np.random.default_rng(0)
+    union = [
+        len({e for _ in range(16) for e in rng.choice(128, 8, replace=False)}) for _ in range(2000)
+    ]
+    assert np.mean(union) == pytest.approx(float(expected_experts(16, 128, 8)), rel=0.01)
+    # Qwen3-30B-A3B batch-1 decode streams top-8 experts of each of 48 layers, not all 128
+    cm = cost_model("h100-sxm", "qwen3-30b-a3b", None, 1)
+    one = float(cm.verify_breakdown(1, 1, 0)["mlp"])
+    many = float(cm.verify_breakdown(1, 200, 0)["mlp"])
+    routed_one = 48 * 8 * 3 * 2048 * 768 * 2 / H100_BW
+    assert one == pytest.approx(routed_one, rel=0.05)
+    assert many / one == pytest.approx(float(expected_experts(200, 128, 8)) / 8, rel=0.1)
+
+
+def test_tensor_parallel_all_reduce_by_hand() -> None:
+    cm = cost_model("h100-sxm", "llama-3.1-70b", None, 2)
+    link = 450e9 * 0.80  # NVLink 4 one direction x ring bus efficiency
+    lat = H100.interconnect_latency_s
+    # 80 layers x 2 all-reduces of [1, 8192] bf16: ring moves 2*(tp-1)/tp of the bytes
+    ar = 160 * (2 * 1 / 2 * 8192 * 2 / link + lat)
+    gather = 1 / 2 * 128256 * 2 / link + lat  # logits all-gather
+    assert float(cm.verify_breakdown(1, 1, 0)["comm"]) == pytest.approx(ar + gather, rel=1e-9)
+    # weights split over 2 GPUs: half the per-GPU floor of tp=1
+    one = cost_model("h100-sxm", "llama-3.1-70b", None, 1)
+    assert cm.memory_floor_time() == pytest.approx(one.memory_floor_time() / 2, rel=1e-9)
+
+
+def test_mla_reads_the_latent_cache_once_per_rank() -> None:
+    cm = cost_model("h200", "deepseek-v3", None, 8)
+    kv = 32 * 4095 * 61 * (512 + 64) * 2 + 0.0  # latent + RoPE key per token, all 61 layers
+    attn = float(cm.verify_breakdown(32, 1, 4094)["attention"])
+    assert attn == pytest.approx(kv / (4.8e12 * 0.9), rel=0.05)
+
+
+def test_cuda_graph_padding_and_eager_launches() -> None:
+    cm = cost_model("h100-sxm", "llama-3.1-8b", None, 1)
+    b5, b8 = cm.verify_breakdown(5, 4, 100), cm.verify_breakdown(8, 4, 100)
+    assert float(b5["mlp"]) == float(b8["mlp"])  # batch 5 replays the batch-8 graph
+    assert float(b5["attention"]) < float(b8["attention"])  # padding rows read no KV
+    l256, l257 = (float(cm.verify_breakdown(b, 1, 0)["launch"]) for b in (256, 257))
+    assert l257 > l256  # above the largest captured batch, kernels launch eagerly
+
+
+def test_eagle3_head_first_step_runs_fc() -> None:
+    cm = cost_model("h100-sxm", "llama-3.1-8b", "eagle3-llama-3.1-8b", 1)
+    fc_bytes = 3 * 4096 * 4096 * 2
+    extra = cm.draft_step_time(1, 1, 0, from_target=True) - cm.draft_step_time(1, 1, 0)
+    assert float(extra) == pytest.approx(fc_bytes / H100_BW + H100.launch_s, rel=0.02)
+    # head weights minus fc (0.37e9 params): one draft step at batch 1 ~ 0.25 ms + launches
+    assert 0.25e-3 < float(cm.draft_step_time(1, 1, 0)) < 0.4e-3
+
+
+def test_construction_errors() -> None:
+    with pytest.raises(SpecError, match="tp=3 must divide the attention heads"):
+        CostModel(H100, model_preset("llama-3.1-8b"), tp=3)
+    with pytest.raises(SpecError, match="tp must be a positive integer"):
+        CostModel(H100, model_preset("llama-3.1-8b"), tp=0)
+    with pytest.raises(SpecError, match="draft head"):
+        CostModel(H100, model_preset("eagle3-llama-3.1-8b"))
+    with pytest.raises(SpecError, match="fitted on 'a100-80g'"):
+        CostModel(H100, model_preset("llama-3.1-8b"), calibration=Calibration(hardware="a100-80g"))
+    # tp above the KV heads replicates them (vLLM/SGLang) and stays valid
+    CostModel(H100, model_preset("llama-3.1-8b"), tp=16)
+
+
+# ---- calibration ----------------------------------------------------------------------------
+
+
+def test_calibration_defaults_reproduce_hardware_figures() -> None:
+    cal = Calibration()
+    plain = cost_model("h100-sxm", "llama-3.1-8b", None, 1)
+    same = CostModel(H100, model_preset("llama-3.1-8b"), calibration=cal)
+    assert float(same.verify_time(8, 8, 1000)) == float(plain.verify_time(8, 8, 1000))
+
+
+def test_calibration_changes_prices_and_round_trips(tmp_path: Path) -> None:
+    cal = Calibration(
+        hardware="h100-sxm",
+        gemm_tokens=(64.0, 256.0, 1024.0),
+        gemm_flops_efficiency=(0.4, 0.6, 0.75),
+        weight_bw_efficiency=0.8,
+        launch_s=2e-6,
+        source="test",
+    )
+    path = tmp_path / "cal.json"
+    cal.save(path)
+    assert Calibration.load(path) == cal
+    cm = CostModel(H100, model_preset("llama-3.1-8b"), calibration=cal)
+    base = cost_model("h100-sxm", "llama-3.1-8b", None, 1)
+    assert cm.memory_floor_time() == pytest.approx(base.memory_floor_time() * 0.9 / 0.8)
+    assert cm.verify_time(1, 512, 0) > base.verify_time(1, 512, 0)  # 0.6-0.75 < 0.80 of peak
+
+
+def test_calibration_file_errors_name_field_and_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"launch_s": "fast"}))
+    with pytest.raises(SpecError, match=r"bad\.json.*'launch_s'"):
+        Calibration.load(path)
+    path.write_text(json.dumps({"weight_bw_efficency": 0.9}))
+    with pytest.raises(SpecError, match="did you mean 'weight_bw_efficiency'"):
+        Calibration.load(path)
+    path.write_text(json.dumps({"weight_bw_efficiency": 1.5}))
+    with pytest.raises(SpecError, match=r"bad\.json.*fraction"):
+        Calibration.load(path)
+    with pytest.raises(SpecError, match="M/eff falls"):
+        Calibration(gemm_tokens=(64.0, 128.0), gemm_flops_efficiency=(0.2, 0.8))
+    with pytest.raises(SpecError, match="same length"):
+        Calibration(gemm_tokens=(64.0,), gemm_flops_efficiency=(0.2, 0.8))
+
+
+# ---- CLI ------------------------------------------------------------------------------------
+
+
+def test_cli_cost_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["cost", "--json", "--batch", "1,8", "--tokens", "1,4", "--context", "128"])
+    assert rc == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert len(rows) == 4
+    keys = {"batch", "tokens", "context", "verify_s", "draft_step_s", "ar_step_s", "breakdown"}
+    for row in rows:
+        assert set(row) == keys
+        assert set(row["breakdown"]) == set(BREAKDOWN_KEYS)
+        assert sum(row["breakdown"].values()) == pytest.approx(row["verify_s"], rel=1e-9)
+        assert row["draft_step_s"] > 0
+    assert [(r["batch"], r["tokens"]) for r in rows] == [(1, 1), (1, 4), (8, 1), (8, 4)]
+
+
+def test_cli_cost_table_and_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["cost"]) == 0
+    out = capsys.readouterr().out
+    assert "llama-3.1-8b" in out and len(out.splitlines()) == 2 + 9
+    cal = tmp_path / "c.json"
+    Calibration(hardware="h100-sxm", launch_s=1e-6).save(cal)
+    args = ["cost", "--json", "--drafter", "none", "--batch", "4", "--tokens", "2"]
+    assert main([*args, "--calibration", str(cal)]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert row["draft_step_s"] == 0.0 and row["context"] == 4096
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--gpu", "h100"], "unknown GPU 'h100'"),
+        (["--target", "llama-9b"], "unknown model"),
+        (["--tp", "3"], "tp=3 must divide"),
+        (["--target", "deepseek-v3", "--tp", "0"], "tp"),
+    ],
+)
+def test_cli_cost_bad_input_exits_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cost", *argv]) == 2
+    assert message in capsys.readouterr().err
