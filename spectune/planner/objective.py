@@ -80,7 +80,9 @@ class ClosedFormObjective:
         accepted = self.expected_tokens(policy)
         t = float(
             np.asarray(
-                cm.spec_step_time(batch, policy.depth, policy.topk, policy.budget, context, accepted)
+                cm.spec_step_time(
+                    batch, policy.depth, policy.topk, policy.budget, context, accepted
+                )
             )
         )
         if policy.graft_budget > 0 and hasattr(cm, "retrieval_time"):

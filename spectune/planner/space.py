@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectune.specs.errors import SpecError
-from spectune.specs.policy import BUILDERS, TreePolicy
 from spectune.specs.io import help_field
+from spectune.specs.policy import BUILDERS, TreePolicy
 
 OFF = "off"
 
@@ -140,7 +140,9 @@ def policy_params(policy: TreePolicy | None, space: PolicySpace) -> dict[str, An
     if space.allow_prune:
         params["prune_on"] = policy.prune_threshold > 0
         if policy.prune_threshold > 0:
-            params["prune_threshold"] = min(max(policy.prune_threshold, space.prune[0]), space.prune[1])
+            params["prune_threshold"] = min(
+                max(policy.prune_threshold, space.prune[0]), space.prune[1]
+            )
     if space.graft[1] > 0:
         params["graft_budget"] = clamp(policy.graft_budget, space.graft)
     return params

@@ -1,0 +1,492 @@
+"""`spectune plan`: search the best draft-tree policy per batch size and context, write the
+policy file.
+
+Bare `spectune plan` tunes Llama-3.1-8B with its EAGLE-3 head on an H100-SXM for MT-Bench
+traffic with the closed-form objective, in well under a minute on two cores. `--objective
+goodput` scores by simulation instead (the simulator's objective, handed to the search here:
+the planner never imports the simulator). `--workers N` runs N worker processes on a shared
+storage (a temporary SQLite file unless --storage names one); any number of further
+`spectune worker --storage URL --study NAME` processes, on any machine, may join.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from spectune import __version__
+from spectune.cli.common import int_list
+from spectune.planner.buckets import (
+    DEFAULT_BATCH_EDGES,
+    DEFAULT_CONTEXT_EDGES,
+    BucketSpec,
+    buckets_from_edges,
+)
+from spectune.planner.objective import ClosedFormObjective, Objective, closed_form_objective
+from spectune.planner.search import (
+    ATTR_SETUP,
+    BucketResult,
+    Scorer,
+    SearchSettings,
+    choose,
+    make_storage,
+    open_study,
+    prepare_study,
+    search,
+    study_name,
+)
+from spectune.specs.errors import SpecError
+from spectune.specs.policy import Bucket, PolicyTable, Prediction, TreePolicy
+
+DEFAULTS = {
+    "target": "llama-3.1-8b",
+    "drafter": "eagle3-llama-3.1-8b",
+    "gpu": "h100-sxm",
+    "workload": "mt-bench",
+}
+OBJECTIVES = ("closed-form", "goodput")
+
+
+# ---- objectives from a scenario (shared with `spectune worker`) ------------------------------
+
+
+def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """What a worker needs to rebuild the objective: names, not objects."""
+    return {
+        "target": args.target,
+        "drafter": args.drafter,
+        "gpu": args.gpu,
+        "workload": args.workload,
+        "tp": args.tp,
+        "objective": args.objective,
+        "slo_tpot_ms": args.slo_tpot_ms,
+        "rate_per_s": args.rate,
+    }
+
+
+def build_scorer(scenario: Mapping[str, Any]) -> tuple[Scorer, ClosedFormObjective]:
+    """The search's scorer for a scenario, and the closed form (accepted lengths, latency)."""
+    closed = closed_form_objective(
+        scenario["target"],
+        scenario["drafter"],
+        scenario["gpu"],
+        scenario["workload"],
+        tp=int(scenario.get("tp", 1)),
+    )
+    objective: Objective = closed
+    if scenario.get("objective", "closed-form") == "goodput":
+        objective = _goodput_objective(scenario)
+    return Scorer(objective, closed.step_latency), closed
+
+
+def _goodput_objective(scenario: Mapping[str, Any]) -> Objective:
+    try:
+        from spectune.simulator import goodput_objective
+    except ImportError as e:
+        raise SpecError(
+            f"--objective goodput needs spectune.simulator.goodput_objective ({e})"
+        ) from e
+    kwargs: dict[str, Any] = {
+        "target": scenario["target"],
+        "drafter": scenario["drafter"],
+        "gpu": scenario["gpu"],
+        "workload": scenario["workload"],
+        "tp": int(scenario.get("tp", 1)),
+    }
+    if scenario.get("slo_tpot_ms") is not None:
+        kwargs["slo_tpot_ms"] = scenario["slo_tpot_ms"]
+    if scenario.get("rate_per_s") is not None:
+        kwargs["rate_per_s"] = scenario["rate_per_s"]
+    fn: Objective = goodput_objective(**kwargs)
+    return fn
+
+
+# ---- output ---------------------------------------------------------------------------------
+
+
+def format_policy(p: TreePolicy | None) -> str:
+    """'off', or the TreePolicy.parse form plus any prune/graft."""
+    if p is None:
+        return "off"
+    s = f"{p.builder}:{p.depth},{p.topk},{p.budget}"
+    if p.prune_threshold or p.graft_budget:
+        s += f",{p.prune_threshold:.3g},{p.graft_budget}"
+    return s
+
+
+def format_range(r: tuple[int, int]) -> str:
+    return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
+
+
+def print_table(results: Sequence[BucketResult], out: Any = sys.stdout) -> None:
+    head = (
+        f"{'batch':>8} {'context':>12}  {'policy':<30} {'tok/s':>9} {'vs off':>7} "
+        f"{'vs default':>16}  {'chain':>5}"
+    )
+    print(head, file=out)
+    print("-" * len(head), file=out)
+    for r in results:
+        name, dflt = r.best_default
+        chain = "-" if r.chain is None else str(r.chain.draft_tokens)
+        print(
+            f"{format_range(r.bucket.batch):>8} {format_range(r.bucket.context):>12}  "
+            f"{format_policy(r.policy):<30} {r.tokens_per_s:9.0f} {r.speedup:6.2f}x "
+            f"{r.tokens_per_s / dflt:7.2f}x {name:<8}  {chain:>5}",
+            file=out,
+        )
+        if r.note:
+            print(f"{'':>8} note: {r.note}", file=out)
+        for q in r.pareto:
+            print(
+                f"{'':>23}pareto  {format_policy(q.policy):<30} {q.tokens_per_s:9.0f} tok/s "
+                f"{q.latency_s * 1e3:7.2f} ms/step",
+                file=out,
+            )
+    print(
+        "tok/s: predicted output tokens/s, geometric mean over the bucket's batch ends; "
+        "vs default: over the better of the SGLang (5/4/8) and EAGLE (7/10/60) trees; "
+        "chain: best chain length for chain-only engines (0 = off)",
+        file=out,
+    )
+
+
+def build_table(
+    results: Sequence[BucketResult],
+    closed: ClosedFormObjective,
+    scenario: Mapping[str, Any],
+    provenance: Mapping[str, Any],
+) -> PolicyTable:
+    buckets = tuple(
+        Bucket(
+            batch=r.bucket.batch,
+            context=r.bucket.context,
+            policy=r.policy,
+            predicted=Prediction(
+                tokens_per_s=round(r.tokens_per_s, 3),
+                speedup=round(r.speedup, 4),
+                accepted_len=round(closed.expected_tokens(r.policy), 4),
+            ),
+            chain=r.chain,
+        )
+        for r in results
+    )
+    return PolicyTable(
+        target=scenario["target"],
+        drafter=scenario["drafter"],
+        hardware=scenario["gpu"],
+        buckets=buckets,
+        tp=int(scenario["tp"]),
+        workload=scenario["workload"],
+        provenance=dict(provenance),
+    )
+
+
+class ProgressBar:
+    """One line on stderr, redrawn in place on a terminal, every 10% otherwise."""
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        self.total = max(total, 1)
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self.done_before = 0
+        self.last_bucket = ""
+        self.last_decile = -1
+        self.start = time.monotonic()
+
+    def update(self, bucket: str, done: int, target: int) -> None:
+        if not self.enabled:
+            return
+        if bucket != self.last_bucket:
+            if self.last_bucket:
+                self.done_before += target
+            self.last_bucket = bucket
+        self.show(self.done_before + min(done, target), bucket)
+
+    def show(self, done: int, label: str) -> None:
+        if not self.enabled:
+            return
+        frac = min(done / self.total, 1.0)
+        decile = int(frac * 10)
+        if not self.tty and decile == self.last_decile:
+            return
+        self.last_decile = decile
+        bar = "#" * int(frac * 30)
+        line = (
+            f"planning [{bar:<30}] {done}/{self.total} trials "
+            f"{time.monotonic() - self.start:5.1f}s {label}"
+        )
+        print(
+            ("\r" + line.ljust(100)) if self.tty else line,
+            end="" if self.tty else "\n",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            print(file=sys.stderr)
+
+
+# ---- running --------------------------------------------------------------------------------
+
+
+def default_study_prefix(scenario: Mapping[str, Any], seed: int) -> str:
+    raw = (
+        f"spectune.{scenario['target']}.{scenario['drafter']}.{scenario['gpu']}."
+        f"{scenario['workload']}.tp{scenario['tp']}.{scenario['objective']}.s{seed}"
+    )
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
+
+
+def _redact(url: str | None) -> str:
+    if not url:
+        return "memory"
+    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+
+
+def _settings(args: argparse.Namespace) -> SearchSettings:
+    return SearchSettings(
+        trials=args.trials,
+        seed=args.seed,
+        multi_objective=args.multi_objective,
+        max_latency_s=None if args.max_step_ms is None else args.max_step_ms / 1e3,
+        heartbeat_s=args.heartbeat_s,
+    )
+
+
+def _check_same_scenario(study: Any, scenario: Mapping[str, Any], name: str) -> None:
+    setup = study.user_attrs.get(ATTR_SETUP)
+    if setup and setup.get("scenario") != dict(scenario):
+        raise SpecError(
+            f"study {name!r} in this storage was planned for another scenario "
+            f"({setup.get('scenario')}); pass another --study"
+        )
+
+
+def _run_distributed(
+    args: argparse.Namespace,
+    buckets: Sequence[BucketSpec],
+    settings: SearchSettings,
+    scorer: Scorer,
+    scenario: Mapping[str, Any],
+    prefix: str,
+    bar: ProgressBar,
+) -> list[BucketResult]:
+    tmpdir = None
+    url = args.storage
+    if not url:
+        tmpdir = tempfile.TemporaryDirectory(prefix="spectune-plan-")
+        url = f"sqlite:///{Path(tmpdir.name) / 'study.db'}"
+    try:
+        store = make_storage(url, settings)
+        studies = []
+        for b in buckets:
+            name = study_name(prefix, b)
+            study = open_study(store, name, b, settings)
+            _check_same_scenario(study, scenario, name)
+            prepare_study(study, b, settings, {"scenario": dict(scenario)})
+            studies.append(study)
+        cmd = [
+            sys.executable,
+            "-m",
+            "spectune",
+            "worker",
+            "--storage",
+            url,
+            "--study",
+            prefix,
+            "--quiet",
+        ]
+        procs = [subprocess.Popen(cmd) for _ in range(args.workers)]
+        total = settings.trials * len(buckets)
+        while any(p.poll() is None for p in procs):
+            done = sum(min(settings.trials, _complete(s)) for s in studies)
+            bar.show(done, f"{args.workers} workers")
+            time.sleep(0.5)
+        bar.show(total, f"{args.workers} workers")
+        bad = [p.returncode for p in procs if p.returncode != 0]
+        if bad and not all(_complete(s) >= settings.trials for s in studies):
+            raise SpecError(f"{len(bad)} worker(s) failed (exit codes {bad}); see their messages")
+        return [choose(s, b, scorer, settings) for s, b in zip(studies, buckets, strict=True)]
+    finally:
+        if tmpdir is not None:
+            tmpdir.cleanup()
+
+
+def _complete(study: Any) -> int:
+    from optuna.trial import TrialState
+
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+def run(args: argparse.Namespace) -> int:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if args.workers < 0:
+        raise SpecError(f"--workers must be >= 0, got {args.workers}")
+    scenario = scenario_from_args(args)
+    settings = _settings(args)
+    buckets = buckets_from_edges(args.batch_edges, args.context_edges)
+    scorer, closed = build_scorer(scenario)
+    prefix = args.study or default_study_prefix(scenario, args.seed)
+    bar = ProgressBar(settings.trials * len(buckets), enabled=not args.quiet)
+    t0 = time.monotonic()
+    try:
+        if args.workers > 0:
+            results = _run_distributed(args, buckets, settings, scorer, scenario, prefix, bar)
+        else:
+            if args.storage:
+                store = make_storage(args.storage, settings)
+                for b in buckets:
+                    name = study_name(prefix, b)
+                    _check_same_scenario(open_study(store, name, b, settings), scenario, name)
+            results = search(
+                scorer.objective,
+                buckets,
+                settings,
+                latency=scorer.latency,
+                storage=args.storage,
+                study_prefix=prefix,
+                setup={"scenario": scenario},
+                progress=bar.update,
+            )
+    finally:
+        bar.close()
+    elapsed = time.monotonic() - t0
+    provenance = {
+        "spectune": __version__,
+        "study": prefix,
+        "storage": _redact(args.storage),
+        "objective": args.objective,
+        "trials": sum(r.trials for r in results),
+        "trials_per_bucket": settings.trials,
+        "seed": args.seed,
+        "multi_objective": args.multi_objective,
+        "workers": args.workers,
+    }
+    table = build_table(results, closed, scenario, provenance)
+    print(
+        f"spectune plan: {scenario['target']} + {scenario['drafter']} on {scenario['gpu']} "
+        f"(tp {scenario['tp']}), workload {scenario['workload']}, objective {args.objective}, "
+        f"{provenance['trials']} trials in {elapsed:.1f} s"
+    )
+    print_table(results)
+    table.save(args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def add_scenario_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--target",
+        default=DEFAULTS["target"],
+        help=f"target model preset or spec file (default {DEFAULTS['target']})",
+    )
+    p.add_argument(
+        "--drafter",
+        default=DEFAULTS["drafter"],
+        help=f"drafter preset or spec file (default {DEFAULTS['drafter']})",
+    )
+    p.add_argument(
+        "--gpu",
+        default=DEFAULTS["gpu"],
+        help=f"GPU preset or spec file (default {DEFAULTS['gpu']})",
+    )
+    p.add_argument(
+        "--workload",
+        default=DEFAULTS["workload"],
+        help=f"workload preset or file (default {DEFAULTS['workload']})",
+    )
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="search the best tree policy per batch size and context; write policy.json",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_scenario_args(p)
+    p.add_argument(
+        "--out", default="policy.json", help="policy file to write (default policy.json)"
+    )
+    p.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default="closed-form",
+        help="closed-form steady state (default) or goodput by simulation",
+    )
+    p.add_argument(
+        "--slo-tpot-ms",
+        type=float,
+        default=None,
+        help="TPOT SLO for --objective goodput (simulator default if unset)",
+    )
+    p.add_argument(
+        "--rate", type=float, default=None, help="arrival rate, requests/s, for --objective goodput"
+    )
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=SearchSettings.trials,
+        help=f"complete trials per bucket study (default {SearchSettings.trials})",
+    )
+    p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    p.add_argument(
+        "--storage",
+        default=os.environ.get("SPECTUNE_STORAGE") or None,
+        help="Optuna storage: sqlite:///spectune.db or postgresql://USER:PW@HOST/DB "
+        "(default: in memory; env SPECTUNE_STORAGE)",
+    )
+    p.add_argument(
+        "--study",
+        default=None,
+        help="study name prefix (default: derived from the scenario and seed)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="start N local worker processes on the storage (default 0: search here)",
+    )
+    p.add_argument(
+        "--multi-objective",
+        action="store_true",
+        help="throughput vs step latency: keep the Pareto front per bucket",
+    )
+    p.add_argument(
+        "--max-step-ms",
+        type=float,
+        default=None,
+        help="with --multi-objective: pick the fastest-throughput policy under this step latency",
+    )
+    p.add_argument(
+        "--batch-edges",
+        type=int_list,
+        default=list(DEFAULT_BATCH_EDGES),
+        help="upper edges of batch buckets (default 1,2,4,...,256)",
+    )
+    p.add_argument(
+        "--context-edges",
+        type=int_list,
+        default=list(DEFAULT_CONTEXT_EDGES),
+        help="upper edges of context buckets (default 4096,16384,32768)",
+    )
+    p.add_argument(
+        "--heartbeat-s",
+        type=int,
+        default=SearchSettings.heartbeat_s,
+        help="worker heartbeat for shared storages, seconds (default 5)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)

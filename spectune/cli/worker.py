@@ -1,0 +1,65 @@
+"""`spectune worker`: join a shared plan search and run trials until every bucket is done.
+
+`spectune plan --storage URL` (or `--workers N`) creates one study per bucket and records the
+scenario in them; a worker reads it back, so any number of workers on any number of machines
+need only the storage URL and the study name. A worker killed mid-trial loses nothing: its
+trial is marked failed once its heartbeat stops and is retried by a surviving worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from spectune.cli.plan import build_scorer
+from spectune.planner.search import Scorer, run_worker
+
+
+def _make_scorer(setup: Mapping[str, Any]) -> Scorer:
+    scorer, _closed = build_scorer(setup["scenario"])
+    return scorer
+
+
+def run(args: argparse.Namespace) -> int:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    override: dict[str, Any] = {}
+    if args.heartbeat_s is not None:
+        override["heartbeat_s"] = args.heartbeat_s
+
+    def progress(bucket: str, done: int, target: int) -> None:
+        if not args.quiet:
+            print(f"\rworker: {bucket} {done}/{target}".ljust(60), end="", file=sys.stderr)
+
+    n = run_worker(
+        args.storage, args.study, _make_scorer, settings_override=override, progress=progress
+    )
+    if not args.quiet:
+        print(f"\nworker: {n} bucket studies done", file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "worker",
+        help="run trials of a shared plan search (PostgreSQL or SQLite storage)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--storage",
+        required=True,
+        help="the plan's storage URL, e.g. postgresql://USER:PW@HOST:5432/DB",
+    )
+    p.add_argument("--study", required=True, help="the plan's study name prefix")
+    p.add_argument(
+        "--heartbeat-s",
+        type=int,
+        default=None,
+        help="heartbeat interval, seconds (default: the plan's)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=run)
