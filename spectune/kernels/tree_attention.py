@@ -1,0 +1,453 @@
+"""Tree attention for verification: N tree tokens per sequence attend to the whole cached prefix
+(no mask) and to their ancestors among the tree tokens (ancestor bitmask rows).
+
+Layouts (see spectune.kernels.layout): q [total_q, num_q_heads, head_dim]; K/V cache
+[kv_slots, num_kv_heads, head_dim] with kv_indptr / kv_lens; the tree tokens' K/V are the last
+N_b used slots of each sequence, in node order; tree_mask int64[total_q, W].
+
+Work decomposition, one program per (m-block, split x kv head, sequence):
+- GQA packing: the G = num_q_heads / num_kv_heads query heads of one KV head and the N tree
+  tokens form one tile of G*N rows (row r = token r // G, head r % G), so each K/V byte is read
+  once per group (twice from L2 when G*N > BLOCK_M; the m-blocks are the fastest grid axis so
+  they run together and share K/V through L2).
+- Flash-decoding: the prefix is cut into S splits of `chunk` keys so that batch 1 fills the GPU.
+  The last split also attends to the tree keys under the bitmask. With S > 1 every split writes
+  a float32 partial output and its log-sum-exp; `_merge_splits_kernel` combines them. With
+  S == 1 the kernel writes the final output directly (no second launch, no partials).
+
+Roofline per call: bytes = K + V of every used slot, read once = 2 * sum(kv_lens) * Hkv * D *
+elem (+ q and out, + 2 * S * total_q * Hq * D * 4 of partials when S > 1); FLOPs = 4 *
+total_q * Hq * D * (mean kv_len) (QK^T and PV), so at G*N rows per KV head the arithmetic
+intensity is about G*N FLOP per KV byte (H100 ridge ~ 300): N=16 is memory bound, N=64 near
+balanced.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from spectune.kernels.layout import PackedTrees, pack_trees, random_trees
+from spectune.specs import DraftTree
+
+LOG2E = 1.4426950408889634
+MIN_CHUNK = 256  # fewest prefix keys per split: below this the partials cost more than they save
+
+
+@dataclass(frozen=True)
+class TreeAttentionConfig:
+    """Tile sizes and launch shape (block_n must be a multiple of tree_block; tree_block | 64)."""
+
+    block_m: int = 64  # packed (token, head) rows per program
+    block_n: int = 64  # prefix keys per inner iteration
+    tree_block: int = 64  # tree keys per inner iteration (shares one mask word)
+    num_warps: int = 4
+    num_stages: int = 3
+    waves: float = 2.0  # aim for this many programs per SM when choosing the split count
+    min_chunk: int = MIN_CHUNK
+
+
+@lru_cache(maxsize=8)
+def _num_sms(device_index: int) -> int:
+    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
+
+
+def default_config(rows_per_group: int, device: torch.device) -> TreeAttentionConfig:
+    """A sensible config for G*N packed rows; GPU configs were swept in benchmarks/bench_kernels.py."""
+    if device.type != "cuda":  # the interpreter: small tiles keep numpy work small
+        bm = 16 if rows_per_group <= 16 else 32
+        return TreeAttentionConfig(block_m=bm, block_n=32, tree_block=32, num_warps=4, min_chunk=32)
+    if rows_per_group <= 16:
+        return TreeAttentionConfig(block_m=16, block_n=128, num_warps=4, num_stages=3)
+    if rows_per_group <= 32:
+        return TreeAttentionConfig(block_m=32, block_n=128, num_warps=4, num_stages=3)
+    if rows_per_group <= 64:
+        return TreeAttentionConfig(block_m=64, block_n=128, num_warps=4, num_stages=3)
+    return TreeAttentionConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
+
+
+@triton.jit
+def _tree_attention_kernel(
+    Q, K, V, MASK, QO_INDPTR, KV_START, KV_LENS, OUT, O_PART, LSE_PART,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+    stride_ot, stride_oh, stride_mt, stride_ps, stride_ls,
+    num_kv_heads, num_q_heads, num_splits, chunk, qk_scale,
+    G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TREE_BLOCK: tl.constexpr,
+    DIRECT: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    pid_m = tl.program_id(0)
+    pid_sh = tl.program_id(1)
+    b = tl.program_id(2)
+    split = pid_sh // num_kv_heads
+    kvh = pid_sh % num_kv_heads
+
+    q_start = tl.load(QO_INDPTR + b)
+    n = tl.load(QO_INDPTR + b + 1) - q_start
+    if pid_m * BLOCK_M >= n * G:
+        return
+    kv_start = tl.load(KV_START + b).to(tl.int64)
+    prefix = tl.load(KV_LENS + b) - n
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, prefix)
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    tok = rows // G
+    head = kvh * G + rows % G
+    row_ok = tok < n
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < HEAD_DIM
+    q_rows = (q_start + tok).to(tl.int64)
+    q = tl.load(
+        Q + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    k_base = K + kv_start * stride_kt + kvh * stride_kh
+    v_base = V + kv_start * stride_vt + kvh * stride_vh
+
+    m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # Prefix keys of this split: no mask (reads 2 * (hi - lo) * D elements of K/V).
+    for start in range(lo, hi, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        col_ok = cols < hi
+        kv_mask = col_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_base + cols[:, None] * stride_kt + d[None, :], mask=kv_mask, other=0.0)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
+        qk = tl.where(col_ok[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + cols[:, None] * stride_vt + d[None, :], mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+        m_i = m_new
+
+    # Tree keys (last split only): key j allowed for row token t when bit j of its mask row is set.
+    if split == num_splits - 1:
+        mask_rows = MASK + q_rows * stride_mt
+        for start in range(0, n, TREE_BLOCK):
+            cols = start + tl.arange(0, TREE_BLOCK)
+            col_ok = cols < n
+            word = tl.load(mask_rows + start // 64, mask=row_ok, other=0)  # one word per row
+            shift = (cols % 64).to(tl.int64)
+            bit = (word[:, None] >> shift[None, :]) & 1
+            allowed = (bit != 0) & col_ok[None, :]
+            kv_mask = col_ok[:, None] & d_ok[None, :]
+            slot = prefix + cols
+            k = tl.load(k_base + slot[:, None] * stride_kt + d[None, :], mask=kv_mask, other=0.0)
+            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
+            qk = tl.where(allowed, qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_base + slot[:, None] * stride_vt + d[None, :], mask=kv_mask, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+            m_i = m_new
+
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+    o = acc / l_safe[:, None]
+    out_mask = row_ok[:, None] & d_ok[None, :]
+    if DIRECT:
+        o_ptrs = OUT + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :]
+        tl.store(o_ptrs, o.to(OUT.dtype.element_ty), mask=out_mask)
+    else:
+        # partials: O_PART float32[S, total_q * Hq, BLOCK_D], LSE_PART float32[S, total_q * Hq]
+        qh = q_rows * num_q_heads + head
+        p_ptrs = O_PART + split * stride_ps + qh[:, None] * BLOCK_D + d[None, :]
+        tl.store(p_ptrs, o, mask=out_mask)
+        lse = tl.where(l_i > 0.0, m_i + tl.log2(l_safe), float("-inf"))
+        tl.store(LSE_PART + split * stride_ls + qh, lse, mask=row_ok)
+
+
+@triton.jit
+def _merge_splits_kernel(
+    O_PART, LSE_PART, OUT, num_splits, num_q_heads, stride_ps, stride_ls, stride_ot, stride_oh,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+):  # fmt: skip
+    """One program per (tree token, query head): out = sum_s w_s o_s / sum_s w_s, w_s = 2^lse_s."""
+    qh = tl.program_id(0).to(tl.int64)
+    t = qh // num_q_heads
+    h = qh % num_q_heads
+    s = tl.arange(0, BLOCK_S)
+    s_ok = s < num_splits
+    d = tl.arange(0, BLOCK_D)
+    lse = tl.load(LSE_PART + s * stride_ls + qh, mask=s_ok, other=float("-inf"))
+    m = tl.max(lse, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp2(lse - m)
+    w_sum = tl.sum(w, 0)
+    o = tl.load(
+        O_PART + s[:, None] * stride_ps + qh * BLOCK_D + d[None, :],
+        mask=s_ok[:, None] & (d[None, :] < HEAD_DIM),
+        other=0.0,
+    )
+    out = tl.sum(o * w[:, None], 0) / tl.where(w_sum > 0.0, w_sum, 1.0)
+    tl.store(
+        OUT + t * stride_ot + h * stride_oh + d, out.to(OUT.dtype.element_ty), mask=d < HEAD_DIM
+    )
+
+
+def _check_layouts(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_lens, tree_mask) -> None:
+    if q.dim() != 3 or k_cache.dim() != 3 or v_cache.dim() != 3:
+        raise ValueError("q, k_cache, v_cache must be [rows, heads, head_dim]")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(
+            f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ"
+        )
+    if q.shape[2] != k_cache.shape[2]:
+        raise ValueError(f"head_dim of q ({q.shape[2]}) and the cache ({k_cache.shape[2]}) differ")
+    if q.shape[1] % k_cache.shape[1]:
+        raise ValueError(
+            f"{q.shape[1]} query heads are not a multiple of {k_cache.shape[1]} KV heads"
+        )
+    if q.dtype != k_cache.dtype or q.dtype != v_cache.dtype:
+        raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.stride(2) != 1:
+            raise ValueError(f"{name} needs a contiguous last (head_dim) dimension")
+    for name, t in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("kv_lens", kv_lens)):
+        if t.dtype != torch.int32 or t.dim() != 1:
+            raise ValueError(f"{name} must be a 1-D int32 tensor, got {t.dtype} {tuple(t.shape)}")
+    batch = qo_indptr.numel() - 1
+    if kv_indptr.numel() != batch + 1 or kv_lens.numel() != batch:
+        raise ValueError("qo_indptr, kv_indptr need B+1 entries and kv_lens B entries")
+    if tree_mask.dtype != torch.int64 or tree_mask.dim() != 2 or tree_mask.shape[0] != q.shape[0]:
+        raise ValueError(
+            f"tree_mask must be int64[total_q={q.shape[0]}, W], got {tree_mask.dtype} {tuple(tree_mask.shape)}"
+        )
+    if tree_mask.stride(1) != 1:
+        raise ValueError("tree_mask needs contiguous rows")
+    devices = {t.device for t in (q, k_cache, v_cache, qo_indptr, kv_indptr, kv_lens, tree_mask)}
+    if len(devices) != 1:
+        raise ValueError(f"all tensors must be on one device, got {devices}")
+
+
+def choose_splits(
+    batch: int, kv_heads: int, m_blocks: int, max_prefix: int, cfg: TreeAttentionConfig, sms: int
+) -> tuple[int, int]:
+    """(num_splits, chunk): enough programs for `waves` per SM, chunks a multiple of block_n."""
+    per_split = batch * kv_heads * m_blocks
+    want = max(1, math.ceil(cfg.waves * sms / per_split))
+    chunk = max(cfg.min_chunk, math.ceil(max(max_prefix, 1) / want))
+    chunk = triton.cdiv(chunk, cfg.block_n) * cfg.block_n
+    return max(1, triton.cdiv(max_prefix, chunk)), chunk
+
+
+def tree_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    tree_mask: torch.Tensor,
+    kv_lens: torch.Tensor | None = None,
+    *,
+    sm_scale: float | None = None,
+    max_q_len: int | None = None,
+    max_kv_len: int | None = None,
+    num_splits: int | None = None,
+    config: TreeAttentionConfig | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention of every tree token over its sequence's prefix and its tree ancestors.
+
+    q:         [total_q, num_q_heads, head_dim]         tree tokens, flat (qo_indptr rows)
+    k_cache:   [kv_slots, num_kv_heads, head_dim]       one layer; last dim contiguous
+    v_cache:   [kv_slots, num_kv_heads, head_dim]
+    qo_indptr: int32[B+1]; kv_indptr: int32[B+1] (start slot of each sequence)
+    tree_mask: int64[total_q, W] ancestor bitmask rows (layout.py)
+    kv_lens:   int32[B] used slots (prefix + N_b; tree K/V last); default diff(kv_indptr)
+    max_q_len / max_kv_len: host-side bounds of N_b and kv_lens (pass them to avoid a device
+        sync, e.g. under CUDA-graph capture)
+    returns    [total_q, num_q_heads, head_dim] in q's dtype (written into `out` if given)
+    """
+    if kv_lens is None:
+        kv_lens = (kv_indptr[1:] - kv_indptr[:-1]).to(torch.int32)
+    _check_layouts(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_lens, tree_mask)
+    total_q, hq, dim = q.shape
+    hkv = k_cache.shape[1]
+    group = hq // hkv
+    batch = qo_indptr.numel() - 1
+    if max_q_len is None:
+        max_q_len = int((qo_indptr[1:] - qo_indptr[:-1]).max().item()) if batch else 0
+    if max_kv_len is None:
+        max_kv_len = int(kv_lens.max().item()) if batch else 0
+    if tree_mask.shape[1] * 64 < max_q_len:
+        raise ValueError(f"tree_mask has {tree_mask.shape[1]} words, too few for {max_q_len} nodes")
+    if out is None:
+        out = torch.empty_like(q)
+    if total_q == 0 or batch == 0:
+        return out
+    cfg = config or default_config(group * max_q_len, q.device)
+    if cfg.block_n % cfg.tree_block or 64 % cfg.tree_block:
+        raise ValueError("tree_block must divide 64 and block_n")
+    m_blocks = triton.cdiv(group * max_q_len, cfg.block_m)
+    max_prefix = max(max_kv_len - 1, 0)  # every sequence has at least the root in its tree
+    sms = _num_sms(q.device.index or 0) if q.device.type == "cuda" else 4
+    if num_splits is None:
+        splits, chunk = choose_splits(batch, hkv, m_blocks, max_prefix, cfg, sms)
+    else:
+        splits = max(1, num_splits)
+        chunk = triton.cdiv(triton.cdiv(max(max_prefix, 1), splits), cfg.block_n) * cfg.block_n
+    block_d = triton.next_power_of_2(max(dim, 16))
+    scale = (1.0 / math.sqrt(dim)) if sm_scale is None else sm_scale
+    direct = splits == 1
+    if direct:
+        o_part = lse_part = out  # unused
+        stride_ps = stride_ls = 0
+    else:
+        o_part = torch.empty((splits, total_q * hq, block_d), device=q.device, dtype=torch.float32)
+        lse_part = torch.empty((splits, total_q * hq), device=q.device, dtype=torch.float32)
+        stride_ps, stride_ls = o_part.stride(0), lse_part.stride(0)
+    grid = (m_blocks, splits * hkv, batch)
+    _tree_attention_kernel[grid](
+        q, k_cache, v_cache, tree_mask, qo_indptr, kv_indptr, kv_lens, out, o_part, lse_part,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
+        v_cache.stride(0), v_cache.stride(1), out.stride(0), out.stride(1), tree_mask.stride(0),
+        stride_ps, stride_ls, hkv, hq, splits, chunk, scale * LOG2E,
+        G=group, HEAD_DIM=dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        TREE_BLOCK=cfg.tree_block, DIRECT=direct,
+        DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    if not direct:
+        block_s = triton.next_power_of_2(splits)
+        warps = max(1, min(4, block_s * block_d // 1024))
+        _merge_splits_kernel[(total_q * hq,)](
+            o_part, lse_part, out, splits, hq, stride_ps, stride_ls, out.stride(0), out.stride(1),
+            HEAD_DIM=dim, BLOCK_D=block_d, BLOCK_S=block_s, num_warps=warps,
+        )  # fmt: skip
+    return out
+
+
+def tree_mask_bool(tree_mask: torch.Tensor, rows: slice, n: int) -> torch.Tensor:
+    """bool[rows, n] from bitmask rows: [i, j] = bit j of row i."""
+    j = torch.arange(n, device=tree_mask.device)
+    words = tree_mask[rows][:, j // 64]
+    return ((words >> (j % 64)) & 1).bool()
+
+
+def reference_tree_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    tree_mask: torch.Tensor,
+    kv_lens: torch.Tensor | None = None,
+    *,
+    sm_scale: float | None = None,
+) -> torch.Tensor:
+    """Plain torch, float32 (float64 for float64 inputs), one sequence at a time; returns float32/64."""
+    if kv_lens is None:
+        kv_lens = (kv_indptr[1:] - kv_indptr[:-1]).to(torch.int32)
+    acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    total_q, hq, dim = q.shape
+    group = hq // k_cache.shape[1]
+    scale = (1.0 / math.sqrt(dim)) if sm_scale is None else sm_scale
+    out = torch.zeros((total_q, hq, dim), dtype=acc_dtype, device=q.device)
+    qo = qo_indptr.tolist()
+    kv0 = kv_indptr.tolist()
+    lens = kv_lens.tolist()
+    for b in range(len(qo) - 1):
+        n = qo[b + 1] - qo[b]
+        if n == 0:
+            continue
+        prefix = lens[b] - n
+        keys = k_cache[kv0[b] : kv0[b] + lens[b]].to(acc_dtype).repeat_interleave(group, dim=1)
+        vals = v_cache[kv0[b] : kv0[b] + lens[b]].to(acc_dtype).repeat_interleave(group, dim=1)
+        qs = q[qo[b] : qo[b + 1]].to(acc_dtype)  # [n, hq, d]
+        scores = torch.einsum("nhd,khd->hnk", qs, keys) * scale  # [hq, n, kv]
+        allowed = torch.ones((n, lens[b]), dtype=torch.bool, device=q.device)
+        allowed[:, prefix:] = tree_mask_bool(tree_mask, slice(qo[b], qo[b + 1]), n)
+        scores = scores.masked_fill(~allowed[None], float("-inf"))
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        out[qo[b] : qo[b + 1]] = torch.einsum("hnk,khd->nhd", probs, vals)
+    return out
+
+
+@dataclass
+class TreeAttentionInputs:
+    """Tensors for one tree_attention call (field names are the wrapper's arguments)."""
+
+    q: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    qo_indptr: torch.Tensor
+    kv_indptr: torch.Tensor
+    tree_mask: torch.Tensor
+    kv_lens: torch.Tensor
+    max_q_len: int
+    max_kv_len: int
+    trees: list[DraftTree] = field(repr=False)
+
+    def args(self) -> tuple[torch.Tensor, ...]:
+        return (
+            self.q,
+            self.k_cache,
+            self.v_cache,
+            self.qo_indptr,
+            self.kv_indptr,
+            self.tree_mask,
+            self.kv_lens,
+        )
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of K and V the kernel must read (used slots only)."""
+        row = self.k_cache.shape[1] * self.k_cache.shape[2] * self.k_cache.element_size()
+        return 2 * int(self.kv_lens.sum().item()) * row
+
+
+def make_tree_attention_inputs(
+    prefix_lens: list[int] | np.ndarray,
+    tree_sizes: list[int] | np.ndarray,
+    num_q_heads: int = 32,
+    num_kv_heads: int = 8,
+    head_dim: int = 128,
+    dtype: torch.dtype = torch.bfloat16,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    max_depth: int = 16,
+    trees: list[DraftTree] | None = None,
+    slack: int = 0,
+) -> TreeAttentionInputs:
+    """Seeded random inputs: random trees of `tree_sizes` nodes over `prefix_lens` cached tokens,
+    K/V packed per sequence (plus `slack` unused slots after each sequence, to test kv_lens)."""
+    rng = np.random.default_rng(seed)
+    if trees is None:
+        trees = random_trees(rng, [int(n) for n in tree_sizes], max_depth=max_depth)
+    packed: PackedTrees = pack_trees(trees, device)
+    lens = np.asarray(prefix_lens, dtype=np.int64) + np.array([t.num_nodes for t in trees])
+    starts = np.zeros(len(trees) + 1, dtype=np.int64)
+    starts[1:] = np.cumsum(lens + slack)
+    slots = int(starts[-1])
+    gen = torch.Generator(device=device).manual_seed(seed)
+    total_q = int(packed.qo_indptr[-1].item())
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+    return TreeAttentionInputs(
+        q=randn(total_q, num_q_heads, head_dim),
+        k_cache=randn(slots, num_kv_heads, head_dim),
+        v_cache=randn(slots, num_kv_heads, head_dim),
+        qo_indptr=packed.qo_indptr,
+        kv_indptr=torch.from_numpy(starts.astype(np.int32)).to(device),
+        tree_mask=packed.tree_mask,
+        kv_lens=torch.from_numpy(lens.astype(np.int32)).to(device),
+        max_q_len=packed.max_nodes,
+        max_kv_len=int(lens.max()),
+        trees=trees,
+    )
