@@ -15,7 +15,7 @@ from spectune.simulator.lengths import LENGTH_PRESETS, LengthDist, length_preset
 from spectune.simulator.metrics import Latency, Metrics
 from spectune.simulator.objective import SimObjective, goodput_objective
 from spectune.simulator.router import ROUTERS
-from spectune.simulator.speculation import TreePool
+from spectune.simulator.speculation import OutcomePool, StepSampler, tree_sampler
 from spectune.simulator.trace_export import chrome_trace, write_chrome_trace
 
 __all__ = [
@@ -27,13 +27,14 @@ __all__ = [
     "Latency",
     "LengthDist",
     "Metrics",
+    "OutcomePool",
     "Poisson",
     "RunResult",
     "SimConfig",
     "SimObjective",
     "SimResult",
+    "StepSampler",
     "Trace",
-    "TreePool",
     "chrome_trace",
     "goodput_objective",
     "kv_budget",
@@ -41,5 +42,6 @@ __all__ = [
     "load_trace",
     "parse_length",
     "simulate",
+    "tree_sampler",
     "write_chrome_trace",
 ]

@@ -24,13 +24,7 @@ from spectune.simulator.metrics import Metrics, compute_metrics
 from spectune.simulator.replica import Replica
 from spectune.simulator.requests import Requests
 from spectune.simulator.router import Router
-from spectune.simulator.speculation import (
-    AcceptanceModelLike,
-    BatchTreeBuilder,
-    PolicySource,
-    Speculator,
-    TreeBuilder,
-)
+from spectune.simulator.speculation import PolicySource, Speculator, StepSampler, tree_sampler
 from spectune.simulator.steptime import CostModelLike, StepPricer
 from spectune.specs import HardwareSpec, ModelSpec, SpecError
 from spectune.specs.io import help_field
@@ -71,20 +65,28 @@ class SimConfig:
     slo_tpot_s: float | None = help_field(None, help="goodput SLO on time per output token, s")
     seed: int = help_field(0, help="seed of every random stream")
     baseline: bool = help_field(True, help="also run speculation off on the same arrivals")
-    tree_pool: int = help_field(256, help="trees built per dynamic policy (see speculation.py)")
+    tree_pool: int = help_field(1024, help="step outcomes drawn per policy (see speculation.py)")
+    shared_budget: bool = help_field(
+        False, help="ECHO super-tree: one verify budget per iteration shared by the batch"
+    )
+    exact_mixed: bool = help_field(
+        False, help="price prefill iterations with ragged_forward_time (slow; see steptime.py)"
+    )
     context_quantum: int = help_field(16, help="contexts are priced in steps of this many tokens")
     keep_iterations: bool = help_field(False, help="keep the iteration log (Chrome trace)")
     cost_model: CostModelLike | None = field(
         default=None, metadata={"help": "a prebuilt CostModel"}
     )
-    acceptance: AcceptanceModelLike | None = field(
-        default=None, metadata={"help": "a prebuilt acceptance model"}
+    acceptance: Any = field(
+        default=None, metadata={"help": "a prebuilt acceptance model (default: the workload's)"}
     )
-    build_tree: TreeBuilder | None = field(
-        default=None, metadata={"help": "tree builder (planner.trees.build_tree)"}
+    sampler: StepSampler | None = field(
+        default=None,
+        metadata={"help": "step sampler (default: planner.trees.sample_step on the acceptance)"},
     )
-    build_batch_trees: BatchTreeBuilder | None = field(
-        default=None, metadata={"help": "batch super-tree builder: one budget per batch (ECHO)"}
+    pool_cache: dict[Any, Any] | None = field(
+        default=None,
+        metadata={"help": "outcome pools shared between runs (pools depend on seed and policy)"},
     )
 
 
@@ -174,18 +176,15 @@ def default_cost_model(cfg: SimConfig) -> CostModelLike:
     return CostModel(cfg.hardware, cfg.target, cfg.drafter, tp=cfg.tp)
 
 
-def default_acceptance(cfg: SimConfig) -> AcceptanceModelLike:
-    if cfg.workload is None:
-        raise SpecError("speculation needs a workload (acceptance model); pass one")
-    from spectune.planner.acceptance import acceptance_model
+def default_sampler(cfg: SimConfig) -> StepSampler:
+    acc = cfg.acceptance
+    if acc is None:
+        if cfg.workload is None:
+            raise SpecError("speculation needs a workload (its acceptance model); pass one")
+        from spectune.planner.acceptance import acceptance_model
 
-    return acceptance_model(cfg.workload)  # type: ignore[no-any-return]
-
-
-def default_build_tree() -> TreeBuilder:
-    from spectune.planner.trees import build_tree
-
-    return build_tree  # type: ignore[no-any-return]
+        acc = acceptance_model(cfg.workload)
+    return tree_sampler(acc)
 
 
 def _lengths(cfg: SimConfig) -> tuple[LengthDist, LengthDist]:
@@ -363,29 +362,29 @@ def simulate(
     kv, max_batch = resolve_capacity(cfg, reqs)
     cost = cfg.cost_model if cfg.cost_model is not None else default_cost_model(cfg)
     pricer = StepPricer(
-        cost, context_quantum=cfg.context_quantum, has_drafter=cfg.drafter is not None
+        cost,
+        context_quantum=cfg.context_quantum,
+        has_drafter=cfg.drafter is not None,
+        exact_mixed=cfg.exact_mixed,
     )
     closed = isinstance(cfg.arrivals, ClosedLoop)
     spec: RunResult | None = None
     if cfg.policy is not None:
-        acc = cfg.acceptance if cfg.acceptance is not None else default_acceptance(cfg)
-        build = cfg.build_tree if cfg.build_tree is not None else default_build_tree()
+        sampler = cfg.sampler if cfg.sampler is not None else default_sampler(cfg)
         speculator = Speculator(
             cfg.policy,
-            acc,
-            build,
+            sampler,
             pool_size=cfg.tree_pool,
             seed=cfg.seed,
-            build_batch_trees=cfg.build_batch_trees,
+            shared_budget=cfg.shared_budget,
+            pools=cfg.pool_cache,
         )
         cb = (lambda d, t: progress("spec", d, t)) if progress else None
         spec = run_once(cfg, _fresh(reqs, closed), kv, max_batch, pricer, speculator, cb)
     off: RunResult | None = None
     if cfg.baseline or spec is None:
         cb = (lambda d, t: progress("off", d, t)) if progress else None
-        off = run_once(
-            cfg, _fresh(reqs, closed), kv, max_batch, pricer, Speculator(None, None, None), cb
-        )
+        off = run_once(cfg, _fresh(reqs, closed), kv, max_batch, pricer, Speculator(None, None), cb)
     if spec is None:
         assert off is not None
         return SimResult(cfg, off, off, max_batch, kv.tokens)

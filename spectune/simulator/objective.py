@@ -15,7 +15,13 @@ from dataclasses import replace
 from typing import Any
 
 from spectune.simulator.arrivals import ClosedLoop
-from spectune.simulator.engine import SimConfig, SimResult, simulate
+from spectune.simulator.engine import (
+    SimConfig,
+    SimResult,
+    default_cost_model,
+    default_sampler,
+    simulate,
+)
 from spectune.simulator.lengths import LengthDist
 from spectune.specs import HardwareSpec, ModelSpec, SpecError, TreePolicy
 
@@ -35,7 +41,8 @@ class SimObjective:
         self.waves = waves
         self._runs: dict[tuple[TreePolicy | None, int, int], SimResult] = {}
         self._cost: Any = base.cost_model
-        self._acc: Any = base.acceptance
+        self._sampler: Any = base.sampler
+        self._pools: dict[Any, Any] = {}  # outcome pools, drawn once per policy
 
     def run(self, policy: TreePolicy | None, batch: int, context: int) -> SimResult:
         key = (policy, int(batch), int(context))
@@ -52,18 +59,15 @@ class SimObjective:
                 prompt=LengthDist.fixed(max(1, int(context))),
                 baseline=False,
                 cost_model=self._cost,
-                acceptance=self._acc,
+                sampler=self._sampler,
+                pool_cache=self._pools,
             )
             if self._cost is None:
-                from spectune.simulator.engine import default_cost_model
-
                 self._cost = default_cost_model(cfg)
                 cfg = replace(cfg, cost_model=self._cost)
-            if policy is not None and self._acc is None:
-                from spectune.simulator.engine import default_acceptance
-
-                self._acc = default_acceptance(cfg)
-                cfg = replace(cfg, acceptance=self._acc)
+            if policy is not None and self._sampler is None:
+                self._sampler = default_sampler(cfg)
+                cfg = replace(cfg, sampler=self._sampler)
             res = simulate(cfg)
             self._runs[key] = res
         return res
@@ -94,7 +98,7 @@ def goodput_objective(
 ) -> SimObjective:
     """The simulator's objective for planner.search. `waves` batches of requests are simulated
     per call (requests = waves x batch); outputs are `output_tokens` long, or drawn from the
-    workload. Extra keyword arguments are SimConfig fields (cost_model, acceptance, build_tree,
+    workload. Extra keyword arguments are SimConfig fields (cost_model, acceptance, sampler,
     max_batch_tokens, ...)."""
     base = SimConfig(
         hardware=hardware,
