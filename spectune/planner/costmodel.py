@@ -229,12 +229,17 @@ class CostModel:
         can be faster."""
         return self._target.min_weight_bytes() / self.rates.weight_bytes_per_s
 
-    def knee_tokens(self) -> float:
-        """Tokens (summed over the batch) where a weight GEMM turns compute-bound:
-        achievable FLOP/s / (2 * achievable weight bytes/s / bytes per weight)."""
+    def knee_tokens(self, *, experts: bool = False) -> float:
+        """Tokens (summed over the batch) where the target's weight GEMMs turn compute-bound:
+        achievable FLOP/s / (2 * achievable weight bytes/s / bytes per weight). With `experts`,
+        the knee of an MoE model's routed experts, which see only k/E of the tokens each:
+        E/k times later."""
         wb = float(self.target.dtype_bytes)
         eff = float(self.rates.gemm_efficiency[-1])
-        return self.rates.gemm_peak(wb) * eff * wb / (2 * self.rates.weight_bytes_per_s)
+        knee = self.rates.gemm_peak(wb) * eff * wb / (2 * self.rates.weight_bytes_per_s)
+        if experts and self.target.is_moe:
+            knee *= self.target.experts / self.target.experts_topk
+        return knee
 
 
 def _total(parts: dict[str, F64]) -> F64:

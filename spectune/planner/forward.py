@@ -19,6 +19,7 @@ from spectune.planner.operators import (
     ACT_BYTES,
     F64,
     FP8_BYTES,
+    INDEX_BYTES,
     LOGIT_BYTES,
     Rates,
     allgather_time,
@@ -277,9 +278,10 @@ class ForwardPricer:
         f = m.expert_ffn / self.tp
         norm = elementwise_time(r, 4 * tg * h * ACT_BYTES)
         router = self._linear(tg, e, h)  # replicated [h, E]
-        # top-k softmax over fp32 router logits; permute rows to experts; combine k outputs
+        # top-k softmax over fp32 router logits; sort (token, expert) pairs by expert (int32 ids
+        # read + written; the grouped GEMM gathers rows itself); combine: read k outputs, write 1
         topk = elementwise_time(r, tg * e * LOGIT_BYTES)
-        permute = elementwise_time(r, 2 * tg * k * h * ACT_BYTES)
+        permute = elementwise_time(r, 2 * tg * k * INDEX_BYTES)
         combine = elementwise_time(r, tg * (k + 1) * h * ACT_BYTES)
         experts = moe_experts_time(r, tg, e, k, h, f, self.wb)
         act = elementwise_time(r, 3 * tg * k * f * ACT_BYTES)

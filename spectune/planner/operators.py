@@ -24,6 +24,7 @@ F64 = NDArray[np.float64]
 FLOPS_PER_MAC = 2  # one multiply-accumulate = 2 FLOPs
 ACT_BYTES = 2  # activations, logits and attention inputs are bf16
 LOGIT_BYTES = 4  # logits are upcast to fp32 for softmax / argmax / top-k
+INDEX_BYTES = 4  # int32 token / expert ids
 FP8_BYTES = 1  # weights stored at 1 byte run on the fp8 tensor cores where the GPU has them
 
 
