@@ -132,7 +132,7 @@ def replay_path(tree: DraftTree, target: np.ndarray) -> np.ndarray:
 # ---- reading --------------------------------------------------------------------------------
 def _open_text(path: Path, mode: str) -> IO[str]:
     if path.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")  # type: ignore[arg-type]
+        return io.TextIOWrapper(gzip.GzipFile(path, mode + "b"), encoding="utf-8")
     return open(path, mode, encoding="utf-8")
 
 

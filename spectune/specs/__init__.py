@@ -7,6 +7,7 @@ from spectune.specs.io import read_mapping, write_json_atomic, write_text_atomic
 from spectune.specs.model import MODEL_PRESETS, ModelSpec, load_model, model_preset
 from spectune.specs.policy import Bucket, PolicyTable, Prediction, TreePolicy
 from spectune.specs.tree import SOURCE_MODEL, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree
+from spectune.specs.workload import WORKLOAD_PRESETS, Workload, load_workload
 
 __all__ = [
     "HARDWARE_PRESETS",
@@ -14,6 +15,7 @@ __all__ = [
     "SOURCE_MODEL",
     "SOURCE_RETRIEVAL",
     "SOURCE_ROOT",
+    "WORKLOAD_PRESETS",
     "Bucket",
     "Calibration",
     "DraftTree",
@@ -23,10 +25,12 @@ __all__ = [
     "Prediction",
     "SpecError",
     "TreePolicy",
+    "Workload",
     "hardware_preset",
     "load_calibration",
     "load_hardware",
     "load_model",
+    "load_workload",
     "model_preset",
     "read_mapping",
     "write_json_atomic",

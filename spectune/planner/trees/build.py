@@ -1,0 +1,177 @@
+"""Tree building entry points: one tree, a batch of trees, a batch of sampled step outcomes, and
+the cached mean expected tokens of a policy (the planner's closed-form objective).
+
+Every entry point goes through the same steps on flat candidate pools (trees.flat):
+  1. draw candidates: dynamic-topk (EAGLE-2 top-k expansion) or static (Sequoia's optimal shape
+     for the model's mean positional table, its nodes' draft probabilities drawn per step);
+  2. choose nodes: the top budget-1 by path draft probability (EAGLE-2 rerank), or with
+     shared_budget the top batch*(budget-1) over the whole batch by P(accepted) (ECHO
+     super-tree); then drop nodes whose path draft probability is below prune_threshold;
+  3. graft retrieved chains into the freed slots, up to graft_budget.
+Models bound to one recorded step (ReplayStep) are built from the recorded pool (trees.pool).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from spectune.planner.acceptance.base import LOG_ZERO, AcceptanceModel
+from spectune.planner.acceptance.replay import ReplayStep
+from spectune.planner.trees import flat
+from spectune.planner.trees.static import MAX_STATIC_WIDTH, StaticShape, sequoia_dp
+from spectune.specs.policy import MAX_BUDGET, TreePolicy
+from spectune.specs.tree import DraftTree
+
+_SHAPES: OrderedDict[tuple[object, ...], StaticShape] = OrderedDict()
+_EXPECTED: OrderedDict[tuple[object, ...], float] = OrderedDict()
+_CACHE_SIZE = 4096
+
+
+def static_shape(model: AcceptanceModel, budget: int, depth: int, width: int) -> StaticShape:
+    """Sequoia-optimal shape for the model's mean positional table (cached per model)."""
+    width = max(1, min(width, MAX_STATIC_WIDTH))
+    key = (model.cache_key, budget, depth, width)
+    shape = _SHAPES.get(key)
+    if shape is None:
+        shape = sequoia_dp(model.positional_table(depth, width), budget, depth, width)
+        _SHAPES[key] = shape
+        if len(_SHAPES) > _CACHE_SIZE:
+            _SHAPES.popitem(last=False)
+    return shape
+
+
+def _pool(
+    policy: TreePolicy, model: AcceptanceModel, rng: np.random.Generator, batch: int, shared: bool
+) -> flat.FlatPool:
+    if policy.builder == "static":
+        size = min(2 * policy.budget, MAX_BUDGET) if shared and batch > 1 else policy.budget
+        shape = static_shape(model, size, policy.depth, policy.topk)
+        return flat.static_pool(model, shape, rng, batch)
+    return flat.dynamic_pool(model, policy.depth, policy.topk, rng, batch)
+
+
+def _choose(
+    policy: TreePolicy,
+    model: AcceptanceModel,
+    pool: flat.FlatPool,
+    rng: np.random.Generator,
+    shared: bool,
+) -> tuple[np.ndarray, np.ndarray, flat.Grafts | None]:
+    """(keep bool[B, T], P(accepted) float64[B, T], grafts) for a drawn pool."""
+    b = pool.batch
+    slots_each = policy.budget - 1
+    need_p = (shared and b > 1) or policy.graft_budget > 0
+    p = pool.accept_prob() if need_p else pool.acc  # acc stands in until P is needed
+    if shared and b > 1:
+        score = np.where(p > 0, np.log(np.maximum(p, 1e-300)), 2 * LOG_ZERO)
+        keep = flat.keep_top(score, None, b * slots_each)
+    else:
+        keep = flat.keep_top(pool.lp, slots_each, None)
+    if policy.prune_threshold > 0.0:
+        keep &= pool.lp >= np.log(policy.prune_threshold)
+        keep[:, 0] = True
+    grafts = None
+    if policy.graft_budget > 0:
+        used = keep.sum(axis=1) - 1
+        if shared and b > 1:
+            free = max(b * slots_each - int(used.sum()), 0)
+            slots = np.full(b, free // b, dtype=np.int64)
+        else:
+            slots = slots_each - used
+        grafts = flat.choose_grafts(model.retrieval, keep, pool, p, slots, policy.graft_budget, rng)
+    return keep, p, grafts
+
+
+def build_tree(policy: TreePolicy, model: AcceptanceModel, rng: np.random.Generator) -> DraftTree:
+    """One request's draft tree for this step (pure: the result depends only on the inputs and
+    the generator's state)."""
+    if isinstance(model, ReplayStep):
+        from spectune.planner.trees.pool import build_from_pool
+
+        return build_from_pool(policy, model, rng)
+    pool = _pool(policy, model, rng, 1, False)
+    keep, _, grafts = _choose(policy, model, pool, rng, False)
+    return flat.to_tree(pool, keep, grafts, 0)
+
+
+def build_batch_trees(
+    policy: TreePolicy,
+    model: AcceptanceModel,
+    rng: np.random.Generator,
+    batch: int,
+    shared_budget: bool = True,
+) -> list[DraftTree]:
+    """Trees for a whole batch. With shared_budget (ECHO super-tree), one verify budget of
+    batch * (budget - 1) draft tokens goes to the candidates with the highest P(accepted) over
+    the whole batch; without it each request gets budget - 1 (equal split)."""
+    pool = _pool(policy, model, rng, batch, shared_budget)
+    keep, _, grafts = _choose(policy, model, pool, rng, shared_budget)
+    return [flat.to_tree(pool, keep, grafts, i) for i in range(batch)]
+
+
+def sample_accepted_lengths(
+    policy: TreePolicy,
+    model: AcceptanceModel,
+    rng: np.random.Generator,
+    batch: int,
+    shared_budget: bool = False,
+) -> np.ndarray:
+    """int64[batch]: tokens each request gains in one iteration (accepted draft tokens + 1),
+    built and verified with the same rules as build_tree / build_batch_trees, vectorised over
+    the batch (no Python loop per request or node)."""
+    pool = _pool(policy, model, rng, batch, shared_budget)
+    keep, _, grafts = _choose(policy, model, pool, rng, shared_budget)
+    return flat.sample_tokens(pool, keep, grafts, rng)
+
+
+def sample_step(
+    policy: TreePolicy,
+    model: AcceptanceModel,
+    rng: np.random.Generator,
+    batch: int,
+    shared_budget: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tokens int64[B], tree_nodes int64[B], expected float64[B]) for one iteration: sampled
+    tokens gained (accepted + 1), verify tokens each request's tree used (root included; what the
+    cost model charges) and each tree's exact expected tokens."""
+    pool = _pool(policy, model, rng, batch, shared_budget)
+    keep, p, grafts = _choose(policy, model, pool, rng, shared_budget)
+    if not ((shared_budget and batch > 1) or policy.graft_budget > 0):
+        p = pool.accept_prob()
+    nodes = keep.sum(axis=1)
+    if grafts is not None:
+        nodes = nodes + grafts.length.sum(axis=1)
+    expected = flat.expected_tokens(keep, p, grafts)
+    return flat.sample_tokens(pool, keep, grafts, rng), nodes, expected
+
+
+def expected_tokens_for_policy(
+    policy: TreePolicy,
+    model: AcceptanceModel,
+    samples: int = 64,
+    seed: int = 0,
+    shared_budget: bool = False,
+) -> float:
+    """Mean over `samples` built trees of each tree's exact expected tokens per step (accepted +
+    1). Deterministic for (policy, model, samples, seed) and cached, so the planner's objective
+    can call it thousands of times."""
+    key = (policy, model.cache_key, samples, seed, shared_budget)
+    hit = _EXPECTED.get(key)
+    if hit is not None:
+        _EXPECTED.move_to_end(key)
+        return hit
+    rng = np.random.default_rng(seed)
+    if isinstance(model, ReplayStep):
+        value = model.expected_tokens(build_tree(policy, model, rng))
+    else:
+        pool = _pool(policy, model, rng, samples, shared_budget)
+        keep, p, grafts = _choose(policy, model, pool, rng, shared_budget)
+        if not ((shared_budget and samples > 1) or policy.graft_budget > 0):
+            p = pool.accept_prob()
+        value = float(flat.expected_tokens(keep, p, grafts).mean())
+    _EXPECTED[key] = value
+    if len(_EXPECTED) > _CACHE_SIZE:
+        _EXPECTED.popitem(last=False)
+    return value

@@ -1,0 +1,341 @@
+"""Candidate pools for a whole batch as flat numpy arrays, and everything done on them.
+
+Both builders first draw a candidate pool per request, then choose which candidates become tree
+nodes. Doing that for the whole batch at once, over [batch, nodes] arrays, is what lets the
+simulator run one iteration of batch 64 in well under a millisecond; build_tree is the same code
+with batch 1, turned into a DraftTree at the end, so the per-tree and batched paths share every
+rule.
+
+Layout: column 0 is the root, then the candidates level by level. For request b and column i:
+    lp[b, i]     path draft log-probability (root 0)
+    acc[b, i]    P(i accepted | parent accepted)
+    parent[b, i] parent column (-1 for the root)
+    start[b, i], count[b, i]  the contiguous columns of i's candidate children (rank order)
+Candidates of one parent are contiguous and in rank order, so the kept children of a node are
+always a prefix of its candidates (their path log-prob falls with rank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from spectune.planner.acceptance.base import LOG_ZERO, AcceptanceModel, RetrievalProfile
+from spectune.planner.trees.static import StaticShape
+from spectune.specs.tree import SOURCE_MODEL, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree
+
+_TIE = 1e-11  # tie-break: at equal score, the earlier column (a parent before its child) wins
+_REAL = LOG_ZERO / 2  # path log-probs below this go through a probability-0 candidate
+
+
+@dataclass
+class FlatPool:
+    """Candidate pools of a batch (see the module docstring for the layout)."""
+
+    lp: np.ndarray  # float64[B, T]
+    acc: np.ndarray  # float64[B, T]
+    parent: np.ndarray  # int64[B, T]
+    start: np.ndarray  # int64[B, T]
+    count: np.ndarray  # int64[B, T]
+    level: np.ndarray  # int64[T]
+    level_slices: list[slice]  # columns of each level, level 0 = the root column
+    width: int  # most children a node can have
+
+    @property
+    def batch(self) -> int:
+        return int(self.lp.shape[0])
+
+    @property
+    def columns(self) -> int:
+        return int(self.lp.shape[1])
+
+    def accept_prob(self) -> np.ndarray:
+        """float64[B, T]: P(candidate on the accepted path) if every candidate were kept."""
+        p = self.acc.copy()
+        p[:, 0] = 1.0
+        rows = np.arange(self.batch)[:, None]
+        for sl in self.level_slices[1:]:
+            p[:, sl] *= p[rows, self.parent[:, sl]]
+        return p
+
+
+def _sort_keys(score: np.ndarray) -> np.ndarray:
+    """Distinct sort keys: earlier columns win ties (scores are finite, >= LOG_ZERO * depth)."""
+    return score - _TIE * np.arange(score.shape[-1])
+
+
+# ---- drawing candidate pools -------------------------------------------------------------------
+def dynamic_pool(
+    model: AcceptanceModel, depth: int, topk: int, rng: np.random.Generator, batch: int
+) -> FlatPool:
+    """EAGLE-2 expansion: the root's top-k children, then at each further depth the top-k
+    candidates of the previous depth (by path draft log-prob) each get their top-k children."""
+    b, k = batch, topk
+    sizes = [1, k] + [k * k] * (depth - 1)
+    bounds = np.cumsum([0, *sizes])
+    t = int(bounds[-1])
+    lp = np.empty((b, t))
+    acc = np.empty((b, t))
+    parent = np.empty((b, t), dtype=np.int64)
+    start = np.zeros((b, t), dtype=np.int64)
+    count = np.zeros((b, t), dtype=np.int64)
+    lp[:, 0], acc[:, 0], parent[:, 0] = 0.0, 1.0, -1
+    start[:, 0], count[:, 0] = 1, k
+    bidx = np.arange(b)[:, None]
+    bank = model.candidate_bank(1, k)
+    got = bank.pair[rng.integers(bank.rows, size=b)]  # [B, 2, k]
+    lp[:, 1 : 1 + k] = got[:, 0]
+    acc[:, 1 : 1 + k] = got[:, 1]
+    parent[:, 1 : 1 + k] = 0
+    ties = _TIE * np.arange(k * k)
+    for lvl in range(2, depth + 1):
+        p0, p1, c0, c1 = bounds[lvl - 1], bounds[lvl], bounds[lvl], bounds[lvl + 1]
+        prev = lp[:, p0:p1]
+        if p1 - p0 > k:  # top-k of the previous level, in column (= rank) order
+            keys = prev - ties[: p1 - p0]
+            thr = np.partition(keys, p1 - p0 - k, axis=1)[:, p1 - p0 - k]
+            exp = np.nonzero(keys >= thr[:, None])[1].reshape(b, k)
+        else:
+            exp = np.broadcast_to(np.arange(k), (b, k))
+        bank = model.candidate_bank(lvl, k)
+        got = bank.pair[rng.integers(bank.rows, size=(b, k))]  # [B, k parents, 2, k children]
+        lp[:, c0:c1] = (prev[bidx, exp][:, :, None] + got[:, :, 0]).reshape(b, k * k)
+        acc[:, c0:c1] = got[:, :, 1].reshape(b, k * k)
+        parent[:, c0:c1] = np.repeat(p0 + exp, k, axis=1)
+        start[bidx, p0 + exp] = c0 + np.arange(k) * k
+        count[bidx, p0 + exp] = k
+    return FlatPool(
+        lp=lp,
+        acc=acc,
+        parent=parent,
+        start=start,
+        count=count,
+        level=np.repeat(np.arange(len(sizes)), sizes),
+        level_slices=[slice(int(bounds[i]), int(bounds[i + 1])) for i in range(len(sizes))],
+        width=k,
+    )
+
+
+def static_pool(
+    model: AcceptanceModel, shape: StaticShape, rng: np.random.Generator, batch: int
+) -> FlatPool:
+    """A fixed (Sequoia) shape with each node's children drawn from the model's candidate bank
+    (deterministic for positional models)."""
+    b = batch
+    n = shape.parents.size
+    par = shape.parents.astype(np.int64)
+    depth = shape.depth.astype(np.int64)
+    width = int(shape.rank.max()) + 1 if n > 1 else 1
+    lp = np.zeros((b, n))
+    acc = np.ones((b, n))
+    levels = int(depth.max()) if n > 1 else 0
+    slices = [slice(0, 1)]
+    for lvl in range(1, levels + 1):
+        idx = np.flatnonzero(depth == lvl)  # breadth-first: one contiguous run per level
+        slices.append(slice(int(idx[0]), int(idx[-1]) + 1))
+        bank = model.candidate_bank(lvl, width)
+        parents_here, which = np.unique(par[idx], return_inverse=True)
+        rows = rng.integers(bank.rows, size=(b, parents_here.size))
+        r = rows[:, which]  # [B, n_level]: the row of each node's parent
+        lp[:, idx] = lp[:, par[idx]] + bank.logconf[r, shape.rank[idx]]
+        acc[:, idx] = bank.accept[r, shape.rank[idx]]
+    nkids = np.bincount(par[1:], minlength=n) if n > 1 else np.zeros(1, np.int64)
+    first = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        kids = np.arange(1, n)
+        first[par[kids][::-1]] = kids[::-1]
+    return FlatPool(
+        lp=lp,
+        acc=acc,
+        parent=np.broadcast_to(par, (b, n)).copy(),
+        start=np.broadcast_to(first, (b, n)).copy(),
+        count=np.broadcast_to(nkids, (b, n)).copy(),
+        level=depth,
+        level_slices=slices,
+        width=width,
+    )
+
+
+# ---- choosing nodes ----------------------------------------------------------------------------
+def keep_top(score: np.ndarray, per_row: int | None, total: int | None) -> np.ndarray:
+    """bool[B, T]: column 0 always, plus the best-scoring other columns: `per_row` per request
+    (equal split) or `total` over the whole batch (super-tree). Scores must not rise from parent
+    to child; ties go to the earlier column, so the chosen set keeps parents."""
+    b, t = score.shape
+    finite = score[:, 1:] > _REAL
+    keyed = _sort_keys(score)[:, 1:]
+    keep = np.zeros((b, t), dtype=bool)
+    keep[:, 0] = True
+    if t == 1:
+        return keep
+    if per_row is not None:
+        k = min(per_row, t - 1)
+        if k <= 0:
+            return keep
+        if k < t - 1:
+            thr = np.partition(keyed, t - 1 - k, axis=1)[:, t - 1 - k]
+            keep[:, 1:] = (keyed >= thr[:, None]) & finite
+        else:
+            keep[:, 1:] = finite
+        return keep
+    assert total is not None
+    flat = keyed.ravel()
+    k = min(total, flat.size)
+    if k <= 0:
+        return keep
+    if k < flat.size:
+        thr = np.partition(flat, flat.size - k)[flat.size - k]
+        keep[:, 1:] = (keyed >= thr) & finite
+    else:
+        keep[:, 1:] = finite
+    return keep
+
+
+@dataclass
+class Grafts:
+    """Retrieved chains attached to leaves: for request b, leaf column leaf[b, g] carries a chain
+    of length[b, g] tokens whose conditional match probabilities are rho[b, :length]."""
+
+    leaf: np.ndarray  # int64[B, G]
+    length: np.ndarray  # int64[B, G]
+    rho: np.ndarray  # float64[B, J]
+    match_len: np.ndarray  # int64[B]
+
+    def expected_gain(self, p_leaf: np.ndarray) -> np.ndarray:
+        """float64[B]: expected extra accepted tokens from the chains."""
+        cum = np.cumsum(np.cumprod(self.rho, axis=1), axis=1)  # [B, J]
+        j = np.clip(self.length - 1, 0, cum.shape[1] - 1)
+        got = np.take_along_axis(cum, j, axis=1) * (self.length > 0)
+        return (p_leaf * got).sum(axis=1)
+
+
+def choose_grafts(
+    profile: RetrievalProfile,
+    keep: np.ndarray,
+    pool: FlatPool,
+    p: np.ndarray,
+    slots: np.ndarray,
+    graft_budget: int,
+    rng: np.random.Generator,
+) -> Grafts | None:
+    """Retrieved continuations for the freed slots: each request draws a suffix-match length;
+    chains hang from the kept leaves with the highest P(accepted), and each slot goes to the
+    chain position with the largest expected gain P(leaf) * rho_1 * ... * rho_j, up to
+    min(slots[b], graft_budget) slots (the verify budget never grows)."""
+    if graft_budget <= 0 or not profile.enabled:
+        return None
+    b, t = keep.shape
+    m = profile.draw_match_len(rng, b)
+    g = int(graft_budget)
+    rho = np.zeros((b, g))
+    rows = profile.rho[np.clip(m - 1, 0, profile.rho.shape[0] - 1)]  # [B, J]
+    j = min(g, rows.shape[1])
+    rho[:, :j] = rows[:, :j]
+    rho[m == 0] = 0.0
+    # a kept node is a leaf when none of its candidate children is kept
+    has_child = np.zeros((b, t), dtype=bool)
+    rr, cc = np.nonzero(keep[:, 1:])
+    has_child[rr, pool.parent[rr, cc + 1]] = True
+    leaf_p = np.where(keep & ~has_child, p, -1.0)
+    nl = min(g, t)
+    leaves = np.argpartition(-(leaf_p - _TIE * np.arange(t)), nl - 1, axis=1)[:, :nl]
+    lp_sel = np.take_along_axis(leaf_p, leaves, axis=1)  # [B, nl]; -1 where not a leaf
+    gains = np.maximum(lp_sel, 0.0)[:, :, None] * np.cumprod(rho, axis=1)[:, None, :]
+    gains = gains - _TIE * np.arange(nl * g).reshape(nl, g)  # earlier leaf / position first
+    flat = gains.reshape(b, nl * g)
+    allow = np.minimum(np.maximum(slots, 0), g)
+    order = -np.sort(-flat, axis=1)
+    thr = np.take_along_axis(order, np.maximum(allow - 1, 0)[:, None], axis=1)[:, 0]
+    chosen = (flat >= thr[:, None]) & (flat > 0) & (allow[:, None] > 0)
+    length = chosen.reshape(b, nl, g).sum(axis=2)
+    return Grafts(leaf=leaves, length=length, rho=rho, match_len=m)
+
+
+# ---- outcomes ----------------------------------------------------------------------------------
+def expected_tokens(keep: np.ndarray, p: np.ndarray, grafts: Grafts | None) -> np.ndarray:
+    """float64[B]: exact expected tokens per step of each request's tree (draft nodes + 1)."""
+    e = (np.where(keep, p, 0.0)[:, 1:]).sum(axis=1) + 1.0
+    if grafts is not None:
+        e += grafts.expected_gain(np.take_along_axis(p, grafts.leaf, axis=1))
+    return e
+
+
+def sample_tokens(
+    pool: FlatPool, keep: np.ndarray, grafts: Grafts | None, rng: np.random.Generator
+) -> np.ndarray:
+    """int64[B]: one sampled step per request: accepted draft tokens + 1 (bonus)."""
+    b, t = pool.batch, pool.columns
+    rows = np.arange(b)
+    # pad zero columns so that children windows never run past the end
+    acc = np.zeros((b, t + pool.width))
+    acc[:, :t] = np.where(keep, pool.acc, 0.0)
+    tokens = np.ones(b, dtype=np.int64)
+    last = np.zeros(b, dtype=np.int64)  # deepest accepted column of each request
+    live = rows  # requests whose walk goes on
+    cur = last
+    span = np.arange(pool.width)
+    for u in rng.random((len(pool.level_slices) - 1, b)):
+        start = pool.start[live, cur]
+        count = pool.count[live, cur]
+        a = acc[live[:, None], start[:, None] + span]
+        a[span >= count[:, None]] = 0.0
+        r = (u[: live.size, None] >= np.cumsum(a, axis=1)).sum(axis=1)
+        hit = r < count
+        live = live[hit]
+        if live.size == 0:
+            break
+        cur = start[hit] + r[hit]
+        tokens[live] += 1
+        last[live] = cur
+    if grafts is not None:
+        on = grafts.leaf == last[:, None]  # [B, G]: did the walk stop at a grafted leaf?
+        length = (grafts.length * on).sum(axis=1)
+        j = np.arange(grafts.rho.shape[1])
+        ok = (rng.random(grafts.rho.shape) < grafts.rho) & (j < length[:, None])
+        tokens += np.cumprod(ok, axis=1).sum(axis=1)
+    return tokens
+
+
+def to_tree(pool: FlatPool, keep: np.ndarray, grafts: Grafts | None, row: int) -> DraftTree:
+    """The DraftTree of request `row`: kept candidates in breadth-first order (children of a
+    node contiguous, by rank), then grafted chains. Tokens are synthetic ids (the column)."""
+    cols = np.flatnonzero(keep[row])
+    # breadth-first order: by level, then by parent's new index, then by column (= rank)
+    new = np.full(pool.columns, -1, dtype=np.int64)
+    order: list[int] = []
+    for sl in pool.level_slices:
+        here = cols[(cols >= sl.start) & (cols < sl.stop)]
+        if here.size == 0:
+            break
+        pk = new[pool.parent[row, here]] if sl.start > 0 else np.zeros(here.size, np.int64)
+        here = here[np.lexsort((here, pk))]
+        new[here] = np.arange(len(order), len(order) + here.size)
+        order.extend(here.tolist())
+    idx = np.asarray(order, dtype=np.int64)
+    parents = np.where(idx == 0, -1, new[pool.parent[row, idx]])
+    parents[0] = -1
+    cond_lp = pool.lp[row, idx] - np.where(idx == 0, 0.0, pool.lp[row, pool.parent[row, idx]])
+    logprobs = np.where(idx == 0, 0.0, np.minimum(cond_lp, 0.0))
+    tokens = idx.copy()
+    source = np.full(idx.size, SOURCE_MODEL, dtype=np.int8)
+    source[0] = SOURCE_ROOT
+    if grafts is not None:
+        extra_par, extra_lp = [], []
+        nxt = idx.size
+        for leaf, length in zip(
+            grafts.leaf[row].tolist(), grafts.length[row].tolist(), strict=True
+        ):
+            at = int(new[leaf])
+            for jj in range(length):
+                extra_par.append(at)
+                extra_lp.append(float(np.log(grafts.rho[row, jj])))
+                at = nxt
+                nxt += 1
+        if extra_par:
+            k = len(extra_par)
+            parents = np.r_[parents, extra_par]
+            logprobs = np.r_[logprobs, extra_lp]
+            tokens = np.r_[tokens, pool.columns + np.arange(k)]
+            source = np.r_[source, np.full(k, SOURCE_RETRIEVAL, dtype=np.int8)]
+    return DraftTree(parents, tokens, logprobs, source)

@@ -1,0 +1,98 @@
+"""Sequoia's dynamic program: the tree shape with the largest expected tokens for a positional
+acceptance profile, within a node budget, a depth limit and a width limit.
+
+f[l][n] = best expected tokens of a subtree of at most n nodes whose root sits at depth l and is
+itself accepted (it counts 1). Its children are ranks 0, 1, ... (a prefix: a tree cannot hold a
+rank-2 child without a rank-1 one); the rank-r child is accepted with q[l+1][r], so
+
+    f[l][n] = 1 + h_0[n - 1],   h_r[m] = max(0, max_{1<=k<=m} q[l+1][r] * f[l+1][k] + h_{r+1}[m-k])
+
+with h_W = 0 and f[D][n] = 1. Each (l, r) step is one [n, k] max over a (budget x budget)
+matrix, so a budget of 256, depth 16 and width 16 costs 256 matrix maxima of 256 x 256 entries.
+The root's f[0][budget] is the expected tokens of the best tree (root counts as the bonus token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from spectune.specs.errors import SpecError
+
+MAX_STATIC_WIDTH = 16
+
+
+@dataclass(frozen=True, eq=False)
+class StaticShape:
+    """The optimal tree for one (table, budget, depth, width): parents in breadth-first order
+    (children of a node contiguous, by rank), each node's rank and depth, and its value."""
+
+    parents: np.ndarray  # int32[N]
+    rank: np.ndarray  # int32[N]
+    depth: np.ndarray  # int32[N]
+    expected_tokens: float
+    best_by_budget: np.ndarray  # float64[budget + 1]: f[0][n], n = 0..budget (0 -> 0)
+
+
+def sequoia_dp(table: np.ndarray, budget: int, depth: int, width: int) -> StaticShape:
+    """Best tree of <= budget nodes (root included), <= depth levels below the root and <= width
+    children per node, for conditional acceptances table[d-1][r] (float64[>=depth, >=width])."""
+    if budget < 1 or depth < 0 or width < 1:
+        raise SpecError("sequoia_dp needs budget >= 1, depth >= 0, width >= 1")
+    q = np.zeros((depth, width))
+    t = np.asarray(table, dtype=np.float64)
+    dd, ww = min(depth, t.shape[0]), min(width, t.shape[1])
+    q[:dd, :ww] = t[:dd, :ww]
+    b = budget
+    neg = -np.inf
+    # f[l][n], n = 0..b; n = 0 means "no node" (value 0 for children, never chosen for a root)
+    f = np.ones((depth + 1, b + 1))
+    f[:, 0] = 0.0
+    m_idx = np.arange(b)[:, None]  # remaining nodes m = 0..b-1
+    k_idx = np.arange(1, b)[None, :]  # nodes given to this rank, k = 1..b-1
+    valid = k_idx <= m_idx
+    rest = np.where(valid, m_idx - k_idx, 0)
+    # arg[l][r][m]: nodes given to rank r at a depth-l parent with m nodes left (0: stop)
+    arg = np.zeros((depth, width, b), dtype=np.int16)
+    for lvl in range(depth - 1, -1, -1):
+        child = f[lvl + 1, 1:b]  # f at depth l+1 for k = 1..b-1
+        h = np.zeros(b)
+        for r in range(width - 1, -1, -1):
+            if q[lvl, r] <= 0.0:
+                h = np.zeros(b)  # a zero-probability rank ends the prefix
+                continue
+            cand = np.where(valid, q[lvl, r] * child[None, :] + h[rest], neg)  # [m, k]
+            best_k = cand.argmax(axis=1)
+            best = cand[np.arange(b), best_k]
+            take = best > 0.0
+            arg[lvl, r] = np.where(take, best_k + 1, 0)
+            h = np.where(take, best, 0.0)
+        f[lvl, 1:] = 1.0 + h[:b]
+    # rebuild breadth-first: a queue of (node, depth, nodes allowed)
+    parents, ranks, depths = [-1], [0], [0]
+    queue = [(0, 0, budget)]
+    head = 0
+    while head < len(queue):
+        node, lvl, n = queue[head]
+        head += 1
+        if lvl >= depth:
+            continue
+        m = n - 1
+        for r in range(width):
+            k = int(arg[lvl, r, m]) if m > 0 else 0
+            if k == 0:
+                break
+            parents.append(node)
+            ranks.append(r)
+            depths.append(lvl + 1)
+            queue.append((len(parents) - 1, lvl + 1, k))
+            m -= k
+    shape = StaticShape(
+        parents=np.asarray(parents, dtype=np.int32),
+        rank=np.asarray(ranks, dtype=np.int32),
+        depth=np.asarray(depths, dtype=np.int32),
+        expected_tokens=float(f[0, budget]),
+        best_by_budget=np.r_[0.0, f[0, 1:]],
+    )
+    return shape
