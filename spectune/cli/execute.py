@@ -1,0 +1,96 @@
+"""`spectune execute`: run a policy table (or one policy) on this machine's GPU and write the
+measurement JSON: per-phase ms, accepted lengths, tokens/s with and without speculation, speedup.
+
+    spectune execute --policy policy.json --batch 1,8,32,64 --context 4096 --out run.json
+    spectune execute --policy dynamic-topk:5,4,8 --also dynamic-topk:7,10,60 --batch 1,64
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from spectune.cli.common import int_list, positive
+from spectune.specs import PolicyTable, SpecError, TreePolicy, load_model, write_json_atomic
+
+DEFAULT_TARGET = "llama-3.1-8b"
+DEFAULT_DRAFTER = "eagle3-llama-3.1-8b"
+DEFAULT_WORKLOAD = "mt-bench"
+
+
+def parse_policy_arg(text: str) -> tuple[PolicyTable | None, TreePolicy | None]:
+    """A policy file (PolicyTable JSON) or the inline 'builder:DEPTH,TOPK,BUDGET' form; 'off'."""
+    if text == "off":
+        return None, None
+    if ":" in text and not Path(text).exists():
+        return None, TreePolicy.parse(text)
+    return PolicyTable.load(text), None
+
+
+def run(args: argparse.Namespace) -> int:
+    table, single = parse_policy_arg(args.policy)
+    batches = args.batch
+    for b in batches:
+        positive(b, "batch")
+    context = positive(args.context, "context")
+    steps = positive(args.steps, "steps")
+    target = load_model(args.target or (table.target if table else DEFAULT_TARGET))
+    drafter = load_model(args.drafter or (table.drafter if table else DEFAULT_DRAFTER))
+    workload = args.workload or (table.workload if table and table.workload else DEFAULT_WORKLOAD)
+    also = [TreePolicy.parse(a) for a in args.also]
+
+    runs: list[tuple[int, TreePolicy | None, str]] = []
+    for b in batches:
+        pol = table.lookup(b, context) if table else single
+        runs.append((b, pol, "policy" if pol else "off"))
+        runs.extend((b, p, f"also{i}") for i, p in enumerate(also))
+    budgets = [p.budget for _, p, _ in runs if p is not None]
+
+    # torch and the GPU come in only here, after the arguments are known to be good
+    import torch
+
+    from spectune.executor.measure import format_table, gpu_hardware_name, measurement_doc
+    from spectune.executor.session import Session, SessionConfig, measure_runs, require_cuda
+    from spectune.planner.acceptance import acceptance_model
+
+    device = require_cuda()
+    gpu = torch.cuda.get_device_name(device)
+    hardware = args.hardware or gpu_hardware_name(gpu)
+    acc = acceptance_model(workload)
+    cfg = SessionConfig(max(batches), context, max([1, *budgets]), use_kernels=not args.no_kernels)
+    session = Session(target, drafter, cfg, device)
+    recs = measure_runs(session, runs, context, acc, steps, args.warmup)
+    doc = measurement_doc(
+        gpu=gpu, hardware=hardware, target=target.name, drafter=drafter.name, workload=workload,
+        context=context, steps=steps, attention=session.attention_backend, runs=recs,
+        extra={"command": _command(args)},
+    )
+    write_json_atomic(args.out, doc)
+    print(format_table(doc))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("execute", help="run a policy on this GPU and write a measurement JSON")
+    p.add_argument("--policy", required=True,
+                   help="policy file (spectune plan's JSON), 'static:D,K,B' / 'dynamic-topk:D,K,B', or 'off'")
+    p.add_argument("--batch", type=int_list, default=[1, 8, 32, 64], help="batch sizes (default 1,8,32,64)")
+    p.add_argument("--context", type=int, default=4096, help="context length, tokens (default 4096)")
+    p.add_argument("--out", default="measurement.json", help="measurement JSON to write")
+    p.add_argument("--also", action="append", default=[], metavar="POLICY",
+                   help="another inline policy to measure at every batch (repeatable)")
+    p.add_argument("--target", default=None, help="target model preset/file (default: the policy file's)")
+    p.add_argument("--drafter", default=None, help="drafter preset/file (default: the policy file's)")
+    p.add_argument("--workload", default=None, help="workload driving synthetic acceptance")
+    p.add_argument("--hardware", default=None, help="HardwareSpec preset of this GPU (default: from its name)")
+    p.add_argument("--steps", type=int, default=40, help="timed steps per run (default 40)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps per run (default 5)")
+    p.add_argument("--no-kernels", action="store_true", help="torch attention/verify instead of spectune.kernels")
+    p.set_defaults(func=run)
+
+
+def _command(args: argparse.Namespace) -> str:
+    parts = [f"spectune execute --policy {args.policy}", "--batch " + ",".join(map(str, args.batch)),
+             f"--context {args.context}", f"--steps {args.steps}"]
+    parts += [f"--also {a}" for a in args.also]
+    return " ".join(parts)

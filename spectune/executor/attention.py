@@ -1,0 +1,169 @@
+"""Attention of tree (or chain, or single) query tokens over a cached prefix plus the new tokens.
+
+Split in two and merged by log-sum-exp, so no [rows x context] mask is ever built:
+- the prefix (C cached tokens, every query sees all of them) goes through a flash kernel with
+  the query heads of one KV group packed as rows, so each K/V byte is read once per group:
+  bytes = B * C * KVH * D * 2 (K and V) * 2 B;
+- the new tokens (S <= a few hundred) attend with the tree's ancestor mask in plain torch,
+  a [B, KVH, G*N, S] score tensor that is tiny next to the prefix.
+
+`spectune.kernels` (the Triton tree-attention kernel, owned by the kernels helper) is used when
+it exposes `tree_attention`; this module is the fallback and the CPU path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _pack(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """q: [B, N, H, D] -> [B, KVH, G*N, D] with row = g * N + n (one KV group per 'head')."""
+    b, n, h, d = q.shape
+    g = h // kv_heads
+    return q.view(b, n, kv_heads, g, d).permute(0, 2, 3, 1, 4).reshape(b, kv_heads, g * n, d)
+
+
+def _unpack(o: torch.Tensor, n: int) -> torch.Tensor:
+    """[B, KVH, G*N, D] -> [B, N, H, D]."""
+    b, kvh, gn, d = o.shape
+    g = gn // n
+    return o.view(b, kvh, g, n, d).permute(0, 3, 1, 2, 4).reshape(b, n, kvh * g, d)
+
+
+def _prefix_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q: [B, KVH, R, D]; k, v: [B, KVH, C, D] -> (out [B, KVH, R, D], lse float32[B, KVH, R])."""
+    if q.is_cuda:
+        res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False, scale=scale)
+        return res[0], res[1]
+    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.matmul(torch.exp(s - lse[..., None]), v.float())
+    return o.to(q.dtype), lse
+
+
+def _tree_part(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q: [B, KVH, G*N, D]; k, v: [B, KVH, S, D]; mask: bool[B, N, S] -> (out float32, lse)."""
+    b, kvh, gn, _ = q.shape
+    n = mask.shape[1]
+    s = torch.matmul(q, k.transpose(-1, -2)).float() * scale  # [B, KVH, G*N, S]
+    s = s.view(b, kvh, gn // n, n, -1).masked_fill(~mask[:, None, None], float("-inf"))
+    s = s.view(b, kvh, gn, -1)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None])
+    return torch.matmul(p.to(v.dtype), v).float(), lse
+
+
+def tree_attention(
+    q: torch.Tensor,
+    k_prefix: torch.Tensor | None,
+    v_prefix: torch.Tensor | None,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """Attention of N query tokens per sequence.
+
+    q:        [B, N, H, D]      the new tokens' queries (RoPE applied)
+    k_prefix: [B, KVH, C, D]    cached prefix keys (None or C == 0: no prefix); v_prefix alike
+    k_new:    [B, KVH, S, D]    keys of the new tokens (S >= N; e.g. all draft tokens so far)
+    mask:     bool[B, N, S]     query n may see new key s (tree: s is n or an ancestor of n)
+    returns   [B, N, H, D]
+    """
+    b, n, h, d = q.shape
+    kvh = k_new.shape[1]
+    scale = 1.0 / math.sqrt(d)
+    qp = _pack(q, kvh)
+    o2, lse2 = _tree_part(qp, k_new, v_new, mask, scale)
+    if k_prefix is None or v_prefix is None or k_prefix.shape[2] == 0:
+        return _unpack(o2.to(q.dtype), n)
+    o1, lse1 = _prefix_attention(qp, k_prefix, v_prefix, scale)
+    m = torch.maximum(lse1, lse2)
+    w1 = torch.exp(lse1 - m)[..., None]
+    w2 = torch.exp(lse2 - m)[..., None]
+    o = (o1.float() * w1 + o2 * w2) / (w1 + w2)
+    return _unpack(o.to(q.dtype), n)
+
+
+def reference_tree_attention(
+    q: torch.Tensor,
+    k_prefix: torch.Tensor | None,
+    v_prefix: torch.Tensor | None,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """The same function by one masked softmax over [prefix; new] in float64 (tests only)."""
+    b, n, h, d = q.shape
+    kvh = k_new.shape[1]
+    g = h // kvh
+    if k_prefix is None or v_prefix is None:
+        k_prefix = k_new[:, :, :0]
+        v_prefix = v_new[:, :, :0]
+    c = k_prefix.shape[2]
+    k = torch.cat((k_prefix, k_new), dim=2).double().repeat_interleave(g, dim=1)  # [B, H, C+S, D]
+    v = torch.cat((v_prefix, v_new), dim=2).double().repeat_interleave(g, dim=1)
+    full = torch.cat((torch.ones(b, n, c, dtype=torch.bool, device=mask.device), mask), dim=2)
+    s = torch.einsum("bnhd,bhsd->bhns", q.double(), k) / math.sqrt(d)
+    s = s.masked_fill(~full[:, None], float("-inf"))
+    return torch.einsum("bhns,bhsd->bnhd", torch.softmax(s, dim=-1), v).to(q.dtype)
+
+
+def kernels_ready() -> bool:
+    """Whether spectune.kernels offers the Triton tree attention (owned by the kernels helper)."""
+    try:
+        from spectune.kernels import tree_attention as _ta  # noqa: F401
+    except ImportError:
+        return False
+    return hasattr(_ta, "tree_attention")
+
+
+class KernelLayout:
+    """The flat layout spectune.kernels' tree attention reads, for B sequences of N tree tokens
+    over `context` cached tokens in a [B, capacity, KVH, D] cache; built once per captured
+    (batch, tokens) bucket. `bitmask` int64[B*N, W] is refreshed in place each step from the
+    tree's ancestor matrix (set_mask)."""
+
+    def __init__(self, batch: int, tokens: int, context: int, capacity: int, device: torch.device):
+        i32 = torch.int32
+        self.batch, self.tokens, self.context, self.capacity = batch, tokens, context, capacity
+        self.qo_indptr = torch.arange(batch + 1, dtype=i32, device=device) * tokens
+        self.kv_indptr = torch.arange(batch + 1, dtype=i32, device=device) * capacity
+        self.kv_lens = torch.full((batch,), context + tokens, dtype=i32, device=device)
+        words = (tokens + 63) // 64
+        self.bitmask = torch.zeros((batch * tokens, words), dtype=torch.int64, device=device)
+        j = torch.arange(words * 64, device=device)
+        self._bit = torch.where(j % 64 == 63, torch.iinfo(torch.int64).min, 1 << (j % 64).clamp(max=62))
+        self._bit = self._bit.view(words, 64)
+
+    def set_mask(self, mask: torch.Tensor) -> None:
+        """mask: bool[B, N, N] ancestor matrix -> the bitmask rows (sum of distinct bits = OR)."""
+        b, n, _ = mask.shape
+        words = self.bitmask.shape[1]
+        full = torch.zeros((b * n, words * 64), dtype=torch.int64, device=mask.device)
+        full[:, :n] = mask.reshape(b * n, n).long()
+        self.bitmask.copy_((full.view(b * n, words, 64) * self._bit).sum(-1))
+
+    def attend(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        """q: [B, N, Hq, D]; kv: [2, B, capacity, KVH, D] -> [B, N, Hq, D]."""
+        from spectune.kernels.tree_attention import tree_attention as kernel_tree_attention
+
+        b, n, hq, d = q.shape
+        kvh = kv.shape[3]
+        out = kernel_tree_attention(
+            q.reshape(b * n, hq, d),
+            kv[0].reshape(b * self.capacity, kvh, d),
+            kv[1].reshape(b * self.capacity, kvh, d),
+            self.qo_indptr,
+            self.kv_indptr,
+            self.bitmask,
+            self.kv_lens,
+            max_q_len=n,
+            max_kv_len=self.context + n,
+        )
+        return out.view(b, n, hq, d)

@@ -1,0 +1,175 @@
+"""`spectune calibrate`: micro-benchmarks on the GPU, written as a calibration-run document that
+spectune.executor.fit turns into the cost model's Calibration.
+
+What is measured (all medians of CUDA-event timings after warm-up):
+- copy bandwidth: a 1 GiB device-to-device copy, bytes read + written per second (the roofline
+  floor's denominator) and a large bf16 matmul's FLOP/s;
+- GEMM time by token count M for each weight shape of the target (q|k|v, o, gate|up, down,
+  LM head), weights rotated across copies so that L2 never holds them;
+- attention time by batch x context x tree size for one layer (the executor's backend);
+- fixed per-step overhead: the replay of a one-kernel CUDA graph;
+- the verify grid: whole target forwards (CUDA graph) over batch x tree tokens x context.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from spectune.executor.attention import KernelLayout, tree_attention
+from spectune.executor.session import Session
+from spectune.executor.timing import PhaseTimer
+
+RUN_SCHEMA = "spectune.calibration-run/v1"
+GEMM_TOKENS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+L2_SAFE_BYTES = 256 * 1024 * 1024  # rotate weight copies until this many bytes are cycled
+
+
+def _time(fn: Any, reps: int, device: torch.device, inner: int = 1) -> float:
+    """Median seconds of fn() (called `inner` times per timed rep)."""
+    for _ in range(2):
+        fn()
+
+    def block() -> None:
+        for _ in range(inner):
+            fn()
+
+    timer = PhaseTimer(("x",), reps, device)
+    timer.run([block])
+    return timer.medians_s()["x"] / inner
+
+
+def copy_bandwidth(device: torch.device, nbytes: int = 1 << 30) -> float:
+    """Bytes/s of a device copy (read + write counted)."""
+    a = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).uniform_()
+    b = torch.empty_like(a)
+    t = _time(lambda: b.copy_(a), 10, device)
+    del a, b
+    return 2 * nbytes / t
+
+
+def matmul_flops(device: torch.device, n: int = 8192) -> float:
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    t = _time(lambda: torch.mm(a, b), 10, device)
+    return 2 * n**3 / t
+
+
+def gemm_sweep(session: Session, tokens: Sequence[int] = GEMM_TOKENS) -> list[dict[str, Any]]:
+    """Seconds of x[M, K] @ W[N, K].T per weight shape of the target and M."""
+    s = session.target.spec
+    dev = session.device
+    shapes = {
+        "qkv": ((s.heads + 2 * s.kv_heads) * s.head_dim, s.hidden),
+        "o": (s.hidden, s.heads * s.head_dim),
+        "gate_up": (2 * s.ffn, s.hidden),
+        "down": (s.hidden, s.ffn),
+        "lm_head": (s.vocab, s.hidden),
+    }
+    rows = []
+    for name, (n, k) in shapes.items():
+        copies = max(1, math.ceil(L2_SAFE_BYTES / (n * k * 2)))
+        ws = [torch.empty((n, k), device=dev, dtype=torch.bfloat16).uniform_(-0.02, 0.02) for _ in range(copies)]
+        for m in tokens:
+            x = torch.empty((m, k), device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
+            i = [0]
+
+            def call(x: torch.Tensor = x, ws: list[torch.Tensor] = ws) -> None:
+                torch.nn.functional.linear(x, ws[i[0] % len(ws)])
+                i[0] += 1
+
+            t = _time(call, 7, dev, inner=len(ws) * 2)
+            rows.append({"op": name, "m": m, "n": n, "k": k, "seconds": t,
+                         "tflops": 2 * m * n * k / t / 1e12, "gb_s": (n * k + m * (n + k)) * 2 / t / 1e9})
+        del ws
+    return rows
+
+
+def attention_sweep(
+    session: Session, batches: Sequence[int], contexts: Sequence[int], tokens: Sequence[int]
+) -> list[dict[str, Any]]:
+    """Seconds of one layer's tree attention per (batch, context, tree tokens)."""
+    s = session.target.spec
+    dev = session.device
+    rows = []
+    kv_all = session.tcache.layer(0, session.cfg.max_batch)
+    for b in batches:
+        for c in contexts:
+            for n in tokens:
+                kv = kv_all[:, :b]
+                q = torch.randn((b, n, s.heads, s.head_dim), device=dev, dtype=torch.bfloat16)
+                mask = torch.ones((n, n), dtype=torch.bool, device=dev).tril().expand(b, n, n).contiguous()
+                if session.use_kernels:
+                    lay = KernelLayout(b, n, c, session.tcache.capacity, dev)
+                    lay.set_mask(mask)
+
+                    def fn(q: torch.Tensor = q, kv: torch.Tensor = kv, lay: KernelLayout = lay) -> None:
+                        lay.attend(q, kv)
+                else:
+
+                    def fn(q: torch.Tensor = q, kv: torch.Tensor = kv, mask: torch.Tensor = mask, c: int = c, n: int = n) -> None:
+                        tree_attention(
+                            q, kv[0, :, :c].transpose(1, 2), kv[1, :, :c].transpose(1, 2),
+                            kv[0, :, c : c + n].transpose(1, 2), kv[1, :, c : c + n].transpose(1, 2), mask,
+                        )
+
+                t = _time(fn, 7, dev, inner=5)
+                kv_bytes = b * (c + n) * 2 * s.kv_heads * s.head_dim * 2
+                rows.append({"batch": b, "context": c, "tokens": n, "seconds": t, "kv_bytes": kv_bytes,
+                             "gb_s": kv_bytes / t / 1e9})
+    return rows
+
+
+def graph_step_overhead(device: torch.device) -> float:
+    """Seconds between two replays of a one-kernel CUDA graph (the fixed cost of a step)."""
+    x = torch.zeros(1, device=device)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x.add_(1)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        x.add_(1)
+    return _time(g.replay, 50, device)
+
+
+def verify_grid(
+    session: Session, batches: Sequence[int], tokens: Sequence[int], contexts: Sequence[int]
+) -> list[dict[str, Any]]:
+    rows = []
+    for c in contexts:
+        for b in batches:
+            for n in tokens:
+                t = session.verify_time(b, n, c)
+                rows.append({"batch": b, "tokens": n, "context": c, "seconds": t})
+                print(f"  verify B={b:<3} N={n:<4} C={c:<5} {t * 1e3:8.3f} ms", flush=True)
+    return rows
+
+
+def calibration_run(
+    session: Session, *, gpu: str, hardware: str, batches: Sequence[int], tokens: Sequence[int],
+    contexts: Sequence[int], attention_grid: bool = True,
+) -> dict[str, Any]:
+    """Every micro-benchmark above as one calibration-run document."""
+    dev = session.device
+    doc: dict[str, Any] = {
+        "schema": RUN_SCHEMA,
+        "gpu": gpu,
+        "hardware": hardware,
+        "target": session.target.spec.name,
+        "drafter": session.drafter.spec.name,
+        "attention": session.attention_backend,
+    }
+    doc["copy_bytes_per_s"] = copy_bandwidth(dev)
+    doc["matmul_flops"] = matmul_flops(dev)
+    doc["graph_step_s"] = graph_step_overhead(dev)
+    print(f"copy {doc['copy_bytes_per_s'] / 1e12:.2f} TB/s, matmul {doc['matmul_flops'] / 1e12:.0f} TFLOP/s, "
+          f"graph step {doc['graph_step_s'] * 1e6:.1f} us", flush=True)
+    doc["gemm"] = gemm_sweep(session)
+    if attention_grid:
+        doc["attention_rows"] = attention_sweep(session, batches, contexts, tokens)
+    doc["verify"] = verify_grid(session, batches, tokens, contexts)
+    return doc

@@ -1,0 +1,349 @@
+"""The speculative-decoding loop, phase by phase, and the same runner without speculation.
+
+One speculative step for B sequences at context C (tree of N nodes, depth d, top-k k):
+    draft     drafter step over the root (1 token/seq), then d-1 steps over the k-node frontier,
+              filling the candidate pool (real logits + top-k; synthetic confidences)
+    tree      keep the N-1 best pool entries (tree_build.select_tree) + ancestor mask
+    verify    target forward over the N tree tokens (tree attention), logits + argmax on every
+              node; target tokens drawn from the acceptance model (synthetic.py)
+    accept    greedy verification: longest root path whose tokens match (kernels.walk_tree or torch)
+    compact   move the accepted path's K/V to contiguous positions C .. C+d (all layers at once)
+    extend    drafter pass over the accepted tokens (padded to d+1) -> next root hidden state
+The context is held at C from step to step (the compacted tokens are overwritten by the next
+tree), so every step is measured at the requested context. All state between phases lives in
+persistent buffers, so each phase is one CUDA graph, captured once per (batch, policy), and
+nothing syncs with the host inside a step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from spectune.executor.attention import KernelLayout
+from spectune.executor.drafter import Drafter, Eagle3Head
+from spectune.executor.model import Decoder, KVCache
+from spectune.executor.synthetic import SyntheticAcceptance, draw_target_tokens
+from spectune.executor.timing import PhaseTimer
+from spectune.executor.tree_build import (
+    pool_levels,
+    pool_size,
+    select_tree,
+    stable_topk,
+    tree_size,
+)
+from spectune.specs import SpecError, TreePolicy
+
+SPEC_PHASES = ("draft", "tree", "verify", "accept", "compact", "extend")
+AR_PHASES = ("verify",)
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """Median seconds per phase (+ 'overhead', 'step') and accepted draft tokens per step."""
+
+    phases_s: dict[str, float]
+    accepted: list[float]  # mean accepted draft tokens per sequence, one entry per timed step
+    batch: int
+    nodes: int
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens emitted per sequence per step (accepted + bonus)."""
+        return sum(self.accepted) / max(len(self.accepted), 1) + 1.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.batch * self.tokens_per_step / self.phases_s["step"]
+
+
+def _walk_kernel_ready() -> bool:
+    try:
+        from spectune.kernels import verify as _v
+    except ImportError:
+        return False
+    return hasattr(_v, "walk_tree")
+
+
+class _Graphs:
+    """Each phase function as a CUDA graph (one memory pool), or itself when not on CUDA."""
+
+    def __init__(self, fns: list[Callable[[], None]], device: torch.device, use_graphs: bool):
+        self.fns = fns
+        self.graphs: list[torch.cuda.CUDAGraph] = []
+        if device.type != "cuda" or not use_graphs:
+            return
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up: allocator, cuBLAS handles, Triton compiles
+            for _ in range(2):
+                for fn in fns:
+                    fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        pool = torch.cuda.graph_pool_handle()
+        for fn in fns:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool):
+                fn()
+            self.graphs.append(g)
+        torch.cuda.synchronize()
+
+    def phases(self) -> list[Callable[[], None]]:
+        if self.graphs:
+            return [g.replay for g in self.graphs]
+        return self.fns
+
+
+class SpecRunner:
+    """Speculative decoding of `batch` sequences at `context` with `policy` (dynamic top-k)."""
+
+    def __init__(
+        self,
+        target: Decoder,
+        drafter: Drafter,
+        acceptance: object,
+        policy: TreePolicy,
+        batch: int,
+        context: int,
+        target_cache: KVCache,
+        draft_cache: KVCache,
+        *,
+        use_graphs: bool = True,
+        use_kernels: bool = True,
+    ):
+        if policy.builder != "dynamic-topk":
+            raise SpecError(f"the executor runs dynamic-topk trees; got builder {policy.builder!r}")
+        self.target, self.drafter, self.policy = target, drafter, policy
+        self.batch, self.context = batch, context
+        self.tcache, self.dcache = target_cache, draft_cache
+        d, k = policy.depth, policy.topk
+        self.nodes = tree_size(d, k, policy.budget)
+        dev = target.device
+        self.device = dev
+        self.syn = SyntheticAcceptance(acceptance, d, k, dev)
+        if dev.type == "cuda" and use_kernels:
+            from spectune.executor.attention import kernels_ready
+
+            use_kernels = kernels_ready()
+        else:
+            use_kernels = False
+        self.layout = KernelLayout(batch, self.nodes, context, target_cache.capacity, dev) if use_kernels else None
+        self.walk = use_kernels and _walk_kernel_ready()
+        b, n, p = batch, self.nodes, pool_size(d, k)
+        i64 = dict(dtype=torch.int64, device=dev)
+        f32 = dict(dtype=torch.float32, device=dev)
+        hd = drafter.spec.hidden
+        self.eagle = isinstance(drafter, Eagle3Head)
+        self.capture_layers = target.eagle_capture_layers() if self.eagle else ()
+        # persistent state (read and written by the phase graphs)
+        self.root_token = torch.randint(0, drafter.vocab - 1, (b,), **i64)
+        self.root_hidden = torch.zeros((b, hd), dtype=target.dtype, device=dev)
+        self.pool_token = torch.zeros((b, p), **i64)
+        self.pool_parent = torch.full((b, p), -1, **i64)
+        self.pool_score = torch.zeros((b, p), **f32)
+        self.pool_accept = torch.zeros((b, p), **f32)
+        self.pool_lo = torch.zeros((b, p), **f32)
+        self.pool_level = torch.tensor(pool_levels(d, k), **i64)
+        self.slots = 1 + (d - 1) * k
+        self.slot_mask = torch.zeros((b, self.slots, self.slots), dtype=torch.bool, device=dev)
+        self.tree = select_tree(
+            self.pool_token, self.pool_parent, self.pool_score, self.pool_accept, self.pool_lo,
+            self.pool_level, self.root_token, n, d,
+        )
+        self.target_tok = torch.zeros((b, n), **i64)
+        self.argmax_tok = torch.zeros((b, n), **i64)
+        h3 = 3 * target.spec.hidden if self.eagle else 1
+        self.hidden3 = torch.zeros((b, n, h3), dtype=target.dtype, device=dev)
+        self.num_acc = torch.zeros((b,), **i64)
+        self.path = torch.zeros((b, d + 1), **i64)
+        self.other = target.spec.vocab - 1  # a token no draft holds (drafts skip the last id)
+        self.graphs = _Graphs(
+            [self.draft, self.build, self.verify, self.accept, self.compact, self.extend], dev, use_graphs
+        )
+
+    # ---- phases ----------------------------------------------------------------------------------
+    def _topk_tokens(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
+        """Draft logits of hidden [B, W, h] and their top-k token ids [B, W, k]."""
+        logits = self.drafter.logits(hidden)
+        limit = min(logits.shape[-1], self.other)
+        return torch.topk(logits[..., :limit], k, dim=-1).indices
+
+    def draft(self) -> None:
+        d, k, b, c = self.policy.depth, self.policy.topk, self.batch, self.context
+        dev = self.device
+        ones = torch.ones((b, 1, 1), dtype=torch.bool, device=dev)
+        pos = torch.full((b, 1), c, dtype=torch.int64, device=dev)
+        hid = self.drafter.draft_step(self.root_token[:, None], self.root_hidden[:, None], pos, self.dcache, c, 0, ones)
+        tok = self._topk_tokens(hid, k)  # [B, 1, k]
+        logc, acc, lo = self.syn.children(1, self.syn.draw_rows(1, (b, 1), dev), k)
+        self.pool_token[:, :k] = tok[:, 0]
+        self.pool_parent[:, :k] = -1
+        self.pool_score[:, :k] = logc[:, 0]
+        self.pool_accept[:, :k] = acc[:, 0]
+        self.pool_lo[:, :k] = lo[:, 0]
+        sm = self.slot_mask
+        sm.zero_()
+        sm[:, :, 0] = True  # every slot descends from the root; level-1 slots 1..k: root + self
+        sm[:, 0, 0] = True
+        if d > 1:
+            idx = torch.arange(1, 1 + k, device=dev)
+            sm[:, idx, idx] = True
+        frontier = torch.arange(k, device=dev).expand(b, k)
+        fr_hidden = hid.expand(b, k, hid.shape[-1])
+        for level in range(1, d):
+            slot0 = 1 + (level - 1) * k
+            tokens = torch.gather(self.pool_token, 1, frontier)
+            pos = torch.full((b, k), c + level, dtype=torch.int64, device=dev)
+            mask = sm[:, slot0 : slot0 + k, : slot0 + k]
+            hid = self.drafter.draft_step(tokens, fr_hidden, pos, self.dcache, c, slot0, mask)
+            ctok = self._topk_tokens(hid, k)  # [B, k, k]
+            logc, acc, lo = self.syn.children(level + 1, self.syn.draw_rows(level + 1, (b, k), dev), k)
+            score = torch.gather(self.pool_score, 1, frontier)[:, :, None] + logc
+            base = k + (level - 1) * k * k
+            span = slice(base, base + k * k)
+            self.pool_token[:, span] = ctok.reshape(b, k * k)
+            self.pool_parent[:, span] = frontier[:, :, None].expand(b, k, k).reshape(b, k * k)
+            self.pool_score[:, span] = score.reshape(b, k * k)
+            self.pool_accept[:, span] = acc.reshape(b, k * k)
+            self.pool_lo[:, span] = lo.reshape(b, k * k)
+            if level < d - 1:
+                sel = stable_topk(score.reshape(b, k * k), k)  # [B, k]
+                frontier = base + sel
+                j = sel // k
+                fr_hidden = torch.gather(hid, 1, j[:, :, None].expand(b, k, hid.shape[-1]))
+                new = slot0 + k + torch.arange(k, device=dev)
+                rows = torch.gather(sm, 1, (slot0 + j)[:, :, None].expand(b, k, self.slots))
+                rows[:, torch.arange(k, device=dev), new] = True
+                sm[:, new] = rows
+
+    def build(self) -> None:
+        t = select_tree(
+            self.pool_token, self.pool_parent, self.pool_score, self.pool_accept, self.pool_lo,
+            self.pool_level, self.root_token, self.nodes, self.policy.depth,
+        )
+        for name in ("parents", "tokens", "depth", "accept", "lo", "mask"):
+            getattr(self.tree, name).copy_(getattr(t, name))
+        if self.layout is not None:
+            self.layout.set_mask(self.tree.mask)
+
+    def verify(self) -> None:
+        t = self.tree
+        hidden, captured = self.target.forward(
+            t.tokens, self.context + t.depth, self.tcache, self.context, t.mask,
+            capture=self.capture_layers, kernel=self.layout,
+        )
+        logits = self.target.lm_head(hidden)  # [B, N, vocab]
+        self.argmax_tok.copy_(logits.argmax(dim=-1))
+        self.target_tok.copy_(draw_target_tokens(t.parents, t.tokens, t.accept, t.lo, self.other))
+        if captured:
+            self.hidden3.copy_(torch.cat(captured, dim=-1))
+
+    def accept(self) -> None:
+        t, b, d = self.tree, self.batch, self.policy.depth
+        if self.walk:
+            from spectune.kernels.verify import walk_tree
+
+            n = self.nodes
+            qo = torch.arange(b + 1, dtype=torch.int32, device=self.device) * n
+            res = walk_tree(
+                t.tokens.reshape(-1).contiguous(), t.parents.to(torch.int32).reshape(-1).contiguous(),
+                qo, self.target_tok.reshape(-1).contiguous(), max_nodes=n,
+            )
+            path = res.accepted_nodes[:, : d + 1].long()
+            num = res.num_accepted.long()
+            last = torch.gather(path, 1, num[:, None])
+            self.path.copy_(torch.where(path >= 0, path, last))
+            self.num_acc.copy_(num)
+            self.root_token.copy_(res.next_token)
+            return
+        num, path, bonus = greedy_accept(t.parents, t.tokens, t.depth, t.mask, self.target_tok, d)
+        self.num_acc.copy_(num)
+        self.path.copy_(path)
+        self.root_token.copy_(bonus)
+
+    def compact(self) -> None:
+        compact_kv(self.tcache, self.batch, self.context, self.path)
+
+    def extend(self) -> None:
+        b, c, a = self.batch, self.context, self.policy.depth + 1
+        tokens = torch.gather(self.tree.tokens, 1, self.path)
+        h3 = torch.gather(self.hidden3, 1, self.path[:, :, None].expand(b, a, self.hidden3.shape[-1]))
+        pos = c + torch.arange(a, device=self.device).expand(b, a)
+        causal = torch.ones((a, a), dtype=torch.bool, device=self.device).tril().expand(b, a, a)
+        out = self.drafter.draft_extend(tokens, h3, pos, self.dcache, c, causal)
+        last = torch.gather(out, 1, self.num_acc[:, None, None].expand(b, 1, out.shape[-1]))
+        self.root_hidden.copy_(last[:, 0])
+
+    # ---- timing ----------------------------------------------------------------------------------
+    def run(self, steps: int, warmup: int = 3) -> PhaseResult:
+        fns = self.graphs.phases()
+        for _ in range(warmup):
+            for fn in fns:
+                fn()
+        hist = torch.zeros((steps, self.batch), dtype=torch.int64, device=self.device)
+        timer = PhaseTimer(SPEC_PHASES, steps, self.device)
+        timer.run(fns, after_step=lambda s: hist[s].copy_(self.num_acc))
+        accepted = hist.float().mean(dim=1).tolist()
+        return PhaseResult(timer.medians_s(), accepted, self.batch, self.nodes)
+
+
+class ARRunner:
+    """The same target without speculation: one token per sequence per step (the baseline)."""
+
+    def __init__(self, target: Decoder, batch: int, context: int, cache: KVCache, *, use_graphs: bool = True):
+        self.target, self.batch, self.context, self.cache = target, batch, context, cache
+        dev = target.device
+        self.device = dev
+        self.token = torch.randint(0, target.spec.vocab, (batch, 1), dtype=torch.int64, device=dev)
+        self.pos = torch.full((batch, 1), context, dtype=torch.int64, device=dev)
+        self.mask = torch.ones((batch, 1, 1), dtype=torch.bool, device=dev)
+        self.graphs = _Graphs([self.verify], dev, use_graphs)
+
+    def verify(self) -> None:
+        hidden, _ = self.target.forward(self.token, self.pos, self.cache, self.context, self.mask)
+        self.token.copy_(self.target.lm_head(hidden).argmax(dim=-1))
+
+    def run(self, steps: int, warmup: int = 3) -> PhaseResult:
+        fns = self.graphs.phases()
+        for _ in range(warmup):
+            fns[0]()
+        timer = PhaseTimer(AR_PHASES, steps, self.device)
+        timer.run(fns)
+        return PhaseResult(timer.medians_s(), [0.0] * steps, self.batch, 1)
+
+
+def greedy_accept(
+    parents: torch.Tensor, tokens: torch.Tensor, depth: torch.Tensor, mask: torch.Tensor,
+    target: torch.Tensor, max_depth: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Torch greedy verification (the fallback of kernels.walk_tree).
+
+    parents, tokens, depth, target: int64[B, N]; mask: bool[B, N, N] ancestor matrix.
+    Returns (accepted draft tokens int64[B], path int64[B, max_depth+1] root first, padded with
+    the last accepted node, bonus token int64[B])."""
+    b, n = parents.shape
+    match = tokens == torch.gather(target, 1, parents.clamp(min=0))
+    match[:, 0] = True
+    ok = ~(mask & ~match[:, None, :]).any(dim=-1)  # every node on the path matches its parent's target
+    best = torch.where(ok, depth, -1).argmax(dim=1)  # deepest accepted node (lowest index on ties)
+    num = torch.gather(depth, 1, best[:, None])[:, 0]
+    on_path = torch.gather(mask, 1, best[:, None, None].expand(b, 1, n))[:, 0]  # [B, N]
+    path = best[:, None].expand(b, max_depth + 2).clone()
+    dest = torch.where(on_path, depth, max_depth + 1)
+    path.scatter_(1, dest, torch.arange(n, device=parents.device).expand(b, n))
+    bonus = torch.gather(target, 1, best[:, None])[:, 0]
+    return num, path[:, : max_depth + 1], bonus
+
+
+def compact_kv(cache: KVCache, batch: int, context: int, path: torch.Tensor) -> None:
+    """Move the K/V of the accepted path (tree nodes path[b, j] at context + path[b, j]) to
+    context + j, in every layer at once. Bytes: 2 * layers * 2 * B * (d+1) * KVH * D * elem."""
+    kv = cache.kv[:, :, :batch]  # [L, 2, B, cap, KVH, D]
+    lyr, two, b, _, kvh, d = kv.shape
+    a = path.shape[1]
+    idx = (context + path)[None, None, :, :, None, None].expand(lyr, two, b, a, kvh, d)
+    moved = torch.gather(kv, 3, idx)
+    kv[:, :, :, context : context + a].copy_(moved)

@@ -1,0 +1,143 @@
+"""`spectune execute`: run policies on the GPU and write the measurement JSON.
+
+For each batch size: the baseline (speculation off) and the policy the table gives for
+(batch, context), each timed per phase over many steps after warm-up. One target, drafter and
+KV cache serve every run (allocated once at the largest batch), so an 8B run fits on one GPU.
+
+Measurement JSON (schema spectune.measurement/v1; spectune.executor.check reads it without torch):
+    {"schema", "gpu": device name, "hardware": HardwareSpec preset, "target", "drafter",
+     "workload", "context", "steps", "attention": backend, "created",
+     "runs": [{"batch", "label", "policy": TreePolicy dict | null, "nodes": tree tokens,
+               "phases_ms": {draft, tree, verify, accept, compact, extend, overhead, step},
+               "accepted_mean": accepted draft tokens per step, "tokens_per_step",
+               "tokens_per_s", "ar_step_ms", "ar_tokens_per_s", "speedup"}]}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spectune.specs import SpecError, TreePolicy
+
+SCHEMA = "spectune.measurement/v1"
+PHASE_KEYS = ("draft", "tree", "verify", "accept", "compact", "extend", "overhead", "step")
+
+
+def gpu_hardware_name(device_name: str) -> str:
+    """The HardwareSpec preset of a CUDA device name ('NVIDIA H100 80GB HBM3' -> 'h100-sxm')."""
+    low = device_name.lower()
+    for key, preset in (("h200", "h200"), ("h100", "h100-sxm"), ("a100", "a100-80g"), ("l40s", "l40s")):
+        if key in low:
+            return preset
+    raise SpecError(f"no hardware preset for GPU {device_name!r}; pass --hardware")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One measured configuration: a batch size and its policy (None: speculation off)."""
+
+    batch: int
+    policy: TreePolicy | None
+    label: str
+
+
+def run_record(spec: RunSpec, spec_res: Any, ar_res: Any) -> dict[str, Any]:
+    """One entry of "runs" from a spec PhaseResult (None when off) and the baseline PhaseResult."""
+    ar_ms = ar_res.phases_s["step"] * 1e3
+    ar_tps = spec.batch / ar_res.phases_s["step"]
+    if spec_res is None:
+        phases = {k: 0.0 for k in PHASE_KEYS}
+        phases["verify"] = ar_res.phases_s["verify"] * 1e3
+        phases["overhead"] = ar_res.phases_s["overhead"] * 1e3
+        phases["step"] = ar_ms
+        acc, tps, nodes = 0.0, ar_tps, 1
+    else:
+        phases = {k: spec_res.phases_s.get(k, 0.0) * 1e3 for k in PHASE_KEYS}
+        acc = spec_res.tokens_per_step - 1.0
+        tps = spec_res.tokens_per_s
+        nodes = spec_res.nodes
+    return {
+        "batch": spec.batch,
+        "label": spec.label,
+        "policy": dataclasses.asdict(spec.policy) if spec.policy else None,
+        "nodes": nodes,
+        "phases_ms": phases,
+        "accepted_mean": acc,
+        "tokens_per_step": acc + 1.0,
+        "tokens_per_s": tps,
+        "ar_step_ms": ar_ms,
+        "ar_tokens_per_s": ar_tps,
+        "speedup": tps / ar_tps,
+    }
+
+
+def measurement_doc(
+    *, gpu: str, hardware: str, target: str, drafter: str, workload: str, context: int,
+    steps: int, attention: str, runs: Sequence[dict[str, Any]], extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "gpu": gpu,
+        "hardware": hardware,
+        "target": target,
+        "drafter": drafter,
+        "workload": workload,
+        "context": context,
+        "steps": steps,
+        "attention": attention,
+        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "runs": list(runs),
+    }
+    if extra:
+        doc.update(extra)
+    return doc
+
+
+def validate_measurement(doc: Any, where: str = "measurement") -> None:
+    """SpecError unless `doc` has the measurement schema's fields and types."""
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise SpecError(f"{where}: not a {SCHEMA} document")
+    for key, typ in (("gpu", str), ("hardware", str), ("target", str), ("drafter", str),
+                     ("context", int), ("runs", list)):
+        if not isinstance(doc.get(key), typ):
+            raise SpecError(f"{where}: field {key!r} must be a {typ.__name__}")
+    for i, r in enumerate(doc["runs"]):
+        w = f"{where}: runs[{i}]"
+        if not isinstance(r, dict):
+            raise SpecError(f"{w}: expected an object")
+        for key in ("batch", "nodes", "accepted_mean", "tokens_per_s", "ar_step_ms", "speedup"):
+            if not isinstance(r.get(key), int | float) or isinstance(r.get(key), bool):
+                raise SpecError(f"{w}: field {key!r} must be a number")
+        ph = r.get("phases_ms")
+        if not isinstance(ph, dict) or any(not isinstance(ph.get(k), int | float) for k in PHASE_KEYS):
+            raise SpecError(f"{w}: field 'phases_ms' needs numbers for {', '.join(PHASE_KEYS)}")
+        if r.get("policy") is not None:
+            if not isinstance(r["policy"], dict):
+                raise SpecError(f"{w}: field 'policy' must be an object or null")
+            TreePolicy(**r["policy"])
+
+
+def format_table(doc: dict[str, Any]) -> str:
+    """The measurement as a readable table (one row per run)."""
+    head = (
+        f"{doc['gpu']} ({doc['hardware']}), {doc['target']} + {doc['drafter']}, "
+        f"context {doc['context']}, workload {doc.get('workload', '')}, attention {doc.get('attention', '')}"
+    )
+    cols = f"{'batch':>5} {'policy':<24} {'N':>4} {'draft':>7} {'tree':>6} {'verify':>7} {'acc+cmp':>7} " \
+           f"{'extend':>6} {'ovh':>5} {'step ms':>8} {'acc':>5} {'tok/s':>9} {'AR tok/s':>9} {'speedup':>7}"
+    lines = [head, cols]
+    for r in doc["runs"]:
+        p = r["policy"]
+        name = "off" if p is None else f"{r['label']}:{p['depth']}/{p['topk']}/{p['budget']}"
+        ph = r["phases_ms"]
+        lines.append(
+            f"{r['batch']:>5} {name:<24.24} {r['nodes']:>4} {ph['draft']:>7.2f} {ph['tree']:>6.2f} "
+            f"{ph['verify']:>7.2f} {ph['accept'] + ph['compact']:>7.2f} {ph['extend']:>6.2f} "
+            f"{ph['overhead']:>5.2f} {ph['step']:>8.2f} {r['accepted_mean']:>5.2f} "
+            f"{r['tokens_per_s']:>9.0f} {r['ar_tokens_per_s']:>9.0f} {r['speedup']:>7.2f}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,199 @@
+"""A real-shape Llama-family dense decoder with a KV cache, driven by a ModelSpec.
+
+Weights are random (latency does not depend on their values) and filled on the device, so the
+8B target costs no host time or host memory. Per layer a forward is: fused q|k|v GEMM, RoPE,
+K/V written into the cache, tree attention (prefix by a flash kernel, tree tokens by mask),
+output GEMM, add+RMSNorm, fused gate|up GEMM, silu*up, down GEMM, add+RMSNorm: nine kernels plus
+attention's few, which keeps a CUDA-graph replay near the weight-streaming floor.
+
+Bytes one forward must move (the roofline floor): every layer weight and the LM head once
+(ModelSpec.weight_bytes() minus the untied embedding, of which only B*N rows are read), plus the
+K/V prefix of every sequence once per layer: B * C * kv_bytes_per_token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from spectune.executor.attention import KernelLayout, tree_attention
+from spectune.executor.fused import add_rmsnorm, rope_, rope_tables, silu_mul
+from spectune.specs import ModelSpec, SpecError
+
+ROPE_THETA = 500000.0  # Llama 3 rope_theta (config.json); latency does not depend on it
+INIT_RANGE = 0.02  # uniform(-a, a) fill: keeps activations finite through random layers
+
+
+def floor_bytes(spec: ModelSpec, batch: int, context: int) -> float:
+    """Fewest bytes one target forward must read: weights actually multiplied (all layers, the
+    LM head; not the untied embedding table) plus every sequence's cached K/V once."""
+    weights = spec.weight_bytes()
+    if not spec.tie_embeddings:
+        weights -= spec.embedding_params() * spec.dtype_bytes
+    return float(weights + batch * context * spec.kv_bytes_per_token())
+
+
+def _fill(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype, gen: torch.Generator | None) -> torch.Tensor:
+    t = torch.empty(shape, device=device, dtype=dtype)
+    return t.uniform_(-INIT_RANGE, INIT_RANGE, generator=gen)
+
+
+@dataclass
+class LayerWeights:
+    """One decoder layer. Linear weights are [out, in] (x @ W.T).
+
+    wqkv: [(H + 2*KVH) * D, in_width]  q, k, v stacked (q heads first)
+    wo: [hidden, H * D];  w_gate_up: [2 * ffn, hidden] (gate first);  w_down: [hidden, ffn]
+    norm_attn, norm_mlp: [hidden]
+    """
+
+    wqkv: torch.Tensor
+    wo: torch.Tensor
+    w_gate_up: torch.Tensor
+    w_down: torch.Tensor
+    norm_attn: torch.Tensor
+    norm_mlp: torch.Tensor
+
+    @classmethod
+    def random(cls, spec: ModelSpec, device: torch.device, dtype: torch.dtype, gen: torch.Generator | None) -> LayerWeights:
+        h, d = spec.hidden, spec.head_dim
+        qkv_out = (spec.heads + 2 * spec.kv_heads) * d
+        return cls(
+            wqkv=_fill((qkv_out, spec.attn_in_width), device, dtype, gen),
+            wo=_fill((h, spec.heads * d), device, dtype, gen),
+            w_gate_up=_fill((2 * spec.ffn, h), device, dtype, gen),
+            w_down=_fill((h, spec.ffn), device, dtype, gen),
+            norm_attn=torch.ones(spec.hidden, device=device, dtype=dtype),
+            norm_mlp=torch.ones(h, device=device, dtype=dtype),
+        )
+
+
+class KVCache:
+    """kv: [layers, 2, max_batch, capacity, KVH, D] (the kernels' fixed-capacity layout: one
+    layer's K viewed as [B * capacity, KVH, D]). A forward over N new tokens of each sequence
+    writes their K/V at positions [context + slot, context + slot + N)."""
+
+    def __init__(self, spec: ModelSpec, max_batch: int, capacity: int, device: torch.device, dtype: torch.dtype):
+        self.capacity = capacity
+        self.kv = torch.empty(
+            (spec.layers, 2, max_batch, capacity, spec.kv_heads, spec.head_dim), device=device, dtype=dtype
+        )
+        self.kv.uniform_(-1.0, 1.0)  # prefix contents are arbitrary but finite
+
+    def layer(self, i: int, batch: int) -> torch.Tensor:
+        """[2, batch, capacity, KVH, D] view of layer i."""
+        return self.kv[i, :, :batch]
+
+
+def layer_forward(
+    h: torch.Tensor,
+    residual: torch.Tensor,
+    w: LayerWeights,
+    spec: ModelSpec,
+    kv: torch.Tensor,
+    pos: torch.Tensor,
+    context: int,
+    slot: int,
+    span: int,
+    mask: torch.Tensor,
+    rope: tuple[torch.Tensor, torch.Tensor],
+    kernel: KernelLayout | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One pre-norm decoder layer. h: [B, N, in_width] its normed input; residual: [B, N, hidden]
+    the residual stream (updated in place: += attention output).
+
+    kv: [2, B, cap, KVH, D] this layer's cache; the N new K/V go to [context+slot, +N); attention
+    sees the prefix [0, context) fully and keys [context, context+span) through mask: bool[B, N, span].
+    kernel: when given (verify passes, slot 0, span N), spectune.kernels' Triton tree attention.
+    Returns (the MLP output [B, N, hidden], to be added to the residual by the caller's fused
+    add+norm, and the residual stream).
+    """
+    b, n, _ = h.shape
+    hq, hk, d = spec.heads, spec.kv_heads, spec.head_dim
+    qkv = torch.nn.functional.linear(h.view(b * n, -1), w.wqkv)  # [B*N, (Hq+2Hk)*D]
+    rope_(qkv, hq + hk, pos.reshape(-1), *rope)
+    q = qkv[:, : hq * d].view(b, n, hq, d)
+    lo = context + slot
+    kv[:, :, lo : lo + n].copy_(qkv[:, hq * d :].view(b, n, 2, hk, d).permute(2, 0, 1, 3, 4))
+    if kernel is not None:
+        attn = kernel.attend(q, kv)
+    else:
+        attn = tree_attention(
+            q,
+            kv[0, :, :context].transpose(1, 2),
+            kv[1, :, :context].transpose(1, 2),
+            kv[0, :, context : context + span].transpose(1, 2),
+            kv[1, :, context : context + span].transpose(1, 2),
+            mask,
+        )
+    o = torch.nn.functional.linear(attn.reshape(b * n, hq * d), w.wo).view(b, n, -1)
+    h2 = add_rmsnorm(o, residual, w.norm_mlp)
+    gu = torch.nn.functional.linear(h2.view(b * n, -1), w.w_gate_up)
+    mlp = torch.nn.functional.linear(silu_mul(gu), w.w_down).view(b, n, -1)
+    return mlp, residual
+
+
+class Decoder:
+    """A dense Llama-family decoder at the shape of `spec` with random weights.
+
+    forward(tokens [B, N], pos [B, N], ...) -> final normed hidden [B, N, hidden];
+    lm_head(hidden [B, N, hidden]) -> logits [B, N, vocab].
+    """
+
+    def __init__(self, spec: ModelSpec, device: torch.device | str, dtype: torch.dtype = torch.bfloat16, seed: int = 0, max_pos: int = 1 << 17):
+        if spec.is_moe or spec.is_mla or spec.is_draft_head:
+            raise SpecError(f"{spec.name}: the executor runs dense decoders only (no MoE/MLA/heads)")
+        self.spec = spec
+        self.device = torch.device(device)
+        self.dtype = dtype
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.embed = _fill((spec.vocab, spec.hidden), self.device, dtype, gen)
+        self.layers = [LayerWeights.random(spec, self.device, dtype, gen) for _ in range(spec.layers)]
+        self.norm_final = torch.ones(spec.hidden, device=self.device, dtype=dtype)
+        self.lm = self.embed if spec.tie_embeddings else _fill((spec.vocab, spec.hidden), self.device, dtype, gen)
+        self.rope = rope_tables(max_pos, spec.head_dim, ROPE_THETA, self.device)
+
+    def new_cache(self, max_batch: int, capacity: int) -> KVCache:
+        return KVCache(self.spec, max_batch, capacity, self.device, self.dtype)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        pos: torch.Tensor,
+        cache: KVCache,
+        context: int,
+        mask: torch.Tensor,
+        slot: int = 0,
+        capture: tuple[int, ...] = (),
+        kernel: KernelLayout | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """tokens, pos: int64[B, N]; mask: bool[B, N, slot + N] over the new keys
+        [context, context + slot + N). Returns (final normed hidden [B, N, hidden], the residual
+        stream after each layer index in `capture`, each [B, N, hidden] (EAGLE-3's inputs))."""
+        b, n = tokens.shape
+        span = mask.shape[-1]
+        if context + span > cache.capacity:
+            raise SpecError(f"cache capacity {cache.capacity} < context {context} + {span} new keys")
+        residual = torch.nn.functional.embedding(tokens, self.embed)  # fresh tensor: the stream
+        x = add_rmsnorm(residual, None, self.layers[0].norm_attn)
+        captured: dict[int, torch.Tensor] = {}
+        for i, w in enumerate(self.layers):
+            x, residual = layer_forward(
+                x, residual, w, self.spec, cache.layer(i, b), pos, context, slot, span, mask, self.rope,
+                kernel,
+            )
+            nxt = self.layers[i + 1].norm_attn if i + 1 < len(self.layers) else self.norm_final
+            x = add_rmsnorm(x, residual, nxt)  # residual += mlp; x = norm(residual)
+            if i in capture:
+                captured[i] = residual.clone()
+        return x, [captured[i] for i in capture]
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[B, N, hidden] -> logits [B, N, vocab] (bytes: vocab * hidden * 2 weight + logits)."""
+        return torch.nn.functional.linear(hidden, self.lm)
+
+    def eagle_capture_layers(self) -> tuple[int, int, int]:
+        """The three layers whose outputs EAGLE-3 fuses (low, middle, high), as EAGLE-3 picks them."""
+        n = self.spec.layers
+        return (min(2, n - 1), n // 2, max(n - 3, 0))

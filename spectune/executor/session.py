@@ -1,0 +1,160 @@
+"""One GPU session: the target, its drafter and their KV caches, built once and shared by every
+measured configuration (`spectune execute`, `spectune calibrate`, benchmarks/bench_executor.py).
+
+Caches are allocated once for the largest batch and the largest context + tree, and each run
+takes a batch slice, so a whole sweep of batch sizes and policies fits next to the 16 GB of
+Llama-3.1-8B weights. Graphs are captured per run and freed after it.
+"""
+
+from __future__ import annotations
+
+import gc
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+from spectune.executor.attention import KernelLayout, kernels_ready
+from spectune.executor.drafter import Drafter, make_drafter
+from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner, _Graphs
+from spectune.executor.model import Decoder
+from spectune.executor.timing import PhaseTimer
+from spectune.specs import ModelSpec, SpecError, TreePolicy
+
+
+def require_cuda() -> torch.device:
+    """The CUDA device, or a SpecError that says why this command needs one."""
+    if not torch.cuda.is_available():
+        raise SpecError(
+            "no CUDA GPU is visible: the executor times real kernels and needs one "
+            "(run it on a GPU host; `spectune check` re-predicts committed measurements on CPU)"
+        )
+    return torch.device("cuda")
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    max_batch: int
+    max_context: int
+    max_tree: int = 128  # largest tree (verify tokens per sequence) any run will use
+    use_graphs: bool = True
+    use_kernels: bool = True  # spectune.kernels' tree attention / walk when available
+
+
+class Session:
+    """Target + drafter + caches on one device."""
+
+    def __init__(self, target: ModelSpec, drafter: ModelSpec, cfg: SessionConfig, device: torch.device | str):
+        self.cfg = cfg
+        self.device = torch.device(device)
+        dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        cap = cfg.max_context + cfg.max_tree + 8
+        self.target = Decoder(target, self.device, dtype, max_pos=cap + 64)
+        self.drafter: Drafter = make_drafter(drafter, self.target)
+        self.tcache = self.target.new_cache(cfg.max_batch, cap)
+        self.dcache = self.drafter.new_cache(cfg.max_batch, cap)
+        self.use_kernels = cfg.use_kernels and self.device.type == "cuda" and kernels_ready()
+
+    @property
+    def attention_backend(self) -> str:
+        return "spectune.kernels tree_attention" if self.use_kernels else "flash prefix + masked tree (torch)"
+
+    def _check(self, batch: int, context: int, tokens: int) -> None:
+        if batch > self.cfg.max_batch or context > self.cfg.max_context or tokens > self.cfg.max_tree:
+            raise SpecError(
+                f"run (batch {batch}, context {context}, {tokens} tree tokens) exceeds the session "
+                f"(max batch {self.cfg.max_batch}, context {self.cfg.max_context}, tree {self.cfg.max_tree})"
+            )
+
+    def run_ar(self, batch: int, context: int, steps: int, warmup: int = 3) -> PhaseResult:
+        self._check(batch, context, 1)
+        r = ARRunner(self.target, batch, context, self.tcache, use_graphs=self.cfg.use_graphs)
+        res = r.run(steps, warmup)
+        del r
+        _free()
+        return res
+
+    def run_spec(self, batch: int, context: int, policy: TreePolicy, acceptance: object, steps: int, warmup: int = 3) -> PhaseResult:
+        self._check(batch, context, policy.budget)
+        r = SpecRunner(
+            self.target, self.drafter, acceptance, policy, batch, context, self.tcache, self.dcache,
+            use_graphs=self.cfg.use_graphs, use_kernels=self.use_kernels,
+        )
+        res = r.run(steps, warmup)
+        del r
+        _free()
+        return res
+
+    def verify_time(self, batch: int, tokens: int, context: int, reps: int = 10, use_kernels: bool | None = None) -> float:
+        """Median seconds of one target forward (+ LM head and argmax on every token) over
+        `batch` sequences x `tokens` chain tokens at `context`, replayed from a CUDA graph."""
+        self._check(batch, context, tokens)
+        dev = self.device
+        kern = self.use_kernels if use_kernels is None else (use_kernels and kernels_ready())
+        tok = torch.randint(0, self.target.spec.vocab, (batch, tokens), device=dev)
+        pos = context + torch.arange(tokens, device=dev).expand(batch, tokens)
+        mask = torch.ones((tokens, tokens), dtype=torch.bool, device=dev).tril().expand(batch, tokens, tokens).contiguous()
+        layout = KernelLayout(batch, tokens, context, self.tcache.capacity, dev) if kern else None
+        if layout is not None:
+            layout.set_mask(mask)
+        out = torch.zeros((batch, tokens), dtype=torch.int64, device=dev)
+
+        def fwd() -> None:
+            h, _ = self.target.forward(tok, pos, self.tcache, context, mask, kernel=layout)
+            out.copy_(self.target.lm_head(h).argmax(dim=-1))
+
+        g = _Graphs([fwd], dev, self.cfg.use_graphs)
+        fn = g.phases()[0]
+        for _ in range(2):
+            fn()
+        timer = PhaseTimer(("verify",), reps, dev)
+        timer.run([fn])
+        t = timer.medians_s()["verify"]
+        del g
+        _free()
+        return t
+
+
+def _free() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def measure_runs(
+    session: Session,
+    runs: list[tuple[int, TreePolicy | None, str]],
+    context: int,
+    acceptance: object,
+    steps: int,
+    warmup: int = 3,
+    keep_going: bool = False,
+) -> list[dict[str, object]]:
+    """Measure each (batch, policy, label) against the baseline at the same batch (measured once
+    per batch); returns the measurement document's "runs" entries. With `keep_going`, a run
+    that fails is reported on stderr and skipped."""
+    from spectune.executor.measure import RunSpec, run_record
+
+    baselines: dict[int, PhaseResult] = {}
+    out = []
+    for batch, policy, label in runs:
+        if batch not in baselines:
+            baselines[batch] = session.run_ar(batch, context, steps, warmup)
+        ar = baselines[batch]
+        try:
+            res = None if policy is None else session.run_spec(batch, context, policy, acceptance, steps, warmup)
+        except Exception:
+            if not keep_going:
+                raise
+            traceback.print_exc()
+            _free()
+            continue
+        rec = run_record(RunSpec(batch, policy, label), res, ar)
+        out.append(rec)
+        print(
+            f"  B={batch:<3} {label:<10} {policy and (policy.depth, policy.topk, policy.budget)!s:<14} "
+            f"step {rec['phases_ms']['step']:8.3f} ms  verify {rec['phases_ms']['verify']:7.3f}  "
+            f"acc {rec['accepted_mean']:.2f}  {rec['tokens_per_s']:9.0f} tok/s  x{rec['speedup']:.2f}",
+            flush=True,
+        )
+    return out

@@ -1,0 +1,135 @@
+"""Draft trees on the GPU: the torch port of the planner's dynamic top-k builder (EAGLE-2).
+
+Drafting fills a candidate pool per sequence, in level order (so a parent precedes its children):
+level 1 holds the root's top-k children, each later level the k*k children of that level's
+frontier (the k best nodes of the level above by cumulative draft log-prob). `select_tree`
+keeps the budget-1 best pool entries by cumulative log-prob (ties: lower pool index first, the
+numpy reference's stable order), which is closed under parents because a child's cumulative
+log-prob never exceeds its parent's, and lays the kept nodes out as a tree batch: node 0 the
+root, kept nodes in pool order. Everything is batched tensor work: no host sync, no per-node loop.
+
+Pool (per sequence, P = k + (depth-1) * k * k entries):
+    token int64[B, P], parent int64[B, P] (pool index, -1 = root), score float32[B, P]
+    (cumulative log-prob), accept / lo float32[B, P] (synthetic acceptance of the node),
+    level int64[P] (depth of each entry; static).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+def pool_size(depth: int, topk: int) -> int:
+    """Entries a dynamic top-k draft of `depth` steps produces per sequence."""
+    return topk + (depth - 1) * topk * topk
+
+
+def tree_size(depth: int, topk: int, budget: int) -> int:
+    """Nodes of the verified tree (root included): the budget, or the whole pool if smaller."""
+    return min(budget, 1 + pool_size(depth, topk))
+
+
+def pool_levels(depth: int, topk: int) -> np.ndarray:
+    """int64[P]: depth of each pool entry."""
+    return np.concatenate([np.full(topk, 1)] + [np.full(topk * topk, lv) for lv in range(2, depth + 1)])
+
+
+def stable_topk(score: torch.Tensor, k: int) -> torch.Tensor:
+    """int64[B, k]: indices of the k largest entries of score [B, M], ties to the lower index."""
+    order = torch.sort(score, dim=-1, descending=True, stable=True).indices
+    return order[:, :k]
+
+
+@dataclass
+class TreeBatch:
+    """B verify trees of N nodes each (node 0 the root).
+
+    parents int64[B, N] (root -1); tokens int64[B, N]; depth int64[B, N];
+    accept, lo float32[B, N] (synthetic acceptance; root 1, 0); mask bool[B, N, N] (ancestor
+    matrix: [b, i, j] when j is i or an ancestor of i)
+    """
+
+    parents: torch.Tensor
+    tokens: torch.Tensor
+    depth: torch.Tensor
+    accept: torch.Tensor
+    lo: torch.Tensor
+    mask: torch.Tensor
+
+
+def ancestor_mask(parents: torch.Tensor, max_depth: int) -> torch.Tensor:
+    """bool[B, N, N] from parents int64[B, N] (root -1): `max_depth` gather steps up the tree."""
+    b, n = parents.shape
+    eye = torch.eye(n, dtype=torch.bool, device=parents.device).expand(b, n, n)
+    mask = eye.clone()
+    cur = parents
+    rows = torch.arange(n, device=parents.device).expand(b, n)
+    for _ in range(max_depth):
+        live = cur >= 0
+        hit = torch.zeros((b, n, n + 1), dtype=torch.bool, device=parents.device)
+        hit.scatter_(2, torch.where(live, cur, n)[..., None], True)
+        mask |= hit[..., :n]
+        cur = torch.where(live, torch.gather(parents, 1, cur.clamp(min=0)), cur)
+    del rows
+    return mask
+
+
+def select_tree(
+    pool_token: torch.Tensor,
+    pool_parent: torch.Tensor,
+    pool_score: torch.Tensor,
+    pool_accept: torch.Tensor,
+    pool_lo: torch.Tensor,
+    pool_level: torch.Tensor,
+    root_token: torch.Tensor,
+    nodes: int,
+    max_depth: int,
+) -> TreeBatch:
+    """Keep the nodes-1 best pool entries of each sequence and lay them out as trees.
+
+    pool_*: [B, P] (pool_level int64[P]); root_token int64[B]; nodes: N <= P + 1.
+    """
+    b, p = pool_score.shape
+    dev = pool_score.device
+    keep = stable_topk(pool_score, nodes - 1)  # [B, N-1]
+    keep = torch.sort(keep, dim=-1).values  # pool order: parents before children
+    # pool index -> tree node (1..N-1); root (-1) -> 0
+    where = torch.zeros((b, p), dtype=torch.int64, device=dev)
+    where.scatter_(1, keep, torch.arange(1, nodes, device=dev).expand(b, nodes - 1))
+    par_pool = torch.gather(pool_parent, 1, keep)
+    par_tree = torch.where(par_pool >= 0, torch.gather(where, 1, par_pool.clamp(min=0)), 0)
+    minus1 = torch.full((b, 1), -1, dtype=torch.int64, device=dev)
+    parents = torch.cat((minus1, par_tree), dim=1)
+    tokens = torch.cat((root_token[:, None], torch.gather(pool_token, 1, keep)), dim=1)
+    depth = torch.cat((torch.zeros_like(minus1), pool_level[keep]), dim=1)
+    ones = torch.ones((b, 1), dtype=pool_accept.dtype, device=dev)
+    accept = torch.cat((ones, torch.gather(pool_accept, 1, keep)), dim=1)
+    lo = torch.cat((ones * 0, torch.gather(pool_lo, 1, keep)), dim=1)
+    return TreeBatch(parents, tokens, depth, accept, lo, ancestor_mask(parents, max_depth))
+
+
+def reference_select_tree(
+    pool_token: np.ndarray,
+    pool_parent: np.ndarray,
+    pool_score: np.ndarray,
+    pool_level: np.ndarray,
+    root_token: np.ndarray,
+    nodes: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """numpy, one sequence at a time: (parents, tokens, depth) int64[B, N] (tests only)."""
+    b = pool_score.shape[0]
+    out = np.zeros((3, b, nodes), dtype=np.int64)
+    for i in range(b):
+        order = sorted(range(pool_score.shape[1]), key=lambda j: (-float(pool_score[i, j]), j))
+        keep = sorted(order[: nodes - 1])
+        index = {j: t + 1 for t, j in enumerate(keep)}
+        out[0, i, 0], out[1, i, 0], out[2, i, 0] = -1, root_token[i], 0
+        for t, j in enumerate(keep, start=1):
+            par = int(pool_parent[i, j])
+            out[0, i, t] = 0 if par < 0 else index[par]
+            out[1, i, t] = pool_token[i, j]
+            out[2, i, t] = pool_level[j]
+    return out[0], out[1], out[2]
