@@ -1,0 +1,258 @@
+"""`spectune simulate`: serve simulated traffic with a policy and compare with speculation off.
+
+One table per load level (request rate, closed-loop concurrency, or a replayed trace), the
+speculation-off baseline beside it on the same arrivals and lengths. `--json` prints
+{"runs": [...]} with one record per load level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from spectune.cli.common import float_list, int_list
+from spectune.specs import PolicyTable, SpecError, TreePolicy, load_hardware, load_model
+
+DEFAULT_POLICY = "dynamic-topk:5,4,8"  # SGLang's EAGLE defaults: 5 steps, top-k 4, 8 tokens
+
+
+def _policy(text: str) -> PolicyTable | TreePolicy | None:
+    if text == "off":
+        return None
+    if text.lower().endswith(".json") or Path(text).is_file():
+        return PolicyTable.load(text)
+    return TreePolicy.parse(text)
+
+
+def _policy_text(p: PolicyTable | TreePolicy | None, arg: str) -> str:
+    if p is None:
+        return "off"
+    if isinstance(p, PolicyTable):
+        return f"table {arg} ({len(p.buckets)} buckets)"
+    return arg
+
+
+def _loads(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    from spectune.simulator import ClosedLoop, Gamma, Poisson, load_trace
+
+    if args.trace:
+        trace = load_trace(args.trace)
+        return [(f"trace {Path(args.trace).name}", trace)]
+    if args.concurrency:
+        return [(f"concurrency {c}", ClosedLoop(c)) for c in args.concurrency]
+    qps = args.qps or [1.0, 4.0, 16.0]
+    if args.burstiness and args.burstiness != 1.0:
+        return [(f"qps {q:g} (cv {args.burstiness:g})", Gamma(q, args.burstiness)) for q in qps]
+    return [(f"qps {q:g}", Poisson(q)) for q in qps]
+
+
+class _Progress:
+    """Requests finished, on stderr, for runs that take more than a second."""
+
+    def __init__(self, label: str, quiet: bool):
+        self.label = label
+        self.quiet = quiet
+        self.t0 = time.perf_counter()
+        self.last = self.t0
+        self.tty = sys.stderr.isatty()
+        self.shown = False
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if self.quiet:
+            return
+        now = time.perf_counter()
+        if now - self.last < 1.0 and done < total:
+            return
+        if now - self.t0 < 1.0:
+            return
+        self.last = now
+        end = "\r" if self.tty and done < total else "\n"
+        print(
+            f"  {self.label}: {phase} {done}/{total} requests ({now - self.t0:.0f} s)",
+            end=end,
+            file=sys.stderr,
+            flush=True,
+        )
+        self.shown = True
+
+
+def _ms(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x * 1e3:.1f}"
+
+
+def _table(label: str, res: Any) -> str:
+    m, o = res.spec.metrics, res.off.metrics if res.off is not None else None
+    rows: list[tuple[str, str, str]] = []
+
+    def row(name: str, f: Any) -> None:
+        rows.append((name, f(m), f(o) if o is not None else "-"))
+
+    row("requests", lambda x: f"{x.requests}")
+    row("throughput tok/s", lambda x: f"{x.throughput_tok_s:.1f}")
+    row("goodput tok/s", lambda x: f"{x.goodput_tok_s:.1f} ({x.slo_attainment:.0%})")
+    for name in ("ttft", "tpot", "e2e"):
+        row(
+            f"{name.upper()} p50/p90/p99 ms",
+            lambda x, n=name: "/".join(
+                _ms(getattr(getattr(x, n), p)) for p in ("p50", "p90", "p99")
+            ),
+        )
+    row("mean accepted tok/step", lambda x: f"{x.mean_accepted:.2f}")
+    row("verify waste", lambda x: f"{x.verify_waste:.0%}")
+    row("preemptions", lambda x: f"{x.preemptions}")
+    row("busy", lambda x: f"{x.busy_fraction:.0%}")
+    tb = m.time_breakdown_s
+    total = sum(tb.values()) or 1.0
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in [*rows, ("", "spec", "")])
+    lines = [f"== {label} ==", f"{'':<{w0}}  {'spec':>{w1}}  {'off':>12}"]
+    lines += [f"{a:<{w0}}  {b:>{w1}}  {c:>12}" for a, b, c in rows]
+    lines.append(
+        "time on spec: " + ", ".join(f"{k} {v / total:.0%}" for k, v in tb.items() if v > 0)
+    )
+    if o is not None:
+        lines.append(
+            f"speedup vs off: {res.speedup_vs_off:.2f}x per output token (TPOT), "
+            f"{res.throughput_ratio_vs_off:.2f}x throughput"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from spectune.simulator import LengthDist, SimConfig, length_preset, parse_length, simulate
+    from spectune.simulator.trace_export import write_chrome_trace
+    from spectune.specs.workload import load_workload
+
+    hw = load_hardware(args.gpu)
+    target = load_model(args.target)
+    drafter = None if args.drafter == "none" else load_model(args.drafter)
+    workload = load_workload(args.workload)
+    policy = _policy(args.policy)
+    if isinstance(policy, PolicyTable) and (
+        policy.target != target.name or policy.hardware != hw.name
+    ):
+        print(
+            f"warning: {args.policy} was tuned for {policy.target} on {policy.hardware}, "
+            f"simulating {target.name} on {hw.name}",
+            file=sys.stderr,
+        )
+    if policy is not None and drafter is None:
+        raise SpecError("a policy needs a drafter; pass --drafter or --policy off")
+    prompt: LengthDist | None = None
+    output: LengthDist | None = None
+    if args.lengths:
+        preset = length_preset(args.lengths)
+        prompt, output = preset.prompt, preset.output
+    if args.prompt_tokens:
+        prompt = parse_length(args.prompt_tokens)
+    if args.output_tokens:
+        output = parse_length(args.output_tokens)
+    for name in ("requests", "replicas", "tp", "max_batch_tokens"):
+        if getattr(args, name) < 1:
+            raise SpecError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.max_batch is not None and args.max_batch < 1:
+        raise SpecError("--max-batch must be >= 1")
+    loads = _loads(args)
+    runs = []
+    header = (
+        f"{target.name} + {drafter.name if drafter else 'no drafter'} on "
+        f"{args.replicas} x {args.tp} x {hw.name}, workload {workload.name}, policy "
+        f"{_policy_text(policy, args.policy)}, router {args.router}, seed {args.seed}"
+    )
+    if not args.json:
+        print(header)
+    for i, (label, arrivals) in enumerate(loads):
+        cfg = SimConfig(
+            hardware=hw,
+            target=target,
+            drafter=drafter,
+            arrivals=arrivals,
+            policy=policy,
+            workload=workload,
+            requests=args.requests,
+            prompt=prompt,
+            output=output,
+            tp=args.tp,
+            replicas=args.replicas,
+            router=args.router,
+            max_batch=args.max_batch,
+            max_batch_tokens=args.max_batch_tokens,
+            slo_ttft_s=args.slo_ttft_ms / 1e3 if args.slo_ttft_ms else None,
+            slo_tpot_s=args.slo_tpot_ms / 1e3 if args.slo_tpot_ms else None,
+            seed=args.seed,
+            shared_budget=args.shared_budget,
+            keep_iterations=bool(args.chrome_trace),
+        )
+        t0 = time.perf_counter()
+        res = simulate(cfg, progress=_Progress(label, args.quiet))
+        wall = time.perf_counter() - t0
+        rec = res.summary()
+        rec["wall_s"] = wall
+        runs.append(rec)
+        if args.chrome_trace and res.spec.log is not None:
+            path = Path(args.chrome_trace)
+            if len(loads) > 1:
+                path = path.with_name(f"{path.stem}.{i}{path.suffix or '.json'}")
+            write_chrome_trace(res.spec.log, path)
+            if not args.json:
+                print(f"chrome trace: {path}")
+        if not args.json:
+            print()
+            print(_table(label, res))
+            print(
+                f"(max batch {res.max_batch}, KV {res.kv_tokens} tokens per replica; {wall:.1f} s)"
+            )
+    if args.json:
+        print(json.dumps({"runs": runs}, default=float))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="simulate serving traffic with a policy, against speculation off",
+        description=__doc__,
+    )
+    p.add_argument("--target", default="llama-3.1-8b", help="target model preset or spec file")
+    p.add_argument(
+        "--drafter", default="eagle3-llama-3.1-8b", help="drafter preset or spec file ('none')"
+    )
+    p.add_argument("--gpu", default="h100-sxm", help="GPU preset or spec file")
+    p.add_argument("--workload", default="mt-bench", help="workload preset or file")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs per replica")
+    load = p.add_mutually_exclusive_group()
+    load.add_argument("--qps", type=float_list, help="request rates, e.g. 1,4,16 (default)")
+    load.add_argument("--concurrency", type=int_list, help="closed-loop clients, e.g. 1,8,64")
+    load.add_argument("--trace", help="replay a CSV/JSONL trace: arrival_s, prompt/output tokens")
+    p.add_argument(
+        "--burstiness", type=float, default=1.0, help="cv of inter-arrival times (>1: Gamma)"
+    )
+    p.add_argument("--requests", type=int, default=1000, help="requests per load level")
+    p.add_argument(
+        "--policy",
+        default=DEFAULT_POLICY,
+        help="policy.json, static:DEPTH,TOPK,BUDGET, dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]]"
+        f" or off (default {DEFAULT_POLICY})",
+    )
+    p.add_argument("--shared-budget", action="store_true", help="ECHO: one budget per batch")
+    p.add_argument("--replicas", type=int, default=1, help="replicas behind the router")
+    p.add_argument("--router", choices=("rr", "least"), default="rr", help="request routing")
+    p.add_argument("--max-batch", type=int, help="max running sequences (default: from KV, <= 256)")
+    p.add_argument("--max-batch-tokens", type=int, default=8192, help="token budget per iteration")
+    p.add_argument(
+        "--lengths", help="length preset: sharegpt, alpaca, mt-bench, humaneval, longbench"
+    )
+    p.add_argument("--prompt-tokens", help="prompt length: N or MEAN~CV (overrides the workload)")
+    p.add_argument("--output-tokens", help="output length: N or MEAN~CV (overrides the workload)")
+    p.add_argument("--slo-ttft-ms", type=float, help="goodput SLO: time to first token, ms")
+    p.add_argument("--slo-tpot-ms", type=float, help="goodput SLO: time per output token, ms")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--chrome-trace", help="write the iterations as a Chrome trace JSON")
+    p.add_argument("--json", action="store_true", help='print {"runs": [...]} only')
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=run)
