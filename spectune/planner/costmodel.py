@@ -34,9 +34,9 @@ BREAKDOWN_KEYS = CLASSES
 def _arr(name: str, value: ArrayLike) -> F64:
     """A float64 array of non-negative finite values (SpecError naming the argument otherwise)."""
     a = np.asarray(value, dtype=np.float64)
-    if not np.all(np.isfinite(a)):
-        raise SpecError(f"{name} must be finite numbers, got {value!r}")
-    if np.any(a < 0):
+    if not (a >= 0).all() or not (a < np.inf).all():  # NaN fails both comparisons
+        if not np.isfinite(a).all():
+            raise SpecError(f"{name} must be finite numbers, got {value!r}")
         raise SpecError(f"{name} must be >= 0, got a minimum of {a.min():g}")
     return a
 
@@ -243,7 +243,8 @@ class CostModel:
 
 
 def _total(parts: dict[str, F64]) -> F64:
-    total = np.zeros(())
-    for v in parts.values():
-        total = total + v
+    values = iter(parts.values())
+    total = next(values).copy()
+    for v in values:
+        total += v
     return total

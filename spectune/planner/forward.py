@@ -163,8 +163,13 @@ class ForwardPricer:
 
         launch_s = np.where(b.graph, self.r.launch_s, self.r.eager_launch_s)
         out[LAUNCH] = out[LAUNCH] + launches * launch_s
-        shape = np.broadcast(*out.values()).shape
-        return {k: np.broadcast_to(v, shape).astype(np.float64) for k, v in out.items()}
+        shape = np.broadcast_shapes(*(np.shape(v) for v in out.values()))
+        return {
+            k: np.asarray(v, dtype=np.float64)
+            if np.shape(v) == shape
+            else np.broadcast_to(v, shape).astype(np.float64)
+            for k, v in out.items()
+        }
 
     def _linear(self, m: F64, n: float, k: float) -> F64:
         """A weight GEMM [m, k] x [k, n] (operators.gemm_time), plus, for fp8 weights, the input
