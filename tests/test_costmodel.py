@@ -398,3 +398,72 @@ def test_cli_cost_bad_input_exits_2(
 ) -> None:
     assert main(["cost", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+# ---- fitting a calibration from measurements ---------------------------------------------------
+
+
+def test_fit_calibration_recovers_a_known_gpu() -> None:
+    from spectune.planner.calibfit import fit_calibration
+    from spectune.planner.operators import Rates, gemm_time
+
+    true = Calibration(
+        hardware="h100-sxm",
+        gemm_tokens=(64.0, 256.0, 1024.0, 4096.0),
+        gemm_flops_efficiency=(0.5, 0.65, 0.72, 0.78),
+        weight_bw_efficiency=0.85,
+        elementwise_bw_efficiency=0.8,
+        interconnect_efficiency=0.7,
+        allreduce_latency_s=12e-6,
+        launch_s=3e-6,
+        step_overhead_s=80e-6,
+        per_request_overhead_s=3e-6,
+    )
+    r = Rates.resolve(H100, true)
+    rows: list[dict[str, float | str]] = [{"kind": "launch", "seconds": 3e-6}]
+    for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
+        for m in (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192):
+            t = float(gemm_time(r, m, n, k, 2)) + 3e-6
+            rows.append({"kind": "gemm", "m": m, "n": n, "k": k, "weight_bytes": 2, "seconds": t})
+    for size in (1e6, 1e7, 1e8, 1e9):
+        rows.append({"kind": "copy", "bytes": size, "seconds": 3e-6 + size / (3.35e12 * 0.8)})
+    for tp in (2, 4, 8):
+        for size in (1e5, 1e7):
+            ring = 2 * (tp - 1) / tp * size / (450e9 * 0.7)
+            rows.append({"kind": "allreduce", "bytes": size, "tp": tp, "seconds": 12e-6 + ring})
+    for b in (1, 8, 64):
+        rows.append({"kind": "step_overhead", "batch": b, "seconds": 80e-6 + 3e-6 * b})
+    fit = fit_calibration(rows, H100)
+    assert fit.hardware == "h100-sxm" and "measurements" in fit.source
+    assert fit.launch_s == pytest.approx(3e-6)
+    assert fit.elementwise_bw_efficiency == pytest.approx(0.8, rel=1e-6)
+    assert fit.weight_bw_efficiency == pytest.approx(0.85, rel=0.03)
+    assert fit.interconnect_efficiency == pytest.approx(0.7, rel=1e-6)
+    assert fit.allreduce_latency_s == pytest.approx(12e-6, rel=1e-6)
+    assert fit.step_overhead_s == pytest.approx(80e-6, rel=1e-6)
+    assert fit.per_request_overhead_s == pytest.approx(3e-6, rel=1e-6)
+    # the fitted model prices whole forward passes like the true one
+    llama = model_preset("llama-3.1-8b")
+    truth = CostModel(H100, llama, calibration=true)
+    fitted = CostModel(H100, llama, calibration=fit)
+    b, n = np.array([1, 1, 8, 32, 64, 64]), np.array([1, 64, 16, 16, 8, 64])
+    gemms = ("qkv_o", "mlp", "lm_head")
+    want = sum(truth.verify_breakdown(b, n, 1024)[k] for k in gemms)
+    got = sum(fitted.verify_breakdown(b, n, 1024)[k] for k in gemms)
+    np.testing.assert_allclose(got, want, rtol=0.05)
+
+
+def test_fit_calibration_errors() -> None:
+    from spectune.planner.calibfit import fit_calibration
+
+    with pytest.raises(SpecError, match="no measurement rows"):
+        fit_calibration([], H100)
+    with pytest.raises(SpecError, match="row 0: unknown kind 'gem'"):
+        fit_calibration([{"kind": "gem", "seconds": 1.0}], H100)
+    with pytest.raises(SpecError, match=r"row 1 \(gemm\): field 'k'"):
+        fit_calibration(
+            [{"kind": "launch", "seconds": 1e-6}, {"kind": "gemm", "m": 1, "n": 2, "seconds": 1.0}],
+            H100,
+        )
+    with pytest.raises(SpecError, match="two or more distinct sizes"):
+        fit_calibration([{"kind": "copy", "bytes": 1e6, "seconds": 1e-5}], H100)

@@ -104,6 +104,17 @@ def pad_up(x: ArrayLike, tile: float) -> F64:
     return np.ceil(np.asarray(x, dtype=np.float64) / tile) * tile
 
 
+def gemm_effective_rows(r: Rates, m: ArrayLike, n: float) -> F64:
+    """Rows a GEMM with `m` rows and `n` columns is charged for: M padded to the row tile and,
+    once its tiles outnumber the SMs, rounded up so the tiles fill whole waves."""
+    m_pad = pad_up(m, r.gemm_tile_m)
+    n_tiles = float(np.ceil(n / r.gemm_tile_n))
+    tiles = m_pad / r.gemm_tile_m * n_tiles
+    waves = np.ceil(tiles / r.sm_count)
+    m_wave = waves * r.sm_count / n_tiles * r.gemm_tile_m  # rows that fill those waves exactly
+    return np.where(tiles >= r.sm_count, np.maximum(m_wave, m_pad), m_pad)
+
+
 def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, wb: float) -> F64:
     """One weight GEMM [M, K] x [K, N].
 
@@ -114,12 +125,7 @@ def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, wb: float) -> F64:
     bytes = N*K*wb (weights, read once) + M*K*2 (input) + M*N*2 (output).
     """
     m = np.asarray(m, dtype=np.float64)
-    m_pad = pad_up(m, r.gemm_tile_m)
-    n_tiles = float(np.ceil(n / r.gemm_tile_n))
-    tiles = m_pad / r.gemm_tile_m * n_tiles
-    waves = np.ceil(tiles / r.sm_count)
-    m_wave = waves * r.sm_count / n_tiles * r.gemm_tile_m  # rows that fill those waves exactly
-    m_eff = np.where(tiles >= r.sm_count, np.maximum(m_wave, m_pad), m_pad)
+    m_eff = gemm_effective_rows(r, m, n)
     flops = FLOPS_PER_MAC * m_eff * n * k
     compute = flops / (r.gemm_peak(wb) * r.gemm_eff(m_eff))
     bytes_ = n * k * wb + m * (k + n) * ACT_BYTES

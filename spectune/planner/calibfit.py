@@ -1,0 +1,178 @@
+"""Fit a Calibration from GPU micro-benchmark measurements (pure numpy; no GPU needed here).
+
+`spectune calibrate` times small kernels on the GPU and hands the rows to `fit_calibration`. Each
+row is a mapping with a "kind" and "seconds" (median time of one kernel, measured inside a CUDA
+graph so it includes the graph's per-kernel launch gap), plus the fields of its kind:
+
+    kind            fields                    fits
+    launch          -                         launch_s (an empty kernel)
+    eager_launch    -                         eager_launch_s (an empty kernel, no graph)
+    copy            bytes                     elementwise_bw_efficiency (bytes read + written);
+                                              launch_s too when no launch rows are given
+    gemm            m, n, k, weight_bytes     weight_bw_efficiency (rows below the ridge);
+                                              gemm_tokens / gemm_flops_efficiency (all rows)
+    attention       kv_bytes, flops           attention_bw_efficiency, attention_flops_efficiency
+    allreduce       bytes, tp                 interconnect_efficiency, allreduce_latency_s
+    step_overhead   batch                     step_overhead_s, per_request_overhead_s
+    tree_build      -                         tree_build_s
+    retrieval       requests                  retrieval_per_request_s
+
+Fields with no rows keep their defaults (None: the HardwareSpec figure). The fit inverts the
+cost model's own formulas (operators.py), so the fitted model reproduces each measured row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from spectune.planner.operators import FLOPS_PER_MAC, Rates, gemm_effective_rows
+from spectune.specs.calibration import Calibration
+from spectune.specs.errors import SpecError
+from spectune.specs.hardware import HardwareSpec
+
+FIELDS: dict[str, tuple[str, ...]] = {
+    "launch": (),
+    "eager_launch": (),
+    "copy": ("bytes",),
+    "gemm": ("m", "n", "k", "weight_bytes"),
+    "attention": ("kv_bytes", "flops"),
+    "allreduce": ("bytes", "tp"),
+    "step_overhead": ("batch",),
+    "tree_build": (),
+    "retrieval": ("requests",),
+}
+
+
+def _columns(rows: list[Mapping[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
+    """Rows grouped by kind into float arrays per field; SpecError names a bad row."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {k: [] for k in FIELDS}
+    for i, row in enumerate(rows):
+        kind = row.get("kind")
+        if kind not in FIELDS:
+            raise SpecError(
+                f"measurement row {i}: unknown kind {kind!r}; known: {', '.join(FIELDS)}"
+            )
+        for key in ("seconds", *FIELDS[kind]):
+            v = row.get(key)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v) or v < 0:
+                raise SpecError(
+                    f"measurement row {i} ({kind}): field {key!r} must be a number >= 0"
+                )
+        grouped[kind].append(row)
+    return {
+        kind: {key: np.array([float(r[key]) for r in rs]) for key in ("seconds", *FIELDS[kind])}
+        for kind, rs in grouped.items()
+        if rs
+    }
+
+
+def _line(kind: str, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of y = a + b x, both clipped at 0."""
+    if x.size < 2 or np.ptp(x) == 0:
+        raise SpecError(
+            f"{kind} rows: need two or more distinct sizes to separate the fixed cost from the "
+            "per-unit cost"
+        )
+    b, a = np.polyfit(x, y, 1)
+    return max(float(a), 0.0), max(float(b), 0.0)
+
+
+def _fraction(values: np.ndarray) -> float | None:
+    """Median of achieved fractions of peak, clipped to (0, 1]; None without values."""
+    v = values[np.isfinite(values) & (values > 0)]
+    return None if v.size == 0 else float(min(np.median(v), 1.0))
+
+
+def _gemm_curve(
+    r: Rates, g: dict[str, np.ndarray], launch: float
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Efficiency per charged row count: eff = FLOPs(M_eff) / (peak * (t - launch)), median per
+    M_eff, then lowered where needed so that M/eff never falls with M."""
+    m_eff = np.array([gemm_effective_rows(r, m, n) for m, n in zip(g["m"], g["n"], strict=True)])
+    peak = np.array([r.gemm_peak(wb) for wb in g["weight_bytes"]])
+    busy = np.maximum(g["seconds"] - launch, 1e-12)
+    eff = FLOPS_PER_MAC * m_eff * g["n"] * g["k"] / (peak * busy)
+    grid = np.unique(m_eff)
+    curve = [float(min(np.median(eff[m_eff == x]), 1.0)) for x in grid]
+    for i in range(1, len(curve)):  # keep M/eff non-decreasing: time never falls as M grows
+        curve[i] = min(curve[i], curve[i - 1] * grid[i] / grid[i - 1])
+    return tuple(float(x) for x in grid), tuple(curve)
+
+
+def fit_calibration(
+    rows: Iterable[Mapping[str, Any]], hardware: HardwareSpec, *, source: str = ""
+) -> Calibration:
+    """A Calibration for `hardware` fitted from measurement rows (see the module docstring)."""
+    rows = list(rows)
+    if not rows:
+        raise SpecError("no measurement rows to fit a calibration from")
+    cols = _columns(rows)
+    defaults = Calibration()
+    fit: dict[str, Any] = {}
+    r = Rates.resolve(hardware, defaults)
+
+    if "launch" in cols:
+        fit["launch_s"] = float(np.median(cols["launch"]["seconds"]))
+    if "eager_launch" in cols:
+        fit["eager_launch_s"] = float(np.median(cols["eager_launch"]["seconds"]))
+    if "copy" in cols:
+        a, b = _line("copy", cols["copy"]["bytes"], cols["copy"]["seconds"])
+        fit.setdefault("launch_s", a)
+        if b > 0:
+            fit["elementwise_bw_efficiency"] = min(1.0 / (b * hardware.hbm_bytes_per_s), 1.0)
+    launch = fit.get("launch_s", hardware.launch_s)
+
+    if "gemm" in cols:
+        g = cols["gemm"]
+        busy = np.maximum(g["seconds"] - launch, 1e-12)
+        weight_bytes = g["n"] * g["k"] * g["weight_bytes"]
+        # rows well below the ridge point (M < knee / 4) are weight-streaming
+        knee = np.array([r.gemm_peak(wb) for wb in g["weight_bytes"]]) * hardware.gemm_efficiency
+        knee = knee * g["weight_bytes"] / (2 * r.weight_bytes_per_s)
+        small = g["m"] < knee / 4
+        if small.any():
+            fit["weight_bw_efficiency"] = _fraction(
+                weight_bytes[small] / (hardware.hbm_bytes_per_s * busy[small])
+            )
+        fit["gemm_tokens"], fit["gemm_flops_efficiency"] = _gemm_curve(r, g, launch)
+
+    if "attention" in cols:
+        a_ = cols["attention"]
+        busy = np.maximum(a_["seconds"] - launch, 1e-12)
+        mem_bound = a_["kv_bytes"] / r.attention_bytes_per_s >= a_["flops"] / r.attention_flops
+        if mem_bound.any():
+            fit["attention_bw_efficiency"] = _fraction(
+                a_["kv_bytes"][mem_bound] / (hardware.hbm_bytes_per_s * busy[mem_bound])
+            )
+        if (~mem_bound).any():
+            fit["attention_flops_efficiency"] = _fraction(
+                a_["flops"][~mem_bound] / (hardware.peak_bf16_flops * busy[~mem_bound])
+            )
+
+    if "allreduce" in cols:
+        ar = cols["allreduce"]
+        ring = 2 * (ar["tp"] - 1) / np.maximum(ar["tp"], 1) * ar["bytes"]
+        lat, slope = _line("allreduce", ring / hardware.interconnect_bytes_per_s, ar["seconds"])
+        fit["allreduce_latency_s"] = lat
+        if slope > 0:
+            fit["interconnect_efficiency"] = min(1.0 / slope, 1.0)
+
+    if "step_overhead" in cols:
+        fixed, per_req = _line(
+            "step_overhead", cols["step_overhead"]["batch"], cols["step_overhead"]["seconds"]
+        )
+        fit["step_overhead_s"], fit["per_request_overhead_s"] = fixed, per_req
+    if "tree_build" in cols:
+        fit["tree_build_s"] = float(np.median(cols["tree_build"]["seconds"]))
+    if "retrieval" in cols:
+        rq = cols["retrieval"]
+        fit["retrieval_per_request_s"] = float(
+            np.median(rq["seconds"] / np.maximum(rq["requests"], 1))
+        )
+
+    fit = {k: v for k, v in fit.items() if v is not None}
+    text = source or f"fit_calibration from {len(rows)} measurements ({', '.join(sorted(cols))})"
+    return Calibration(hardware=hardware.name, source=text, **fit)
