@@ -27,6 +27,11 @@ Latency = Callable[[TreePolicy | None, int, int], float]
 """A second objective to minimise in multi-objective mode, in seconds."""
 
 
+def _scalar(x: Any) -> float:
+    """The one value of a cost-model answer (they broadcast, so scalars come back as arrays)."""
+    return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])
+
+
 class _Acceptance(Protocol):
     def expected_tokens(self, tree: Any) -> float: ...
 
@@ -55,6 +60,7 @@ class ClosedFormObjective:
         self.seed = seed
         self._expected_fn = expected_tokens
         self._expected: dict[TreePolicy, float] = {}
+        self._tokens: dict[TreePolicy, float] = {}
 
     def expected_tokens(self, policy: TreePolicy | None) -> float:
         """Tokens emitted per verify step (accepted drafts + the bonus token); 1 when off."""
@@ -72,25 +78,46 @@ class ClosedFormObjective:
             self._expected[policy] = float(value)
         return self._expected[policy]
 
+    def tree_tokens(self, policy: TreePolicy) -> float:
+        """Mean tokens verified per sequence (root included): the budget, or fewer when the
+        prune threshold drops nodes (mean over trees built with the workload's acceptance)."""
+        if policy.prune_threshold <= 0.0 or self._expected_fn is not None:
+            return float(policy.budget)
+        if policy not in self._tokens:
+            from spectune.planner.trees import build_tree
+
+            rng = np.random.default_rng(self.seed)
+            n = max(1, self.samples // 8)
+            sizes = [build_tree(policy, self.acceptance, rng).num_nodes for _ in range(n)]
+            self._tokens[policy] = float(np.mean(sizes))
+        return self._tokens[policy]
+
+    def step_times(self, policy: TreePolicy | None, batch: Any, context: int) -> np.ndarray:
+        """Seconds of one decoding iteration of the whole batch; batch: int[P] (or a scalar)
+        -> float64[P], one cost-model call for all of them."""
+        cm = self.cost_model
+        b = np.atleast_1d(np.asarray(batch, dtype=np.float64))
+        if policy is None:
+            return np.broadcast_to(np.asarray(cm.ar_step_time(b, context), np.float64), b.shape)
+        accepted = self.expected_tokens(policy)
+        tokens = self.tree_tokens(policy)
+        t = cm.spec_step_time(b, policy.depth, policy.topk, tokens, context, accepted)
+        t = np.broadcast_to(np.asarray(t, dtype=np.float64), b.shape)
+        if policy.graft_budget > 0 and hasattr(cm, "retrieval_time"):
+            t = t + np.asarray(cm.retrieval_time(b), dtype=np.float64)
+        return t
+
     def step_time(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         """Seconds of one decoding iteration of the whole batch."""
-        cm = self.cost_model
-        if policy is None:
-            return float(np.asarray(cm.ar_step_time(batch, context)))
-        accepted = self.expected_tokens(policy)
-        t = float(
-            np.asarray(
-                cm.spec_step_time(
-                    batch, policy.depth, policy.topk, policy.budget, context, accepted
-                )
-            )
-        )
-        if policy.graft_budget > 0 and hasattr(cm, "retrieval_time"):
-            t += float(np.asarray(cm.retrieval_time(batch)))
-        return t
+        return float(self.step_times(policy, batch, context)[0])
 
     def __call__(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         return batch * self.expected_tokens(policy) / self.step_time(policy, batch, context)
+
+    def many(self, policy: TreePolicy | None, batches: Any, context: int) -> np.ndarray:
+        """tokens/s at several batch sizes (float64[P]) in one cost-model call."""
+        b = np.atleast_1d(np.asarray(batches, dtype=np.float64))
+        return b * self.expected_tokens(policy) / self.step_times(policy, b, context)
 
     def step_latency(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         """The multi-objective latency: seconds per iteration (the longest gap a streaming

@@ -131,17 +131,21 @@ class Scorer:
         self.evaluations = 0
 
     def point_values(self, policy: TreePolicy | None, bucket: BucketSpec) -> tuple[float, ...]:
-        out = []
-        for b, c in bucket.points():
-            key = (policy, b, c)
-            if key not in self._cache:
-                self.evaluations += 1
-                v = float(self.objective(policy, b, c))
+        pts = bucket.points()
+        missing = [(b, c) for b, c in pts if (policy, b, c) not in self._cache]
+        if missing:
+            self.evaluations += len(missing)
+            many = getattr(self.objective, "many", None)
+            ctxs = {c for _, c in missing}
+            if many is not None and len(ctxs) == 1:  # one vectorised call (closed form)
+                vals = [float(v) for v in many(policy, [b for b, _ in missing], ctxs.pop())]
+            else:
+                vals = [float(self.objective(policy, b, c)) for b, c in missing]
+            for (b, c), v in zip(missing, vals, strict=True):
                 if not math.isfinite(v) or v < 0:
                     raise SpecError(f"objective returned {v} for {policy} at batch {b}")
-                self._cache[key] = v
-            out.append(self._cache[key])
-        return tuple(out)
+                self._cache[(policy, b, c)] = v
+        return tuple(self._cache[(policy, b, c)] for b, c in pts)
 
     def latency_value(self, policy: TreePolicy | None, bucket: BucketSpec) -> float:
         if self.latency is None:
