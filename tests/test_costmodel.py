@@ -431,8 +431,8 @@ def test_fit_calibration_recovers_a_known_gpu() -> None:
         for size in (1e5, 1e7):
             ring = 2 * (tp - 1) / tp * size / (450e9 * 0.7)
             rows.append({"kind": "allreduce", "bytes": size, "tp": tp, "seconds": 12e-6 + ring})
-    for b in (1, 8, 64):
-        rows.append({"kind": "step_overhead", "batch": b, "seconds": 80e-6 + 3e-6 * b})
+    for bs in (1, 8, 64):
+        rows.append({"kind": "step_overhead", "batch": bs, "seconds": 80e-6 + 3e-6 * bs})
     fit = fit_calibration(rows, H100)
     assert fit.hardware == "h100-sxm" and "measurements" in fit.source
     assert fit.launch_s == pytest.approx(3e-6)
