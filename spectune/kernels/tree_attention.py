@@ -103,6 +103,8 @@ def _tree_attention_kernel(
     row_ok = tok < n
     d = tl.arange(0, BLOCK_D)
     d_ok = d < HEAD_DIM
+    if BLOCK_D == HEAD_DIM:  # a compile-time all-true mask keeps K/V loads 16 bytes wide
+        d_ok = tl.full([BLOCK_D], 1, tl.int1)
     q_rows = (q_start + tok).to(tl.int64)
     q = tl.load(
         Q + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],

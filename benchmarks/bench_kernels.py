@@ -1,0 +1,449 @@
+"""Build, check and time spectune's Triton kernels on one GPU, in one process.
+
+Tree attention at Llama-3.1-8B's attention shape (32 query heads, 8 KV heads, head dim 128,
+bf16), batch {1, 8, 32} x context {4096, 32768} x tree tokens {16, 64}, against PyTorch SDPA
+with a boolean mask (GQA heads packed into query rows), SDPA with enable_gqa, FlexAttention with
+a block mask (torch.compile), and unmasked flash attention of the same size (packed rows, no
+mask: a lower bound for any masked path). Plus greedy verification (batch 64 x 64 nodes), the
+fused sampler over a 128k vocabulary and KV compaction over 32 layers.
+
+Roofline per attention shape: KV bytes = 2 * B * (ctx + N) * 8 * 128 * 2; time floor = KV bytes /
+measured copy bandwidth (a 2 GiB device-to-device copy, read + write bytes counted).
+FLOPs = 4 * B * N * 32 * 128 * (ctx + N).
+
+Timing: triton.testing.do_bench medians (L2 flushed before every rep, CUDA events) and, for our
+kernels, CUDA-graph replays (do_bench_cudagraph) too; the table reports the event time.
+
+    python benchmarks/bench_kernels.py --out $OUT/kernels.json      # on the GPU
+    TRITON_INTERPRET=1 python benchmarks/bench_kernels.py --smoke   # CPU interpreter, tiny shapes
+
+The last line printed is the JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from functools import partial
+from typing import Any
+
+import torch
+import triton
+import triton.testing
+
+from spectune.kernels import (
+    TreeAttentionConfig,
+    compact_kv,
+    make_compact_inputs,
+    make_tree_attention_inputs,
+    make_verify_inputs,
+    reference_tree_attention,
+    sample_target,
+    tree_attention,
+    walk_tree,
+)
+from spectune.kernels.tree_attention import TreeAttentionInputs, tree_mask_bool
+
+HQ, HKV, DIM = 32, 8, 128
+T0 = time.time()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.time() - T0:7.1f}s] {msg}", flush=True)
+
+
+def bench_us(fn: Callable[[], Any], rep: int = 50) -> float:
+    return float(triton.testing.do_bench(fn, warmup=10, rep=rep, return_mode="median")) * 1e3
+
+
+def graph_us(fn: Callable[[], Any], rep: int = 50) -> float | None:
+    try:
+        return float(triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")) * 1e3
+    except Exception as exc:  # some paths cannot be captured
+        log(f"  graph capture failed: {type(exc).__name__}: {str(exc)[:120]}")
+        return None
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def copy_bandwidth() -> float:
+    n = 1 << 30  # 2 GiB of bf16
+    x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    t = bench_us(lambda: y.copy_(x), rep=200)
+    return 2 * 2 * n / (t * 1e-6)
+
+
+# ---- PyTorch comparison paths ---------------------------------------------------------------
+
+
+def torch_views(inp: TreeAttentionInputs, batch: int, n: int, ctx: int) -> dict[str, torch.Tensor]:
+    """Dense per-sequence views of the packed cache (uniform lengths) and the masks."""
+    length = ctx + n
+    group = HQ // HKV
+    k = inp.k_cache.view(batch, length, HKV, DIM).transpose(1, 2)  # [B, Hkv, L, D]
+    v = inp.v_cache.view(batch, length, HKV, DIM).transpose(1, 2)
+    q = inp.q.view(batch, n, HQ, DIM)
+    q_gqa = q.transpose(1, 2).contiguous()  # [B, Hq, N, D]
+    # packed rows: row = token * G + g (the kernel's order) -> [B, Hkv, N*G, D]
+    q_packed = (
+        q.view(batch, n, HKV, group, DIM).permute(0, 2, 1, 3, 4).reshape(batch, HKV, n * group, DIM)
+    )
+    tree = torch.stack(
+        [tree_mask_bool(inp.tree_mask, slice(b * n, (b + 1) * n), n) for b in range(batch)]
+    )
+    mask = torch.ones(batch, 1, n, length, dtype=torch.bool, device=q.device)
+    mask[:, 0, :, ctx:] = tree
+    mask_packed = mask.repeat_interleave(group, dim=2)  # [B, 1, N*G, L]
+    return {
+        "k": k,
+        "v": v,
+        "q_gqa": q_gqa,
+        "q_packed": q_packed,
+        "mask": mask,
+        "mask_packed": mask_packed,
+        "tree": tree,
+    }
+
+
+def unpack_rows(o_packed: torch.Tensor, batch: int, n: int) -> torch.Tensor:
+    group = HQ // HKV
+    return (
+        o_packed.view(batch, HKV, n, group, DIM).permute(0, 2, 1, 3, 4).reshape(batch * n, HQ, DIM)
+    )
+
+
+_FLEX: list[Callable[..., torch.Tensor]] = []
+
+
+def _compiled_flex(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    if not _FLEX:
+        _FLEX.append(torch.compile(fn, dynamic=False))
+    return _FLEX[0]
+
+
+def torch_paths(
+    views: dict[str, torch.Tensor], batch: int, n: int, ctx: int, flex_ok: bool
+) -> dict[str, Callable[[], torch.Tensor]]:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    k, v = views["k"], views["v"]
+    paths: dict[str, Callable[[], torch.Tensor]] = {
+        "sdpa_mask_packed": lambda: unpack_rows(
+            F.scaled_dot_product_attention(views["q_packed"], k, v, attn_mask=views["mask_packed"]),
+            batch,
+            n,
+        ),
+        "sdpa_gqa": lambda: (
+            F.scaled_dot_product_attention(
+                views["q_gqa"], k, v, attn_mask=views["mask"], enable_gqa=True
+            )
+            .transpose(1, 2)
+            .reshape(batch * n, HQ, DIM)
+        ),
+    }
+
+    def flash() -> torch.Tensor:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(views["q_packed"], k, v)
+
+    paths["flash_unmasked"] = flash
+    if flex_ok:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        tree = views["tree"]
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            j = (kv_idx - ctx).clamp(min=0)
+            return (kv_idx < ctx) | tree[b, q_idx, j]
+
+        block_mask = create_block_mask(mask_mod, batch, None, n, ctx + n, device="cuda")
+        flex = _compiled_flex(flex_attention)
+        paths["flex"] = lambda: (
+            flex(views["q_gqa"], k, v, block_mask=block_mask, enable_gqa=True)
+            .transpose(1, 2)
+            .reshape(batch * n, HQ, DIM)
+        )
+    return paths
+
+
+# ---- tree attention -------------------------------------------------------------------------
+
+
+def candidate_configs(n: int) -> list[TreeAttentionConfig]:
+    rows = (HQ // HKV) * n
+    if rows <= 64:
+        blocks = [(64, 64, 4, 3), (64, 128, 4, 3), (64, 128, 8, 3), (64, 64, 4, 4), (64, 128, 4, 4)]
+    else:
+        blocks = [
+            (128, 64, 8, 3),
+            (128, 128, 8, 3),
+            (128, 64, 4, 3),
+            (64, 64, 4, 3),
+            (128, 64, 8, 2),
+            (64, 128, 4, 3),
+        ]
+    return [
+        TreeAttentionConfig(block_m=m, block_n=bn, num_warps=w, num_stages=s)
+        for m, bn, w, s in blocks
+    ]
+
+
+def ours(
+    inp: TreeAttentionInputs, cfg: TreeAttentionConfig | None = None
+) -> Callable[[], torch.Tensor]:
+    return lambda: tree_attention(
+        *inp.args(), max_q_len=inp.max_q_len, max_kv_len=inp.max_kv_len, config=cfg
+    )
+
+
+def bench_attention_shape(
+    copy_bw: float, batch: int, ctx: int, n: int, flex_budget_s: float
+) -> dict[str, Any]:
+    log(f"attention B={batch} ctx={ctx} N={n}")
+    inp = make_tree_attention_inputs(
+        [ctx] * batch, [n] * batch, HQ, HKV, DIM, torch.bfloat16, "cuda", seed=batch * 7 + n
+    )
+    kv_bytes = inp.kv_bytes
+    floor_us = kv_bytes / copy_bw * 1e6
+    flops = 4.0 * batch * n * HQ * DIM * (ctx + n)
+    out = ours(inp)()
+    ref = reference_tree_attention(*[t.float() if t.is_floating_point() else t for t in inp.args()])
+    err = rel_err(out, ref)
+    del ref
+    row: dict[str, Any] = {
+        "batch": batch, "ctx": ctx, "tree_tokens": n, "kv_bytes": kv_bytes, "flops": flops,
+        "floor_us": floor_us, "goal_us": floor_us / 0.7 if kv_bytes >= 128e6 else floor_us + 5.0,
+        "rel_err_vs_fp32": err, "configs": [],
+    }  # fmt: skip
+    best: tuple[float, TreeAttentionConfig, float] | None = None
+    # phase 1: tile shapes at waves=2; phase 2: split count (waves) for the best tile shape
+    for phase in (1, 2):
+        if phase == 1:
+            trials = candidate_configs(n)
+        else:
+            assert best is not None
+            trials = [
+                TreeAttentionConfig(**{**asdict(best[1]), "waves": w}) for w in (1.0, 4.0, 8.0)
+            ]
+        for c in trials:
+            try:
+                o = ours(inp, c)()
+                e = rel_err(o, out)
+                t = bench_us(ours(inp, c), rep=25)
+            except Exception as exc:
+                log(f"  config {c} failed: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            row["configs"].append({**asdict(c), "us": t, "diff_vs_default": e})
+            if best is None or t < best[0]:
+                best = (t, c, e)
+    assert best is not None
+    t_def = bench_us(ours(inp))
+    t_best = bench_us(ours(inp, best[1]))
+    t_graph = graph_us(ours(inp, best[1]))
+    row.update(
+        ours_default_us=t_def, ours_us=t_best, ours_graph_us=t_graph, best_config=asdict(best[1]),
+        ours_bw_frac=kv_bytes / (t_best * 1e-6) / copy_bw, ours_tflops=flops / (t_best * 1e-6) / 1e12,
+    )  # fmt: skip
+    views = torch_views(inp, batch, n, ctx)
+    flex_ok = time.time() - T0 < flex_budget_s
+    for name, fn in torch_paths(views, batch, n, ctx, flex_ok).items():
+        try:
+            o = fn()
+            err_t = rel_err(o, out) if name != "flash_unmasked" else None
+            t_torch = bench_us(fn)
+            row[name + "_us"] = t_torch
+            row[name + "_err_vs_ours"] = err_t
+            row[name + "_bw_frac"] = kv_bytes / (t_torch * 1e-6) / copy_bw
+        except Exception as exc:
+            log(f"  {name} failed: {type(exc).__name__}: {str(exc)[:200]}")
+            row[name + "_us"] = None
+    if not flex_ok:
+        row["flex_us"] = None
+        row["flex_note"] = "skipped: time budget"
+    others = [
+        row.get(p + "_us") for p in ("sdpa_mask_packed", "sdpa_gqa", "flex", "flash_unmasked")
+    ]
+    row["faster_than_all_torch"] = all(t is None or t_best < t for t in others)
+    row["meets_bw_goal"] = t_best <= row["goal_us"]
+    log(f"  ours {t_best:.1f} us (default {t_def:.1f}, graph {t_graph}), floor {floor_us:.1f} us, err {err:.2e}, "
+        + ", ".join(f"{p} {row.get(p + '_us')}" for p in ("sdpa_mask_packed", "sdpa_gqa", "flex", "flash_unmasked")))  # fmt: skip
+    return row
+
+
+def bench_attention(
+    copy_bw: float, shapes: list[tuple[int, int, int]], flex_budget_s: float, budget_s: float
+) -> list[dict[str, Any]]:
+    import torch._dynamo
+
+    torch._dynamo.config.cache_size_limit = 64  # one FlexAttention compile per shape
+    if hasattr(torch._dynamo.config, "recompile_limit"):
+        torch._dynamo.config.recompile_limit = 64
+    rows = []
+    for batch, ctx, n in shapes:
+        if time.time() - T0 > budget_s:
+            log(f"attention B={batch} ctx={ctx} N={n}: skipped (time budget)")
+            continue
+        rows.append(bench_attention_shape(copy_bw, batch, ctx, n, flex_budget_s))
+        torch.cuda.empty_cache()
+    return rows
+
+
+# ---- verification, sampling, compaction ----------------------------------------------------
+
+
+def bench_verify(copy_bw: float) -> dict[str, Any]:
+    log("verification B=64 x N=64")
+    inp = make_verify_inputs([64] * 64, vocab=1000, device="cuda", seed=1)
+    tgt = inp.target_tokens
+    res = walk_tree(inp.tokens, inp.parents, inp.qo_indptr, tgt, max_nodes=64)
+    out: dict[str, Any] = {"mean_accepted": float(res.num_accepted.float().mean())}
+    for bb in (1, 2, 4, 8, 16):
+        fn = partial(
+            walk_tree, inp.tokens, inp.parents, inp.qo_indptr, tgt, max_nodes=64, block_b=bb
+        )
+        out[f"walk_block{bb}_us"] = bench_us(fn)
+        out[f"walk_block{bb}_graph_us"] = graph_us(fn)
+    vocab = 128256
+    logits = torch.randn(64 * 64, vocab, device="cuda", dtype=torch.bfloat16)
+    nbytes = logits.numel() * 2
+    out["logits_bytes"] = nbytes
+    out["logits_floor_us"] = nbytes / copy_bw * 1e6
+    out["torch_argmax_us"] = bench_us(lambda: logits.argmax(-1))
+    for br in (1, 2, 4):
+        out[f"argmax_block{br}_us"] = bench_us(partial(sample_target, logits, 0.0, block_r=br))
+        out[f"gumbel_block{br}_us"] = bench_us(partial(sample_target, logits, 0.8, 7, block_r=br))
+    ok = torch.equal(sample_target(logits, 0.0), logits.argmax(-1))
+    out["argmax_equals_torch"] = ok
+    out["torch_softmax_multinomial_us"] = bench_us(
+        lambda: torch.multinomial(torch.softmax(logits.float() / 0.8, -1), 1)
+    )
+    log(f"  {out}")
+    return out
+
+
+def bench_compact(copy_bw: float) -> dict[str, Any]:
+    log("kv compaction: 32 layers, B=64, N=64, ctx 1024")
+    inp = make_compact_inputs(
+        [1024] * 64,
+        [64] * 64,
+        layers=32,
+        kv_heads=HKV,
+        head_dim=DIM,
+        dtype=torch.bfloat16,
+        device="cuda",
+        seed=3,
+    )
+    moved = 0
+    for b in range(64):
+        cnt = int(inp.num_accepted[b])
+        moved += int((inp.accepted_nodes[b, 1 : cnt + 1].cpu() != torch.arange(1, cnt + 1)).sum())
+    nbytes = moved * 32 * HKV * DIM * 2 * 2 * 2  # K and V, read + write
+    out: dict[str, Any] = {"moved_rows": moved, "bytes": nbytes}
+    for bc in (128, 256, 512, 1024):
+        fn = partial(compact_kv, *inp.args(), block_c=bc)
+        out[f"block{bc}_us"] = bench_us(fn)
+        out[f"block{bc}_graph_us"] = graph_us(fn)
+    log(f"  {out}")
+    return out
+
+
+def table(rows: list[dict[str, Any]], card: str, copy_bw: float) -> str:
+    def f(x: Any) -> str:
+        return "-" if x is None else f"{x:.1f}"
+
+    lines = [
+        f"tree attention, Llama-3.1-8B shape (32/8 heads, d128, bf16), {card}, copy bw {copy_bw / 1e12:.2f} TB/s; times in us (CUDA events, L2 flushed, median)",
+        f"{'B':>3} {'ctx':>6} {'N':>3} {'KV MB':>7} {'floor':>6} {'goal':>6} {'ours':>7} {'%bw':>5} {'TF/s':>5} {'sdpaM':>7} {'sdpaG':>7} {'flex':>7} {'flash':>7} {'win':>4} {'goal':>4}",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['batch']:>3} {r['ctx']:>6} {r['tree_tokens']:>3} {r['kv_bytes'] / 1e6:>7.1f} {r['floor_us']:>6.1f} {r['goal_us']:>6.1f} "
+            f"{r['ours_us']:>7.1f} {100 * r['ours_bw_frac']:>5.1f} {r['ours_tflops']:>5.0f} {f(r.get('sdpa_mask_packed_us')):>7} "
+            f"{f(r.get('sdpa_gqa_us')):>7} {f(r.get('flex_us')):>7} {f(r.get('flash_unmasked_us')):>7} "
+            f"{'yes' if r['faster_than_all_torch'] else 'NO':>4} {'yes' if r['meets_bw_goal'] else 'NO':>4}"
+        )  # fmt: skip
+    return "\n".join(lines)
+
+
+def smoke() -> None:
+    """CPU interpreter: tiny shapes through every wrapper (catches script errors before a GPU run)."""
+    inp = make_tree_attention_inputs([40, 3], [16, 5], 4, 2, 16, torch.float32, "cpu")
+    o = tree_attention(*inp.args())
+    print("attention err", rel_err(o, reference_tree_attention(*inp.args())))
+    vi = make_verify_inputs([8, 3], vocab=16)
+    print(
+        "walk",
+        walk_tree(vi.tokens, vi.parents, vi.qo_indptr, vi.target_tokens).num_accepted.tolist(),
+    )
+    ci = make_compact_inputs([3], [9])
+    compact_kv(*ci.args())
+    print(table([], "cpu", 1.0))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="write the full JSON here")
+    ap.add_argument("--smoke", action="store_true", help="tiny CPU run (interpreter)")
+    ap.add_argument("--quick", action="store_true", help="two attention shapes only")
+    ap.add_argument(
+        "--flex-budget-s",
+        type=float,
+        default=330.0,
+        help="skip FlexAttention after this many seconds",
+    )
+    ap.add_argument(
+        "--attention-budget-s",
+        type=float,
+        default=420.0,
+        help="skip further attention shapes after this many seconds",
+    )
+    args = ap.parse_args()
+    if args.smoke:
+        smoke()
+        return
+    name = torch.cuda.get_device_name()
+    card = (
+        "h200" if "H200" in name else "h100" if "H100" in name else name.replace(" ", "_").lower()
+    )
+    log(f"device {name}, torch {torch.__version__}, triton {triton.__version__}")
+    copy_bw = copy_bandwidth()
+    log(f"copy bandwidth {copy_bw / 1e12:.3f} TB/s (read + write)")
+    shapes = [(b, c, n) for b in (1, 8, 32) for c in (4096, 32768) for n in (16, 64)]
+    if args.quick:
+        shapes = [(1, 4096, 64), (8, 32768, 16)]
+    doc: dict[str, Any] = {
+        "device": name,
+        "card": card,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "copy_bytes_per_s": copy_bw,
+    }
+    doc["attention"] = bench_attention(copy_bw, shapes, args.flex_budget_s, args.attention_budget_s)
+    doc["verify"] = bench_verify(copy_bw)
+    doc["compact"] = bench_compact(copy_bw)
+    doc["elapsed_s"] = time.time() - T0
+    text = table(doc["attention"], card, copy_bw)
+    v = doc["verify"]
+    walk_best = min(x for k, x in v.items() if k.startswith("walk_block") and x is not None)
+    text += f"\ngreedy verify B=64 x N=64 (walk, target ids given): best {walk_best:.1f} us (goal < 20 us)"
+    text += f"\nsampling over 4096 x 128256 bf16 logits: floor {v['logits_floor_us']:.0f} us, argmax {min(v[f'argmax_block{b}_us'] for b in (1, 2, 4)):.0f} us (torch {v['torch_argmax_us']:.0f}), gumbel {min(v[f'gumbel_block{b}_us'] for b in (1, 2, 4)):.0f} us (torch softmax+multinomial {v['torch_softmax_multinomial_us']:.0f})"
+    c = doc["compact"]
+    text += f"\nkv compaction 32 layers x 64 seqs: {c['moved_rows']} rows moved, {c['bytes'] / 1e6:.1f} MB, best {min(c[f'block{b}_us'] for b in (128, 256, 512, 1024)):.1f} us"
+    if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    print(text)
+    print(json.dumps({k: doc[k] for k in ("device", "card", "copy_bytes_per_s", "elapsed_s")}))
+
+
+if __name__ == "__main__":
+    main()
