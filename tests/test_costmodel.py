@@ -446,10 +446,10 @@ def test_fit_calibration_recovers_a_known_gpu() -> None:
     llama = model_preset("llama-3.1-8b")
     truth = CostModel(H100, llama, calibration=true)
     fitted = CostModel(H100, llama, calibration=fit)
-    b, n = np.array([1, 1, 8, 32, 64, 64]), np.array([1, 64, 16, 16, 8, 64])
+    batch, tree = np.array([1, 1, 8, 32, 64, 64]), np.array([1, 64, 16, 16, 8, 64])
     gemms = ("qkv_o", "mlp", "lm_head")
-    want = np.sum([truth.verify_breakdown(b, n, 1024)[k] for k in gemms], axis=0)
-    got = np.sum([fitted.verify_breakdown(b, n, 1024)[k] for k in gemms], axis=0)
+    want = np.sum([truth.verify_breakdown(batch, tree, 1024)[c] for c in gemms], axis=0)
+    got = np.sum([fitted.verify_breakdown(batch, tree, 1024)[c] for c in gemms], axis=0)
     np.testing.assert_allclose(got, want, rtol=0.05)
 
 
