@@ -187,12 +187,12 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         raise SpecError(f"{p}: the trace has no requests")
     a = np.array(rows, dtype=np.float64)
     if (a[:, 0] < 0).any():
-        line = int(np.flatnonzero(a[:, 0] < 0)[0])
-        raise SpecError(f"{p}: request {line}: arrival time must be >= 0 s")
+        i = int(np.flatnonzero(a[:, 0] < 0)[0])
+        raise SpecError(f"{p}: request {i + 1}: arrival time must be >= 0 s")
     for j, what in ((1, "prompt"), (2, "output")):
         if (a[:, j] < 1).any():
             i = int(np.flatnonzero(a[:, j] < 1)[0])
-            raise SpecError(f"{p}: request {i}: {what} tokens must be >= 1, got {a[i, j]:g}")
+            raise SpecError(f"{p}: request {i + 1}: {what} tokens must be >= 1, got {a[i, j]:g}")
     order = np.argsort(a[:, 0], kind="stable")
     a = a[order]
     return Trace(

@@ -24,7 +24,7 @@ from spectune.simulator.capacity import KVBudget
 from spectune.simulator.iterations import IterationLog
 from spectune.simulator.requests import Requests
 from spectune.simulator.speculation import Speculator
-from spectune.simulator.steptime import StepCost, StepPricer
+from spectune.simulator.steptime import StepPricer
 
 
 class Replica:
@@ -184,7 +184,6 @@ class Replica:
 
     def _commit(self, plan: tuple[Any, ...], t0: float, in_system: int) -> None:
         dec, all_dec, fed, acc, policy, preempted, cost = plan
-        cost: StepCost
         now = self.env.now
         out, comp = self.out, self.comp
         new_comp = comp + fed
