@@ -60,9 +60,14 @@ def main() -> None:
     target, drafter = load_model("llama-3.1-8b"), load_model("eagle3-llama-3.1-8b")
     batches = [int(b) for b in args.batches.split(",")]
     grid_b, grid_n, grid_c = (1, 4, 16, 64), (1, 16, 64, 128), (512, 4096)
-    cfg = SessionConfig(max_batch=max(64, *batches), max_context=max(4096, args.context), max_tree=128)
+    cfg = SessionConfig(
+        max_batch=max(64, *batches), max_context=max(4096, args.context), max_tree=128
+    )
     session = Session(target, drafter, cfg, dev)
-    print(f"{gpu} ({hw}); session up in {time.time() - t0:.1f} s; attention: {session.attention_backend}", flush=True)
+    print(
+        f"{gpu} ({hw}); session up in {time.time() - t0:.1f} s; attention: {session.attention_backend}",
+        flush=True,
+    )
     summary: dict[str, object] = {"gpu": gpu, "hardware": hw}
 
     # ---- roofline floor: verify at B=1, N=64, C=4096 for each attention backend --------------
@@ -77,8 +82,11 @@ def main() -> None:
             continue
         t = session.verify_time(1, 64, 4096, reps=20, use_kernels=kern)
         floor["backends"][name] = {"seconds": t, "ratio": t / floor_s}  # type: ignore[index]
-        print(f"floor check [{name}]: verify B=1 N=64 C=4096 {t * 1e3:.3f} ms, floor {floor_s * 1e3:.3f} ms "
-              f"({fb / 1e9:.2f} GB at {bw / 1e12:.2f} TB/s) -> {t / floor_s:.2f}x", flush=True)
+        print(
+            f"floor check [{name}]: verify B=1 N=64 C=4096 {t * 1e3:.3f} ms, floor {floor_s * 1e3:.3f} ms "
+            f"({fb / 1e9:.2f} GB at {bw / 1e12:.2f} TB/s) -> {t / floor_s:.2f}x",
+            flush=True,
+        )
     best = min(floor["backends"].items(), key=lambda kv: kv[1]["seconds"])  # type: ignore[union-attr]
     session.use_kernels = best[0] == "kernels"
     floor["chosen"] = best[0]
@@ -87,7 +95,9 @@ def main() -> None:
 
     # ---- calibration micro-benchmarks -----------------------------------------------------------
     if not args.skip_calibration:
-        doc = calibration_run(session, gpu=gpu, hardware=hw, batches=grid_b, tokens=grid_n, contexts=grid_c)
+        doc = calibration_run(
+            session, gpu=gpu, hardware=hw, batches=grid_b, tokens=grid_n, contexts=grid_c
+        )
         write_json_atomic(out / "calibrate-run.json", doc)
         print(f"calibration run done at {time.time() - t0:.0f} s", flush=True)
 
@@ -105,15 +115,30 @@ def main() -> None:
             runs.extend((b, pol, label) for label, pol in CANDIDATES.items())
     recs = measure_runs(session, runs, args.context, acc, args.steps, keep_going=True)
     mdoc = measurement_doc(
-        gpu=gpu, hardware=hw, target=target.name, drafter=drafter.name, workload=args.workload,
-        context=args.context, steps=args.steps, attention=session.attention_backend, runs=recs,
-        extra={"command": "python benchmarks/bench_executor.py " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v not in (None, False) and k != "out")},
+        gpu=gpu,
+        hardware=hw,
+        target=target.name,
+        drafter=drafter.name,
+        workload=args.workload,
+        context=args.context,
+        steps=args.steps,
+        attention=session.attention_backend,
+        runs=recs,
+        extra={
+            "command": "python benchmarks/bench_executor.py "
+            + " ".join(
+                f"--{k.replace('_', '-')} {v}"
+                for k, v in vars(args).items()
+                if v not in (None, False) and k != "out"
+            )
+        },
     )
     write_json_atomic(out / "measurement.json", mdoc)
     print(f"total {time.time() - t0:.0f} s")
     print(format_table(mdoc))
-    summary["runs"] = [{k: r[k] for k in ("batch", "label", "tokens_per_s", "speedup")} for r in recs]
+    summary["runs"] = [
+        {k: r[k] for k in ("batch", "label", "tokens_per_s", "speedup")} for r in recs
+    ]
     print(json.dumps(summary))
 
 

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from spectune.cli.common import int_list, positive
-from spectune.specs import PolicyTable, SpecError, TreePolicy, load_model, write_json_atomic
+from spectune.specs import PolicyTable, TreePolicy, load_model, write_json_atomic
 
 DEFAULT_TARGET = "llama-3.1-8b"
 DEFAULT_DRAFTER = "eagle3-llama-3.1-8b"

@@ -75,7 +75,7 @@ def tree_attention(
     mask:     bool[B, N, S]     query n may see new key s (tree: s is n or an ancestor of n)
     returns   [B, N, H, D]
     """
-    b, n, h, d = q.shape
+    n, d = q.shape[1], q.shape[3]
     kvh = k_new.shape[1]
     scale = 1.0 / math.sqrt(d)
     qp = _pack(q, kvh)
@@ -116,11 +116,13 @@ def reference_tree_attention(
 
 def kernels_ready() -> bool:
     """Whether spectune.kernels offers the Triton tree attention (owned by the kernels helper)."""
-    try:
-        from spectune.kernels import tree_attention as _ta  # noqa: F401
+    import importlib
+
+    try:  # the package re-exports a function of the module's name: import the module itself
+        mod = importlib.import_module("spectune.kernels.tree_attention")
     except ImportError:
         return False
-    return hasattr(_ta, "tree_attention")
+    return callable(getattr(mod, "tree_attention", None))
 
 
 class KernelLayout:
@@ -135,6 +137,7 @@ class KernelLayout:
         self.qo_indptr = torch.arange(batch + 1, dtype=i32, device=device) * tokens
         self.kv_indptr = torch.arange(batch + 1, dtype=i32, device=device) * capacity
         self.kv_lens = torch.full((batch,), context + tokens, dtype=i32, device=device)
+        self.prefix = torch.full((batch,), context, dtype=i32, device=device)
         words = (tokens + 63) // 64
         self.bitmask = torch.zeros((batch * tokens, words), dtype=torch.int64, device=device)
         j = torch.arange(words * 64, device=device)

@@ -20,8 +20,9 @@ from typing import Any
 import torch
 
 from spectune.executor.attention import KernelLayout, tree_attention
+from spectune.executor.gemm import linear
 from spectune.executor.session import Session
-from spectune.executor.timing import PhaseTimer
+from spectune.executor.timing import PhaseTimer, graph_time
 
 RUN_SCHEMA = "spectune.calibration-run/v1"
 GEMM_TOKENS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -47,7 +48,6 @@ def copy_bandwidth(device: torch.device, nbytes: int = 1 << 30) -> float:
     a = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).uniform_()
     b = torch.empty_like(a)
     t = _time(lambda: b.copy_(a), 10, device)
-    del a, b
     return 2 * nbytes / t
 
 
@@ -75,13 +75,11 @@ def gemm_sweep(session: Session, tokens: Sequence[int] = GEMM_TOKENS) -> list[di
         ws = [torch.empty((n, k), device=dev, dtype=torch.bfloat16).uniform_(-0.02, 0.02) for _ in range(copies)]
         for m in tokens:
             x = torch.empty((m, k), device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
-            i = [0]
-
             def call(x: torch.Tensor = x, ws: list[torch.Tensor] = ws) -> None:
-                torch.nn.functional.linear(x, ws[i[0] % len(ws)])
-                i[0] += 1
+                for w in ws:
+                    linear(x, w)
 
-            t = _time(call, 7, dev, inner=len(ws) * 2)
+            t = graph_time(call, dev, 10) / len(ws)
             rows.append({"op": name, "m": m, "n": n, "k": k, "seconds": t,
                          "tflops": 2 * m * n * k / t / 1e12, "gb_s": (n * k + m * (n + k)) * 2 / t / 1e9})
         del ws
@@ -116,7 +114,7 @@ def attention_sweep(
                             kv[0, :, c : c + n].transpose(1, 2), kv[1, :, c : c + n].transpose(1, 2), mask,
                         )
 
-                t = _time(fn, 7, dev, inner=5)
+                t = graph_time(fn, dev, 10)
                 kv_bytes = b * (c + n) * 2 * s.kv_heads * s.head_dim * 2
                 rows.append({"batch": b, "context": c, "tokens": n, "seconds": t, "kv_bytes": kv_bytes,
                              "gb_s": kv_bytes / t / 1e9})

@@ -21,7 +21,8 @@ from typing import Protocol
 
 import torch
 
-from spectune.executor.fused import add_rmsnorm
+from spectune.executor.fused import add_rmsnorm, rope_tables
+from spectune.executor.gemm import linear
 from spectune.executor.model import (
     ROPE_THETA,
     Decoder,
@@ -30,7 +31,6 @@ from spectune.executor.model import (
     _fill,
     layer_forward,
 )
-from spectune.executor.fused import rope_tables
 from spectune.specs import ModelSpec, SpecError
 
 
@@ -109,12 +109,12 @@ class Eagle3Head:
         context: int, mask: torch.Tensor,
     ) -> torch.Tensor:
         b, a, _ = hidden3.shape
-        stream = torch.nn.functional.linear(hidden3.reshape(b * a, -1), self.fc).view(b, a, -1)
+        stream = linear(hidden3.reshape(b * a, -1), self.fc).view(b, a, -1)
         return self._forward(tokens, stream, pos, cache, context, 0, mask)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[B, W, h] -> [B, W, draft_vocab]."""
-        return torch.nn.functional.linear(add_rmsnorm(hidden, None, self.norm_final), self.lm)
+        return linear(add_rmsnorm(hidden, None, self.norm_final), self.lm)
 
 
 class ModelDrafter:

@@ -124,12 +124,10 @@ class SpecRunner:
         dev = target.device
         self.device = dev
         self.syn = SyntheticAcceptance(acceptance, d, k, dev)
-        if dev.type == "cuda" and use_kernels:
+        if use_kernels:  # on CPU only under the Triton interpreter (tests)
             from spectune.executor.attention import kernels_ready
 
             use_kernels = kernels_ready()
-        else:
-            use_kernels = False
         self.layout = KernelLayout(batch, self.nodes, context, target_cache.capacity, dev) if use_kernels else None
         self.walk = use_kernels and _walk_kernel_ready()
         b, n, p = batch, self.nodes, pool_size(d, k)
@@ -159,6 +157,8 @@ class SpecRunner:
         self.hidden3 = torch.zeros((b, n, h3), dtype=target.dtype, device=dev)
         self.num_acc = torch.zeros((b,), **i64)
         self.path = torch.zeros((b, d + 1), **i64)
+        self.path32 = torch.zeros((b, d + 1), dtype=torch.int32, device=dev)  # kernels' dtype
+        self.num_acc32 = torch.zeros((b,), dtype=torch.int32, device=dev)
         self.other = target.spec.vocab - 1  # a token no draft holds (drafts skip the last id)
         self.graphs = _Graphs(
             [self.draft, self.build, self.verify, self.accept, self.compact, self.extend], dev, use_graphs
@@ -258,14 +258,28 @@ class SpecRunner:
             self.path.copy_(torch.where(path >= 0, path, last))
             self.num_acc.copy_(num)
             self.root_token.copy_(res.next_token)
+            self.path32.copy_(self.path)
+            self.num_acc32.copy_(num)
             return
         num, path, bonus = greedy_accept(t.parents, t.tokens, t.depth, t.mask, self.target_tok, d)
         self.num_acc.copy_(num)
         self.path.copy_(path)
         self.root_token.copy_(bonus)
+        self.path32.copy_(path)
+        self.num_acc32.copy_(num)
 
     def compact(self) -> None:
-        compact_kv(self.tcache, self.batch, self.context, self.path)
+        if self.layout is None:
+            compact_kv(self.tcache, self.batch, self.context, self.path)
+            return
+        from spectune.kernels.kv_compact import compact_kv as kernel_compact_kv
+
+        kv = self.tcache.kv[:, :, : self.batch]  # [L, 2, B, cap, KVH, D]
+        lyr, _, b, cap, kvh, d = kv.shape
+        kernel_compact_kv(
+            kv[:, 0].reshape(lyr, b * cap, kvh, d), kv[:, 1].reshape(lyr, b * cap, kvh, d),
+            self.layout.kv_indptr[:b], self.layout.prefix, self.path32, self.num_acc32,
+        )
 
     def extend(self) -> None:
         b, c, a = self.batch, self.context, self.policy.depth + 1

@@ -19,6 +19,7 @@ import torch
 
 from spectune.executor.attention import KernelLayout, tree_attention
 from spectune.executor.fused import add_rmsnorm, rope_, rope_tables, silu_mul
+from spectune.executor.gemm import linear
 from spectune.specs import ModelSpec, SpecError
 
 ROPE_THETA = 500000.0  # Llama 3 rope_theta (config.json); latency does not depend on it
@@ -111,7 +112,7 @@ def layer_forward(
     """
     b, n, _ = h.shape
     hq, hk, d = spec.heads, spec.kv_heads, spec.head_dim
-    qkv = torch.nn.functional.linear(h.view(b * n, -1), w.wqkv)  # [B*N, (Hq+2Hk)*D]
+    qkv = linear(h.view(b * n, -1), w.wqkv)  # [B*N, (Hq+2Hk)*D]
     rope_(qkv, hq + hk, pos.reshape(-1), *rope)
     q = qkv[:, : hq * d].view(b, n, hq, d)
     lo = context + slot
@@ -127,10 +128,10 @@ def layer_forward(
             kv[1, :, context : context + span].transpose(1, 2),
             mask,
         )
-    o = torch.nn.functional.linear(attn.reshape(b * n, hq * d), w.wo).view(b, n, -1)
+    o = linear(attn.reshape(b * n, hq * d), w.wo).view(b, n, -1)
     h2 = add_rmsnorm(o, residual, w.norm_mlp)
-    gu = torch.nn.functional.linear(h2.view(b * n, -1), w.w_gate_up)
-    mlp = torch.nn.functional.linear(silu_mul(gu), w.w_down).view(b, n, -1)
+    gu = linear(h2.view(b * n, -1), w.w_gate_up)
+    mlp = linear(silu_mul(gu), w.w_down).view(b, n, -1)
     return mlp, residual
 
 
@@ -171,7 +172,7 @@ class Decoder:
         """tokens, pos: int64[B, N]; mask: bool[B, N, slot + N] over the new keys
         [context, context + slot + N). Returns (final normed hidden [B, N, hidden], the residual
         stream after each layer index in `capture`, each [B, N, hidden] (EAGLE-3's inputs))."""
-        b, n = tokens.shape
+        b = tokens.shape[0]
         span = mask.shape[-1]
         if context + span > cache.capacity:
             raise SpecError(f"cache capacity {cache.capacity} < context {context} + {span} new keys")
@@ -191,7 +192,7 @@ class Decoder:
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
         """[B, N, hidden] -> logits [B, N, vocab] (bytes: vocab * hidden * 2 weight + logits)."""
-        return torch.nn.functional.linear(hidden, self.lm)
+        return linear(hidden, self.lm)
 
     def eagle_capture_layers(self) -> tuple[int, int, int]:
         """The three layers whose outputs EAGLE-3 fuses (low, middle, high), as EAGLE-3 picks them."""

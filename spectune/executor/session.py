@@ -16,10 +16,26 @@ import torch
 
 from spectune.executor.attention import KernelLayout, kernels_ready
 from spectune.executor.drafter import Drafter, make_drafter
+from spectune.executor.gemm import autotune, set_plan
 from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner, _Graphs
 from spectune.executor.model import Decoder
 from spectune.executor.timing import PhaseTimer
 from spectune.specs import ModelSpec, SpecError, TreePolicy
+
+
+def weight_shapes(spec: ModelSpec) -> list[tuple[int, int]]:
+    """(N, K) of every weight GEMM of one model (an EAGLE-3 head adds its fc)."""
+    d, h = spec.head_dim, spec.hidden
+    shapes = [
+        ((spec.heads + 2 * spec.kv_heads) * d, spec.attn_in_width),
+        (h, spec.heads * d),
+        (2 * spec.ffn, h),
+        (h, spec.ffn),
+        (spec.lm_vocab, h),
+    ]
+    if spec.is_draft_head:
+        shapes.append((h, 3 * h))
+    return shapes
 
 
 def require_cuda() -> torch.device:
@@ -39,6 +55,7 @@ class SessionConfig:
     max_tree: int = 128  # largest tree (verify tokens per sequence) any run will use
     use_graphs: bool = True
     use_kernels: bool = True  # spectune.kernels' tree attention / walk when available
+    autotune_gemm: bool = True  # time split-K vs cuBLAS per weight shape and M at start
 
 
 class Session:
@@ -54,6 +71,13 @@ class Session:
         self.tcache = self.target.new_cache(cfg.max_batch, cap)
         self.dcache = self.drafter.new_cache(cfg.max_batch, cap)
         self.use_kernels = cfg.use_kernels and self.device.type == "cuda" and kernels_ready()
+        self.gemm_rows: list[dict[str, object]] = []
+        self.gemm_plan: dict[str, str] = {}
+        if self.device.type == "cuda" and cfg.autotune_gemm:
+            shapes = sorted(set(weight_shapes(target)) | set(weight_shapes(drafter)))
+            plan, self.gemm_rows = autotune(shapes, self.device)
+            set_plan(plan)
+            self.gemm_plan = plan.to_dict()
 
     @property
     def attention_backend(self) -> str:

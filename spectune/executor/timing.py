@@ -70,3 +70,30 @@ class PhaseTimer:
             per["step"].append(step)
             per["overhead"].append(max(step - covered, 0.0))
         return {name: statistics.median(v) for name, v in per.items()}
+
+
+def graph_time(fn: Callable[[], object], device: torch.device, reps: int = 20) -> float:
+    """Median seconds of fn() captured in a CUDA graph and replayed `reps` times (the launch gaps
+    the model sees); on CPU, fn() itself on the host clock."""
+    if device.type != "cuda":
+        timer = PhaseTimer(("g",), reps, device)
+        timer.run([lambda: _discard(fn())])
+        return timer.medians_s()["g"]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    timer = PhaseTimer(("g",), reps, device)
+    timer.run([g.replay])
+    t = timer.medians_s()["g"]
+    del g
+    return t
+
+
+def _discard(_: object) -> None:
+    return None

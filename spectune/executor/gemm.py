@@ -1,0 +1,158 @@
+"""Weight GEMMs y[M, N] = x[M, K] @ W[N, K]^T that stay near the HBM floor at small M.
+
+At decode-sized M a weight GEMM is a stream of N*K*2 bytes, but a library GEMM tiles only the
+N axis: Llama-3.1-8B's q|k|v (N = 6144) and o (N = 4096) projections become 48 and 32 tiles on
+a 132-SM GPU and stream at a third to a half of the bandwidth (measured on an H200: q|k|v at
+M = 64 moved 2.1 TB/s of a 4.3 TB/s copy rate). Splitting K as well fills the GPU:
+- `splitk`: a Triton kernel over (N blocks x S splits) writing float32 partials [S, M, N], then a
+  reduce kernel to bf16 (bytes: N*K*2 of weights + 2*S*M*N*4 of partials);
+- `cublas`: torch's linear (best once M is large enough for N tiles to fill the waves).
+`GemmPlan` holds, per weight shape and M bucket, the fastest variant measured on this GPU
+(`autotune`, a few seconds at session start); without a plan (CPU, tests) linear is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from spectune.executor.timing import graph_time
+
+
+@triton.jit
+def _splitk_kernel(
+    x_ptr, w_ptr, p_ptr, M, N, K, k_per_split,
+    stride_xm, stride_wn, stride_ps, stride_pm,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DIRECT: tl.constexpr,
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    pid_m = tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    k0 = pid_s * k_per_split
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in range(0, k_per_split, BLOCK_K):
+        k = k0 + kk + offs_k
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
+                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + offs_n[:, None] * stride_wn + k[None, :],
+                    mask=(offs_n[:, None] < N) & (k[None, :] < K), other=0.0)
+        acc = tl.dot(x, tl.trans(w), acc)
+    ok = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if DIRECT:
+        tl.store(p_ptr + offs_m[:, None] * stride_pm + offs_n[None, :], acc.to(p_ptr.dtype.element_ty), mask=ok)
+    else:
+        tl.store(p_ptr + pid_s * stride_ps + offs_m[:, None] * stride_pm + offs_n[None, :], acc, mask=ok)
+
+
+def splitk_linear(x: torch.Tensor, w: torch.Tensor, splits: int, block_n: int = 64, block_k: int = 128) -> torch.Tensor:
+    """x: [M, K] (row-contiguous), w: [N, K] contiguous -> [M, N] in x's dtype."""
+    m, k = x.shape
+    n = w.shape[0]
+    block_m = max(16, min(64, triton.next_power_of_2(m)))
+    k_per = triton.cdiv(triton.cdiv(k, splits), block_k) * block_k
+    splits = triton.cdiv(k, k_per)
+    grid = (triton.cdiv(n, block_n), splits, triton.cdiv(m, block_m))
+    if splits == 1:
+        out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+        _splitk_kernel[grid](x, w, out, m, n, k, k_per, x.stride(0), w.stride(0), 0, out.stride(0),
+                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DIRECT=True,
+                             num_warps=4, num_stages=4)
+        return out
+    part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+    _splitk_kernel[grid](x, w, part, m, n, k, k_per, x.stride(0), w.stride(0), part.stride(0), part.stride(1),
+                         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DIRECT=False,
+                         num_warps=4, num_stages=4)
+    return part.sum(dim=0).to(x.dtype)
+
+
+def reference_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.linear(x, w)
+
+
+VARIANTS = ("cublas", "splitk1", "splitk2", "splitk4", "splitk8")
+M_BUCKETS = (1, 4, 16, 32, 64, 128, 256)  # above the last bucket: cuBLAS
+
+
+class GemmPlan:
+    """Chosen variant per (N, K, M bucket); M above the largest bucket uses cuBLAS."""
+
+    def __init__(self, choice: dict[tuple[int, int, int], str] | None = None):
+        self.choice = dict(choice or {})
+
+    def variant(self, n: int, k: int, m: int) -> str:
+        for bucket in M_BUCKETS:
+            if m <= bucket:
+                return self.choice.get((n, k, bucket), "cublas")
+        return "cublas"
+
+    def to_dict(self) -> dict[str, str]:
+        return {f"{n}x{k}@{m}": v for (n, k, m), v in sorted(self.choice.items())}
+
+
+_PLAN = GemmPlan()
+
+
+def set_plan(plan: GemmPlan) -> None:
+    """Install the plan every `linear` call consults (one per process: one GPU)."""
+    global _PLAN
+    _PLAN = plan
+
+
+def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x: [..., K] @ w[N, K]^T with the planned variant for this shape and M."""
+    if not x.is_cuda:
+        return torch.nn.functional.linear(x, w)
+    k = x.shape[-1]
+    m = x.numel() // k
+    v = _PLAN.variant(w.shape[0], k, m)
+    if v == "cublas":
+        return torch.nn.functional.linear(x, w)
+    xm = x.reshape(m, k)
+    if xm.stride(1) != 1:
+        xm = xm.contiguous()
+    y = splitk_linear(xm, w, int(v[len("splitk"):]))
+    return y.view(*x.shape[:-1], w.shape[0])
+
+
+def autotune(
+    shapes: Iterable[tuple[int, int]], device: torch.device, buckets: Sequence[int] = M_BUCKETS,
+    copies_bytes: int = 256 << 20,
+) -> tuple[GemmPlan, list[dict[str, object]]]:
+    """Time every variant per weight shape (N, K) and M bucket; weights rotate over enough
+    copies that L2 never holds them. Returns the plan and the timing rows."""
+    choice: dict[tuple[int, int, int], str] = {}
+    rows: list[dict[str, object]] = []
+    for n, k in shapes:
+        copies = max(1, -(-copies_bytes // (n * k * 2)))
+        ws = [torch.empty((n, k), device=device, dtype=torch.bfloat16).uniform_(-0.02, 0.02) for _ in range(copies)]
+        for m in buckets:
+            x = torch.empty((m, k), device=device, dtype=torch.bfloat16).uniform_(-1, 1)
+            best, best_t = "cublas", float("inf")
+            for v in VARIANTS:
+                if v == "cublas":
+                    def call(x: torch.Tensor = x, ws: list[torch.Tensor] = ws) -> None:
+                        for w in ws:
+                            torch.nn.functional.linear(x, w)
+                else:
+                    sp = int(v[len("splitk"):])
+
+                    def call(x: torch.Tensor = x, sp: int = sp, ws: list[torch.Tensor] = ws) -> None:
+                        for w in ws:
+                            splitk_linear(x, w, sp)
+                try:
+                    t = graph_time(call, device) / len(ws)
+                except Exception as e:  # a variant that fails to compile is skipped
+                    rows.append({"n": n, "k": k, "m": m, "variant": v, "error": repr(e)[:200]})
+                    continue
+                rows.append({"n": n, "k": k, "m": m, "variant": v, "seconds": t,
+                             "gb_s": n * k * 2 / t / 1e9})
+                if t < best_t:
+                    best, best_t = v, t
+            choice[(n, k, m)] = best
+    return GemmPlan(choice), rows
