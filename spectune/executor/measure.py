@@ -70,6 +70,7 @@ def run_record(spec: RunSpec, spec_res: Any, ar_res: Any) -> dict[str, Any]:
         "tokens_per_step": acc + 1.0,
         "tokens_per_s": tps,
         "ar_step_ms": ar_ms,
+        "ar_phases_ms": {"verify": ar_res.phases_s["verify"] * 1e3, "overhead": ar_res.phases_s["overhead"] * 1e3},
         "ar_tokens_per_s": ar_tps,
         "speedup": tps / ar_tps,
     }

@@ -1,0 +1,172 @@
+"""Fit the cost model's Calibration to what the executor measured (CPU only: numpy + scipy).
+
+The cost model is used as a black box: its efficiencies are the parameters, and a bounded
+least-squares fit minimises the log-ratio of predicted to measured seconds over
+- the verify grid of a calibration run (whole target forwards, batch x tree tokens x context),
+- the weight-GEMM micro-benchmarks of the same run (operators.gemm_time per shape and M),
+- the phases of measured speculative runs (verify over the tree, drafting, draft extend).
+Parameters: weight/attention/elementwise bandwidth efficiencies, attention FLOP efficiency,
+the per-kernel launch cost inside a graph, and the GEMM efficiency curve
+eff(M) = e_max * (1 - exp(-M / m0)) tabulated on a grid (M / eff grows with M, as Calibration
+requires). The fixed per-step costs (step overhead, per-request cost, tree building) come from
+a linear fit of the non-forward phases. Graph batch sizes are every batch up to 256, because the
+executor captures a graph at each measured batch exactly (no padding).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from spectune.specs import SpecError, load_hardware, load_model
+from spectune.specs.calibration import Calibration
+
+GEMM_GRID = (1.0, 16.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 65536.0)
+GRAPH_SIZES = tuple(range(1, 257))
+# (name, lower, upper, start)
+PARAMS = (
+    ("weight_bw_efficiency", 0.2, 1.0, 0.8),
+    ("attention_bw_efficiency", 0.05, 1.0, 0.6),
+    ("attention_flops_efficiency", 0.02, 1.0, 0.3),
+    ("elementwise_bw_efficiency", 0.02, 1.0, 0.5),
+    ("launch_us", 0.0, 30.0, 3.0),
+    ("gemm_emax", 0.2, 1.0, 0.8),
+    ("gemm_m0", 1.0, 4096.0, 256.0),
+)
+
+
+def _calibration(x: Sequence[float], hardware: str, base: Calibration) -> Calibration:
+    p = dict(zip((n for n, *_ in PARAMS), x, strict=True))
+    grid = np.asarray(GEMM_GRID)
+    eff = p["gemm_emax"] * -np.expm1(-grid / p["gemm_m0"])
+    eff = np.clip(eff, 1e-4, 1.0)
+    per = np.maximum.accumulate(grid / eff)  # enforce M/eff non-decreasing exactly
+    eff = grid / per
+    return dataclasses.replace(
+        base,
+        hardware=hardware,
+        weight_bw_efficiency=float(p["weight_bw_efficiency"]),
+        attention_bw_efficiency=float(p["attention_bw_efficiency"]),
+        attention_flops_efficiency=float(p["attention_flops_efficiency"]),
+        elementwise_bw_efficiency=float(p["elementwise_bw_efficiency"]),
+        launch_s=float(p["launch_us"]) * 1e-6,
+        gemm_tokens=tuple(float(g) for g in grid),
+        gemm_flops_efficiency=tuple(float(e) for e in eff),
+        graph_batch_sizes=GRAPH_SIZES,
+    )
+
+
+def _rows(run: dict[str, Any], measurements: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str, Any], float]]:
+    """(kind, arguments, measured seconds) for every fitted observation."""
+    rows: list[tuple[str, dict[str, Any], float]] = []
+    for r in run.get("verify", []):
+        rows.append(("verify", {"batch": r["batch"], "tokens": r["tokens"], "context": r["context"]}, r["seconds"]))
+    for g in run.get("gemm", []):
+        rows.append(("gemm", {"m": g["m"], "n": g["n"], "k": g["k"]}, g["seconds"]))
+    for doc in measurements:
+        c = doc["context"]
+        for r in doc["runs"]:
+            ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
+            if "ar_phases_ms" in r:
+                rows.append(("verify", {"batch": b, "tokens": 1, "context": c}, r["ar_phases_ms"]["verify"] / 1e3))
+            if pol is None:
+                rows.append(("verify", {"batch": b, "tokens": 1, "context": c}, ph["verify"] / 1e3))
+                continue
+            rows.append(("verify", {"batch": b, "tokens": r["nodes"], "context": c}, ph["verify"] / 1e3))
+            rows.append(("draft", {"batch": b, "depth": pol["depth"], "topk": pol["topk"], "context": c}, ph["draft"] / 1e3))
+            rows.append(("extend", {"batch": b, "accepted": pol["depth"] + 1, "context": c}, ph["extend"] / 1e3))
+    return rows
+
+
+def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
+    """Seconds the cost model predicts for one observation."""
+    from spectune.planner.operators import gemm_time
+
+    if kind == "verify":
+        return float(cm.verify_time(a["batch"], a["tokens"], a["context"]))
+    if kind == "gemm":
+        return float(gemm_time(cm.rates, a["m"], a["n"], a["k"], float(cm.target.dtype_bytes)))
+    if kind == "draft":
+        return float(cm.draft_time(a["batch"], a["depth"], a["topk"], a["context"]))
+    if kind == "extend":
+        return float(cm.draft_extend_time(a["batch"], a["accepted"], a["context"]))
+    raise ValueError(kind)
+
+
+WEIGHTS = {"verify": 1.0, "gemm": 0.3, "draft": 0.5, "extend": 0.3}
+
+
+def fit_calibration(
+    run: dict[str, Any], measurements: Sequence[dict[str, Any]] = (), *, base: Calibration | None = None,
+) -> tuple[Calibration, dict[str, Any]]:
+    """Calibration fitted to a calibration-run document (+ measurement documents of the same GPU
+    and models). Returns it and a report (per-kind MAPE before and after)."""
+    from scipy.optimize import least_squares
+
+    from spectune.planner.costmodel import CostModel
+
+    hw = load_hardware(run["hardware"])
+    target, drafter = load_model(run["target"]), load_model(run["drafter"])
+    for doc in measurements:
+        if (doc["hardware"], doc["target"], doc["drafter"]) != (run["hardware"], run["target"], run["drafter"]):
+            raise SpecError("measurements must be of the calibration run's GPU and models")
+    base = base or Calibration()
+    rows = _rows(run, measurements)
+    if not rows:
+        raise SpecError("nothing to fit: the calibration run has no verify or gemm rows")
+    meas = np.array([s for _, _, s in rows])
+    w = np.sqrt(np.array([WEIGHTS[k] for k, _, _ in rows]))
+
+    def model(x: Sequence[float]) -> np.ndarray:
+        cm = CostModel(hw, target, drafter, calibration=_calibration(x, hw.name, base))
+        return np.array([predict_row(cm, k, a) for k, a, _ in rows])
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        return w * np.log(model(x) / meas)
+
+    lo = np.array([p[1] for p in PARAMS])
+    hi = np.array([p[2] for p in PARAMS])
+    x0 = np.array([p[3] for p in PARAMS])
+    start = model(x0)
+    sol = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac", max_nfev=400)
+    cal = _calibration(sol.x, hw.name, base)
+    cal = dataclasses.replace(cal, **_overheads(measurements))
+    cal = dataclasses.replace(
+        cal, source=f"spectune calibrate on {run.get('gpu', hw.name)}: least-squares fit of "
+        f"{len(rows)} executor timings (verify grid, GEMMs, loop phases); spectune.executor.fit",
+    )
+    end = model(sol.x)
+    report: dict[str, Any] = {"rows": len(rows), "params": dict(zip((p[0] for p in PARAMS), sol.x.tolist(), strict=True))}
+    for kind in WEIGHTS:
+        sel = np.array([k == kind for k, _, _ in rows])
+        if sel.any():
+            report[f"mape_{kind}_before"] = float(np.mean(np.abs(start[sel] / meas[sel] - 1)))
+            report[f"mape_{kind}_after"] = float(np.mean(np.abs(end[sel] / meas[sel] - 1)))
+    return cal, report
+
+
+def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """step_overhead_s, per_request_overhead_s and tree_build_s by least squares over the
+    non-forward phases: speculation off -> overhead; on -> tree + accept + compact + overhead."""
+    a_rows, y = [], []
+    for doc in measurements:
+        for r in doc["runs"]:
+            ph = r["phases_ms"]
+            if "ar_phases_ms" in r:
+                a_rows.append([1.0, r["batch"], 0.0])
+                y.append(r["ar_phases_ms"]["overhead"] / 1e3)
+            if r["policy"] is None:
+                a_rows.append([1.0, r["batch"], 0.0])
+                y.append(ph["overhead"] / 1e3)
+            else:
+                a_rows.append([1.0, r["batch"], 1.0])
+                y.append((ph["tree"] + ph["accept"] + ph["compact"] + ph["overhead"]) / 1e3)
+    if len(y) < 3:
+        return {}
+    from scipy.optimize import nnls
+
+    coef, _ = nnls(np.array(a_rows), np.array(y))
+    return {"step_overhead_s": float(coef[0]), "per_request_overhead_s": float(coef[1]), "tree_build_s": float(coef[2])}
