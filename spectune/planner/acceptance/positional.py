@@ -27,13 +27,13 @@ class PositionalAcceptance(AcceptanceModel):
 
     def __init__(
         self,
-        table: np.ndarray | list[list[float]] | list[float],
+        table: np.ndarray | list[list[float]] | list[float] | tuple[tuple[float, ...], ...],
         depth_decay: float = 1.0,
         retrieval: RetrievalProfile | None = None,
         workload: Workload | None = None,
     ) -> None:
         super().__init__(retrieval)
-        t = np.atleast_2d(np.asarray(table, dtype=np.float64))
+        t = _pad_rows(table)
         if t.ndim != 2 or t.size == 0:
             raise SpecError("a positional table must be a non-empty [depth][rank] array")
         if (t < 0).any() or (t > 1).any():
@@ -100,3 +100,20 @@ class PositionalAcceptance(AcceptanceModel):
             bank = CandidateBank.from_arrays(row[None, :], row[None, :])
             self._banks[(level, width)] = bank
         return bank
+
+
+def _pad_rows(table: object) -> np.ndarray:
+    """float64[D, W] from a 1-D vector, a 2-D array or ragged rows (padded with zeros)."""
+    if isinstance(table, np.ndarray):
+        return np.atleast_2d(table.astype(np.float64))
+    rows = list(table)  # type: ignore[call-overload]
+    if rows and not isinstance(rows[0], list | tuple | np.ndarray):
+        rows = [rows]
+    try:
+        width = max((len(r) for r in rows), default=0)
+        out = np.zeros((len(rows), width))
+        for d, r in enumerate(rows):
+            out[d, : len(r)] = np.asarray(r, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise SpecError(f"a positional table must be numbers by [depth][rank]: {e}") from e
+    return out

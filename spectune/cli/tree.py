@@ -1,0 +1,139 @@
+"""`spectune tree`: build one draft tree for a workload (or an acceptance vector) and show it
+with its expected tokens per step."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from spectune.cli.common import float_list
+from spectune.planner.acceptance import AcceptanceModel, PositionalAcceptance, acceptance_model
+from spectune.planner.trees import build_tree
+from spectune.specs.errors import SpecError
+from spectune.specs.policy import TreePolicy
+from spectune.specs.tree import SOURCE_NAMES, DraftTree
+from spectune.specs.workload import load_workload
+
+BUILDERS = {
+    "sequoia": "static",
+    "static": "static",
+    "dynamic": "dynamic-topk",
+    "dynamic-topk": "dynamic-topk",
+}
+
+
+def draw_tree(tree: DraftTree, accept: np.ndarray) -> list[str]:
+    """Text drawing, one line per node: index, source, draft prob, P(accepted)."""
+    lines = ["[0] root  P=1.000"]
+    first, nxt = tree.first_child, tree.next_sibling
+
+    def walk(node: int, prefix: str) -> None:
+        child = int(first[node])
+        while child >= 0:
+            last = int(nxt[child]) < 0
+            src = SOURCE_NAMES[int(tree.source[child])]
+            lines.append(
+                f"{prefix}{'└── ' if last else '├── '}[{child}] {src:<9} "
+                f"q={np.exp(tree.logprobs[child]):.3f}  P={accept[child]:.3f}"
+            )
+            walk(child, prefix + ("    " if last else "│   "))
+            child = int(nxt[child])
+
+    walk(0, "")
+    return lines
+
+
+def _model(args: argparse.Namespace) -> AcceptanceModel:
+    if args.accept is not None:
+        vec = args.accept
+        if any(not 0 <= v <= 1 for v in vec) or sum(vec) > 1 + 1e-9:
+            raise SpecError(
+                f"--accept must be probabilities in [0, 1] summing to <= 1 (one child of a node "
+                f"can be accepted), got {vec}"
+            )
+        return PositionalAcceptance([vec])
+    return acceptance_model(load_workload(args.workload))
+
+
+def run(args: argparse.Namespace) -> int:
+    model = _model(args)
+    topk = args.topk
+    if topk is None:
+        topk = len(args.accept) if args.accept is not None else 4
+    policy = TreePolicy(
+        builder=BUILDERS[args.builder],
+        depth=args.depth,
+        topk=topk,
+        budget=args.budget,
+        prune_threshold=args.prune_threshold,
+        graft_budget=args.graft_budget,
+    )
+    tree = build_tree(policy, model, np.random.default_rng(args.seed))
+    accept = model.node_accept_prob(tree)
+    expected = float(accept[1:].sum() + 1.0)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "expected_tokens": expected,
+                    "parents": tree.parents.tolist(),
+                    "depth": tree.depth.tolist(),
+                    "source": [SOURCE_NAMES[int(s)] for s in tree.source],
+                    "accept_prob": [round(float(p), 6) for p in accept],
+                }
+            )
+        )
+        return 0
+    what = "--accept " + ",".join(f"{v:g}" for v in args.accept) if args.accept else args.workload
+    print(
+        f"{policy.builder} tree for {what}: {tree.num_nodes} nodes (budget {policy.budget}), "
+        f"depth {tree.max_depth}, top-k {policy.topk}"
+    )
+    for line in draw_tree(tree, accept):
+        print(line)
+    print(f"expected tokens per step: {expected:.4f} (accepted draft tokens + 1 bonus)")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tree", help="build and draw one draft tree with its expected tokens")
+    p.add_argument(
+        "--builder",
+        choices=sorted(BUILDERS),
+        default="dynamic",
+        help="sequoia/static: optimal static shape; dynamic: EAGLE-2 top-k (default)",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument(
+        "--workload",
+        default="mt-bench",
+        help="workload preset or JSON/TOML file (default mt-bench)",
+    )
+    src.add_argument(
+        "--accept",
+        type=float_list,
+        default=None,
+        help="Sequoia acceptance vector by sibling rank, e.g. 0.6,0.2,0.1",
+    )
+    p.add_argument("--budget", type=int, default=16, help="verify budget, root included (16)")
+    p.add_argument("--depth", type=int, default=5, help="maximum depth below the root (5)")
+    p.add_argument(
+        "--topk",
+        type=int,
+        default=None,
+        help="children per node (default 4, or the length of --accept)",
+    )
+    p.add_argument(
+        "--prune-threshold",
+        type=float,
+        default=0.0,
+        help="drop nodes whose path draft probability is below this (0)",
+    )
+    p.add_argument(
+        "--graft-budget", type=int, default=0, help="freed slots retrieved tokens may fill (0)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)

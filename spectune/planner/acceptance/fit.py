@@ -1,0 +1,169 @@
+"""Fitting workload parameters: scale a profile to a published mean accepted length, and derive
+a Workload from a recorded trace (spectune.trace/v1).
+
+The presets in specs.workload were fitted with `fit_confidence_scale` and
+`fit_retrieval_scale`; tests/test_acceptance.py checks that they still reproduce their sources.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from spectune.planner.acceptance.base import RetrievalProfile
+from spectune.planner.acceptance.confidence import ConfidenceAcceptance
+from spectune.planner.acceptance.replay import TraceReplay
+from spectune.planner.trace import TraceHeader, TraceStep
+from spectune.specs.errors import SpecError
+from spectune.specs.policy import TreePolicy
+from spectune.specs.workload import Workload
+
+#: EAGLE-2's default tree: 60 draft tokens (+ the root), depth 7, top-k 10 (EAGLE repo defaults)
+EAGLE2_DEFAULT = TreePolicy("dynamic-topk", depth=7, topk=10, budget=61)
+
+
+def bisect(
+    f: Callable[[float], float], target: float, lo: float, hi: float, tol: float = 1e-3
+) -> float:
+    """x in [lo, hi] with f(x) ~= target for an increasing f."""
+    flo, fhi = f(lo), f(hi)
+    if not flo <= target <= fhi:
+        raise SpecError(
+            f"target {target:.3f} is outside [{flo:.3f}, {fhi:.3f}] reachable by the fit"
+        )
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if f(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < tol:
+            break
+    return 0.5 * (lo + hi)
+
+
+def confidence_means(m1: float, decay: float, levels: int = 8) -> tuple[float, ...]:
+    return tuple(min(0.97, m1 * decay**d) for d in range(levels))
+
+
+def policy_tokens(wl: Workload, policy: TreePolicy, samples: int = 20000, seed: int = 0) -> float:
+    """Mean expected tokens per step of `policy` on `wl` over `samples` trees (in chunks)."""
+    from spectune.planner.trees import expected_tokens_for_policy
+
+    model = ConfidenceAcceptance(wl) if wl.acceptance == "confidence" else None
+    if model is None:
+        from spectune.planner.acceptance import acceptance_model
+
+        m = acceptance_model(wl)
+    else:
+        m = model
+    chunk = 2000
+    vals = [
+        expected_tokens_for_policy(policy, m, samples=chunk, seed=seed + i)
+        for i in range(max(1, samples // chunk))
+    ]
+    return float(np.mean(vals))
+
+
+def fit_confidence_scale(
+    base: Workload, target_tokens: float, policy: TreePolicy = EAGLE2_DEFAULT, samples: int = 20000
+) -> float:
+    """m1 such that confidence_mean = m1 * depth_decay**d makes `policy` yield target_tokens."""
+
+    def f(m1: float) -> float:
+        wl = dataclasses.replace(base, confidence_mean=confidence_means(m1, base.depth_decay))
+        return policy_tokens(wl, policy, samples)
+
+    return bisect(f, target_tokens, 0.05, 0.97, tol=1e-3)
+
+
+def retrieval_chain_tokens(profile: RetrievalProfile, length: int) -> float:
+    """Expected tokens per step of a retrieval-only drafter proposing one chain of `length`."""
+    rho = np.zeros((profile.rho.shape[0], length))
+    n = min(length, profile.rho.shape[1])
+    rho[:, :n] = profile.rho[:, :n]
+    return float(1.0 + (profile.match_probs[:, None] * np.cumprod(rho, axis=1)).sum())
+
+
+def fit_retrieval_scale(
+    rows: Callable[[float], tuple[tuple[float, ...], ...]],
+    match_probs: Sequence[float],
+    target_tokens: float,
+    length: int = 10,
+) -> float:
+    """s such that retrieval_accept = rows(s) gives target_tokens for a `length`-token chain."""
+
+    def f(s: float) -> float:
+        wl_rows = rows(s)
+        width = max(len(r) for r in wl_rows)
+        rho = np.zeros((len(wl_rows), width))
+        for i, r in enumerate(wl_rows):
+            rho[i, : len(r)] = r
+        return retrieval_chain_tokens(RetrievalProfile(rho, np.asarray(match_probs)), length)
+
+    return bisect(f, target_tokens, 0.0, 2.0, tol=1e-4)
+
+
+def workload_from_trace(
+    header: TraceHeader,
+    steps: Sequence[TraceStep],
+    name: str,
+    *,
+    width: int = 8,
+    bins: int = 10,
+    source: str = "",
+) -> Workload:
+    """A Workload fitted from recorded steps: the empirical positional table (how often the
+    rank-r model child was the target's token, per depth) as a positional profile, plus the
+    confidence parameters (mean top-1 draft probability per depth, and a calibration curve of
+    the hit rate by draft-probability bin, capped at the diagonal) so that the confidence model
+    can be chosen by editing `acceptance`."""
+    replay = TraceReplay(steps)
+    depth = min(header.max_depth, replay.max_level)
+    table = replay.positional_table(depth, width)
+    confs, hits, top1 = [], [], []
+    for lvl in range(1, depth + 1):
+        bank = replay.candidate_bank(lvl, width)
+        live = bank.conf > 0
+        confs.append(bank.conf[live])
+        hits.append(bank.accept[live])
+        top1.append(float(bank.conf[:, 0].mean()))
+    conf = np.concatenate(confs)
+    hit = np.concatenate(hits)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    xs, ys = [0.0], [0.0]
+    for lo, hi in itertools.pairwise(edges):
+        sel = (conf >= lo) & (conf < hi if hi < 1 else conf <= hi)
+        if sel.sum() >= 5:
+            x = float(conf[sel].mean())
+            if x > xs[-1] + 1e-6 and x < 1.0:
+                xs.append(x)
+                ys.append(min(float(hit[sel].mean()), x))
+    xs.append(1.0)
+    ys.append(min(1.0, max(ys[-1], ys[-1])) if len(ys) > 1 else 1.0)
+    ys = list(np.minimum(np.maximum.accumulate(ys), xs))
+    rows = []
+    for d in range(depth):
+        row = [float(v) for v in table[d]]
+        s = sum(row)
+        rows.append(tuple(v / s for v in row) if s > 1 else tuple(row))
+    return Workload(
+        name=name,
+        acceptance="positional",
+        temperature=header.temperature,
+        accept_by_rank=tuple(rows),
+        depth_decay=1.0,
+        confidence_mean=tuple(float(np.clip(t, 1e-3, 0.999)) for t in top1),
+        calibration_x=tuple(xs),
+        calibration_y=tuple(ys),
+        source=source
+        or f"trace: model {header.model}, drafter {header.drafter}, prompts "
+        f"{header.prompt_set}, {len(steps)} steps",
+        fitted=f"spectune.planner.acceptance.fit.workload_from_trace: empirical rank hit rates "
+        f"per depth (ranks < {width}, depths <= {depth}); calibration = hit rate per draft-"
+        f"probability bin ({bins} bins, capped at the diagonal); confidence_mean = mean top-1 "
+        "draft probability per depth",
+    )

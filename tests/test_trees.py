@@ -1,0 +1,283 @@
+"""Tree builders: one contract suite per builder, Sequoia's DP against brute force, and the
+properties of pruning, grafting, the batch super-tree and the vectorised batch sampler."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spectune.cli import main
+from spectune.planner.acceptance import AcceptanceModel, PositionalAcceptance, acceptance_model
+from spectune.planner.trees import (
+    build_batch_trees,
+    build_tree,
+    expected_tokens_for_policy,
+    flat,
+    graft_tree,
+    prune_tree,
+    sample_accepted_lengths,
+    sample_step,
+    sequoia_dp,
+)
+from spectune.specs import DraftTree, TreePolicy
+from tests.strategies import draft_trees
+
+SEQUOIA = PositionalAcceptance([[0.6, 0.2, 0.1], [0.5, 0.2, 0.1], [0.4, 0.2]])
+
+
+class BuilderContract:
+    """Every builder configuration must pass these."""
+
+    policy: TreePolicy
+    workload = "mt-bench"
+
+    def model(self) -> AcceptanceModel:
+        return acceptance_model(self.workload)
+
+    def test_tree_respects_the_policy(self) -> None:
+        m = self.model()
+        rng = np.random.default_rng(0)
+        for _ in range(20):
+            tree = build_tree(self.policy, m, rng)
+            assert tree.num_nodes <= self.policy.budget
+            model_nodes = tree.source == 1
+            assert (tree.depth[model_nodes] <= self.policy.depth).all()
+            assert (tree.num_children[tree.source != 2] <= self.policy.topk).all() or (
+                self.policy.graft_budget > 0
+            )
+            assert (tree.source == 2).sum() <= self.policy.graft_budget
+            e = m.expected_tokens(tree)
+            assert 1.0 <= e <= tree.max_depth + 1
+
+    def test_same_seed_same_tree_in_another_process(self) -> None:
+        p = self.policy
+        code = (
+            "import numpy as np, json;"
+            "from spectune.planner.acceptance import acceptance_model;"
+            "from spectune.planner.trees import build_tree;"
+            "from spectune.specs import TreePolicy;"
+            f"t = build_tree(TreePolicy({p.builder!r}, {p.depth}, {p.topk}, {p.budget}, "
+            f"{p.prune_threshold}, {p.graft_budget}), acceptance_model({self.workload!r}), "
+            "np.random.default_rng(7));"
+            "print(json.dumps(t.to_dict()))"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        here = build_tree(p, self.model(), np.random.default_rng(7)).to_dict()
+        assert json.loads(out.stdout) == json.loads(json.dumps(here))
+
+    def test_batched_sampler_matches_per_tree_path(self) -> None:
+        """Same rules, two implementations: the distribution of tokens per step agrees."""
+        m = self.model()
+        rng = np.random.default_rng(1)
+        n = 3000
+        per_tree = np.array(
+            [len(m.sample_accepted(build_tree(self.policy, m, rng), rng)) for _ in range(n)]
+        )
+        batched = np.concatenate(
+            [sample_accepted_lengths(self.policy, m, rng, 64) for _ in range(n // 64 + 1)]
+        )[:n]
+        top = int(max(per_tree.max(), batched.max())) + 1
+        h1 = np.bincount(per_tree, minlength=top) / n
+        h2 = np.bincount(batched, minlength=top) / n
+        assert 0.5 * np.abs(h1 - h2).sum() < 0.05  # total variation distance
+        assert batched.mean() == pytest.approx(per_tree.mean(), rel=0.03)
+
+    def test_expected_tokens_for_policy_is_cached_and_exact(self) -> None:
+        m = self.model()
+        a = expected_tokens_for_policy(self.policy, m, samples=256, seed=3)
+        assert expected_tokens_for_policy(self.policy, m, samples=256, seed=3) == a
+        rng = np.random.default_rng(4)
+        trees = np.mean([m.expected_tokens(build_tree(self.policy, m, rng)) for _ in range(400)])
+        assert a == pytest.approx(trees, rel=0.03)
+
+    def test_sample_step_reports_tree_sizes(self) -> None:
+        tokens, nodes, expected = sample_step(
+            self.policy, self.model(), np.random.default_rng(0), 16
+        )
+        assert tokens.shape == nodes.shape == expected.shape == (16,)
+        assert (nodes <= self.policy.budget).all() and (tokens >= 1).all()
+        assert (expected >= 1).all()
+
+
+class TestDynamic(BuilderContract):
+    policy = TreePolicy("dynamic-topk", depth=7, topk=10, budget=61)
+
+
+class TestStatic(BuilderContract):
+    policy = TreePolicy("static", depth=6, topk=4, budget=32)
+
+
+class TestStaticPositional(BuilderContract):
+    policy = TreePolicy("static", depth=5, topk=5, budget=24)
+    workload = "medusa-vicuna-7b"
+
+
+class TestPruneGraft(BuilderContract):
+    policy = TreePolicy(
+        "dynamic-topk", depth=6, topk=6, budget=40, prune_threshold=0.05, graft_budget=10
+    )
+    workload = "summarization"
+
+
+class TestChainPreset(BuilderContract):
+    policy = TreePolicy("dynamic-topk", depth=5, topk=3, budget=12)
+    workload = "vllm-eagle3-minicpm3"
+
+
+# ---- Sequoia's dynamic program ------------------------------------------------------------------
+def _brute_force(model: AcceptanceModel, budget: int, depth: int, width: int) -> float:
+    best = 1.0
+    for n in range(2, budget + 1):
+        for parents in itertools.product(*[range(i) for i in range(1, n)]):
+            tree = DraftTree.from_parents([-1, *parents])
+            if tree.max_depth > depth or tree.num_children.max() > width:
+                continue
+            best = max(best, model.expected_tokens(tree))
+    return best
+
+
+@pytest.mark.parametrize(("budget", "depth", "width"), [(5, 3, 3), (6, 2, 2), (7, 4, 3)])
+def test_sequoia_dp_matches_brute_force(budget: int, depth: int, width: int) -> None:
+    shape = sequoia_dp(SEQUOIA.positional_table(depth, width), budget, depth, width)
+    tree = DraftTree.from_parents(shape.parents)
+    assert SEQUOIA.expected_tokens(tree) == pytest.approx(shape.expected_tokens)
+    assert shape.expected_tokens == pytest.approx(_brute_force(SEQUOIA, budget, depth, width))
+
+
+@settings(max_examples=20)
+@given(
+    row=st.lists(st.floats(0.0, 0.5), min_size=1, max_size=4),
+    depth=st.integers(1, 6),
+    budget=st.integers(2, 40),
+)
+def test_static_optimum_non_decreasing_in_budget(row: list[float], depth: int, budget: int) -> None:
+    total = sum(row)
+    model = PositionalAcceptance([[v / max(total, 1.0) for v in row]])
+    shape = sequoia_dp(model.positional_table(depth, len(row)), budget, depth, len(row))
+    assert (np.diff(shape.best_by_budget[1:]) >= -1e-12).all()
+    bigger = sequoia_dp(model.positional_table(depth, len(row)), budget + 3, depth, len(row))
+    assert bigger.expected_tokens >= shape.expected_tokens - 1e-12
+    assert 1.0 <= shape.expected_tokens <= depth + 1
+
+
+# ---- pruning and grafting -----------------------------------------------------------------------
+@settings(max_examples=40)
+@given(tree=draft_trees(max_nodes=60), threshold=st.floats(0.0, 0.9))
+def test_pruning_never_grows_a_tree(tree: DraftTree, threshold: float) -> None:
+    pruned = prune_tree(tree, threshold)
+    assert pruned.num_nodes <= tree.num_nodes
+    assert (np.exp(pruned.path_logprob[1:]) >= threshold).all()
+
+
+@settings(max_examples=40)
+@given(
+    tree=draft_trees(max_nodes=40, max_depth=8),
+    extra=st.integers(0, 20),
+    graft=st.integers(0, 12),
+    seed=st.integers(0, 2**31),
+)
+def test_grafting_keeps_budget_and_never_lowers_tokens(
+    tree: DraftTree, extra: int, graft: int, seed: int
+) -> None:
+    model = acceptance_model("summarization")
+    budget = tree.num_nodes + extra
+    grafted = graft_tree(tree, model, np.random.default_rng(seed), graft, budget)
+    assert grafted.num_nodes <= max(budget, tree.num_nodes)
+    assert grafted.num_nodes - tree.num_nodes <= graft
+    assert model.expected_tokens(grafted) >= model.expected_tokens(tree) - 1e-12
+    assert (grafted.parents[: tree.num_nodes] == tree.parents).all()
+
+
+@settings(max_examples=15)
+@given(prune=st.floats(0.0, 0.3), graft=st.integers(0, 12), seed=st.integers(0, 2**31))
+def test_policy_level_prune_and_graft(prune: float, graft: int, seed: int) -> None:
+    model = acceptance_model("summarization")
+    dense = TreePolicy("dynamic-topk", 6, 6, 40)
+    pruned = TreePolicy("dynamic-topk", 6, 6, 40, prune, 0)
+    grafted = TreePolicy("dynamic-topk", 6, 6, 40, prune, graft)
+    t_dense = build_tree(dense, model, np.random.default_rng(seed))
+    t_pruned = build_tree(pruned, model, np.random.default_rng(seed))
+    t_graft = build_tree(grafted, model, np.random.default_rng(seed))
+    assert t_pruned.num_nodes <= t_dense.num_nodes
+    assert t_graft.num_nodes <= 40
+    assert t_graft.num_nodes - t_pruned.num_nodes <= graft
+    assert model.expected_tokens(t_graft) >= model.expected_tokens(t_pruned) - 1e-12
+
+
+# ---- batch super-tree ---------------------------------------------------------------------------
+@settings(max_examples=25)
+@given(
+    batch=st.integers(2, 12),
+    budget=st.integers(3, 40),
+    seed=st.integers(0, 2**31),
+    workload=st.sampled_from(["mt-bench", "medusa-vicuna-7b", "summarization"]),
+)
+def test_super_tree_at_least_equal_split(batch: int, budget: int, seed: int, workload: str) -> None:
+    model = acceptance_model(workload)
+    pool = flat.dynamic_pool(model, 5, 4, np.random.default_rng(seed), batch)
+    p = pool.accept_prob()
+    score = np.log(np.maximum(p, 1e-300))
+    shared = flat.keep_top(score, None, batch * (budget - 1))
+    equal = flat.keep_top(score, budget - 1, None)
+    assert shared.sum() <= batch * budget and equal.sum() <= batch * budget
+    e_shared = flat.expected_tokens(shared, p, None).sum()
+    e_equal = flat.expected_tokens(equal, p, None).sum()
+    assert e_shared >= e_equal - 1e-9
+    for keep in (shared, equal):  # every kept node's parent is kept
+        rows, cols = np.nonzero(keep[:, 1:])
+        assert keep[rows, pool.parent[rows, cols + 1]].all()
+
+
+def test_build_batch_trees_shares_one_budget() -> None:
+    model = acceptance_model("mt-bench")
+    policy = TreePolicy("dynamic-topk", 6, 6, 20)
+    trees = build_batch_trees(policy, model, np.random.default_rng(0), 8)
+    assert len(trees) == 8
+    assert sum(t.num_nodes - 1 for t in trees) <= 8 * 19
+    equal = build_batch_trees(policy, model, np.random.default_rng(0), 8, shared_budget=False)
+    assert all(t.num_nodes <= 20 for t in equal)
+    e_shared = sum(model.expected_tokens(t) for t in trees)
+    assert e_shared >= 0.97 * sum(model.expected_tokens(t) for t in equal)
+
+
+# ---- CLI ----------------------------------------------------------------------------------------
+def test_cli_tree_json(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(
+        [
+            "tree",
+            "--builder",
+            "sequoia",
+            "--accept",
+            "0.6,0.2,0.1",
+            "--budget",
+            "8",
+            "--depth",
+            "4",
+            "--json",
+        ]
+    )
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"expected_tokens", "parents", "depth", "source"}
+    assert out["expected_tokens"] == pytest.approx(2.7456)
+    assert len(out["parents"]) == 8
+
+
+def test_cli_tree_defaults_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tree"]) == 0
+    assert "expected tokens per step" in capsys.readouterr().out
+    assert main(["tree", "--workload", "nope"]) == 2
+    assert "unknown workload" in capsys.readouterr().err
+    assert main(["tree", "--accept", "0.9,0.5"]) == 2
+
+
+def test_health_check_import() -> None:
+    assert HealthCheck.differing_executors  # contract classes share @given tests
