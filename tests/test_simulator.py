@@ -344,3 +344,49 @@ def test_goodput_objective_scores_policies_deterministically():
     assert obj.latency(pol, 4, 256) > 0
     again = goodput_objective(H100, LLAMA, EAGLE, _workload(), output_tokens=64, cost_model=COST)
     assert again(pol, 4, 256) == a
+
+
+def test_policy_table_switches_policy_with_the_live_batch():
+    from spectune.specs import Bucket, PolicyTable
+
+    small = TreePolicy.parse("dynamic-topk:5,4,8")
+    table = PolicyTable(
+        LLAMA.name,
+        EAGLE.name,
+        H100.name,
+        (Bucket((1, 4), (0, 1 << 20), small), Bucket((5, 1024), (0, 1 << 20), None)),
+    )
+    res = simulate(_cfg(policy=table, arrivals=ClosedLoop(16), max_batch=16, keep_iterations=True))
+    it = res.spec.log.arrays()
+    spec = it["policy"] >= 0
+    assert spec.any() and (~spec).any()
+    assert (it["decoding"][spec] <= 4).all() and (
+        it["decoding"][~spec & (it["decoding"] > 4)] > 4
+    ).all()
+    assert res.spec.log.policies == ["dynamic-topk:5,4,8"]
+
+
+def test_prefill_tables_track_the_ragged_forward():
+    from spectune.simulator.steptime import StepPricer
+
+    fast, exact = StepPricer(COST), StepPricer(COST, exact_mixed=True)
+    rng = np.random.default_rng(0)
+    errs = []
+    for _ in range(40):
+        bd = int(rng.integers(0, 100))
+        dec = np.full(bd, 8)
+        ctx = rng.integers(100, 3000, bd)
+        chunks = rng.integers(16, 2048, int(rng.integers(1, 3)))
+        cctx = np.zeros(chunks.size, dtype=np.int64)
+        pol = TreePolicy.parse("static:5,4,8")
+        a = fast.mixed(pol, dec, ctx, 2 * bd, chunks, cctx).forward_s
+        b = exact.mixed(pol, dec, ctx, 2 * bd, chunks, cctx).forward_s
+        errs.append(a / b - 1)
+    assert max(abs(e) for e in errs) < 0.1
+    assert abs(float(np.median(errs))) < 0.03
+
+
+def test_objective_caps_the_batch_at_kv_capacity():
+    obj = goodput_objective(H100, LLAMA, EAGLE, _workload(), output_tokens=32, cost_model=COST)
+    res = obj.run(None, 256, 100_000)
+    assert res.max_batch < 256 and obj(None, 256, 100_000) > 0

@@ -1,8 +1,8 @@
 """A simulation-based objective for planner.search: score a policy at (batch, context) by
 simulating a saturated server rather than by the closed-form steady state.
 
-The server runs closed-loop at concurrency = max batch = `batch`, every prompt `context` tokens
-long, outputs from the workload (or fixed), so it captures what the closed form leaves out:
+The server runs closed-loop at concurrency = max batch = `batch` (capped at what the KV cache
+holds at that context), every prompt `context` tokens long, outputs from the workload (or fixed), so it captures what the closed form leaves out:
 prefill interleaving, request turnover, policy switches with the live batch and the variance of
 accepted lengths. Every call with the same arguments replays the same arrivals, lengths and
 acceptance draws (common random numbers), so trials differ only by their policy, and results are
@@ -14,7 +14,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from spectune.simulator.arrivals import ClosedLoop
+from spectune.simulator.capacity import auto_max_batch, kv_budget
 from spectune.simulator.engine import (
     SimConfig,
     SimResult,
@@ -29,8 +32,8 @@ METRICS = ("goodput", "throughput")
 
 
 class SimObjective:
-    """Callable (policy | None, batch, context) -> output tokens/s (goodput under the SLO, or
-    throughput); `latency(policy, batch, context)` gives the run's p50 TPOT in seconds for
+    """Callable (policy | None, batch, context) -> saturated output tokens/s (see
+    steady_throughput), times the share of tokens from requests meeting the SLO for 'goodput'; `latency(policy, batch, context)` gives the run's p50 TPOT in seconds for
     multi-objective searches."""
 
     def __init__(self, base: SimConfig, metric: str, waves: float) -> None:
@@ -54,10 +57,11 @@ class SimObjective:
                 self.base,
                 policy=policy,
                 arrivals=ClosedLoop(int(batch)),
-                max_batch=int(batch),
+                max_batch=self._fitting_batch(int(batch), int(context)),
                 requests=max(int(batch), round(batch * self.waves)),
                 prompt=LengthDist.fixed(max(1, int(context))),
                 baseline=False,
+                keep_iterations=True,
                 cost_model=self._cost,
                 sampler=self._sampler,
                 pool_cache=self._pools,
@@ -72,12 +76,55 @@ class SimObjective:
             self._runs[key] = res
         return res
 
+    def _fitting_batch(self, batch: int, context: int) -> int:
+        """`batch`, or the largest batch the KV cache holds at this context (the server cannot
+        run more; the clients beyond it queue)."""
+        b = self.base
+        kv = kv_budget(
+            b.hardware,
+            b.target,
+            b.drafter,
+            tp=b.tp,
+            memory_fraction=b.memory_fraction,
+            max_batch_tokens=b.max_batch_tokens,
+            block_size=b.block_size,
+        )
+        out = b.output.mean_tokens if b.output is not None else b.workload.output_len_mean_tokens
+        return min(batch, auto_max_batch(kv, max(1, context), out, cap=batch))
+
     def __call__(self, policy: TreePolicy | None, batch: int, context: int) -> float:
-        m = self.run(policy, batch, context).metrics
-        return m.goodput_tok_s if self.metric == "goodput" else m.throughput_tok_s
+        res = self.run(policy, batch, context)
+        tok_s = steady_throughput(res)
+        if self.metric == "throughput":
+            return tok_s
+        m = res.metrics
+        return tok_s * (m.goodput_tok_s / m.throughput_tok_s if m.throughput_tok_s else 0.0)
 
     def latency(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         return self.run(policy, batch, context).metrics.tpot.p50
+
+
+def steady_throughput(res: SimResult) -> float:
+    """Output tokens/s of a closed-loop run while the server is saturated: from the first
+    request's finish (past the synchronised first prefill) to the start of the drain (the first
+    iteration with fewer requests in system than the batch). Falls back to the whole run's
+    throughput when that window is empty. Short runs are dominated by their drain otherwise,
+    where few requests remain, which flatters speculation."""
+    log = res.spec.log
+    m = res.metrics
+    if log is None or not log.rows:
+        return m.throughput_tok_s
+    it = log.arrays()
+    first_finish = float(np.nanmin(res.spec.requests.finish_s))
+    full = it["in_system"] >= res.max_batch
+    drain = int(np.argmin(full)) if not full.all() else full.size
+    window = np.zeros(full.size, dtype=bool)
+    window[:drain] = True
+    window &= it["start_s"] >= first_finish
+    dt = float(it["dt_s"][window].sum())
+    if dt <= 0:
+        return m.throughput_tok_s
+    return float(it["emitted_tokens"][window].sum()) / dt
 
 
 def goodput_objective(
@@ -88,12 +135,12 @@ def goodput_objective(
     *,
     tp: int = 1,
     output_tokens: int | None = None,
-    waves: float = 2.0,
+    waves: float = 3.0,
     slo_ttft_s: float | None = None,
     slo_tpot_s: float | None = None,
     metric: str = "goodput",
     seed: int = 0,
-    tree_pool: int = 128,
+    tree_pool: int = 1024,
     **config: Any,
 ) -> SimObjective:
     """The simulator's objective for planner.search. `waves` batches of requests are simulated
