@@ -30,7 +30,7 @@ from spectune.planner.buckets import (
     BucketSpec,
     buckets_from_edges,
 )
-from spectune.planner.objective import ClosedFormObjective, Objective, closed_form_objective
+from spectune.planner.objective import ClosedFormObjective, closed_form_objective
 from spectune.planner.search import (
     ATTR_SETUP,
     BucketResult,
@@ -52,7 +52,7 @@ DEFAULTS = {
     "gpu": "h100-sxm",
     "workload": "mt-bench",
 }
-OBJECTIVES = ("closed-form", "goodput")
+OBJECTIVES = ("closed-form", "goodput", "throughput")
 
 
 # ---- objectives from a scenario (shared with `spectune worker`) ------------------------------
@@ -68,12 +68,16 @@ def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "tp": args.tp,
         "objective": args.objective,
         "slo_tpot_ms": args.slo_tpot_ms,
-        "rate_per_s": args.rate,
+        "slo_ttft_ms": args.slo_ttft_ms,
     }
 
 
 def build_scorer(scenario: Mapping[str, Any]) -> tuple[Scorer, ClosedFormObjective]:
-    """The search's scorer for a scenario, and the closed form (accepted lengths, latency)."""
+    """The search's scorer for a scenario, and the closed form (accepted lengths, latency).
+
+    closed-form: tokens/s and step latency from the cost model; goodput / throughput: the
+    simulator's goodput under the TPOT/TTFT SLO or its throughput, and its p99 TPOT as the
+    multi-objective latency."""
     closed = closed_form_objective(
         scenario["target"],
         scenario["drafter"],
@@ -81,32 +85,40 @@ def build_scorer(scenario: Mapping[str, Any]) -> tuple[Scorer, ClosedFormObjecti
         scenario["workload"],
         tp=int(scenario.get("tp", 1)),
     )
-    objective: Objective = closed
-    if scenario.get("objective", "closed-form") == "goodput":
-        objective = _goodput_objective(scenario)
-    return Scorer(objective, closed.step_latency), closed
+    kind = scenario.get("objective", "closed-form")
+    if kind in ("goodput", "throughput"):
+        sim = simulation_objective(scenario, metric=kind)
+
+        def tpot_p99(policy: TreePolicy | None, batch: int, context: int) -> float:
+            return float(sim.run(policy, batch, context).metrics.tpot.p99)
+
+        return Scorer(sim, tpot_p99), closed
+    return Scorer(closed, closed.step_latency), closed
 
 
-def _goodput_objective(scenario: Mapping[str, Any]) -> Objective:
+def simulation_objective(scenario: Mapping[str, Any], metric: str = "goodput") -> Any:
+    """The simulator's objective (spectune.simulator.goodput_objective) for a scenario. The
+    CLI, not the planner, imports the simulator."""
     try:
         from spectune.simulator import goodput_objective
     except ImportError as e:
-        raise SpecError(
-            f"--objective goodput needs spectune.simulator.goodput_objective ({e})"
-        ) from e
-    kwargs: dict[str, Any] = {
-        "target": scenario["target"],
-        "drafter": scenario["drafter"],
-        "gpu": scenario["gpu"],
-        "workload": scenario["workload"],
-        "tp": int(scenario.get("tp", 1)),
-    }
-    if scenario.get("slo_tpot_ms") is not None:
-        kwargs["slo_tpot_ms"] = scenario["slo_tpot_ms"]
-    if scenario.get("rate_per_s") is not None:
-        kwargs["rate_per_s"] = scenario["rate_per_s"]
-    fn: Objective = goodput_objective(**kwargs)
-    return fn
+        raise SpecError(f"--objective goodput needs spectune.simulator ({e})") from e
+    from spectune.specs import load_hardware, load_model
+    from spectune.specs.workload import load_workload
+
+    def seconds(ms: Any) -> float | None:
+        return None if ms is None else float(ms) / 1e3
+
+    return goodput_objective(
+        load_hardware(scenario["gpu"]),
+        load_model(scenario["target"]),
+        load_model(scenario["drafter"]),
+        load_workload(scenario["workload"]),
+        tp=int(scenario.get("tp", 1)),
+        slo_tpot_s=seconds(scenario.get("slo_tpot_ms")),
+        slo_ttft_s=seconds(scenario.get("slo_ttft_ms")),
+        metric=metric,
+    )
 
 
 # ---- output ---------------------------------------------------------------------------------
@@ -424,7 +436,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--objective",
         choices=OBJECTIVES,
         default="closed-form",
-        help="closed-form steady state (default) or goodput by simulation",
+        help="closed-form steady state (default), or by simulation: goodput under the SLO, "
+        "or throughput",
     )
     p.add_argument(
         "--slo-tpot-ms",
@@ -433,7 +446,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="TPOT SLO for --objective goodput (simulator default if unset)",
     )
     p.add_argument(
-        "--rate", type=float, default=None, help="arrival rate, requests/s, for --objective goodput"
+        "--slo-ttft-ms",
+        type=float,
+        default=None,
+        help="TTFT SLO for --objective goodput (simulator default if unset)",
     )
     p.add_argument(
         "--trials",

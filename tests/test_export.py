@@ -1,0 +1,268 @@
+"""planner.export: each engine's configuration from a policy table, checked against that
+engine's rules, with every approximation said on the terminal and inside the exported files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spectune.cli import main
+from spectune.planner.export import (
+    check_choices,
+    check_sglang,
+    check_trtllm,
+    check_vllm,
+    export_policy,
+    export_sglang,
+    export_trtllm,
+    export_vllm,
+    to_yaml,
+    tree_choices,
+)
+from spectune.specs.errors import SpecError
+from spectune.specs.policy import Bucket, ChainChoice, PolicyTable, Prediction, TreePolicy
+from spectune.specs.tree import DraftTree
+
+yaml = pytest.importorskip("yaml")  # tests only: the exporter writes YAML by hand
+
+
+def _bucket(lo: int, hi: int, policy: TreePolicy | None, chain: int, ctx=(0, 4095)) -> Bucket:  # type: ignore[no-untyped-def]
+    tps = 1000.0 * hi
+    return Bucket(
+        (lo, hi),
+        ctx,
+        policy,
+        Prediction(tps, 2.0 if policy else 1.0, 3.0 if policy else 1.0),
+        ChainChoice(chain, tps * 0.8 if chain else tps, 1.6 if chain else 1.0),
+    )
+
+
+def table(*buckets: Bucket) -> PolicyTable:
+    return PolicyTable(
+        "llama-3.1-8b", "eagle3-llama-3.1-8b", "h100-sxm", buckets, workload="mt-bench"
+    )
+
+
+MIXED = table(
+    _bucket(1, 1, TreePolicy("dynamic-topk", 7, 8, 48), 5),
+    _bucket(2, 8, TreePolicy("dynamic-topk", 5, 4, 16, 0.01, 2), 4),
+    _bucket(9, 64, TreePolicy("dynamic-topk", 3, 1, 4), 3),
+    _bucket(65, 256, None, 0),
+)
+
+
+def fake_shaper(policy: TreePolicy) -> DraftTree:
+    """A small static tree: two children of the root, one grandchild under each."""
+    return DraftTree.from_parents([-1, 0, 0, 1, 2][: max(2, min(policy.budget, 5))])
+
+
+# ---- SGLang -------------------------------------------------------------------------------
+
+
+def test_sglang_adaptive_config_follows_the_table() -> None:
+    ex = export_sglang(MIXED)
+    adaptive = json.loads(ex.files["sglang_adaptive.json"])
+    assert adaptive["strategy"] == "ema"
+    assert adaptive["1"] == {"candidate_steps": [7]}
+    assert adaptive["2"] == {"candidate_steps": [5]}
+    assert adaptive["9"] == {"candidate_steps": [3]}
+    assert adaptive["65"] == {"candidate_steps": [0]}  # off
+    args = ex.config["server_args"]
+    assert args["speculative_num_steps"] == 7
+    assert args["speculative_eagle_topk"] == 8 and args["speculative_num_draft_tokens"] == 48
+    text = ex.files["sglang_args.txt"]
+    assert "--speculative-adaptive-config sglang_adaptive.json" in text
+    notes = " ".join(ex.approximations)
+    assert "pruning" in notes and "graft" in notes and "one top-k" in notes
+    assert all(f"#   - {n}" in text for n in ex.approximations)  # metadata inside the file
+    side = json.loads(ex.files["sglang.spectune.json"])
+    assert side["approximations"] == list(ex.approximations)
+
+
+def test_sglang_topk1_forces_steps_plus_one() -> None:
+    ex = export_sglang(table(_bucket(1, 256, TreePolicy("static", 4, 1, 5), 4)))
+    args = ex.config["server_args"]
+    assert args["speculative_eagle_topk"] == 1
+    assert args["speculative_num_draft_tokens"] == args["speculative_num_steps"] + 1
+    assert "sglang_adaptive.json" not in ex.files  # one setting everywhere: no adaptive mode
+    with pytest.raises(SpecError, match="steps \\+ 1"):
+        check_sglang({**args, "speculative_num_draft_tokens": 8}, None)
+
+
+def test_sglang_rules() -> None:
+    ok = {
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 2,
+        "speculative_num_draft_tokens": 6,
+    }
+    check_sglang(ok, {"strategy": "ema", "1": {"candidate_steps": [3]}})
+    with pytest.raises(SpecError, match="exceed"):
+        check_sglang({**ok, "speculative_num_draft_tokens": 20}, None)
+    with pytest.raises(SpecError, match="'1'"):
+        check_sglang(ok, {"8": {"candidate_steps": [3]}})
+    with pytest.raises(SpecError, match=r"0\.\.3"):
+        check_sglang(ok, {"1": {"candidate_steps": [5]}})
+
+
+def test_sglang_all_off() -> None:
+    ex = export_sglang(table(_bucket(1, 256, None, 0)))
+    assert "without --speculative-algorithm" in " ".join(ex.approximations)
+    assert "--speculative" not in ex.files["sglang_args.txt"].replace(
+        "without --speculative-algorithm", ""
+    )
+
+
+# ---- vLLM ---------------------------------------------------------------------------------
+
+
+def test_vllm_exports_best_chains_per_batch_range() -> None:
+    ex = export_vllm(MIXED)
+    cfg = json.loads(ex.files["vllm_speculative_config.json"])
+    assert cfg["method"] == "eagle3" and cfg["num_speculative_tokens"] == 5
+    ranges = cfg["num_speculative_tokens_per_batch_size"]
+    assert ranges[0][0] == 1
+    assert ranges == [[1, 1, 5], [2, 8, 4], [9, 64, 3], [65, 4096, 0]]
+    notes = " ".join(ex.approximations)
+    assert "chains only" in notes and "-20.0%" in notes  # what the tree policy loses
+    check_vllm(cfg)
+    side = json.loads(ex.files["vllm.spectune.json"])
+    assert side["approximations"] == list(ex.approximations)
+    assert "approximations" not in cfg  # vLLM rejects unknown keys
+
+
+def test_vllm_rules() -> None:
+    good = {
+        "num_speculative_tokens": 4,
+        "num_speculative_tokens_per_batch_size": [[1, 16, 4], [17, 64, 2], [65, 4096, 0]],
+    }
+    check_vllm(good)
+    with pytest.raises(SpecError, match="start at batch 1"):
+        check_vllm({**good, "num_speculative_tokens_per_batch_size": [[2, 16, 4]]})
+    with pytest.raises(SpecError, match="contiguous"):
+        check_vllm({**good, "num_speculative_tokens_per_batch_size": [[1, 16, 4], [18, 64, 2]]})
+    with pytest.raises(SpecError, match="num_speculative_tokens"):
+        check_vllm({**good, "num_speculative_tokens_per_batch_size": [[1, 16, 5]]})
+
+
+def test_vllm_tree_for_older_releases() -> None:
+    ex = export_vllm(MIXED, tree=True, shaper=fake_shaper)
+    cfg = ex.config
+    assert cfg["speculative_token_tree"] == "[(0,),(1,),(0,0),(1,0)]"
+    assert cfg["num_speculative_tokens"] == 2
+    assert "num_speculative_tokens_per_batch_size" not in cfg
+    assert any("speculative_token_tree" in n for n in ex.approximations)
+    with pytest.raises(SpecError, match="shaper"):
+        export_vllm(MIXED, tree=True)
+
+
+# ---- TensorRT-LLM -------------------------------------------------------------------------
+
+
+def test_trtllm_dynamic_tree_and_schedule() -> None:
+    ex = export_trtllm(MIXED)
+    text = ex.files["trtllm_extra_llm_api_options.yaml"]
+    doc = yaml.safe_load(text)["speculative_config"]
+    assert doc["decoding_type"] == "Eagle3"
+    assert doc["use_dynamic_tree"] is True and doc["dynamic_tree_max_topK"] == 8
+    assert doc["max_draft_len"] == 7
+    assert doc["max_draft_len"] <= doc["max_total_draft_tokens"] <= 8 * 7
+    assert doc["draft_len_schedule"] == {1: 7, 8: 5, 64: 3, 256: 0}
+    assert doc == ex.config  # the YAML says what the config says
+    check_trtllm(doc)
+    for n in ex.approximations:
+        assert n in text  # metadata inside the file, as comments
+
+
+def test_trtllm_rules() -> None:
+    base = {
+        "max_draft_len": 4,
+        "use_dynamic_tree": True,
+        "dynamic_tree_max_topK": 2,
+        "max_total_draft_tokens": 6,
+        "draft_len_schedule": {1: 4, 8: 2},
+    }
+    check_trtllm(base)
+    with pytest.raises(SpecError, match="must equal max_draft_len"):
+        check_trtllm({**base, "draft_len_schedule": {1: 3, 8: 2}})
+    with pytest.raises(SpecError, match="<= max_draft_len"):
+        check_trtllm({**base, "draft_len_schedule": {1: 4, 8: 6}})
+    with pytest.raises(SpecError, match="max_total_draft_tokens"):
+        check_trtllm({**base, "max_total_draft_tokens": 9})
+    with pytest.raises(SpecError, match="mutually exclusive"):
+        check_trtllm({**base, "eagle_choices": [[0]]})
+    with pytest.raises(SpecError, match="batch size 1"):
+        check_trtllm({**base, "draft_len_schedule": {4: 4}})
+
+
+def test_trtllm_deeper_later_buckets_are_cut_and_said() -> None:
+    t = table(
+        _bucket(1, 1, TreePolicy("dynamic-topk", 3, 2, 6), 3),
+        _bucket(2, 256, TreePolicy("dynamic-topk", 6, 2, 10), 5),
+    )
+    ex = export_trtllm(t)
+    assert ex.config["draft_len_schedule"] == {1: 3, 256: 3}
+    assert any("cut" in n for n in ex.approximations)
+    assert any("batches above 256 get 0" in n for n in ex.approximations)
+
+
+def test_trtllm_static_tree_uses_eagle_choices() -> None:
+    ex = export_trtllm(MIXED, static_tree=True, shaper=fake_shaper)
+    doc = yaml.safe_load(ex.files["trtllm_extra_llm_api_options.yaml"])["speculative_config"]
+    assert doc["eagle_choices"] == [[0], [1], [0, 0], [1, 0]]
+    assert "use_dynamic_tree" not in doc
+    assert doc["max_draft_len"] == 2 and doc["draft_len_schedule"][1] == 2
+    check_trtllm(doc)
+
+
+def test_yaml_writer_quotes_strings() -> None:
+    doc = yaml.safe_load(to_yaml({"a": {"b": "x: y", "c": [1, 2], "d": True, "e": None}}))
+    assert doc == {"a": {"b": "x: y", "c": [1, 2], "d": True, "e": None}}
+
+
+# ---- shared -------------------------------------------------------------------------------
+
+
+def test_tree_choices_and_their_rules() -> None:
+    tree = DraftTree.from_parents([-1, 0, 0, 1, 1, 3])
+    assert tree_choices(tree) == [[0], [1], [0, 0], [0, 1], [0, 0, 0]]
+    check_choices(tree_choices(tree))
+    with pytest.raises(SpecError, match="parent path"):
+        check_choices([[0], [1, 0]])
+    with pytest.raises(SpecError, match="skips sibling"):
+        check_choices([[0], [2]])
+
+
+def test_other_contexts_are_said() -> None:
+    t = table(
+        _bucket(1, 256, TreePolicy("dynamic-topk", 5, 4, 8), 4),
+        _bucket(1, 256, TreePolicy("dynamic-topk", 7, 4, 16), 5, ctx=(4096, 32768)),
+    )
+    for engine in ("sglang", "vllm", "trtllm"):
+        ex = export_policy(t, engine)
+        assert any("batch size only" in n for n in ex.approximations), engine
+    assert (
+        export_policy(t, "sglang", context=8000).config["server_args"]["speculative_num_steps"] == 7
+    )
+    with pytest.raises(SpecError, match="engine"):
+        export_policy(t, "tgi")
+
+
+def test_export_command_writes_files_and_says_approximations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.json"
+    MIXED.save(policy)
+    for engine, name in (
+        ("sglang", "sglang_args.txt"),
+        ("vllm", "vllm_speculative_config.json"),
+        ("trtllm", "trtllm_extra_llm_api_options.yaml"),
+    ):
+        out = tmp_path / engine
+        assert main(["export", "--engine", engine, str(policy), "--out", str(out)]) == 0
+        assert (out / name).is_file()
+        err = capsys.readouterr().err
+        assert "approximated" in err
+    assert not list(tmp_path.rglob("*.tmp"))
+    assert main(["export", "--engine", "vllm", str(tmp_path / "missing.json")]) == 2
