@@ -29,18 +29,65 @@ _TIE = 1e-11  # tie-break: at equal score, the earlier column (a parent before i
 _REAL = LOG_ZERO / 2  # path log-probs below this go through a probability-0 candidate
 
 
-@dataclass
 class FlatPool:
-    """Candidate pools of a batch (see the module docstring for the layout)."""
+    """Candidate pools of a batch (see the module docstring for the layout).
 
-    lp: np.ndarray  # float64[B, T]
-    acc: np.ndarray  # float64[B, T]
-    parent: np.ndarray  # int64[B, T]
-    start: np.ndarray  # int64[B, T]
-    count: np.ndarray  # int64[B, T]
-    level: np.ndarray  # int64[T]
-    level_slices: list[slice]  # columns of each level, level 0 = the root column
-    width: int  # most children a node can have
+    `count` may be given as None when every node with children has exactly `width` of them
+    (dynamic pools: count = width where start > 0); `parent` may be given as the per-level
+    expanded columns `exps` instead, and is then built on first use.
+    """
+
+    def __init__(
+        self,
+        lp: np.ndarray,
+        acc: np.ndarray,
+        start: np.ndarray,
+        level: np.ndarray,
+        level_slices: list[slice],
+        width: int,
+        *,
+        parent: np.ndarray | None = None,
+        count: np.ndarray | None = None,
+        exps: list[np.ndarray] | None = None,
+    ) -> None:
+        self.lp = lp  # float64[B, T]
+        self.acc = acc  # float64[B, T]
+        self.start = start  # int64[B, T]
+        self.level = level  # int64[T]
+        self.level_slices = level_slices  # columns of each level, level 0 = the root column
+        self.width = width  # most children a node can have
+        self._parent = parent
+        self._count = count
+        self._exps = exps
+
+    @property
+    def parent(self) -> np.ndarray:
+        """int64[B, T]: parent column of each candidate (-1 for the root)."""
+        if self._parent is None:
+            assert self._exps is not None
+            b, k = self.batch, self.width
+            par = np.empty((b, self.columns), dtype=np.int64)
+            par[:, 0] = -1
+            par[:, 1 : 1 + k] = 0
+            for sl, prev, exp in zip(
+                self.level_slices[2:], self.level_slices[1:-1], self._exps, strict=True
+            ):
+                par[:, sl] = np.repeat(prev.start + exp, k, axis=1)
+            self._parent = par
+        return self._parent
+
+    @property
+    def count(self) -> np.ndarray:
+        """int64[B, T]: candidate children of each column."""
+        if self._count is None:
+            self._count = np.where(self.start > 0, self.width, 0)
+        return self._count
+
+    def children_count(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """int64[n]: count[rows, cols] without building the whole count array."""
+        if self._count is None:
+            return np.where(self.start[rows, cols] > 0, self.width, 0)
+        return self._count[rows, cols]
 
     @property
     def batch(self) -> int:
@@ -77,18 +124,17 @@ def dynamic_pool(
     t = int(bounds[-1])
     lp = np.empty((b, t))
     acc = np.empty((b, t))
-    parent = np.empty((b, t), dtype=np.int64)
     start = np.zeros((b, t), dtype=np.int64)
-    count = np.zeros((b, t), dtype=np.int64)
-    lp[:, 0], acc[:, 0], parent[:, 0] = 0.0, 1.0, -1
-    start[:, 0], count[:, 0] = 1, k
+    lp[:, 0], acc[:, 0], start[:, 0] = 0.0, 1.0, 1
     bidx = np.arange(b)[:, None]
+    # one uniform draw per (level, request, parent) picks the bank rows of every level
+    u = rng.random((depth, b, k))
     bank = model.candidate_bank(1, k)
-    got = bank.pair[rng.integers(bank.rows, size=b)]  # [B, 2, k]
+    got = bank.pair[(u[0, :, 0] * bank.rows).astype(np.int64)]  # [B, 2, k]
     lp[:, 1 : 1 + k] = got[:, 0]
     acc[:, 1 : 1 + k] = got[:, 1]
-    parent[:, 1 : 1 + k] = 0
     ties = _TIE * np.arange(k * k)
+    exps = []
     for lvl in range(2, depth + 1):
         p0, p1, c0, c1 = bounds[lvl - 1], bounds[lvl], bounds[lvl], bounds[lvl + 1]
         prev = lp[:, p0:p1]
@@ -98,22 +144,20 @@ def dynamic_pool(
             exp = np.nonzero(keys >= thr[:, None])[1].reshape(b, k)
         else:
             exp = np.broadcast_to(np.arange(k), (b, k))
+        exps.append(exp)
         bank = model.candidate_bank(lvl, k)
-        got = bank.pair[rng.integers(bank.rows, size=(b, k))]  # [B, k parents, 2, k children]
-        lp[:, c0:c1] = (prev[bidx, exp][:, :, None] + got[:, :, 0]).reshape(b, k * k)
-        acc[:, c0:c1] = got[:, :, 1].reshape(b, k * k)
-        parent[:, c0:c1] = np.repeat(p0 + exp, k, axis=1)
+        got = bank.pair[(u[lvl - 1] * bank.rows).astype(np.int64)]  # [B, k, 2, k]
+        np.add(prev[bidx, exp][:, :, None], got[:, :, 0], out=lp[:, c0:c1].reshape(b, k, k))
+        acc[:, c0:c1].reshape(b, k, k)[...] = got[:, :, 1]
         start[bidx, p0 + exp] = c0 + np.arange(k) * k
-        count[bidx, p0 + exp] = k
     return FlatPool(
-        lp=lp,
-        acc=acc,
-        parent=parent,
-        start=start,
-        count=count,
+        lp,
+        acc,
+        start,
         level=np.repeat(np.arange(len(sizes)), sizes),
         level_slices=[slice(int(bounds[i]), int(bounds[i + 1])) for i in range(len(sizes))],
         width=k,
+        exps=exps,
     )
 
 
@@ -146,14 +190,14 @@ def static_pool(
         kids = np.arange(1, n)
         first[par[kids][::-1]] = kids[::-1]
     return FlatPool(
-        lp=lp,
-        acc=acc,
-        parent=np.broadcast_to(par, (b, n)).copy(),
-        start=np.broadcast_to(first, (b, n)).copy(),
-        count=np.broadcast_to(nkids, (b, n)).copy(),
+        lp,
+        acc,
+        np.broadcast_to(first, (b, n)),
         level=depth,
         level_slices=slices,
         width=width,
+        parent=np.broadcast_to(par, (b, n)),
+        count=np.broadcast_to(nkids, (b, n)),
     )
 
 
@@ -277,7 +321,7 @@ def sample_tokens(
     span = np.arange(pool.width)
     for u in rng.random((len(pool.level_slices) - 1, b)):
         start = pool.start[live, cur]
-        count = pool.count[live, cur]
+        count = pool.children_count(live, cur)
         a = acc[live[:, None], start[:, None] + span]
         a[span >= count[:, None]] = 0.0
         r = (u[: live.size, None] >= np.cumsum(a, axis=1)).sum(axis=1)
