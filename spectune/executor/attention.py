@@ -158,6 +158,7 @@ class KernelLayout:
 
         b, n, hq, d = q.shape
         kvh = kv.shape[3]
+        config = _TUNED.get((self.batch, self.tokens, self.context))
         out = kernel_tree_attention(
             q.reshape(b * n, hq, d),
             kv[0].reshape(b * self.capacity, kvh, d),
@@ -168,5 +169,51 @@ class KernelLayout:
             self.kv_lens,
             max_q_len=n,
             max_kv_len=self.context + n,
+            config=config,
         )
         return out.view(b, n, hq, d)
+
+
+# (batch, tree tokens, context) -> the fastest TreeAttentionConfig measured (tune_attention)
+_TUNED: dict[tuple[int, int, int], object] = {}
+# (block_m, block_n, num_warps, num_stages, waves)
+_CANDIDATES = (
+    (64, 128, 4, 3, 2.0), (64, 128, 4, 3, 6.0), (128, 64, 8, 3, 2.0), (128, 64, 8, 3, 6.0),
+    (32, 128, 4, 3, 4.0), (16, 128, 4, 3, 4.0), (64, 64, 4, 4, 4.0), (128, 128, 8, 2, 4.0),
+)
+
+
+def tune_attention(batch: int, tokens: int, context: int, kv: torch.Tensor, heads: int) -> list[dict[str, object]]:
+    """Time the kernels' tree attention under each candidate config for one shape (CUDA graph
+    replays) and keep the fastest for KernelLayout.attend. kv: [2, B, capacity, KVH, D]."""
+    from spectune.executor.timing import graph_time
+    from spectune.kernels.tree_attention import TreeAttentionConfig
+
+    key = (batch, tokens, context)
+    if key in _TUNED:
+        return []
+    dev = kv.device
+    lay = KernelLayout(batch, tokens, context, kv.shape[2], dev)
+    causal = torch.ones((tokens, tokens), dtype=torch.bool, device=dev).tril()
+    lay.set_mask(causal.expand(batch, tokens, tokens))
+    q = torch.randn((batch, tokens, heads, kv.shape[-1]), device=dev, dtype=kv.dtype)
+    rows, best, best_t = [], None, float("inf")
+    group = heads // kv.shape[3]
+    for bm, bn, warps, stages, waves in _CANDIDATES:
+        if bm > 2 * max(16, group * tokens):
+            continue
+        cfg = TreeAttentionConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, waves=waves)
+        _TUNED[key] = cfg
+        try:
+            t = graph_time(lambda: lay.attend(q, kv), dev, 10)
+        except Exception as e:  # a config that does not compile is skipped
+            rows.append({"config": [bm, bn, warps, stages, waves], "error": repr(e)[:160]})
+            continue
+        rows.append({"config": [bm, bn, warps, stages, waves], "seconds": t})
+        if t < best_t:
+            best, best_t = cfg, t
+    if best is None:
+        del _TUNED[key]
+    else:
+        _TUNED[key] = best
+    return rows

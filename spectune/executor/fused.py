@@ -45,11 +45,12 @@ def reference_add_rmsnorm(
 
 
 def add_rmsnorm(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float = 1e-5
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float = 1e-5,
+    use_triton: bool | None = None,
 ) -> torch.Tensor:
     """x, residual: [..., H] contiguous; weight: [H]. Updates residual in place (residual += x)
     and returns rmsnorm(residual) * weight; without a residual, rmsnorm(x) * weight."""
-    if not x.is_cuda:
+    if not (x.is_cuda if use_triton is None else use_triton):
         return reference_add_rmsnorm(x, residual, weight, eps)
     h = x.shape[-1]
     rows = x.numel() // h
@@ -80,9 +81,9 @@ def reference_silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return (torch.nn.functional.silu(g.float()) * u.float()).to(gate_up.dtype)
 
 
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+def silu_mul(gate_up: torch.Tensor, use_triton: bool | None = None) -> torch.Tensor:
     """gate_up: [T, 2F] contiguous -> [T, F]."""
-    if not gate_up.is_cuda:
+    if not (gate_up.is_cuda if use_triton is None else use_triton):
         return reference_silu_mul(gate_up)
     f = gate_up.shape[-1] // 2
     rows = gate_up.numel() // (2 * f)
@@ -125,10 +126,13 @@ def reference_rope_(x: torch.Tensor, heads: int, pos: torch.Tensor, cos: torch.T
     v.copy_(out)
 
 
-def rope_(x: torch.Tensor, heads: int, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+def rope_(
+    x: torch.Tensor, heads: int, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    use_triton: bool | None = None,
+) -> None:
     """In place on the first `heads` heads of each row of x: [T, W] (the fused q|k|v projection
     output, q and k heads first). pos: int64[T]."""
-    if not x.is_cuda:
+    if not (x.is_cuda if use_triton is None else use_triton):
         reference_rope_(x, heads, pos, cos, sin)
         return
     half = cos.shape[1]

@@ -50,7 +50,10 @@ def _splitk_kernel(
         tl.store(p_ptr + pid_s * stride_ps + offs_m[:, None] * stride_pm + offs_n[None, :], acc, mask=ok)
 
 
-def splitk_linear(x: torch.Tensor, w: torch.Tensor, splits: int, block_n: int = 64, block_k: int = 128) -> torch.Tensor:
+def splitk_linear(
+    x: torch.Tensor, w: torch.Tensor, splits: int, block_n: int = 64, block_k: int = 128,
+    warps: int = 4, stages: int = 4,
+) -> torch.Tensor:
     """x: [M, K] (row-contiguous), w: [N, K] contiguous -> [M, N] in x's dtype."""
     m, k = x.shape
     n = w.shape[0]
@@ -62,21 +65,40 @@ def splitk_linear(x: torch.Tensor, w: torch.Tensor, splits: int, block_n: int = 
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
         _splitk_kernel[grid](x, w, out, m, n, k, k_per, x.stride(0), w.stride(0), 0, out.stride(0),
                              BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DIRECT=True,
-                             num_warps=4, num_stages=4)
+                             num_warps=warps, num_stages=stages)
         return out
     part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
     _splitk_kernel[grid](x, w, part, m, n, k, k_per, x.stride(0), w.stride(0), part.stride(0), part.stride(1),
                          BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DIRECT=False,
-                         num_warps=4, num_stages=4)
+                         num_warps=warps, num_stages=stages)
     return part.sum(dim=0).to(x.dtype)
+
+
+def parse_variant(v: str) -> dict[str, int]:
+    """'splitk4/128x128/8w3s' -> splitk_linear keyword arguments."""
+    head, *rest = v.split("/")
+    kw = {"splits": int(head[len("splitk"):])}
+    if rest:
+        bn, bk = rest[0].split("x")
+        warps, stages = rest[1].rstrip("s").split("w")
+        kw.update(block_n=int(bn), block_k=int(bk), warps=int(warps), stages=int(stages))
+    return kw
+
+
+def run_variant(v: str, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    if v == "cublas":
+        return torch.nn.functional.linear(x, w)
+    return splitk_linear(x, w, **parse_variant(v))
 
 
 def reference_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.linear(x, w)
 
 
-VARIANTS = ("cublas", "splitk1", "splitk2", "splitk4", "splitk8")
-M_BUCKETS = (1, 4, 16, 32, 64, 128, 256)  # above the last bucket: cuBLAS
+# split-K variants "splitk{S}" or "splitk{S}/{BLOCK_N}x{BLOCK_K}/{warps}w{stages}s"
+_TILES = ("", "/128x128/8w3s", "/64x256/4w3s", "/32x128/4w5s")
+VARIANTS = ("cublas", *(f"splitk{s}{t}" for s in (1, 2, 4, 8) for t in _TILES))
+M_BUCKETS = (1, 16, 32, 64, 128, 256)  # above the last bucket: cuBLAS
 
 
 class GemmPlan:
@@ -116,7 +138,7 @@ def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     xm = x.reshape(m, k)
     if xm.stride(1) != 1:
         xm = xm.contiguous()
-    y = splitk_linear(xm, w, int(v[len("splitk"):]))
+    y = run_variant(v, xm, w)
     return y.view(*x.shape[:-1], w.shape[0])
 
 
@@ -135,16 +157,9 @@ def autotune(
             x = torch.empty((m, k), device=device, dtype=torch.bfloat16).uniform_(-1, 1)
             best, best_t = "cublas", float("inf")
             for v in VARIANTS:
-                if v == "cublas":
-                    def call(x: torch.Tensor = x, ws: list[torch.Tensor] = ws) -> None:
-                        for w in ws:
-                            torch.nn.functional.linear(x, w)
-                else:
-                    sp = int(v[len("splitk"):])
-
-                    def call(x: torch.Tensor = x, sp: int = sp, ws: list[torch.Tensor] = ws) -> None:
-                        for w in ws:
-                            splitk_linear(x, w, sp)
+                def call(x: torch.Tensor = x, v: str = v, ws: list[torch.Tensor] = ws) -> None:
+                    for w in ws:
+                        run_variant(v, x, w)
                 try:
                     t = graph_time(call, device) / len(ws)
                 except Exception as e:  # a variant that fails to compile is skipped

@@ -67,6 +67,21 @@ def _walk_kernel_ready() -> bool:
     return hasattr(_v, "walk_tree")
 
 
+def _walk_kernel_works(device: torch.device) -> bool:
+    """Whether kernels.walk_tree compiles and agrees with the torch walk on a small tree here."""
+    from spectune.kernels.verify import walk_tree
+
+    par = torch.tensor([[-1, 0, 0, 1]], device=device)
+    tok = torch.tensor([[9, 1, 2, 3]], device=device)
+    tgt = torch.tensor([[1, 3, 0, 0]], device=device)
+    try:
+        res = walk_tree(tok.reshape(-1), par.to(torch.int32).reshape(-1),
+                        torch.tensor([0, 4], dtype=torch.int32, device=device), tgt.reshape(-1), max_nodes=4)
+    except Exception:  # a kernel that fails to build: the torch walk stands in
+        return False
+    return int(res.num_accepted[0]) == 2 and int(res.next_token[0]) == 0
+
+
 class _Graphs:
     """Each phase function as a CUDA graph (one memory pool), or itself when not on CUDA."""
 
@@ -129,7 +144,7 @@ class SpecRunner:
 
             use_kernels = kernels_ready()
         self.layout = KernelLayout(batch, self.nodes, context, target_cache.capacity, dev) if use_kernels else None
-        self.walk = use_kernels and _walk_kernel_ready()
+        self.walk = use_kernels and _walk_kernel_ready() and _walk_kernel_works(dev)
         b, n, p = batch, self.nodes, pool_size(d, k)
         i64 = dict(dtype=torch.int64, device=dev)
         f32 = dict(dtype=torch.float32, device=dev)

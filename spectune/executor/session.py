@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 import torch
 
-from spectune.executor.attention import KernelLayout, kernels_ready
+from spectune.executor.attention import KernelLayout, kernels_ready, tune_attention
 from spectune.executor.drafter import Drafter, make_drafter
 from spectune.executor.gemm import autotune, set_plan
 from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner, _Graphs
 from spectune.executor.model import Decoder
 from spectune.executor.timing import PhaseTimer
+from spectune.executor.tree_build import tree_size
 from spectune.specs import ModelSpec, SpecError, TreePolicy
 
 
@@ -72,6 +73,7 @@ class Session:
         self.dcache = self.drafter.new_cache(cfg.max_batch, cap)
         self.use_kernels = cfg.use_kernels and self.device.type == "cuda" and kernels_ready()
         self.gemm_rows: list[dict[str, object]] = []
+        self.attention_rows: list[dict[str, object]] = []
         self.gemm_plan: dict[str, str] = {}
         if self.device.type == "cuda" and cfg.autotune_gemm:
             shapes = sorted(set(weight_shapes(target)) | set(weight_shapes(drafter)))
@@ -90,8 +92,16 @@ class Session:
                 f"(max batch {self.cfg.max_batch}, context {self.cfg.max_context}, tree {self.cfg.max_tree})"
             )
 
+    def tune(self, batch: int, tokens: int, context: int) -> None:
+        """Pick the fastest tree-attention config for this verify shape (once per shape)."""
+        if self.use_kernels:
+            rows = tune_attention(batch, tokens, context, self.tcache.layer(0, batch), self.target.spec.heads)
+            if rows:
+                self.attention_rows.append({"batch": batch, "tokens": tokens, "context": context, "rows": rows})
+
     def run_ar(self, batch: int, context: int, steps: int, warmup: int = 3) -> PhaseResult:
         self._check(batch, context, 1)
+        self.tune(batch, 1, context)
         r = ARRunner(self.target, batch, context, self.tcache, use_graphs=self.cfg.use_graphs)
         res = r.run(steps, warmup)
         del r
@@ -100,6 +110,7 @@ class Session:
 
     def run_spec(self, batch: int, context: int, policy: TreePolicy, acceptance: object, steps: int, warmup: int = 3) -> PhaseResult:
         self._check(batch, context, policy.budget)
+        self.tune(batch, tree_size(policy.depth, policy.topk, policy.budget), context)
         r = SpecRunner(
             self.target, self.drafter, acceptance, policy, batch, context, self.tcache, self.dcache,
             use_graphs=self.cfg.use_graphs, use_kernels=self.use_kernels,
@@ -115,6 +126,8 @@ class Session:
         self._check(batch, context, tokens)
         dev = self.device
         kern = self.use_kernels if use_kernels is None else (use_kernels and kernels_ready())
+        if kern:
+            self.tune(batch, tokens, context)
         tok = torch.randint(0, self.target.spec.vocab, (batch, tokens), device=dev)
         pos = context + torch.arange(tokens, device=dev).expand(batch, tokens)
         mask = torch.ones((tokens, tokens), dtype=torch.bool, device=dev).tril().expand(batch, tokens, tokens).contiguous()

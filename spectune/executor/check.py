@@ -1,0 +1,152 @@
+"""`spectune check`: re-predict every committed measurement with the current cost model (CPU only).
+
+For each measurement document (schema spectune.measurement/v1) in a folder, the calibration
+committed beside it for the same GPU (a spectune.calibration/v1 file whose `hardware` matches;
+none: the cost model's defaults) configures CostModel(hardware, target, drafter). Per run:
+- verify latency: CostModel.verify_time(batch, tree tokens, context) vs the measured verify phase
+  (and the baseline's verify at 1 token);
+- speedup: predicted = tokens_per_step_measured / spec_step_time(batch, depth, topk, tree tokens,
+  context, depth + 1) x ar_step_time(batch, context) vs the measured speedup. The measured
+  accepted length is used on both sides, so the check tests the timing model (acceptance is
+  checked separately, against the acceptance model, by the executor's tests); draft extend is
+  priced over depth + 1 tokens because the executor pads it so (graph-captured, as engines do).
+Calibration-run documents (spectune.calibration-run/v1) add their verify grids to the MAPE.
+
+The gate fails (exit 1) when any run's speedup differs by more than `speedup_tol` (10%) or the
+verify-latency MAPE exceeds `mape_tol` (10%). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spectune.specs import SpecError, load_hardware, load_model
+from spectune.specs.calibration import SCHEMA as CALIBRATION_SCHEMA
+from spectune.specs.calibration import Calibration
+
+MEASUREMENT_SCHEMA = "spectune.measurement/v1"
+RUN_SCHEMA = "spectune.calibration-run/v1"
+
+
+@dataclass
+class Row:
+    file: str
+    what: str
+    predicted: float
+    measured: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+
+@dataclass
+class CheckResult:
+    verify: list[Row] = field(default_factory=list)
+    speedup: list[Row] = field(default_factory=list)
+    files: int = 0
+
+    @property
+    def verify_mape(self) -> float:
+        return sum(abs(r.error) for r in self.verify) / max(len(self.verify), 1)
+
+    @property
+    def worst_speedup_error(self) -> float:
+        return max((abs(r.error) for r in self.speedup), default=0.0)
+
+    def passed(self, speedup_tol: float, mape_tol: float) -> bool:
+        return self.worst_speedup_error <= speedup_tol and self.verify_mape <= mape_tol
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SpecError(f"{path}: not valid JSON: {e}") from e
+    return data if isinstance(data, dict) else None
+
+
+def calibrations_in(folder: Path) -> dict[str, Calibration]:
+    """hardware name -> Calibration, from the spectune.calibration/v1 files of a folder."""
+    out: dict[str, Calibration] = {}
+    for p in sorted(folder.glob("*.json")):
+        data = _load(p)
+        if data and data.get("schema") == CALIBRATION_SCHEMA:
+            cal = Calibration.load(p)
+            if cal.hardware in out:
+                raise SpecError(f"{folder}: two calibrations for {cal.hardware!r}")
+            out[cal.hardware] = cal
+    return out
+
+
+def check_folder(folder: str | Path) -> CheckResult:
+    """Re-predict every measurement and calibration run under `folder` (recursively, grouped by
+    the folder each file sits in)."""
+    from spectune.planner.costmodel import CostModel
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise SpecError(f"{root}: no such folder")
+    res = CheckResult()
+    dirs = sorted({p.parent for p in root.rglob("*.json")})
+    for d in dirs:
+        cals = calibrations_in(d)
+        for p in sorted(d.glob("*.json")):
+            data = _load(p)
+            if not data or data.get("schema") not in (MEASUREMENT_SCHEMA, RUN_SCHEMA):
+                continue
+            res.files += 1
+            hw = load_hardware(data["hardware"])
+            cm = CostModel(hw, load_model(data["target"]), load_model(data["drafter"]), calibration=cals.get(hw.name))
+            name = str(p.relative_to(root))
+            if data["schema"] == RUN_SCHEMA:
+                for r in data.get("verify", []):
+                    pred = float(cm.verify_time(r["batch"], r["tokens"], r["context"]))
+                    res.verify.append(Row(name, f"verify B={r['batch']} N={r['tokens']} C={r['context']}", pred, r["seconds"]))
+                continue
+            _check_measurement(cm, data, name, res)
+    if res.files == 0:
+        raise SpecError(f"{root}: no measurement or calibration-run JSON files")
+    return res
+
+
+def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult) -> None:
+    from spectune.executor.measure import validate_measurement
+
+    validate_measurement(doc, name)
+    c = doc["context"]
+    seen_ar: set[int] = set()
+    for r in doc["runs"]:
+        b, pol, ph = r["batch"], r["policy"], r["phases_ms"]
+        ar_pred = float(cm.ar_step_time(b, c))
+        if "ar_phases_ms" in r and b not in seen_ar:
+            seen_ar.add(b)
+            res.verify.append(Row(name, f"verify B={b} N=1 C={c} (baseline)", float(cm.verify_time(b, 1, c)),
+                                  r["ar_phases_ms"]["verify"] / 1e3))
+        if pol is None:
+            continue
+        n, d, k = r["nodes"], pol["depth"], pol["topk"]
+        label = f"B={b} {r['label']} {d}/{k}/{pol['budget']}"
+        res.verify.append(Row(name, f"verify {label} N={n}", float(cm.verify_time(b, n, c)), ph["verify"] / 1e3))
+        spec_pred = float(cm.spec_step_time(b, d, k, n, c, d + 1))
+        pred_speedup = r["tokens_per_step"] / spec_pred * ar_pred
+        res.speedup.append(Row(name, f"speedup {label}", pred_speedup, r["speedup"]))
+
+
+def format_check(res: CheckResult, speedup_tol: float, mape_tol: float) -> str:
+    lines = [f"{'file':<36} {'what':<44} {'predicted':>10} {'measured':>10} {'error':>7}"]
+    for r in res.verify:
+        lines.append(f"{r.file:<36.36} {r.what:<44.44} {r.predicted * 1e3:>8.3f}ms {r.measured * 1e3:>8.3f}ms {r.error:>+7.1%}")
+    for r in res.speedup:
+        flag = "  FAIL" if abs(r.error) > speedup_tol else ""
+        lines.append(f"{r.file:<36.36} {r.what:<44.44} {r.predicted:>9.3f}x {r.measured:>9.3f}x {r.error:>+7.1%}{flag}")
+    verdict = "PASS" if res.passed(speedup_tol, mape_tol) else "FAIL"
+    lines.append(
+        f"{verdict}: {res.files} files; verify-latency MAPE {res.verify_mape:.1%} over {len(res.verify)} "
+        f"(limit {mape_tol:.0%}); worst speedup error {res.worst_speedup_error:.1%} over "
+        f"{len(res.speedup)} runs (limit {speedup_tol:.0%})"
+    )
+    return "\n".join(lines)
