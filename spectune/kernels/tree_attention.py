@@ -73,6 +73,22 @@ def default_config(rows_per_group: int, device: torch.device) -> TreeAttentionCo
 
 
 @triton.jit
+def _softmax_step(
+    q, k, v, m_i, l_i, acc, qk_scale, allowed, MASKED: tl.constexpr, DOT_PREC: tl.constexpr
+):
+    """One key block of online softmax (base 2): scores, running max/sum, rescale, P @ V."""
+    qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+    if MASKED:
+        qk = tl.where(allowed, qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    p = tl.exp2(qk * qk_scale - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PREC)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _tree_attention_kernel(
     Q, K, V, MASK, QO_INDPTR, KV_START, KV_LENS, OUT, O_PART, LSE_PART,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
@@ -80,7 +96,7 @@ def _tree_attention_kernel(
     num_kv_heads, num_q_heads, num_splits, chunk, qk_scale,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TREE_BLOCK: tl.constexpr,
-    DIRECT: tl.constexpr, DOT_PREC: tl.constexpr,
+    DIRECT: tl.constexpr, DOT_PREC: tl.constexpr, EVEN_D: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_sh = tl.program_id(1)
@@ -103,8 +119,6 @@ def _tree_attention_kernel(
     row_ok = tok < n
     d = tl.arange(0, BLOCK_D)
     d_ok = d < HEAD_DIM
-    if BLOCK_D == HEAD_DIM:  # a compile-time all-true mask keeps K/V loads 16 bytes wide
-        d_ok = tl.full([BLOCK_D], 1, tl.int1)
     q_rows = (q_start + tok).to(tl.int64)
     q = tl.load(
         Q + q_rows[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
@@ -118,21 +132,29 @@ def _tree_attention_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-    # Prefix keys of this split: no mask (reads 2 * (hi - lo) * D elements of K/V).
-    for start in range(lo, hi, BLOCK_N):
+    # Prefix keys of this split: no mask (reads 2 * (hi - lo) * D elements of K/V). Full blocks
+    # load without predicates; only a sequence's last split can end in a partial block.
+    hi_full = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N
+    for start in range(lo, hi_full, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
+        k_ptrs = k_base + cols[:, None] * stride_kt + d[None, :]
+        v_ptrs = v_base + cols[:, None] * stride_vt + d[None, :]
+        if EVEN_D:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=d_ok[None, :], other=0.0)
+            v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+        m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, None, False, DOT_PREC)
+    if hi_full < hi:
+        cols = hi_full + tl.arange(0, BLOCK_N)
         col_ok = cols < hi
         kv_mask = col_ok[:, None] & d_ok[None, :]
         k = tl.load(k_base + cols[:, None] * stride_kt + d[None, :], mask=kv_mask, other=0.0)
-        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
-        qk = tl.where(col_ok[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + cols[:, None] * stride_vt + d[None, :], mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
-        m_i = m_new
+        m_i, l_i, acc = _softmax_step(
+            q, k, v, m_i, l_i, acc, qk_scale, col_ok[None, :], True, DOT_PREC
+        )
 
     # Tree keys (last split only): key j allowed for row token t when bit j of its mask row is set.
     if split == num_splits - 1:
@@ -147,15 +169,8 @@ def _tree_attention_kernel(
             kv_mask = col_ok[:, None] & d_ok[None, :]
             slot = prefix + cols
             k = tl.load(k_base + slot[:, None] * stride_kt + d[None, :], mask=kv_mask, other=0.0)
-            qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
-            qk = tl.where(allowed, qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(v_base + slot[:, None] * stride_vt + d[None, :], mask=kv_mask, other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
-            m_i = m_new
+            m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, True, DOT_PREC)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     o = acc / l_safe[:, None]
@@ -319,7 +334,7 @@ def tree_attention(
         v_cache.stride(0), v_cache.stride(1), out.stride(0), out.stride(1), tree_mask.stride(0),
         stride_ps, stride_ls, hkv, hq, splits, chunk, scale * LOG2E,
         G=group, HEAD_DIM=dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        TREE_BLOCK=cfg.tree_block, DIRECT=direct,
+        TREE_BLOCK=cfg.tree_block, DIRECT=direct, EVEN_D=block_d == dim,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip

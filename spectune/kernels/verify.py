@@ -36,7 +36,7 @@ import triton.language as tl
 
 from spectune.kernels.layout import PackedTrees, pack_trees, random_trees
 
-_BIG = 1 << 30
+_BIG = tl.constexpr(1 << 30)  # "no child" sentinel inside the walk kernel
 
 
 @dataclass(frozen=True)
