@@ -1,0 +1,319 @@
+"""Files the dashboards read: uploads (specs, policies, traces, measurements, benchmark results),
+the committed measurements/ folder and benchmarks/results/*.json, and what the pages derive
+from them (predicted vs measured, roofline points). No UI here.
+
+Uploads are data, never code: JSON or TOML parsed into plain dicts (traces: CSV/JSONL through
+the simulator's reader), checked against a size limit first, and every problem becomes a
+SpecError whose message names the file, so a page shows one clear line instead of a traceback.
+Nothing is unpickled, imported or evaluated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from spectune.dashboards.data import objective_for, scenario_from_names
+from spectune.specs import (
+    HARDWARE_PRESETS,
+    HardwareSpec,
+    ModelSpec,
+    PolicyTable,
+    SpecError,
+    TreePolicy,
+    Workload,
+)
+from spectune.specs.io import from_mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+MAX_SPEC_BYTES = 1 << 20  # specs, policies, measurements, benchmark results: 1 MiB
+MAX_TRACE_BYTES = 32 << 20  # arrival traces: 32 MiB
+MEASUREMENT_SCHEMA = "spectune.measurement/v1"
+ENV_MEASUREMENTS = "SPECTUNE_MEASUREMENTS_DIR"
+ENV_BENCHMARKS = "SPECTUNE_BENCHMARKS_DIR"
+
+T = TypeVar("T")
+
+
+def measurements_dir() -> Path:
+    """Where measurement JSONs live: $SPECTUNE_MEASUREMENTS_DIR or ./measurements."""
+    return Path(os.environ.get(ENV_MEASUREMENTS) or "measurements")
+
+
+def benchmarks_dir() -> Path:
+    """Where benchmark results live: $SPECTUNE_BENCHMARKS_DIR or ./benchmarks/results."""
+    return Path(os.environ.get(ENV_BENCHMARKS) or Path("benchmarks") / "results")
+
+
+# ---- parsing uploads ----------------------------------------------------------------------------
+
+
+def parse_mapping(name: str, data: bytes, limit: int = MAX_SPEC_BYTES) -> dict[str, Any]:
+    """A JSON or TOML document (by the file name's suffix) as a dict; SpecError otherwise."""
+    if len(data) > limit:
+        raise SpecError(f"{name}: {len(data)} bytes is over the {limit}-byte limit for this file")
+    suffix = Path(name).suffix.lower()
+    try:
+        text = data.decode("utf-8")
+        if suffix == ".toml":
+            doc = tomllib.loads(text)
+        elif suffix == ".json":
+            doc = json.loads(text)
+        else:
+            raise SpecError(f"{name}: unsupported file type {suffix or '(none)'!r}; use .json or .toml")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{name}: not UTF-8 text ({e})") from None
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+        raise SpecError(f"{name}: not valid {suffix[1:].upper()}: {e}") from None
+    except RecursionError:
+        raise SpecError(f"{name}: nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise SpecError(f"{name}: expected an object at the top level, got {type(doc).__name__}")
+    return doc
+
+
+def _build(cls: type[T], name: str, data: bytes) -> T:
+    doc = parse_mapping(name, data)
+    try:
+        return from_mapping(cls, doc, name)
+    except SpecError:
+        raise
+    except (TypeError, ValueError) as e:  # a field of the wrong shape deep inside
+        raise SpecError(f"{name}: {e}") from None
+
+
+def hardware_from_upload(name: str, data: bytes) -> HardwareSpec:
+    return _build(HardwareSpec, name, data)
+
+
+def model_from_upload(name: str, data: bytes) -> ModelSpec:
+    return _build(ModelSpec, name, data)
+
+
+def workload_from_upload(name: str, data: bytes) -> Workload:
+    return _build(Workload, name, data)
+
+
+def policy_from_upload(name: str, data: bytes) -> PolicyTable:
+    doc = parse_mapping(name, data)
+    try:
+        return PolicyTable.from_dict(doc, name)
+    except SpecError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise SpecError(f"{name}: {e}") from None
+
+
+def trace_from_upload(name: str, data: bytes) -> Any:
+    """An arrival trace (CSV or JSONL, optionally .gz) through the simulator's reader."""
+    from spectune.simulator import load_trace
+
+    if len(data) > MAX_TRACE_BYTES:
+        raise SpecError(f"{name}: {len(data)} bytes is over the {MAX_TRACE_BYTES}-byte limit")
+    base = Path(name).name.lower()
+    suffix = next((s for s in (".csv.gz", ".jsonl.gz", ".csv", ".jsonl") if base.endswith(s)), None)
+    if suffix is None:
+        raise SpecError(f"{name}: expected a .csv or .jsonl trace (optionally .gz)")
+    with tempfile.TemporaryDirectory(prefix="spectune-upload-") as tmp:
+        path = Path(tmp) / f"upload{suffix}"
+        path.write_bytes(data)
+        try:
+            trace = load_trace(path)
+        except SpecError as e:
+            raise SpecError(str(e).replace(str(path), name)) from None
+    return dataclasses.replace(trace, source=name)
+
+
+# ---- measurements -------------------------------------------------------------------------------
+
+
+def check_measurement(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The measurement document if it has the fields the Validation page reads."""
+    if doc.get("schema") != MEASUREMENT_SCHEMA:
+        raise SpecError(f"{name}: not a {MEASUREMENT_SCHEMA} document (field 'schema')")
+    for key, typ in (("hardware", str), ("target", str), ("drafter", str), ("context", int)):
+        if not isinstance(doc.get(key), typ) or isinstance(doc.get(key), bool):
+            raise SpecError(f"{name}: field {key!r} must be a {typ.__name__}")
+    runs = doc.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise SpecError(f"{name}: field 'runs' must be a non-empty list")
+    for i, r in enumerate(runs):
+        w = f"{name}: runs[{i}]"
+        if not isinstance(r, dict):
+            raise SpecError(f"{w}: expected an object")
+        for key in ("batch", "tokens_per_s", "speedup", "tokens_per_step"):
+            v = r.get(key)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise SpecError(f"{w}: field {key!r} must be a number")
+        ph = r.get("phases_ms")
+        if not isinstance(ph, dict) or not isinstance(ph.get("step"), int | float):
+            raise SpecError(f"{w}: field 'phases_ms' must hold the step time in ms ('step')")
+        pol = r.get("policy")
+        if pol is not None:
+            if not isinstance(pol, dict):
+                raise SpecError(f"{w}: field 'policy' must be an object or null")
+            from_mapping(TreePolicy, pol, f"{w}.policy")
+    return dict(doc)
+
+
+def measurement_from_upload(name: str, data: bytes) -> dict[str, Any]:
+    return check_measurement(parse_mapping(name, data), name)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A file of a folder: its document, or why it could not be read."""
+
+    name: str
+    doc: dict[str, Any] | None
+    error: str = ""
+
+
+def _read_folder(folder: Path, check: Any) -> list[Loaded]:
+    out: list[Loaded] = []
+    if not folder.is_dir():
+        return out
+    for path in sorted(folder.glob("*.json")):
+        try:
+            if path.stat().st_size > MAX_SPEC_BYTES:
+                raise SpecError(f"{path.name}: larger than {MAX_SPEC_BYTES} bytes")
+            out.append(Loaded(path.name, check(parse_mapping(path.name, path.read_bytes()), path.name)))
+        except SpecError as e:
+            out.append(Loaded(path.name, None, str(e)))
+        except OSError as e:
+            out.append(Loaded(path.name, None, f"{path.name}: cannot read: {e}"))
+    return out
+
+
+def read_measurements(folder: Path) -> list[Loaded]:
+    """Every *.json measurement in a folder (bad files come back with their error)."""
+    return _read_folder(folder, check_measurement)
+
+
+def validation_rows(doc: Mapping[str, Any], name: str = "") -> list[dict[str, Any]]:
+    """Predicted (the planner's closed form for the measured scenario) vs measured, per run."""
+    try:
+        scn = scenario_from_names(
+            doc["hardware"], doc["target"], doc["drafter"] or None, doc.get("workload") or "mt-bench"
+        )
+    except SpecError as e:
+        raise SpecError(f"{name}: cannot predict this measurement: {e}") from None
+    obj = objective_for(scn)
+    ctx = int(doc["context"])
+    rows = []
+    for r in doc["runs"]:
+        policy = None if r.get("policy") is None else TreePolicy(**r["policy"])
+        b = int(r["batch"])
+        pred_tps = obj(policy, b, ctx)
+        pred = {
+            "step_ms": obj.step_time(policy, b, ctx) * 1e3,
+            "tokens_per_s": pred_tps,
+            "speedup": pred_tps / obj(None, b, ctx),
+            "tokens_per_step": obj.expected_tokens(policy),
+        }
+        meas = {
+            "step_ms": float(r["phases_ms"]["step"]),
+            "tokens_per_s": float(r["tokens_per_s"]),
+            "speedup": float(r["speedup"]),
+            "tokens_per_step": float(r["tokens_per_step"]),
+        }
+        row: dict[str, Any] = {
+            "file": name,
+            "gpu": doc.get("gpu", doc["hardware"]),
+            "batch": b,
+            "context": ctx,
+            "policy": r.get("label") or ("off" if policy is None else policy.builder),
+        }
+        for k in pred:
+            row[f"predicted_{k}"] = pred[k]
+            row[f"measured_{k}"] = meas[k]
+            row[f"error_{k}_pct"] = 100.0 * (pred[k] - meas[k]) / meas[k] if meas[k] else float("nan")
+        rows.append(row)
+    return rows
+
+
+# ---- kernel benchmarks --------------------------------------------------------------------------
+
+# Attention implementations of benchmarks/bench_kernels.py: (column prefix, label).
+ATTENTION_PATHS = (
+    ("ours", "spectune tree attention"),
+    ("sdpa_mask_packed", "SDPA + mask (packed GQA)"),
+    ("sdpa_gqa", "SDPA enable_gqa"),
+    ("flex", "FlexAttention"),
+    ("flash_unmasked", "flash, no mask (bound)"),
+)
+
+
+def check_benchmark(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A kernel benchmark document (bench_kernels.py --out) with its attention rows."""
+    bw = doc.get("copy_bytes_per_s")
+    if isinstance(bw, bool) or not isinstance(bw, int | float) or not bw > 0:
+        raise SpecError(f"{name}: no 'copy_bytes_per_s' (measured copy bandwidth); not a kernel benchmark")
+    rows = doc.get("attention")
+    if not isinstance(rows, list):
+        raise SpecError(f"{name}: field 'attention' must be a list of benchmark rows")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise SpecError(f"{name}: attention[{i}] must be an object")
+        for key in ("batch", "ctx", "tree_tokens", "kv_bytes", "flops"):
+            v = r.get(key)
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                raise SpecError(f"{name}: attention[{i}]: field {key!r} must be a number >= 0")
+    return dict(doc)
+
+
+def read_benchmarks(folder: Path) -> list[Loaded]:
+    return _read_folder(folder, check_benchmark)
+
+
+def benchmark_from_upload(name: str, data: bytes) -> dict[str, Any]:
+    return check_benchmark(parse_mapping(name, data), name)
+
+
+def peak_flops_for(doc: Mapping[str, Any]) -> tuple[float, str]:
+    """Dense bf16 peak of the benchmarked card from the hardware presets (0 if unknown)."""
+    text = f"{doc.get('card', '')} {doc.get('device', '')}".lower()
+    for key, preset in (("h200", "h200"), ("h100", "h100-sxm"), ("a100", "a100-80g"),
+                        ("l40s", "l40s"), ("mi300", "mi300x")):  # fmt: skip
+        if key in text and preset in HARDWARE_PRESETS:
+            return HARDWARE_PRESETS[preset].peak_bf16_flops, preset
+    return 0.0, ""
+
+
+def roofline_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One point per (attention shape, implementation): arithmetic intensity (FLOP per KV byte),
+    achieved TFLOP/s and GB/s, and the fraction of the measured copy bandwidth."""
+    bw = float(doc["copy_bytes_per_s"])
+    out = []
+    for r in doc["attention"]:
+        kv, flops = float(r["kv_bytes"]), float(r["flops"])
+        for prefix, label in ATTENTION_PATHS:
+            us = r.get(f"{prefix}_us")
+            if isinstance(us, bool) or not isinstance(us, int | float) or not us > 0:
+                continue
+            s = float(us) * 1e-6
+            out.append(
+                {
+                    "shape": f"B={r['batch']} ctx={r['ctx']} N={r['tree_tokens']}",
+                    "implementation": label,
+                    "us": float(us),
+                    "floor_us": kv / bw * 1e6,
+                    "intensity_flop_per_byte": flops / kv if kv else float("nan"),
+                    "tflops": flops / s / 1e12,
+                    "gb_per_s": kv / s / 1e9,
+                    "copy_bw_fraction": kv / s / bw,
+                }
+            )
+    return out

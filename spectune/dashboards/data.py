@@ -1,0 +1,402 @@
+"""What the dashboards compute, without any UI: every number a page shows comes from here.
+
+Pages stay thin (widgets, layout, plots) and call these functions through cached wrappers
+(dashboards.ui); the tests call the same functions and compare them, and what the pages show,
+with the planner's and the simulator's own APIs. Nothing here prices, searches or simulates by
+itself: it assembles the planner's cost model, acceptance model, closed-form objective, tree
+builders, search and export, and the simulator's `simulate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spectune.planner.acceptance import acceptance_model
+from spectune.planner.buckets import buckets_from_edges
+from spectune.planner.costmodel import CostModel
+from spectune.planner.export import ENGINES, Export, export_policy
+from spectune.planner.objective import ClosedFormObjective
+from spectune.planner.search import BucketResult, SearchSettings, search
+from spectune.planner.space import EAGLE_DEFAULT, SGLANG_DEFAULT, canonical_policy
+from spectune.planner.trees import build_tree
+from spectune.specs import (
+    DraftTree,
+    HardwareSpec,
+    ModelSpec,
+    PolicyTable,
+    SpecError,
+    TreePolicy,
+    Workload,
+    load_hardware,
+    load_model,
+    load_workload,
+)
+
+DEFAULT_GPU = "h100-sxm"
+DEFAULT_TARGET = "llama-3.1-8b"
+DEFAULT_DRAFTER = "eagle3-llama-3.1-8b"
+DEFAULT_WORKLOAD = "mt-bench"
+
+# The references every policy is compared with (planner.space): SGLang's and EAGLE's defaults.
+REFERENCE_POLICIES: Mapping[str, TreePolicy | None] = {
+    "SGLang default 5/4/8": SGLANG_DEFAULT,
+    "EAGLE default 7/10/60": EAGLE_DEFAULT,
+    "no speculation": None,
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a prediction is about: GPU, target, drafter (None: retrieval only), workload, TP."""
+
+    hardware: HardwareSpec
+    target: ModelSpec
+    drafter: ModelSpec | None
+    workload: Workload
+    tp: int = 1
+
+    @property
+    def label(self) -> str:
+        drafter = self.drafter.name if self.drafter else "no drafter"
+        return (
+            f"{self.target.name} + {drafter} on {self.hardware.name} (tp {self.tp}), "
+            f"workload {self.workload.name}"
+        )
+
+
+def scenario_from_names(
+    gpu: str = DEFAULT_GPU,
+    target: str = DEFAULT_TARGET,
+    drafter: str | None = DEFAULT_DRAFTER,
+    workload: str = DEFAULT_WORKLOAD,
+    tp: int = 1,
+) -> Scenario:
+    """A scenario from preset names (or spec file paths), as `spectune plan` takes them."""
+    return Scenario(
+        hardware=load_hardware(gpu),
+        target=load_model(target),
+        drafter=load_model(drafter) if drafter else None,
+        workload=load_workload(workload),
+        tp=tp,
+    )
+
+
+def objective_for(scenario: Scenario) -> ClosedFormObjective:
+    """The planner's closed-form objective for a scenario (what `spectune plan` scores with)."""
+    cm = CostModel(scenario.hardware, scenario.target, scenario.drafter, tp=scenario.tp)
+    return ClosedFormObjective(cm, acceptance_model(scenario.workload))
+
+
+def make_policy(
+    builder: str,
+    depth: int,
+    topk: int,
+    budget: int,
+    prune_threshold: float = 0.0,
+    graft_budget: int = 0,
+) -> tuple[TreePolicy, str]:
+    """The policy these slider values build (planner.space.canonical_policy) and a note saying
+    what was cut, if anything ('' otherwise)."""
+    p = canonical_policy(builder, depth, topk, budget, prune_threshold, graft_budget)
+    notes = []
+    if p.budget != budget:
+        notes.append(
+            f"verify budget cut to {p.budget}: the largest tree {builder} grows with depth "
+            f"{depth} and top-k {topk}"
+        )
+    if p.graft_budget != graft_budget:
+        notes.append(f"graft budget cut to {p.graft_budget}: the draft slots of the budget")
+    return p, "; ".join(notes)
+
+
+# ---- what-if ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One decoding iteration of the whole batch under one policy (None: speculation off)."""
+
+    policy: TreePolicy | None
+    batch: int
+    context: int
+    tree_tokens: float  # tokens verified per sequence, root included (mean when pruning)
+    expected_tokens: float  # tokens emitted per sequence per step (accepted + bonus)
+    phases_s: Mapping[str, float]  # draft, verify, extend, overhead, retrieval; sum = step_s
+    verify_breakdown_s: Mapping[str, float]  # operator classes of the verify pass
+    step_s: float
+    off_step_s: float
+    tokens_per_s: float
+    off_tokens_per_s: float
+
+    @property
+    def speedup(self) -> float:
+        return self.tokens_per_s / self.off_tokens_per_s
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """The numbers the What-if page shows, one row each (quantity, value, unit)."""
+        rows = [
+            ("tokens/s", self.tokens_per_s, "tok/s"),
+            ("tokens/s without speculation", self.off_tokens_per_s, "tok/s"),
+            ("speedup", self.speedup, "x"),
+            ("expected tokens per step", self.expected_tokens, "tok/seq"),
+            ("tree tokens verified", self.tree_tokens, "tok/seq"),
+            ("step time", self.step_s * 1e3, "ms"),
+            ("step time without speculation", self.off_step_s * 1e3, "ms"),
+        ]
+        rows += [(f"{k} time", v * 1e3, "ms") for k, v in self.phases_s.items()]
+        return [{"quantity": q, "value": float(v), "unit": u} for q, v, u in rows]
+
+
+def _f(x: Any) -> float:
+    return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])
+
+
+def what_if(
+    scenario: Scenario, policy: TreePolicy | None, batch: int, context: int
+) -> WhatIf:
+    """Predicted time of each phase, the verify pass per operator class, tokens per step,
+    tokens/s and speedup: the planner's closed form at one (policy, batch, context)."""
+    obj = objective_for(scenario)
+    cm = obj.cost_model
+    off_step = obj.step_time(None, batch, context)
+    if policy is None:
+        tokens, expected = 1.0, 1.0
+        phases = {
+            "verify": _f(cm.verify_time(batch, 1, context)),
+            "overhead": _f(cm.step_overhead_time(batch, 1)),
+        }
+    else:
+        tokens = obj.tree_tokens(policy)
+        expected = obj.expected_tokens(policy)
+        phases = {
+            "draft": _f(cm.draft_time(batch, policy.depth, policy.topk, context)),
+            "verify": _f(cm.verify_time(batch, tokens, context)),
+            "draft extend": _f(cm.draft_extend_time(batch, expected, context)),
+            "overhead": _f(cm.step_overhead_time(batch, tokens)),
+        }
+        if policy.graft_budget > 0:
+            phases["retrieval"] = _f(cm.retrieval_time(batch))
+    verify_parts = {k: _f(v) for k, v in cm.verify_breakdown(batch, tokens, context).items()}
+    step = obj.step_time(policy, batch, context)
+    return WhatIf(
+        policy=policy,
+        batch=batch,
+        context=context,
+        tree_tokens=float(tokens),
+        expected_tokens=float(expected),
+        phases_s=phases,
+        verify_breakdown_s=verify_parts,
+        step_s=step,
+        off_step_s=off_step,
+        tokens_per_s=obj(policy, batch, context),
+        off_tokens_per_s=obj(None, batch, context),
+    )
+
+
+@dataclass(frozen=True)
+class SampleTree:
+    """One drawn draft tree and each node's probability of lying on the accepted path."""
+
+    tree: DraftTree
+    accept_prob: np.ndarray  # float64[N]
+    expected_tokens: float
+
+
+def sample_tree(scenario: Scenario, policy: TreePolicy, seed: int = 0) -> SampleTree:
+    """The tree the planner's builder draws for this policy with this seed."""
+    model = acceptance_model(scenario.workload)
+    tree = build_tree(policy, model, np.random.default_rng(seed))
+    return SampleTree(tree, np.asarray(model.node_accept_prob(tree)), model.expected_tokens(tree))
+
+
+# ---- tokens/s against batch size ----------------------------------------------------------------
+
+
+def batch_curves(
+    scenario: Scenario,
+    policies: Mapping[str, TreePolicy | None],
+    batches: Sequence[int],
+    context: int,
+) -> dict[str, np.ndarray]:
+    """Predicted tokens/s at each batch size (float64[len(batches)]) for fixed policies."""
+    obj = objective_for(scenario)
+    return {name: np.asarray(obj.many(p, batches, context)) for name, p in policies.items()}
+
+
+def table_curve(
+    scenario: Scenario, table: PolicyTable, batches: Sequence[int], context: int
+) -> np.ndarray:
+    """Predicted tokens/s at each batch size with the table's policy for that batch (the policy
+    PolicyTable.lookup gives, as a serving engine would switch)."""
+    obj = objective_for(scenario)
+    out = np.empty(len(batches))
+    groups: dict[TreePolicy | None, list[int]] = {}
+    for i, b in enumerate(batches):
+        groups.setdefault(table.lookup(int(b), context), []).append(i)
+    for policy, idx in groups.items():
+        out[idx] = obj.many(policy, [batches[i] for i in idx], context)
+    return out
+
+
+# ---- planning -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A searched (or loaded) policy table with the search's per-bucket results."""
+
+    table: PolicyTable
+    results: tuple[BucketResult, ...] = ()
+    multi_objective: bool = False
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+
+def run_plan(
+    scenario: Scenario,
+    *,
+    batch_edges: Sequence[int],
+    context_edges: Sequence[int],
+    trials: int,
+    seed: int = 0,
+    multi_objective: bool = False,
+    max_step_ms: float | None = None,
+) -> Plan:
+    """`spectune plan` in process with the closed-form objective: one Optuna study per bucket."""
+    import optuna
+
+    from spectune import __version__
+    from spectune.cli.plan import build_table
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # as `spectune plan` does
+    obj = objective_for(scenario)
+    settings = SearchSettings(
+        trials=trials,
+        seed=seed,
+        multi_objective=multi_objective,
+        max_latency_s=None if max_step_ms is None else max_step_ms / 1e3,
+    )
+    buckets = buckets_from_edges(batch_edges, context_edges)
+    results = search(obj, buckets, settings, latency=obj.step_latency if multi_objective else None)
+    names = {
+        "target": scenario.target.name,
+        "drafter": scenario.drafter.name if scenario.drafter else "",
+        "gpu": scenario.hardware.name,
+        "workload": scenario.workload.name,
+        "tp": scenario.tp,
+    }
+    provenance = {
+        "spectune": __version__,
+        "study": "dashboard",
+        "storage": "memory",
+        "objective": "closed-form",
+        "trials": sum(r.trials for r in results),
+        "trials_per_bucket": trials,
+        "seed": seed,
+        "multi_objective": multi_objective,
+    }
+    table = build_table(results, obj, names, provenance)
+    return Plan(table, tuple(results), multi_objective, provenance)
+
+
+def policy_label(p: TreePolicy | None) -> str:
+    """'off', or builder:depth,topk,budget plus prune/graft when set."""
+    if p is None:
+        return "off"
+    s = f"{p.builder}:{p.depth},{p.topk},{p.budget}"
+    if p.prune_threshold or p.graft_budget:
+        s += f",{p.prune_threshold:.3g},{p.graft_budget}"
+    return s
+
+
+def table_rows(table: PolicyTable) -> list[dict[str, Any]]:
+    """The policy table, one row per bucket, as the Planner page lists it."""
+    rows = []
+    for b in table.buckets:
+        p = b.policy
+        rows.append(
+            {
+                "batch": f"{b.batch[0]}-{b.batch[1]}",
+                "context": f"{b.context[0]}-{b.context[1]}",
+                "policy": policy_label(p),
+                "builder": p.builder if p else "off",
+                "depth": p.depth if p else 0,
+                "topk": p.topk if p else 0,
+                "budget": p.budget if p else 0,
+                "prune_threshold": p.prune_threshold if p else 0.0,
+                "graft_budget": p.graft_budget if p else 0,
+                "tokens_per_s": b.predicted.tokens_per_s if b.predicted else float("nan"),
+                "speedup": b.predicted.speedup if b.predicted else float("nan"),
+                "accepted_len": b.predicted.accepted_len if b.predicted else float("nan"),
+            }
+        )
+    return rows
+
+
+def pareto_rows(results: Sequence[BucketResult]) -> list[dict[str, Any]]:
+    """Each bucket's Pareto front (throughput vs step latency), distinct points only."""
+    rows = []
+    for r in results:
+        seen = set()
+        for q in r.pareto:
+            key = (q.policy, round(q.tokens_per_s, 6), round(q.latency_s, 12))
+            if key in seen:
+                continue
+            seen.add(key)
+            rows.append(
+                {
+                    "bucket": r.bucket.name,
+                    "policy": policy_label(q.policy),
+                    "tokens_per_s": q.tokens_per_s,
+                    "step_ms": q.latency_s * 1e3,
+                    "chosen": q.policy == r.policy,
+                }
+            )
+    return rows
+
+
+def scenario_for_table(table: PolicyTable, fallback: Scenario) -> tuple[Scenario, str]:
+    """The scenario a policy table was planned for, from its preset names; where a name is no
+    preset (a user's own spec), the fallback's spec, with a note saying so."""
+    notes = []
+
+    def pick(kind: str, name: str, load: Any, current: Any) -> Any:
+        if not name:
+            return current
+        try:
+            return load(name)
+        except SpecError:
+            notes.append(f"{kind} {name!r} is no preset; using {getattr(current, 'name', '-')}")
+            return current
+
+    drafter = fallback.drafter
+    if table.drafter:
+        drafter = pick("drafter", table.drafter, load_model, fallback.drafter)
+    s = Scenario(
+        hardware=pick("GPU", table.hardware, load_hardware, fallback.hardware),
+        target=pick("target", table.target, load_model, fallback.target),
+        drafter=drafter,
+        workload=pick("workload", table.workload, load_workload, fallback.workload),
+        tp=table.tp,
+    )
+    return s, "; ".join(notes)
+
+
+def engine_exports(table: PolicyTable, scenario: Scenario) -> dict[str, Export | str]:
+    """Every engine's export of a table (planner.export), or the reason it failed."""
+    model = acceptance_model(scenario.workload)
+
+    def shape(policy: TreePolicy) -> DraftTree:
+        static = TreePolicy("static", policy.depth, policy.topk, policy.budget)
+        return build_tree(static, model, np.random.default_rng(0))
+
+    out: dict[str, Export | str] = {}
+    for engine in ENGINES:
+        try:
+            out[engine] = export_policy(table, engine, shaper=shape)
+        except SpecError as e:
+            out[engine] = str(e)
+    return out

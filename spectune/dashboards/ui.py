@@ -1,0 +1,230 @@
+"""Streamlit pieces shared by the pages: the scenario sidebar (with the user's own spec files),
+cached wrappers around dashboards.data / loadtest / artifacts, and showing errors and figures.
+
+Cached wrappers are the only way pages reach the computations, so every page shows what the
+non-UI functions return (and the tests compare those with the planner's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import streamlit as st
+from matplotlib.figure import Figure
+
+from spectune.dashboards import artifacts, data, loadtest
+from spectune.specs import HARDWARE_PRESETS, MODEL_PRESETS, WORKLOAD_PRESETS, SpecError, TreePolicy
+
+T = TypeVar("T")
+
+SCENARIO_PREFIX = "scn."
+CUSTOM_KEY = "custom_specs"
+NO_DRAFTER = "none (retrieval drafting only)"
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+CONTEXTS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+PRUNE_THRESHOLDS = (0.0, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3)
+TP_SIZES = (1, 2, 4, 8)
+
+
+# ---- errors and figures -------------------------------------------------------------------------
+
+
+@contextmanager
+def friendly_errors(what: str = "") -> Iterator[None]:
+    """Show a SpecError (bad input or file) as one st.error line instead of a traceback."""
+    try:
+        yield
+    except SpecError as e:
+        st.error(f"{what}: {e}" if what else str(e))
+
+
+def upload(label: str, kinds: Sequence[str], parse: Callable[[str, bytes], T], key: str,
+           help: str | None = None) -> T | None:  # fmt: skip
+    """A file uploader whose file is parsed as data by `parse`; a bad file shows st.error and
+    gives None. Streamlit's own limit (server.maxUploadSize) and parse's limit both apply."""
+    f = st.file_uploader(label, type=list(kinds), key=key, help=help)
+    if f is None:
+        return None
+    try:
+        return parse(f.name, f.getvalue())
+    except SpecError as e:
+        st.error(f"{f.name} was not loaded: {e}")
+    except Exception as e:  # parsing never executes the file; anything else is still its fault
+        st.error(f"{f.name} was not loaded: {type(e).__name__}: {e}")
+    return None
+
+
+def show(fig: Figure) -> None:
+    st.pyplot(fig, clear_figure=False)
+
+
+# ---- the scenario sidebar -----------------------------------------------------------------------
+
+
+def keep_scenario_state() -> None:
+    """Keep the sidebar's choices while a page without the sidebar is shown (Streamlit drops
+    the state of widgets that a run does not draw unless it is written back)."""
+    for k in list(st.session_state):
+        if isinstance(k, str) and k.startswith(SCENARIO_PREFIX):
+            st.session_state[k] = st.session_state[k]
+
+
+def _initial(key: str, value: T) -> T | None:
+    """A widget's default only while Session State holds no value for it (else Streamlit
+    warns that both were given; the kept state wins either way)."""
+    return None if key in st.session_state else value
+
+
+def _custom() -> dict[str, dict[str, Any]]:
+    if CUSTOM_KEY not in st.session_state:
+        st.session_state[CUSTOM_KEY] = {"gpu": {}, "model": {}, "workload": {}}
+    store: dict[str, dict[str, Any]] = st.session_state[CUSTOM_KEY]
+    return store
+
+
+def _remember_uploads() -> None:
+    store = _custom()
+    with st.sidebar.expander("Your own specs (JSON/TOML)"):
+        st.caption("Fields of HardwareSpec, ModelSpec or Workload; parsed as data only.")
+        kinds = ("json", "toml")
+        gpu = upload("GPU spec", kinds, artifacts.hardware_from_upload, key="upload.gpu")
+        model = upload("Model spec (target or drafter)", kinds, artifacts.model_from_upload,
+                       key="upload.model")  # fmt: skip
+        wl = upload("Workload spec", kinds, artifacts.workload_from_upload, key="upload.workload")
+        for kind, spec in (("gpu", gpu), ("model", model), ("workload", wl)):
+            if spec is not None:
+                store[kind][f"{spec.name} (uploaded)"] = spec
+
+
+def scenario_sidebar() -> data.Scenario:
+    """GPU, target, drafter, TP and workload pickers (presets plus uploaded specs)."""
+    _remember_uploads()
+    store = _custom()
+    sb = st.sidebar
+    gpus = {**{n: HARDWARE_PRESETS[n] for n in sorted(HARDWARE_PRESETS)}, **store["gpu"]}
+    models = {**{n: MODEL_PRESETS[n] for n in sorted(MODEL_PRESETS)}, **store["model"]}
+    workloads = {**{n: WORKLOAD_PRESETS[n] for n in sorted(WORKLOAD_PRESETS)}, **store["workload"]}
+    targets = [n for n, m in models.items() if not m.is_draft_head]
+    k = SCENARIO_PREFIX
+    gpu = sb.selectbox("GPU", list(gpus), key=k + "gpu",
+                       index=_initial(k + "gpu", list(gpus).index(data.DEFAULT_GPU)))  # fmt: skip
+    target = sb.selectbox("Target model", targets, key=k + "target",
+                          index=_initial(k + "target", targets.index(data.DEFAULT_TARGET)))  # fmt: skip
+    gpu = gpu if gpu in gpus else data.DEFAULT_GPU  # a kept choice that is no option any more
+    target = target if target in targets else data.DEFAULT_TARGET
+    tm = models[target]
+    heads = [n for n, m in models.items() if m.is_draft_head and m.hidden == tm.hidden]
+    smaller = [n for n, m in models.items()
+               if not m.is_draft_head and n != target and m.total_params() < tm.total_params()]  # fmt: skip
+    drafters = [*heads, *smaller, NO_DRAFTER]
+    preferred = f"eagle3-{tm.name}"
+    default = drafters.index(preferred) if preferred in drafters else 0
+    dkey = f"{k}drafter.{target}"
+    drafter = sb.selectbox("Drafter", drafters, key=dkey, index=_initial(dkey, default))
+    tp = sb.select_slider("Tensor parallel GPUs", TP_SIZES, key=k + "tp", value=_initial(k + "tp", 1))
+    drafter = drafter if drafter in drafters else drafters[default]
+    wl = sb.selectbox("Workload", list(workloads), key=k + "workload",
+                      index=_initial(k + "workload", list(workloads).index(data.DEFAULT_WORKLOAD)))  # fmt: skip
+    wl = wl if wl in workloads else data.DEFAULT_WORKLOAD
+    return data.Scenario(
+        hardware=gpus[gpu],
+        target=tm,
+        drafter=None if drafter == NO_DRAFTER else models[drafter],
+        workload=workloads[wl],
+        tp=int(tp),
+    )
+
+
+def scenario() -> data.Scenario:
+    """The scenario the app's sidebar picked (or the defaults when a page runs alone)."""
+    s = st.session_state.get("scenario")
+    if isinstance(s, data.Scenario):
+        return s
+    return data.scenario_from_names()
+
+
+def policy_controls(prefix: str, default: TreePolicy = data.SGLANG_DEFAULT) -> TreePolicy | None:
+    """Speculation on/off and the policy sliders; a note when the values had to be cut."""
+    on = st.toggle("Speculate", value=True, key=f"{prefix}.on")
+    c1, c2, c3 = st.columns(3)
+    builder = c1.radio("Tree builder", ("dynamic-topk", "static"), horizontal=True,
+                       index=0 if default.builder == "dynamic-topk" else 1, key=f"{prefix}.builder",
+                       help="dynamic-topk: EAGLE-2 expansion with rerank; static: Sequoia's optimal shape")  # fmt: skip
+    depth = c1.slider("Depth (draft steps)", 1, 12, default.depth, key=f"{prefix}.depth")
+    topk = c2.slider("Top-k per node", 1, 16, default.topk, key=f"{prefix}.topk")
+    budget = c2.slider("Verify budget (tree tokens, root included)", 2, 256, default.budget,
+                       key=f"{prefix}.budget")  # fmt: skip
+    prune = c3.select_slider("Prune threshold (path probability)", PRUNE_THRESHOLDS,
+                             value=default.prune_threshold, key=f"{prefix}.prune")  # fmt: skip
+    graft = c3.slider("Graft budget (retrieved tokens)", 0, 64, default.graft_budget,
+                      key=f"{prefix}.graft")  # fmt: skip
+    if not on:
+        return None
+    policy, note = data.make_policy(builder, depth, topk, budget, float(prune), graft)
+    if note:
+        st.info(note)
+    return policy
+
+
+# ---- cached computations ------------------------------------------------------------------------
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def what_if(s: data.Scenario, policy: TreePolicy | None, batch: int, context: int) -> data.WhatIf:
+    return data.what_if(s, policy, batch, context)
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def sample_tree(s: data.Scenario, policy: TreePolicy, seed: int) -> data.SampleTree:
+    return data.sample_tree(s, policy, seed)
+
+
+@st.cache_data(show_spinner="Planning...", max_entries=16)
+def run_plan(s: data.Scenario, batch_edges: tuple[int, ...], context_edges: tuple[int, ...],
+             trials: int, seed: int, multi_objective: bool, max_step_ms: float | None) -> data.Plan:  # fmt: skip
+    return data.run_plan(s, batch_edges=batch_edges, context_edges=context_edges, trials=trials,
+                         seed=seed, multi_objective=multi_objective, max_step_ms=max_step_ms)  # fmt: skip
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def batch_curves(s: data.Scenario, policies: dict[str, TreePolicy | None],
+                 batches: tuple[int, ...], context: int) -> dict[str, Any]:  # fmt: skip
+    return data.batch_curves(s, policies, batches, context)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def table_curve(s: data.Scenario, table: Any, batches: tuple[int, ...], context: int) -> Any:
+    return data.table_curve(s, table, batches, context)
+
+
+@st.cache_data(show_spinner="Simulating...", max_entries=32)
+def load_sweep(s: data.Scenario, policy: Any, qps: tuple[float, ...],
+               settings: loadtest.LoadSettings) -> list[dict[str, Any]]:  # fmt: skip
+    return loadtest.sweep(s, policy, qps, settings)
+
+
+@st.cache_data(show_spinner="Simulating the trace...", max_entries=8)
+def trace_replay(s: data.Scenario, policy: Any, trace: Any,
+                 settings: loadtest.LoadSettings) -> dict[str, Any]:  # fmt: skip
+    return loadtest.replay(s, policy, trace, settings)
+
+
+@st.cache_data(show_spinner=False, ttl=30)
+def measurements(folder: str) -> list[artifacts.Loaded]:
+    from pathlib import Path
+
+    return artifacts.read_measurements(Path(folder))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def validation_rows(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return artifacts.validation_rows(doc, name)
+
+
+@st.cache_data(show_spinner=False, ttl=30)
+def benchmarks(folder: str) -> list[artifacts.Loaded]:
+    from pathlib import Path
+
+    return artifacts.read_benchmarks(Path(folder))

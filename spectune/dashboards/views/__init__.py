@@ -1,0 +1,1 @@
+"""The dashboard's pages: Streamlit scripts that app.py runs (one page per file)."""

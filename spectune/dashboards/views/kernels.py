@@ -1,0 +1,54 @@
+"""Kernels: the Triton kernel benchmarks (benchmarks/bench_kernels.py --out, under
+benchmarks/results/) as a roofline against the measured device-to-device copy bandwidth."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from spectune.dashboards import artifacts, plots, ui
+
+st.title("Kernels")
+folder = artifacts.benchmarks_dir()
+st.caption(f"Tree attention against PyTorch paths, from {folder}/*.json")
+
+loaded = list(ui.benchmarks(str(folder)))
+with st.expander("Add a benchmark result"):
+    doc = ui.upload("Benchmark JSON (python benchmarks/bench_kernels.py --out FILE)", ("json",),
+                    artifacts.benchmark_from_upload, key="kernels.upload")  # fmt: skip
+    if doc is not None:
+        loaded.append(artifacts.Loaded("uploaded", doc))
+
+docs = [x for x in loaded if x.doc is not None]
+skipped = [x for x in loaded if x.doc is None]
+if skipped:
+    st.caption("Not kernel benchmarks: " + "; ".join(x.error for x in skipped))
+if not docs:
+    st.info(
+        f"No kernel benchmark results yet. On a GPU host run "
+        f"`python benchmarks/bench_kernels.py --out {folder}/kernels-CARD.json`, or upload one above."
+    )
+else:
+    names = [x.name for x in docs]
+    pick = st.selectbox("Result file", names, key="kernels.file")
+    chosen = docs[names.index(pick)].doc
+    assert chosen is not None
+    bw = float(chosen["copy_bytes_per_s"])
+    peak, preset = artifacts.peak_flops_for(chosen)
+    c = st.columns(3)
+    c[0].metric("device", str(chosen.get("device", chosen.get("card", "?"))))
+    c[1].metric("measured copy bandwidth", f"{bw / 1e12:.2f} TB/s")
+    c[2].metric("dense bf16 peak", f"{peak / 1e12:.0f} TFLOP/s" if peak else "unknown",
+                help=f"hardware preset {preset}" if preset else None)  # fmt: skip
+    rows = artifacts.roofline_rows(chosen)
+    if rows:
+        ui.show(plots.roofline_figure(rows, bw, peak, f"tree attention on {chosen.get('card', '')}"))
+        st.dataframe(pd.DataFrame(rows), hide_index=True, key="kernels.table")
+    else:
+        st.info("This result holds no timed attention shapes.")
+    for part in ("verify", "compact"):
+        extra = chosen.get(part)
+        if isinstance(extra, dict) and extra:
+            st.markdown(f"**{part}**")
+            st.dataframe(pd.DataFrame([{"metric": k, "value": str(v)} for k, v in extra.items()]),
+                         hide_index=True, key=f"kernels.{part}")  # fmt: skip

@@ -1,0 +1,66 @@
+"""Load: simulated serving at several request rates, speculation on and off on the same
+arrivals: throughput, and TTFT / TPOT percentiles (spectune.simulator)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from spectune.dashboards import artifacts, data, loadtest, plots, ui
+
+ROWS_KEY = "load.rows"
+QPS_CHOICES = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+
+scn = ui.scenario()
+st.title("Load")
+st.caption(scn.label)
+
+sources = ["SGLang default 5/4/8", "EAGLE default 7/10/60", "Custom policy"]
+plan = st.session_state.get("planner.result")
+if isinstance(plan, data.Plan):
+    sources.append("Planned table (Planner page)")
+source = st.radio("Speculation policy", sources, horizontal=True, key="load.source")
+policy: loadtest.PolicySource
+if source == "Custom policy":
+    policy = ui.policy_controls("load")
+elif source.startswith("Planned") and isinstance(plan, data.Plan):
+    policy = plan.table
+else:
+    policy = data.REFERENCE_POLICIES[source]
+
+with st.form("load.form"):
+    c1, c2, c3 = st.columns(3)
+    qps = c1.multiselect("Request rates, requests/s", QPS_CHOICES, default=[1.0, 4.0, 16.0],
+                         key="load.qps")  # fmt: skip
+    requests = c2.slider("Requests per rate", 20, 2000, 100, step=10, key="load.requests",
+                         help="more requests: steadier percentiles, slower")  # fmt: skip
+    burst = c2.slider("Burstiness (cv of inter-arrival times; 1 = Poisson)", 0.5, 4.0, 1.0,
+                      step=0.5, key="load.burst")  # fmt: skip
+    seed = int(c3.number_input("Seed", 0, 1_000_000, 0, key="load.seed"))
+    slo = c3.number_input("TPOT SLO for goodput, ms (0: none)", 0.0, 1000.0, 0.0, key="load.slo")
+    submitted = st.form_submit_button("Simulate")
+
+settings = loadtest.LoadSettings(requests=int(requests), seed=seed, burstiness=float(burst),
+                                 slo_tpot_ms=float(slo) if slo else None)  # fmt: skip
+if submitted or ROWS_KEY not in st.session_state:
+    with ui.friendly_errors("simulation"):
+        st.session_state[ROWS_KEY] = ui.load_sweep(scn, policy, tuple(qps), settings)
+rows = st.session_state.get(ROWS_KEY) or []
+
+if rows:
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        ui.show(plots.load_figure(rows, [("throughput_tok_s", "throughput")], "output tokens/s"))
+    with c2:
+        ui.show(plots.load_figure(rows, loadtest.LATENCY_COLUMNS[2:], "TPOT, ms", 1e3))
+    with c3:
+        ui.show(plots.load_figure(rows, loadtest.LATENCY_COLUMNS[:2], "TTFT, ms", 1e3))
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="load.table")
+
+st.subheader("Replay a recorded arrival trace")
+trace = ui.upload("Trace (CSV or JSONL, optionally .gz: arrival time, prompt tokens, output tokens)",
+                  ("csv", "jsonl", "gz"), artifacts.trace_from_upload, key="load.trace")  # fmt: skip
+if trace is not None:
+    with ui.friendly_errors("trace replay"):
+        row = ui.trace_replay(scn, policy, trace, settings)
+        st.dataframe(pd.DataFrame([row]), hide_index=True, key="load.trace_table")

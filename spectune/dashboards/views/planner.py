@@ -1,0 +1,109 @@
+"""Planner: run the policy search here (a small `spectune plan`) or load a policy file; the
+policy per batch bucket, predicted tokens/s against batch size next to the engine defaults and
+no speculation, the Pareto front of a multi-objective study, and the files to download."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from spectune.cli.common import int_list
+from spectune.dashboards import artifacts, data, plots, ui
+
+PLAN_KEY = "planner.result"
+
+scn = ui.scenario()
+st.title("Planner")
+
+source = st.radio("Policy table", ("Run a plan here", "Load a policy file"), horizontal=True,
+                  key="planner.source")  # fmt: skip
+
+plan: data.Plan | None = None
+if source == "Run a plan here":
+    st.caption(f"Closed-form objective, one Optuna study per bucket: {scn.label}")
+    with st.form("planner.form"):
+        c1, c2, c3 = st.columns(3)
+        batch_text = c1.text_input("Batch bucket upper edges", "1,2,4,8,16,32,64,128,256",
+                                   key="planner.batch_edges")  # fmt: skip
+        ctx_text = c1.text_input("Context bucket upper edges", "32768", key="planner.context_edges")
+        trials = c2.slider("Trials per bucket", 4, 64, 8, key="planner.trials",
+                           help="the references (off, SGLang and EAGLE defaults) come first")  # fmt: skip
+        seed = int(c2.number_input("Seed", 0, 1_000_000, 0, key="planner.seed"))
+        multi = c3.checkbox("Multi-objective (tokens/s vs step latency)", key="planner.multi")
+        max_ms = c3.number_input("Max step latency, ms (0: none)", 0.0, 1000.0, 0.0,
+                                 key="planner.max_ms")  # fmt: skip
+        submitted = st.form_submit_button("Run plan")
+    try:
+        batch_edges = tuple(int_list(batch_text))
+        ctx_edges = tuple(int_list(ctx_text))
+    except Exception as e:  # argparse.ArgumentTypeError: a message for the user
+        st.error(f"bucket edges: {e}")
+    else:
+        stored = st.session_state.get(PLAN_KEY)
+        if submitted or stored is None:
+            with ui.friendly_errors("plan"):
+                st.session_state[PLAN_KEY] = ui.run_plan(
+                    scn, batch_edges, ctx_edges, int(trials), seed, bool(multi),
+                    float(max_ms) if max_ms else None,
+                )  # fmt: skip
+        plan = st.session_state.get(PLAN_KEY)
+else:
+    table = ui.upload("Policy file (policy.json from `spectune plan`)", ("json",),
+                      artifacts.policy_from_upload, key="planner.upload")  # fmt: skip
+    if table is None:
+        st.info("Upload a policy.json to see its table, curves and engine exports.")
+    else:
+        plan = data.Plan(table)
+
+if plan is not None:
+    table = plan.table
+    pscn, note = data.scenario_for_table(table, scn)
+    if note:
+        st.warning(note)
+    st.caption(f"Table for {pscn.label}")
+
+    st.subheader("Policy per bucket")
+    st.dataframe(pd.DataFrame(data.table_rows(table)), hide_index=True, key="planner.table")
+
+    st.subheader("Predicted tokens/s against batch size")
+    ctx_ranges = sorted({b.context for b in table.buckets})
+    contexts = [c for c in ui.CONTEXTS if any(lo <= c <= hi for lo, hi in ctx_ranges)]
+    context = int(st.select_slider("Context length", contexts or [ctx_ranges[0][0]],
+                                   value=4096 if 4096 in contexts else (contexts or [ctx_ranges[0][0]])[0],
+                                   key="planner.context"))  # fmt: skip
+    top = max(b.batch[1] for b in table.buckets)
+    batches = tuple(sorted({b for b in ui.BATCH_SIZES if b <= top}
+                           | {x for b in table.buckets for x in b.batch}))  # fmt: skip
+    with ui.friendly_errors("curves"):
+        curves = {"planned policy": ui.table_curve(pscn, table, batches, context)}
+        curves.update(ui.batch_curves(pscn, dict(data.REFERENCE_POLICIES), batches, context))
+        ui.show(plots.batch_figure(batches, curves, context))
+        st.dataframe(pd.DataFrame({"batch": batches, **curves}), hide_index=True,
+                     key="planner.curves")  # fmt: skip
+
+    st.subheader("Pareto front")
+    rows = data.pareto_rows(plan.results)
+    if rows:
+        ui.show(plots.pareto_figure(rows))
+        st.dataframe(pd.DataFrame(rows), hide_index=True, key="planner.pareto")
+    else:
+        st.info("Tick 'Multi-objective' and run the plan to see each bucket's Pareto front "
+                "of tokens/s against step latency.")  # fmt: skip
+
+    st.subheader("Downloads")
+    st.download_button("policy.json", json.dumps(table.to_dict(), indent=2) + "\n",
+                       file_name="policy.json", mime="application/json", key="planner.dl.policy")  # fmt: skip
+    exports = data.engine_exports(table, pscn)
+    cols = st.columns(len(exports))
+    for col, (engine, exp) in zip(cols, exports.items(), strict=True):
+        with col:
+            st.markdown(f"**{engine}**")
+            if isinstance(exp, str):
+                st.error(f"{engine} cannot take this table: {exp}")
+                continue
+            for name, text in exp.files.items():
+                st.download_button(name, text, file_name=name, key=f"planner.dl.{engine}.{name}")
+            for a in exp.approximations:
+                st.caption(f"approximated: {a}")
