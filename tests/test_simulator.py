@@ -390,3 +390,17 @@ def test_objective_caps_the_batch_at_kv_capacity():
     obj = goodput_objective(H100, LLAMA, EAGLE, _workload(), output_tokens=32, cost_model=COST)
     res = obj.run(None, 256, 100_000)
     assert res.max_batch < 256 and obj(None, 256, 100_000) > 0
+
+
+@pytest.mark.parametrize("arrivals, replicas", [(Poisson(2.0), 1), (Poisson(20.0), 2)])
+def test_fast_forward_matches_single_iterations(arrivals, replicas):
+    cfg = _cfg(arrivals=arrivals, replicas=replicas, router="least", requests=80)
+    fast, slow = simulate(cfg), simulate(replace(cfg, fast_forward=False))
+    # speculation off is deterministic: the same finishes and routing, to rounding
+    assert np.allclose(fast.off.requests.finish_s, slow.off.requests.finish_s, rtol=1e-9)
+    assert np.array_equal(fast.off.requests.replica, slow.off.requests.replica)
+    # speculation draws differently but from the same outcome pool
+    f, s = fast.metrics, slow.metrics
+    assert f.mean_accepted == pytest.approx(s.mean_accepted, rel=0.03)
+    assert f.tpot.p50 == pytest.approx(s.tpot.p50, rel=0.05)
+    assert len(fast.spec.requests.finish_s) == 80

@@ -69,6 +69,9 @@ class SimConfig:
     shared_budget: bool = help_field(
         False, help="ECHO super-tree: one verify budget per iteration shared by the batch"
     )
+    fast_forward: bool = help_field(
+        True, help="run uninterruptible decode iterations in one vectorised pass (replica.py)"
+    )
     exact_mixed: bool = help_field(
         False, help="price prefill iterations with ragged_forward_time (slow; see steptime.py)"
     )
@@ -305,6 +308,11 @@ def run_once(
         else:
             env.process(think(k))
 
+    def next_arrival() -> float:
+        # open loop: only arrivals reach a replica from outside (routers read its load then)
+        i = state["sent"]
+        return float(reqs.arrival_s[i]) if i < n else float("inf")
+
     for i in range(cfg.replicas):
         replicas.append(
             Replica(
@@ -319,6 +327,8 @@ def run_once(
                 rng=np.random.default_rng([cfg.seed, STREAM_ACCEPT, i]),
                 log=log,
                 on_finish=on_finish,
+                fast_forward=cfg.fast_forward,
+                horizon=env.peek if closed else next_arrival,
             )
         )
 

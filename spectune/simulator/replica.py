@@ -25,6 +25,9 @@ from spectune.simulator.iterations import IterationLog
 from spectune.simulator.requests import Requests
 from spectune.simulator.speculation import Speculator
 from spectune.simulator.steptime import StepPricer
+from spectune.specs import TreePolicy
+
+MAX_FAST_OUTCOMES = 1 << 16  # outcomes drawn per fast-forward (iterations x batch)
 
 
 class Replica:
@@ -42,6 +45,8 @@ class Replica:
         rng: np.random.Generator,
         log: IterationLog,
         on_finish: Callable[[int], None] | None = None,
+        fast_forward: bool = True,
+        horizon: Callable[[], float] | None = None,
     ):
         self.env = env
         self.index = index
@@ -54,6 +59,11 @@ class Replica:
         self.rng = rng
         self.log = log
         self.on_finish = on_finish
+        self.fast_forward = fast_forward
+        # time of the next event that can touch this replica (an arrival it may be routed);
+        # by default the next event of any kind
+        self.horizon = horizon if horizon is not None else env.peek
+        self._last_dt = 0.0  # length of the last iteration (to size fast-forwards)
         # the running batch, in admission order: request ids and local copies of their state
         # (written back to `reqs` when a request finishes or is preempted)
         self.running = np.zeros(0, dtype=np.int64)
@@ -87,6 +97,11 @@ class Replica:
             if self.waiting and self.running.size < self.max_batch:
                 self._admit()
             in_system = self.running.size + len(self.waiting)
+            if self.fast_forward and not self.waiting and self.running.size:
+                ahead = self._fast_forward(in_system, self.horizon() - env.now)
+                if ahead > 0:
+                    yield env.timeout(ahead)
+                    continue
             plan = self._plan()
             t0 = env.now
             yield env.timeout(plan[-1].total_s)
@@ -112,6 +127,117 @@ class Replica:
             self.output = np.concatenate([self.output, r.output[ids]])
             self.out = np.concatenate([self.out, r.out[ids]])
             self.comp = np.concatenate([self.comp, r.computed[ids]])
+
+    def _fast_forward(self, in_system: int, limit_s: float) -> float:
+        """Run, in one vectorised pass, the decode iterations that nothing can interrupt: every
+        sequence decoding, nobody waiting, no request finishing, the KV cache sufficing, the
+        policy unchanged, and all of it ending before the next event elsewhere (`limit_s`
+        ahead). Outcomes and step times of K iterations are drawn and priced at once, exactly
+        as K single iterations would be. Returns the simulated seconds (0: nothing to skip)."""
+        out, comp, b = self.out, self.comp, int(self.running.size)
+        if not ((self.prompt + out - comp == 1).all() and (out >= 1).all()):
+            return 0.0
+        if self._last_dt <= 0.0 or limit_s < 2.0 * self._last_dt:
+            return 0.0  # the next event elsewhere comes within about one iteration
+        steps = min(
+            int((self.output - out).min()),
+            MAX_FAST_OUTCOMES // b,
+            int(min(1.25 * limit_s / self._last_dt, 1e9)) + 2,  # about what fits before the limit
+        )
+        if steps < 2:
+            return 0.0
+        comp_sum = float(comp.sum())
+        policy = self.spec.policy_for(b, comp_sum / b)
+        if policy is not None and self.spec.shared and b > 1:
+            return 0.0  # shared-budget outcomes come in whole batches
+        if policy is not None:
+            nodes, acc = self.spec.draw(policy, self.rng, steps * b)
+            nodes = nodes.reshape(steps, b)
+            acc = acc.reshape(steps, b)
+            emitted = acc + 1
+        else:
+            emitted = np.ones((steps, b), dtype=np.int64)
+        cum = np.cumsum(emitted, axis=0)
+        reached = ((out + cum) >= self.output).any(axis=1)
+        k = int(np.argmax(reached)) if reached.any() else steps  # steps before a finish
+        if k < 1:
+            return 0.0
+        per_step = cum[:k].sum(axis=1)
+        ctx = (comp_sum + np.r_[0, per_step[:-1]]) / b  # mean context entering each step
+        if policy is not None and not isinstance(self.spec.policy, TreePolicy):
+            k = self._same_policy_steps(policy, b, ctx[:k])
+            if k < 1:
+                return 0.0
+            ctx = ctx[:k]
+        if policy is not None:
+            tree_sum = nodes[:k].sum(axis=1)
+            acc_sum = acc[:k].sum(axis=1)
+            draft, fwd, ext, ovh = self.pricer.decode_spec_many(b, policy, tree_sum, acc_sum, ctx)
+            dt = draft + fwd + ext + ovh
+            fed_sum = tree_sum
+        else:
+            fwd = self.pricer.decode_off_many(b, ctx)
+            dt = fwd
+            draft = ext = ovh = np.zeros(k)
+            fed_sum = np.full(k, b)
+        end = np.cumsum(dt)
+        k = int(np.searchsorted(end, limit_s, side="left"))  # iterations ending before limit
+        if k < 1:
+            return 0.0
+        # KV: the last iteration holds its cached tokens plus its verify tokens
+        bs = self.kv.block_size
+        last_fed = nodes[k - 1] if policy is not None else 1
+        base = comp + (cum[k - 2] if k > 1 else 0)
+        if int(((base + last_fed + (bs - 1)) // bs).sum()) > self.kv.blocks:
+            return 0.0
+        gained = cum[k - 1]
+        self.out = out + gained
+        self.comp = comp + gained
+        lg = self.log
+        pol = -1
+        if policy is not None:
+            lg.spec_verifies += k * b
+            lg.spec_tree_tokens += int(tree_sum[:k].sum())
+            lg.spec_accepted += int(acc_sum[:k].sum())
+            pol = lg.policy_index(_policy_text(policy))
+        t0 = self.env.now
+        start = t0 + np.r_[0.0, end[: k - 1]]
+        made = np.r_[per_step[0], np.diff(per_step[:k])] if k > 1 else per_step[:1]
+        n = k
+        lg.rows.extend(
+            zip(
+                [self.index] * n,
+                start.tolist(),
+                dt[:k].tolist(),
+                [b] * n,
+                [0] * n,
+                [in_system] * n,
+                fed_sum[:k].tolist(),
+                made.tolist(),
+                draft[:k].tolist(),
+                fwd[:k].tolist(),
+                ext[:k].tolist(),
+                ovh[:k].tolist(),
+                [0] * n,
+                [pol] * n,
+                strict=True,
+            )
+        )
+        self._last_dt = float(dt[k - 1])
+        return float(end[k - 1])
+
+    def _same_policy_steps(self, policy: TreePolicy, b: int, ctx: np.ndarray) -> int:
+        """How many of the steps (mean contexts `ctx`, increasing) keep `policy` (bisection)."""
+        if self.spec.policy_for(b, float(ctx[-1])) == policy:
+            return int(ctx.size)
+        lo, hi = 0, int(ctx.size) - 1  # ctx[lo] keeps it (it is the current step), ctx[hi] not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.spec.policy_for(b, float(ctx[mid])) == policy:
+                lo = mid
+            else:
+                hi = mid
+        return lo + 1
 
     def _keep(self, keep: np.ndarray) -> None:
         self.running = self.running[keep]
@@ -185,6 +311,7 @@ class Replica:
     def _commit(self, plan: tuple[Any, ...], t0: float, in_system: int) -> None:
         dec, all_dec, fed, acc, policy, preempted, cost = plan
         now = self.env.now
+        self._last_dt = now - t0
         out, comp = self.out, self.comp
         new_comp = comp + fed
         if all_dec:

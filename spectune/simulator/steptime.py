@@ -78,6 +78,16 @@ def _lerp(vec: np.ndarray, x: float) -> float:
     return float(vec[i] + (vec[i + 1] - vec[i]) * f) if f else float(vec[i])
 
 
+def _lerp_rows(table: np.ndarray, x: np.ndarray, col: np.ndarray) -> np.ndarray:
+    """table[x[k], col[k]] for fractional x (first axis), linear between rows, clamped."""
+    top = table.shape[0] - 1
+    x = np.minimum(x, top)
+    i = np.minimum(x.astype(np.int64), top - 1)
+    f = x - i
+    lo = table[i, col]
+    return lo + (table[i + 1, col] - lo) * f
+
+
 def _log_grid() -> np.ndarray:
     """0, then 1 .. LOG_MAX with LOG_POINTS per doubling."""
     k = int(math.log2(LOG_MAX) * LOG_POINTS) + 1
@@ -130,18 +140,24 @@ class StepPricer:
         )
 
     # ---- tables ---------------------------------------------------------------------------------
-    def _ctx_table(
+    def _ctx_full(
         self, key: tuple[Any, ...], ci: int, fn: Callable[[np.ndarray], Any]
     ) -> np.ndarray:
-        """Column `ci` (context bin) of the table `key`, whose last axis is context bins;
-        fn(contexts) computes it and is called again with a longer range when ci runs past."""
+        """The table `key` (last axis: context bins) covering bin `ci`; fn(contexts) computes it
+        and is called again over a longer range when ci runs past the end."""
         t = self._tables.get(key)
         if t is None or ci >= t.shape[-1]:
             n = (ci // CTX_BLOCK + 1) * CTX_BLOCK
             c = np.arange(n, dtype=np.float64) * self.q
             t = np.asarray(fn(c), dtype=np.float64)
             self._tables[key] = t
-        return t[..., ci]
+        return t
+
+    def _ctx_table(
+        self, key: tuple[Any, ...], ci: int, fn: Callable[[np.ndarray], Any]
+    ) -> np.ndarray:
+        """Column `ci` (one context bin) of the table `key`."""
+        return self._ctx_full(key, ci, fn)[..., ci]
 
     def _tokens_axis(self) -> np.ndarray:
         t = np.arange(self.max_tokens, dtype=np.float64)
@@ -214,6 +230,55 @@ class StepPricer:
             v = float(np.asarray(fn()))
             self._scalars[key] = v
         return v
+
+    # ---- runs of decode iterations (vectorised; see Replica._fast_forward) ----------------------
+    def decode_off_many(self, batch: int, context: np.ndarray) -> np.ndarray:
+        """float64[K]: plain decode iterations of `batch` sequences at mean contexts [K]."""
+        ci = (context / self.q + 0.5).astype(np.int64)
+        t = self._ctx_full(("ar", batch), int(ci.max()), lambda c: self.cost.ar_step_time(batch, c))
+        return t[ci]
+
+    def decode_spec_many(
+        self,
+        batch: int,
+        policy: TreePolicy,
+        tree_tokens: np.ndarray,
+        accepted_tokens: np.ndarray,
+        context: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(draft, forward, extend, overhead) float64[K] of K speculative all-decode iterations;
+        per iteration the batch's summed tree tokens, accepted tokens and mean context [K]."""
+        per_tree = tree_tokens / batch
+        per_ext = accepted_tokens / batch + 1.0
+        self._grow(max(float(per_tree.max()), float(per_ext.max())))
+        ci = (context / self.q + 0.5).astype(np.int64)
+        top = int(ci.max())
+        t = self._tokens_axis()
+        fwd = self._ctx_full(
+            ("fwd", batch), top, lambda c: self.cost.verify_time(batch, t[:, None], c[None, :])
+        )
+        forward = _lerp_rows(fwd, per_tree, ci)
+        k = ci.size
+        overhead = np.full(k, self._overhead(batch, float(per_tree.max())))
+        if policy.graft_budget:
+            overhead += self._scalar(("retr", batch), lambda: self.cost.retrieval_time(batch))
+        draft = np.zeros(k)
+        extend = np.zeros(k)
+        if self.has_drafter:
+            a = t.copy()
+            a[0] = 0.0
+            ext = self._ctx_full(
+                ("ext", batch),
+                top,
+                lambda c: self.cost.draft_extend_time(batch, a[:, None], c[None, :]),
+            )
+            extend = _lerp_rows(ext, per_ext, ci)
+            d, kk = policy.depth, policy.topk
+            dr = self._ctx_full(
+                ("draft", batch, d, kk), top, lambda c: self.cost.draft_time(batch, d, kk, c)
+            )
+            draft = dr[ci]
+        return draft, forward, extend, overhead
 
     # ---- iterations with prefill chunks ---------------------------------------------------------
     def _surrogate(self, kind: str, seqs: int, tokens: float, kv_tokens: float) -> float:
