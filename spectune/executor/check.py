@@ -104,7 +104,7 @@ def check_folder(folder: str | Path) -> CheckResult:
             name = str(p.relative_to(root))
             if data["schema"] == RUN_SCHEMA:
                 for r in data.get("verify", []):
-                    pred = float(cm.verify_time(r["batch"], r["tokens"], r["context"]))
+                    pred = _scalar(cm.verify_time(r["batch"], r["tokens"], r["context"]))
                     res.verify.append(Row(name, f"verify B={r['batch']} N={r['tokens']} C={r['context']}", pred, r["seconds"]))
                 continue
             _check_measurement(cm, data, name, res)
@@ -121,17 +121,17 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
     seen_ar: set[int] = set()
     for r in doc["runs"]:
         b, pol, ph = r["batch"], r["policy"], r["phases_ms"]
-        ar_pred = float(cm.ar_step_time(b, c))
+        ar_pred = _scalar(cm.ar_step_time(b, c))
         if "ar_phases_ms" in r and b not in seen_ar:
             seen_ar.add(b)
-            res.verify.append(Row(name, f"verify B={b} N=1 C={c} (baseline)", float(cm.verify_time(b, 1, c)),
+            res.verify.append(Row(name, f"verify B={b} N=1 C={c} (baseline)", _scalar(cm.verify_time(b, 1, c)),
                                   r["ar_phases_ms"]["verify"] / 1e3))
         if pol is None:
             continue
         n, d, k = r["nodes"], pol["depth"], pol["topk"]
         label = f"B={b} {r['label']} {d}/{k}/{pol['budget']}"
-        res.verify.append(Row(name, f"verify {label} N={n}", float(cm.verify_time(b, n, c)), ph["verify"] / 1e3))
-        spec_pred = float(cm.spec_step_time(b, d, k, n, c, d + 1))
+        res.verify.append(Row(name, f"verify {label} N={n}", _scalar(cm.verify_time(b, n, c)), ph["verify"] / 1e3))
+        spec_pred = _scalar(cm.spec_step_time(b, d, k, n, c, d + 1))
         pred_speedup = r["tokens_per_step"] / spec_pred * ar_pred
         res.speedup.append(Row(name, f"speedup {label}", pred_speedup, r["speedup"]))
 
@@ -150,3 +150,10 @@ def format_check(res: CheckResult, speedup_tol: float, mape_tol: float) -> str:
         f"{len(res.speedup)} runs (limit {speedup_tol:.0%})"
     )
     return "\n".join(lines)
+
+
+def _scalar(x: object) -> float:
+    """The one value of a cost-model result (a 0-d or 1-element array)."""
+    import numpy as np
+
+    return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])

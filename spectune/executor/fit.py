@@ -86,13 +86,13 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
     from spectune.planner.operators import gemm_time
 
     if kind == "verify":
-        return float(cm.verify_time(a["batch"], a["tokens"], a["context"]))
+        return _scalar(cm.verify_time(a["batch"], a["tokens"], a["context"]))
     if kind == "gemm":
-        return float(gemm_time(cm.rates, a["m"], a["n"], a["k"], float(cm.target.dtype_bytes)))
+        return _scalar(gemm_time(cm.rates, a["m"], a["n"], a["k"], float(cm.target.dtype_bytes)))
     if kind == "draft":
-        return float(cm.draft_time(a["batch"], a["depth"], a["topk"], a["context"]))
+        return _scalar(cm.draft_time(a["batch"], a["depth"], a["topk"], a["context"]))
     if kind == "extend":
-        return float(cm.draft_extend_time(a["batch"], a["accepted"], a["context"]))
+        return _scalar(cm.draft_extend_time(a["batch"], a["accepted"], a["context"]))
     raise ValueError(kind)
 
 
@@ -170,3 +170,10 @@ def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
 
     coef, _ = nnls(np.array(a_rows), np.array(y))
     return {"step_overhead_s": float(coef[0]), "per_request_overhead_s": float(coef[1]), "tree_build_s": float(coef[2])}
+
+
+def _scalar(x: object) -> float:
+    """The one value of a cost-model result (a 0-d or 1-element array)."""
+    import numpy as np
+
+    return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])

@@ -1,0 +1,143 @@
+"""`spectune check` (the CI gate), the measurement schema and the calibration fit: CPU only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spectune.cli import main
+from spectune.executor.check import check_folder
+from spectune.executor.measure import (
+    PHASE_KEYS,
+    format_table,
+    measurement_doc,
+    validate_measurement,
+)
+from spectune.planner.costmodel import CostModel
+from spectune.specs import SpecError, load_hardware, load_model
+from spectune.specs.calibration import Calibration
+
+HW, TARGET, DRAFTER = "h100-sxm", "llama-3.1-8b", "eagle3-llama-3.1-8b"
+
+
+def _cm(cal: Calibration | None = None) -> CostModel:
+    return CostModel(load_hardware(HW), load_model(TARGET), load_model(DRAFTER), calibration=cal)
+
+
+def _doc(scale_verify: float = 1.0, scale_speedup: float = 1.0, cal: Calibration | None = None) -> dict[str, Any]:
+    """A measurement whose numbers are the cost model's own predictions (times the scales)."""
+    cm, c = _cm(cal), 4096
+    runs = []
+    for b, (d, k, n), acc in ((1, (5, 4, 8), 3.0), (32, (3, 2, 6), 2.2), (64, (2, 1, 3), 1.6)):
+        verify = _scalar(cm.verify_time(b, n, c)) * scale_verify
+        step = _scalar(cm.spec_step_time(b, d, k, n, c, d + 1))
+        ar = _scalar(cm.ar_step_time(b, c))
+        ph = dict.fromkeys(PHASE_KEYS, 0.0)
+        ph.update(verify=verify * 1e3, step=step * 1e3)
+        tps = b * (acc + 1) / step
+        runs.append({
+            "batch": b, "label": "policy", "nodes": n, "phases_ms": ph, "accepted_mean": acc,
+            "tokens_per_step": acc + 1, "tokens_per_s": tps * scale_speedup, "ar_step_ms": ar * 1e3,
+            "ar_phases_ms": {"verify": _scalar(cm.verify_time(b, 1, c)) * 1e3 * scale_verify, "overhead": 0.0},
+            "ar_tokens_per_s": b / ar, "speedup": tps * scale_speedup * ar / b,
+            "policy": {"builder": "dynamic-topk", "depth": d, "topk": k, "budget": n,
+                       "prune_threshold": 0.0, "graft_budget": 0},
+        })
+    return measurement_doc(gpu="NVIDIA H100 80GB HBM3", hardware=HW, target=TARGET, drafter=DRAFTER,
+                           workload="mt-bench", context=c, steps=30, attention="test", runs=runs)
+
+
+def _write(tmp: Path, doc: dict[str, Any], cal: Calibration | None = None) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "run.json").write_text(json.dumps(doc))
+    if cal is not None:
+        cal.save(tmp / f"calibration-{HW}.json")
+    return tmp
+
+
+def test_check_passes_on_its_own_predictions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _write(tmp_path / "ok", _doc())
+    assert main(["check", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "verify-latency MAPE 0.0%" in out
+
+
+def test_check_fails_on_speedup_drift(tmp_path: Path) -> None:
+    assert main(["check", str(_write(tmp_path / "s", _doc(scale_speedup=1.2)))]) == 1
+    assert main(["check", str(_write(tmp_path / "s2", _doc(scale_speedup=1.05)))]) == 0
+
+
+def test_check_fails_on_latency_drift(tmp_path: Path) -> None:
+    assert main(["check", str(_write(tmp_path / "v", _doc(scale_verify=1.3)))]) == 1
+    assert main(["check", str(_write(tmp_path / "v2", _doc(scale_verify=1.05)))]) == 0
+
+
+def test_check_uses_the_calibration_beside_the_measurement(tmp_path: Path) -> None:
+    cal = Calibration(hardware=HW, launch_s=20e-6, weight_bw_efficiency=0.6)
+    assert main(["check", str(_write(tmp_path / "c", _doc(cal=cal), cal))]) == 0
+    res = check_folder(_write(tmp_path / "nocal", _doc(cal=cal)))  # same numbers, no calibration
+    assert res.verify_mape > 0.1
+
+
+def test_check_errors(tmp_path: Path) -> None:
+    assert main(["check", str(tmp_path / "missing")]) == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["check", str(tmp_path / "empty")]) == 2
+    bad = _doc()
+    del bad["runs"][0]["phases_ms"]["verify"]
+    assert main(["check", str(_write(tmp_path / "bad", bad))]) == 2
+
+
+def test_check_needs_no_torch(tmp_path: Path) -> None:
+    folder = _write(tmp_path / "nt", _doc())
+    code = (
+        "import sys; sys.modules['torch'] = None; from spectune.cli import main; "
+        f"rc = main(['check', {str(folder)!r}]); sys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_measurement_schema() -> None:
+    doc = _doc()
+    validate_measurement(doc)
+    assert "speedup" in format_table(doc)
+    for broken in ({**doc, "schema": "x"}, {**doc, "context": "4096"},
+                   {**doc, "runs": [{**doc["runs"][0], "policy": {"builder": "nope"}}]}):
+        with pytest.raises((SpecError, TypeError)):
+            validate_measurement(broken)
+
+
+def test_execute_without_gpu_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["execute", "--policy", "dynamic-topk:5,4,8", "--batch", "1", "--out", "/dev/null"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+    assert main(["execute", "--policy", "static:5,4", "--batch", "1"]) == 2
+
+
+def test_fit_recovers_a_known_calibration() -> None:
+    """Timings generated by the cost model under a known calibration are fitted back closely."""
+    from spectune.executor.fit import _calibration, fit_calibration
+
+    truth = _calibration([0.7, 0.5, 0.3, 0.4, 5.0, 0.75, 300.0], HW, Calibration())
+    cm = _cm(truth)
+    verify = [{"batch": b, "tokens": n, "context": c, "seconds": _scalar(cm.verify_time(b, n, c))}
+              for b in (1, 16, 64) for n in (1, 64) for c in (512, 4096)]
+    run = {"hardware": HW, "target": TARGET, "drafter": DRAFTER, "verify": verify}
+    cal, report = fit_calibration(run)
+    assert report["mape_verify_after"] < 0.02
+    assert cal.hardware == HW
+
+
+def _scalar(x: object) -> float:
+    """The one value of a cost-model result (a 0-d or 1-element array)."""
+    import numpy as np
+
+    return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])
