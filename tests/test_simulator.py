@@ -29,6 +29,8 @@ from spectune.simulator import (
     parse_length,
     simulate,
 )
+from spectune.simulator.engine import RunResult, SimResult
+from spectune.simulator.iterations import IterationLog
 from spectune.simulator.speculation import OutcomePool
 from spectune.specs import SpecError, TreePolicy, hardware_preset, model_preset
 
@@ -60,6 +62,16 @@ def _cfg(**kw) -> SimConfig:
     )
     base.update(kw)
     return SimConfig(**base)
+
+
+def _log(res: SimResult) -> IterationLog:
+    assert res.spec.log is not None
+    return res.spec.log
+
+
+def _off(res: SimResult) -> RunResult:
+    assert res.off is not None
+    return res.off
 
 
 def _summary(res) -> dict:
@@ -95,7 +107,7 @@ def test_same_seed_same_result_in_another_process():
 
 def test_common_random_numbers_between_spec_and_off():
     res = simulate(_cfg())
-    s, o = res.spec.requests, res.off.requests
+    s, o = res.spec.requests, _off(res).requests
     assert np.array_equal(s.arrival_s, o.arrival_s)
     assert np.array_equal(s.prompt, o.prompt) and np.array_equal(s.output, o.output)
     assert np.array_equal(s.out, s.output) and np.array_equal(o.out, o.output)
@@ -199,7 +211,7 @@ def test_chunked_prefill_respects_the_token_budget():
             baseline=False,
         )
     )
-    it = res.spec.log.arrays()
+    it = _log(res).arrays()
     assert it["fed_tokens"].max() <= 256 + 10 * 8  # decoders' trees may overrun, prefill not
     assert (it["prefilling"] > 0).sum() >= 4 * 10 - 10  # each prompt needs >= 4 chunks
 
@@ -214,9 +226,9 @@ def test_goodput_and_slo():
 
 def test_chrome_trace_has_an_iteration_slice_per_iteration(tmp_path: Path):
     res = simulate(_cfg(keep_iterations=True, baseline=False, replicas=2))
-    doc = chrome_trace(res.spec.log)
+    doc = chrome_trace(_log(res))
     its = [e for e in doc["traceEvents"] if e.get("name") == "iteration"]
-    assert len(its) == len(res.spec.log.rows)
+    assert len(its) == len(_log(res).rows)
     assert {e["tid"] for e in its} == {0, 1}
     assert all(e["dur"] > 0 for e in its)
 
@@ -357,13 +369,13 @@ def test_policy_table_switches_policy_with_the_live_batch():
         (Bucket((1, 4), (0, 1 << 20), small), Bucket((5, 1024), (0, 1 << 20), None)),
     )
     res = simulate(_cfg(policy=table, arrivals=ClosedLoop(16), max_batch=16, keep_iterations=True))
-    it = res.spec.log.arrays()
+    it = _log(res).arrays()
     spec = it["policy"] >= 0
     assert spec.any() and (~spec).any()
     assert (it["decoding"][spec] <= 4).all() and (
         it["decoding"][~spec & (it["decoding"] > 4)] > 4
     ).all()
-    assert res.spec.log.policies == ["dynamic-topk:5,4,8"]
+    assert _log(res).policies == ["dynamic-topk:5,4,8"]
 
 
 def test_prefill_tables_track_the_ragged_forward():
@@ -397,8 +409,8 @@ def test_fast_forward_matches_single_iterations(arrivals, replicas):
     cfg = _cfg(arrivals=arrivals, replicas=replicas, router="least", requests=80)
     fast, slow = simulate(cfg), simulate(replace(cfg, fast_forward=False))
     # speculation off is deterministic: the same finishes and routing, to rounding
-    assert np.allclose(fast.off.requests.finish_s, slow.off.requests.finish_s, rtol=1e-9)
-    assert np.array_equal(fast.off.requests.replica, slow.off.requests.replica)
+    assert np.allclose(_off(fast).requests.finish_s, _off(slow).requests.finish_s, rtol=1e-9)
+    assert np.array_equal(_off(fast).requests.replica, _off(slow).requests.replica)
     # speculation draws differently but from the same outcome pool
     f, s = fast.metrics, slow.metrics
     assert f.mean_accepted == pytest.approx(s.mean_accepted, rel=0.03)
