@@ -14,6 +14,7 @@ it exposes `tree_attention`; this module is the fallback and the CPU path.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -175,7 +176,7 @@ class KernelLayout:
 
 
 # (batch, tree tokens, context) -> the fastest TreeAttentionConfig measured (tune_attention)
-_TUNED: dict[tuple[int, int, int], object] = {}
+_TUNED: dict[tuple[int, int, int], Any] = {}
 # (block_m, block_n, num_warps, num_stages, waves)
 _CANDIDATES = (
     (64, 128, 4, 3, 2.0), (64, 128, 4, 3, 6.0), (128, 64, 8, 3, 2.0), (128, 64, 8, 3, 6.0),
@@ -197,7 +198,8 @@ def tune_attention(batch: int, tokens: int, context: int, kv: torch.Tensor, head
     causal = torch.ones((tokens, tokens), dtype=torch.bool, device=dev).tril()
     lay.set_mask(causal.expand(batch, tokens, tokens))
     q = torch.randn((batch, tokens, heads, kv.shape[-1]), device=dev, dtype=kv.dtype)
-    rows, best, best_t = [], None, float("inf")
+    rows: list[dict[str, object]] = []
+    best, best_t = None, float("inf")
     group = heads // kv.shape[3]
     for bm, bn, warps, stages, waves in _CANDIDATES:
         if bm > 2 * max(16, group * tokens):

@@ -100,19 +100,19 @@ def attention_sweep(
                 kv = kv_all[:, :b]
                 q = torch.randn((b, n, s.heads, s.head_dim), device=dev, dtype=torch.bfloat16)
                 mask = torch.ones((n, n), dtype=torch.bool, device=dev).tril().expand(b, n, n).contiguous()
-                if session.use_kernels:
-                    lay = KernelLayout(b, n, c, session.tcache.capacity, dev)
+                lay = KernelLayout(b, n, c, session.tcache.capacity, dev) if session.use_kernels else None
+                if lay is not None:
                     lay.set_mask(mask)
 
-                    def fn(q: torch.Tensor = q, kv: torch.Tensor = kv, lay: KernelLayout = lay) -> None:
+                def fn(q: torch.Tensor = q, kv: torch.Tensor = kv, mask: torch.Tensor = mask,
+                       c: int = c, n: int = n, lay: KernelLayout | None = lay) -> None:
+                    if lay is not None:
                         lay.attend(q, kv)
-                else:
-
-                    def fn(q: torch.Tensor = q, kv: torch.Tensor = kv, mask: torch.Tensor = mask, c: int = c, n: int = n) -> None:
-                        tree_attention(
-                            q, kv[0, :, :c].transpose(1, 2), kv[1, :, :c].transpose(1, 2),
-                            kv[0, :, c : c + n].transpose(1, 2), kv[1, :, c : c + n].transpose(1, 2), mask,
-                        )
+                        return
+                    tree_attention(
+                        q, kv[0, :, :c].transpose(1, 2), kv[1, :, :c].transpose(1, 2),
+                        kv[0, :, c : c + n].transpose(1, 2), kv[1, :, c : c + n].transpose(1, 2), mask,
+                    )
 
                 t = graph_time(fn, dev, 10)
                 kv_bytes = b * (c + n) * 2 * s.kv_heads * s.head_dim * 2

@@ -38,7 +38,7 @@ PARAMS = (
 )
 
 
-def _calibration(x: Sequence[float], hardware: str, base: Calibration) -> Calibration:
+def _calibration(x: Sequence[float] | np.ndarray, hardware: str, base: Calibration) -> Calibration:
     p = dict(zip((n for n, *_ in PARAMS), x, strict=True))
     grid = np.asarray(GEMM_GRID)
     eff = p["gemm_emax"] * -np.expm1(-grid / p["gemm_m0"])
@@ -120,7 +120,7 @@ def fit_calibration(
     meas = np.array([s for _, _, s in rows])
     w = np.sqrt(np.array([WEIGHTS[k] for k, _, _ in rows]))
 
-    def model(x: Sequence[float]) -> np.ndarray:
+    def model(x: Sequence[float] | np.ndarray) -> np.ndarray:
         cm = CostModel(hw, target, drafter, calibration=_calibration(x, hw.name, base))
         return np.array([predict_row(cm, k, a) for k, a, _ in rows])
 
@@ -133,7 +133,14 @@ def fit_calibration(
     start = model(x0)
     sol = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac", max_nfev=400)
     cal = _calibration(sol.x, hw.name, base)
-    cal = dataclasses.replace(cal, **_overheads(measurements))
+    over = _overheads(measurements)
+    if over:
+        cal = dataclasses.replace(
+            cal,
+            step_overhead_s=over["step_overhead_s"],
+            per_request_overhead_s=over["per_request_overhead_s"],
+            tree_build_s=over["tree_build_s"],
+        )
     cal = dataclasses.replace(
         cal, source=f"spectune calibrate on {run.get('gpu', hw.name)}: least-squares fit of "
         f"{len(rows)} executor timings (verify grid, GEMMs, loop phases); spectune.executor.fit",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -146,8 +147,8 @@ class SpecRunner:
         self.layout = KernelLayout(batch, self.nodes, context, target_cache.capacity, dev) if use_kernels else None
         self.walk = use_kernels and _walk_kernel_ready() and _walk_kernel_works(dev)
         b, n, p = batch, self.nodes, pool_size(d, k)
-        i64 = dict(dtype=torch.int64, device=dev)
-        f32 = dict(dtype=torch.float32, device=dev)
+        i64: dict[str, Any] = {"dtype": torch.int64, "device": dev}
+        f32: dict[str, Any] = {"dtype": torch.float32, "device": dev}
         hd = drafter.spec.hidden
         self.eagle = isinstance(drafter, Eagle3Head)
         self.capture_layers = target.eagle_capture_layers() if self.eagle else ()
@@ -314,7 +315,10 @@ class SpecRunner:
                 fn()
         hist = torch.zeros((steps, self.batch), dtype=torch.int64, device=self.device)
         timer = PhaseTimer(SPEC_PHASES, steps, self.device)
-        timer.run(fns, after_step=lambda s: hist[s].copy_(self.num_acc))
+        def record(step: int) -> None:
+            hist[step].copy_(self.num_acc)
+
+        timer.run(fns, after_step=record)
         accepted = hist.float().mean(dim=1).tolist()
         return PhaseResult(timer.medians_s(), accepted, self.batch, self.nodes)
 

@@ -1,0 +1,51 @@
+"""Plan a policy table for what the executor runs, with a calibrated cost model (CPU only).
+
+`spectune plan` prices with the uncalibrated cost model and searches every builder; to measure
+"the planned policy" on a GPU the executor needs the plan made with the calibration fitted on
+that GPU and restricted to the trees it runs (dynamic top-k, no pruning, no grafting). This
+module runs the planner's own search (planner.search, closed-form objective) with those two
+changes and writes an ordinary PolicyTable, one bucket per measured batch size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from spectune.specs import PolicyTable
+from spectune.specs.calibration import Calibration
+
+
+def plan_table(
+    calibration: Calibration,
+    *,
+    target: str,
+    drafter: str,
+    workload: str,
+    batches: Sequence[int],
+    context: int,
+    trials: int = 48,
+    seed: int = 0,
+) -> PolicyTable:
+    """A PolicyTable for `batches` at `context` on the calibrated GPU (calibration.hardware)."""
+    from spectune import __version__
+    from spectune.cli.plan import build_table
+    from spectune.planner.acceptance import acceptance_model
+    from spectune.planner.buckets import BucketSpec
+    from spectune.planner.costmodel import CostModel
+    from spectune.planner.objective import ClosedFormObjective
+    from spectune.planner.search import SearchSettings, search
+    from spectune.planner.space import PolicySpace
+    from spectune.specs import load_hardware, load_model
+
+    cm = CostModel(load_hardware(calibration.hardware), load_model(target), load_model(drafter),
+                   calibration=calibration)
+    closed = ClosedFormObjective(cm, acceptance_model(workload), seed=seed)
+    space = PolicySpace(builders=("dynamic-topk",), budget=(2, 128), allow_prune=False, graft=(0, 0))
+    settings = SearchSettings(trials=trials, seed=seed, space=space)
+    buckets = [BucketSpec((b, b), (context, context)) for b in batches]
+    results = search(closed, buckets, settings, setup={"calibration": calibration.source})
+    scenario = {"target": target, "drafter": drafter, "gpu": calibration.hardware, "workload": workload, "tp": 1}
+    provenance = {"spectune": __version__, "planner": "spectune.executor.planned.plan_table",
+                  "calibration": calibration.source, "trials": trials, "seed": seed,
+                  "space": "dynamic-topk, no prune, no graft (what the executor runs)"}
+    return build_table(results, closed, scenario, provenance)
