@@ -44,7 +44,8 @@ def _loads(args: argparse.Namespace) -> list[tuple[str, Any]]:
         trace = load_trace(args.trace)
         return [(f"trace {Path(args.trace).name}", trace)]
     if args.concurrency:
-        return [(f"concurrency {c}", ClosedLoop(c)) for c in args.concurrency]
+        think = args.think_ms / 1e3
+        return [(f"concurrency {c}", ClosedLoop(c, think)) for c in args.concurrency]
     qps = args.qps or [1.0, 4.0, 16.0]
     if args.burstiness and args.burstiness != 1.0:
         return [(f"qps {q:g} (cv {args.burstiness:g})", Gamma(q, args.burstiness)) for q in qps]
@@ -232,7 +233,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--burstiness", type=float, default=1.0, help="cv of inter-arrival times (>1: Gamma)"
     )
-    p.add_argument("--requests", type=int, default=1000, help="requests per load level")
+    p.add_argument(
+        "--requests", type=int, default=1000, help="requests per load level (a trace: its first N)"
+    )
+    p.add_argument(
+        "--think-ms", type=float, default=0.0, help="closed loop: client pause between requests"
+    )
     p.add_argument(
         "--policy",
         default=DEFAULT_POLICY,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spectune.specs.errors import SpecError, unknown_name_error
+from spectune.specs.errors import SpecError, closest_names
 from spectune.specs.io import help_field
 
 
@@ -65,7 +65,7 @@ class LengthPreset:
 
 _VLLM_PAPER = (
     "Kwon et al., 'Efficient Memory Management for LLM Serving with PagedAttention' (SOSP 2023), "
-    "Fig. 11 length histograms"
+    "Fig. 11 input/output length histograms (means as printed in the figure)"
 )
 
 LENGTH_PRESETS: dict[str, LengthPreset] = {
@@ -181,7 +181,12 @@ LENGTH_PRESETS: dict[str, LengthPreset] = {
 def length_preset(name: str) -> LengthPreset:
     key = name.lower()
     if key not in LENGTH_PRESETS:
-        raise unknown_name_error("length distribution", name, LENGTH_PRESETS)
+        near = closest_names(key, LENGTH_PRESETS)
+        hint = f" Did you mean {', '.join(repr(c) for c in near)}?" if near else ""
+        raise SpecError(
+            f"unknown length preset {name!r}.{hint} Known: {', '.join(sorted(LENGTH_PRESETS))}; "
+            "or give --prompt-tokens / --output-tokens as N or MEAN~CV"
+        )
     return LENGTH_PRESETS[key]
 
 

@@ -42,7 +42,9 @@ def chrome_trace(log: IterationLog, name: str = "spectune simulate") -> dict[str
                     "fed_tokens": int(it["fed_tokens"][i]),
                     "emitted_tokens": int(it["emitted_tokens"][i]),
                     "preempted": int(it["preempted"][i]),
-                    "policy": log.policies[pol] if pol >= 0 else "off",
+                    "policy": log.policies[pol]
+                    if pol >= 0
+                    else ("off" if it["decoding"][i] else "prefill only"),
                 },
             }
         )
