@@ -28,7 +28,9 @@ from spectune.specs.tree import DraftTree
 yaml = pytest.importorskip("yaml")  # tests only: the exporter writes YAML by hand
 
 
-def _bucket(lo: int, hi: int, policy: TreePolicy | None, chain: int, ctx=(0, 4095)) -> Bucket:  # type: ignore[no-untyped-def]
+def _bucket(
+    lo: int, hi: int, policy: TreePolicy | None, chain: int, ctx: tuple[int, int] = (0, 4095)
+) -> Bucket:
     tps = 1000.0 * hi
     return Bucket(
         (lo, hi),

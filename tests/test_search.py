@@ -57,7 +57,9 @@ class FakeCost:
     def ar_step_time(self, batch: int, context: int) -> float:
         return 0.010 + 2e-5 * batch + 1e-9 * batch * context
 
-    def spec_step_time(self, batch, depth, topk, budget, context, accepted) -> float:  # type: ignore[no-untyped-def]
+    def spec_step_time(
+        self, batch: int, depth: int, topk: int, budget: float, context: int, accepted: float
+    ) -> float:
         verify = 0.010 + 2e-5 * batch * budget + 1e-9 * batch * context
         draft = depth * (0.0004 + 2e-6 * batch * topk)
         return verify + draft + 0.0003 + 1e-6 * batch * accepted

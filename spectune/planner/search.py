@@ -37,8 +37,10 @@ from spectune.planner.objective import Latency, Objective
 from spectune.planner.space import (
     EAGLE_DEFAULT,
     ENGINE_DEFAULTS,
+    SEED_POLICIES,
     PolicySpace,
     canonical_policy,
+    neighbours,
     policy_from_params,
     policy_params,
     suggest_policy,
@@ -65,6 +67,8 @@ class SearchSettings:
     multi_objective: bool = False
     max_latency_s: float | None = None
     warm_start: int = 3
+    seeds: bool = True
+    refine_after: float = 0.5
     startup_trials: int = 8
     chains: bool = True
     heartbeat_s: int = 5
@@ -267,9 +271,13 @@ def prepare_study(
     references and warm starts, once."""
     if ATTR_SETUP in study.user_attrs:
         return
-    for policy in (*REFERENCES.values(), *warm):
-        if policy is None and not settings.space.allow_off:
+    seeds = SEED_POLICIES if settings.seeds else ()
+    queue: list[TreePolicy | None] = []
+    for policy in (*REFERENCES.values(), *warm, *seeds):
+        if (policy is None and not settings.space.allow_off) or policy in queue:
             continue
+        queue.append(policy)
+    for policy in queue[: settings.trials]:  # the references first; never more than asked
         study.enqueue_trial(policy_params(policy, settings.space), skip_if_exists=True)
     study.set_user_attr(
         ATTR_SETUP,
@@ -346,7 +354,31 @@ def optimize_study(
                 return
             time.sleep(poll_s)  # another worker's trial: wait for it, or for it to go stale
             continue
+        if waiting == 0 and complete >= settings.refine_after * settings.trials:
+            _enqueue_neighbour(study, space)
         study.optimize(objective, n_trials=1, catch=(SpecError,), gc_after_trial=False)
+
+
+def _enqueue_neighbour(study: optuna.Study, space: PolicySpace, top: int = 3) -> bool:
+    """Local refinement: enqueue the first untried neighbour of the best policies so far
+    (TPE finds the region, the walk settles the integers). False when none is left."""
+    trials = study.get_trials(deepcopy=False)
+    seen = {policy_from_params(t.params) for t in trials if t.params}
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    done.sort(key=lambda t: -t.values[0])
+    best: list[TreePolicy | None] = []
+    for t in done:
+        p = policy_from_params(t.params)
+        if p not in best:
+            best.append(p)
+        if len(best) == top:
+            break
+    for p in best:
+        for q in neighbours(p, space):
+            if q not in seen:
+                study.enqueue_trial(policy_params(q, space))
+                return True
+    return False
 
 
 # ---- choosing ---------------------------------------------------------------------------------

@@ -180,3 +180,60 @@ def grid(
         if p not in seen:
             seen.add(p)
             yield p
+
+
+# Diverse starting points enqueued after the engine defaults: short chains (large batches) and
+# geometrically growing trees (small batches).
+SEED_POLICIES: tuple[TreePolicy, ...] = (
+    TreePolicy("dynamic-topk", 2, 1, 3),
+    TreePolicy("dynamic-topk", 4, 1, 5),
+    TreePolicy("dynamic-topk", 3, 2, 6),
+    TreePolicy("dynamic-topk", 4, 4, 12),
+    TreePolicy("dynamic-topk", 6, 8, 32),
+)
+
+
+def neighbours(policy: TreePolicy | None, space: PolicySpace) -> list[TreePolicy]:
+    """Policies one step away inside the space: depth and top-k +-1, budget +-1 and x/÷1.25,
+    pruning on/off/x2/÷2, grafting on/off, the other builder. The search's local refinement
+    walks these around its best policies."""
+    if policy is None:
+        return [
+            canonical_policy(space.builders[0], d, 1, d + 1)
+            for d in (1, 2)
+            if space.depth[0] <= d <= space.depth[1] and space.topk[0] == 1
+        ]
+    p = policy
+    cands: list[tuple[str, int, int, int, float, int]] = []
+    for d in (p.depth - 1, p.depth + 1):
+        cands.append((p.builder, d, p.topk, p.budget, p.prune_threshold, p.graft_budget))
+    for k in (p.topk - 1, p.topk + 1):
+        cands.append((p.builder, p.depth, k, p.budget, p.prune_threshold, p.graft_budget))
+    for b in (p.budget - 1, p.budget + 1, round(p.budget / 1.25), round(p.budget * 1.25)):
+        cands.append((p.builder, p.depth, p.topk, b, p.prune_threshold, p.graft_budget))
+    if space.allow_prune:
+        prunes = (
+            [0.0, p.prune_threshold * 2, p.prune_threshold / 2] if p.prune_threshold else [0.01]
+        )
+        for t in prunes:
+            cands.append((p.builder, p.depth, p.topk, p.budget, t, p.graft_budget))
+    if space.graft[1] > 0:
+        g = 0 if p.graft_budget else max(space.graft[0], min(4, space.graft[1]))
+        cands.append((p.builder, p.depth, p.topk, p.budget, p.prune_threshold, g))
+    for other in space.builders:
+        if other != p.builder:
+            cands.append((other, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget))
+    out: list[TreePolicy] = []
+    for builder, d, k, b, t, g in cands:
+        inside = (
+            space.depth[0] <= d <= space.depth[1]
+            and space.topk[0] <= k <= space.topk[1]
+            and space.budget[0] <= b <= space.budget[1]
+            and (t == 0.0 or space.prune[0] <= t <= space.prune[1])
+            and space.graft[0] <= g <= space.graft[1]
+        )
+        if inside:
+            q = canonical_policy(builder, d, k, b, t, g)
+            if q != p and q not in out:
+                out.append(q)
+    return out
