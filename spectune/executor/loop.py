@@ -163,6 +163,7 @@ class SpecRunner:
         self.pool_level = torch.tensor(pool_levels(d, k), **i64)
         self.slots = 1 + (d - 1) * k
         self.slot_mask = torch.zeros((b, self.slots, self.slots), dtype=torch.bool, device=dev)
+        self.true = torch.ones((), dtype=torch.bool, device=dev)
         self.tree = select_tree(
             self.pool_token, self.pool_parent, self.pool_score, self.pool_accept, self.pool_lo,
             self.pool_level, self.root_token, n, d,
@@ -206,7 +207,7 @@ class SpecRunner:
         sm[:, 0, 0] = True
         if d > 1:
             idx = torch.arange(1, 1 + k, device=dev)
-            sm[:, idx, idx] = True
+            sm[:, idx, idx] = self.true  # a device scalar: no host copy under graph capture
         frontier = torch.arange(k, device=dev).expand(b, k)
         fr_hidden = hid.expand(b, k, hid.shape[-1])
         for level in range(1, d):
@@ -232,7 +233,7 @@ class SpecRunner:
                 fr_hidden = torch.gather(hid, 1, j[:, :, None].expand(b, k, hid.shape[-1]))
                 new = slot0 + k + torch.arange(k, device=dev)
                 rows = torch.gather(sm, 1, (slot0 + j)[:, :, None].expand(b, k, self.slots))
-                rows[:, torch.arange(k, device=dev), new] = True
+                rows[:, torch.arange(k, device=dev), new] = self.true
                 sm[:, new] = rows
 
     def build(self) -> None:
