@@ -268,3 +268,28 @@ def test_export_command_writes_files_and_says_approximations(
         assert "approximated" in err
     assert not list(tmp_path.rglob("*.tmp"))
     assert main(["export", "--engine", "vllm", str(tmp_path / "missing.json")]) == 2
+
+
+def test_engine_shape_fit_uses_the_objective() -> None:
+    """With an objective, engines with one global shape get the shape that loses least over
+    the batch ranges, and TensorRT-LLM's depths never exceed the batch-1 depth."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_search import fake_objective
+
+    from spectune.planner.export import fit_engine_shape
+
+    obj = fake_objective()
+    rows = list(MIXED.buckets)
+    shape, loss = fit_engine_shape(rows, obj)
+    assert loss <= 1e-9  # a global shape cannot beat the per-bucket plan
+    assert shape.depths[-1] == 0  # the plan's off range stays off
+    assert fit_engine_shape(rows, obj)[0] == shape  # deterministic
+    capped, _ = fit_engine_shape(rows, obj, cap_by_first=True)
+    assert all(d <= capped.depths[0] for d in capped.depths)
+    ex = export_trtllm(MIXED, evaluate=obj)
+    check_trtllm(ex.config)
+    assert any("fitted one shape" in n for n in ex.approximations)
+    ex = export_sglang(MIXED, evaluate=obj)
+    assert ex.config["server_args"]["speculative_eagle_topk"] == shape.topk

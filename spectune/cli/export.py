@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spectune.planner.export import ENGINES, TreeShaper, export_policy
+from spectune.planner.export import ENGINES, Evaluate, TreeShaper, export_policy
+from spectune.planner.objective import closed_form_objective
+from spectune.specs.errors import SpecError
 from spectune.specs.policy import PolicyTable, TreePolicy
 from spectune.specs.tree import DraftTree
 
@@ -33,6 +35,19 @@ def _shaper(table: PolicyTable) -> TreeShaper:
     return shape
 
 
+def _objective(table: PolicyTable) -> tuple[Evaluate | None, str]:
+    """The planner's closed form for the table's scenario (to fit engines' global knobs)."""
+    if not table.workload:
+        return None, "the policy file names no workload: engine knobs from the batch-1 bucket"
+    try:
+        obj = closed_form_objective(
+            table.target, table.drafter, table.hardware, table.workload, tp=table.tp
+        )
+    except (SpecError, OSError) as e:
+        return None, f"cannot rebuild the objective ({e}): engine knobs from the batch-1 bucket"
+    return obj, ""
+
+
 def run(args: argparse.Namespace) -> int:
     table = PolicyTable.load(args.policy)
     needs_shape = (args.engine == "vllm" and args.vllm_tree) or (
@@ -45,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         and any(b.policy is not None and b.policy.builder == "static" for b in table.buckets)
     ):
         shaper = _shaper(table)
+    evaluate, why = _objective(table)
     export = export_policy(
         table,
         args.engine,
@@ -52,7 +68,10 @@ def run(args: argparse.Namespace) -> int:
         vllm_tree=args.vllm_tree,
         trtllm_static_tree=True if args.trtllm_static_tree else None,
         shaper=shaper,
+        evaluate=evaluate,
     )
+    if why:
+        print(f"note: {why}", file=sys.stderr)
     for path in export.write(args.out):
         print(f"wrote {path}")
     if export.approximations:

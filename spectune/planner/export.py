@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,70 @@ def primary_policy(rows: Sequence[Bucket]) -> TreePolicy | None:
         if b.policy is not None:
             return b.policy
     return None
+
+
+Evaluate = Callable[[TreePolicy | None, int, int], float]
+"""tokens/s of a policy at (batch, context): the planner's objective, to fit engine knobs."""
+
+
+@dataclass(frozen=True)
+class EngineShape:
+    """What an engine with one global tree shape runs: top-k and tree tokens (root included)
+    for every batch size, and a draft depth per batch range (0 = off)."""
+
+    topk: int
+    budget: int
+    depths: tuple[int, ...]
+
+    def policy(self, depth: int) -> TreePolicy | None:
+        if depth == 0:
+            return None
+        if self.topk == 1:
+            return TreePolicy("dynamic-topk", depth, 1, depth + 1)
+        cap = 1 + self.topk + (depth - 1) * self.topk * self.topk
+        return TreePolicy("dynamic-topk", depth, self.topk, max(2, min(self.budget, cap)))
+
+
+def _row_score(evaluate: Evaluate, policy: TreePolicy | None, b: Bucket) -> float:
+    ctx = (b.context[0] + b.context[1] + 1) // 2
+    vals = [max(evaluate(policy, x, ctx), 1e-300) for x in sorted({b.batch[0], b.batch[1]})]
+    return float(math.exp(sum(math.log(v) for v in vals) / len(vals)))
+
+
+def fit_engine_shape(
+    rows: Sequence[Bucket], evaluate: Evaluate, *, cap_by_first: bool = False
+) -> tuple[EngineShape, float]:
+    """The global (top-k, budget) and per-range depths that maximise the geometric mean of
+    predicted tokens/s over the batch ranges, for engines that vary only the draft depth with
+    the batch size (SGLang adaptive steps, TensorRT-LLM draft_len_schedule). Candidates: each
+    bucket's own (top-k, budget) and chains. Ranges the plan turns off stay off; others may go
+    off too when that is faster. cap_by_first: depths may not exceed the first range's
+    (TensorRT-LLM maps the smallest schedule key to max_draft_len).
+    Returns the shape and its mean log-ratio to the plan's own predictions (0 = no loss)."""
+    on = [b.policy for b in rows if b.policy is not None]
+    max_depth = max(p.depth for p in on) + 1
+    cands = list(dict.fromkeys([(p.topk, p.budget) for p in on] + [(1, 0)]))
+    best: tuple[float, EngineShape] | None = None
+    for topk, budget in cands:
+        probe = EngineShape(topk, budget, ())
+        depths: list[int] = []
+        total = 0.0
+        for i, b in enumerate(rows):
+            if b.policy is None:
+                depths.append(0)
+                total += math.log(_row_score(evaluate, None, b))
+                continue
+            hi = depths[0] if cap_by_first and i > 0 and depths[0] > 0 else max_depth
+            options = range(1, hi + 1) if i == 0 and cap_by_first else range(0, hi + 1)
+            scored = [(_row_score(evaluate, probe.policy(d), b), d) for d in options]
+            score, d = max(scored)
+            depths.append(d)
+            total += math.log(score)
+        if best is None or total > best[0]:
+            best = (total, EngineShape(topk, budget, tuple(depths)))
+    assert best is not None
+    own = sum(math.log(_row_score(evaluate, b.policy, b)) for b in rows)
+    return best[1], (best[0] - own) / len(rows)
 
 
 def _rng(b: Bucket) -> str:
@@ -202,6 +267,41 @@ def _sidecar(table: PolicyTable, engine: str, notes: Sequence[str], config: Any)
     return json.dumps(meta, indent=2) + "\n"
 
 
+def _engine_shape(
+    rows: Sequence[Bucket],
+    p: TreePolicy,
+    evaluate: Evaluate | None,
+    engine: str,
+    *,
+    cap_by_first: bool = False,
+) -> tuple[EngineShape, list[str]]:
+    """One global tree shape and a depth per batch range, fitted with the objective when there
+    is one, else the smallest-batch policy's shape; plus notes on what that gives up."""
+    notes: list[str] = []
+    if evaluate is not None:
+        shape, loss = fit_engine_shape(rows, evaluate, cap_by_first=cap_by_first)
+        kind = "chains" if shape.topk == 1 else f"top-k {shape.topk}, {shape.budget} tree tokens"
+        notes.append(
+            f"{engine} varies only the draft depth with the batch size: fitted one shape for "
+            f"all batch sizes ({kind}; depths "
+            + ", ".join(f"{_rng(b)}: {d}" for b, d in zip(rows, shape.depths, strict=True))
+            + f") among the buckets' own shapes and chains; predicted tokens/s "
+            f"{100 * (math.exp(loss) - 1):+.1f}% vs the per-bucket plan (geometric mean)"
+        )
+        # the fitted shape replaces the smallest-batch one: keep only the prune/graft notes
+        notes += [n for n in _global_shape_notes(rows, p, engine) if "one top-k" not in n]
+    else:
+        depths = [0 if b.policy is None else b.policy.depth for b in rows]
+        shape = EngineShape(p.topk, p.budget, tuple(depths))
+        notes += _global_shape_notes(rows, p, engine)
+    if any(b.policy is not None and b.policy.builder == "static" for b in rows):
+        notes.append(
+            f"{engine} grows EAGLE-2 dynamic top-k trees; static-builder buckets are "
+            "approximated by top-k and tree tokens"
+        )
+    return shape, notes
+
+
 # ---- SGLang -----------------------------------------------------------------------------------
 
 
@@ -243,7 +343,9 @@ def check_sglang(args: Mapping[str, Any], adaptive: Mapping[str, Any] | None) ->
             )
 
 
-def export_sglang(table: PolicyTable, *, context: int | None = None) -> Export:
+def export_sglang(
+    table: PolicyTable, *, context: int | None = None, evaluate: Evaluate | None = None
+) -> Export:
     rows, notes = batch_plan(table, context)
     p = primary_policy(rows)
     if p is None:
@@ -256,21 +358,19 @@ def export_sglang(table: PolicyTable, *, context: int | None = None) -> Export:
             {"sglang_args.txt": text, "sglang.spectune.json": _sidecar(table, "sglang", notes, {})},
             tuple(notes),
         )
-    steps = max(b.policy.depth for b in rows if b.policy is not None)
-    topk = p.topk
-    tokens = steps + 1 if topk == 1 else p.budget
-    if p.builder == "static":
-        notes.append(
-            "sglang grows EAGLE-2 dynamic top-k trees; the static builder's shape is "
-            "approximated by top-k and num_draft_tokens"
-        )
-    notes += _global_shape_notes(rows, p, "sglang")
-    if topk == 1 and p.budget != steps + 1:
+    shape, shape_notes = _engine_shape(rows, p, evaluate, "sglang")
+    notes += shape_notes
+    steps = max(shape.depths)
+    if steps == 0:  # the fit turned every range off
+        return export_sglang(_all_off(table), context=context)
+    topk = shape.topk
+    tokens = steps + 1 if topk == 1 else shape.budget
+    if topk == 1 and shape.budget not in (0, steps + 1):
         notes.append(f"top-k 1 forces num_draft_tokens = steps + 1 = {steps + 1}")
     adaptive: dict[str, Any] = {"strategy": "ema"}
-    for b in rows:
-        adaptive[str(b.batch[0])] = {"candidate_steps": [0 if b.policy is None else b.policy.depth]}
-    varying = len({tuple(v["candidate_steps"]) for k, v in adaptive.items() if k != "strategy"})
+    for b, d in zip(rows, shape.depths, strict=True):
+        adaptive[str(b.batch[0])] = {"candidate_steps": [d]}
+    varying = len({d for d in shape.depths})
     args = {
         "speculative_algorithm": "EAGLE3",
         "speculative_draft_model_path": table.drafter,
@@ -278,7 +378,7 @@ def export_sglang(table: PolicyTable, *, context: int | None = None) -> Export:
         "speculative_eagle_topk": topk,
         "speculative_num_draft_tokens": tokens,
     }
-    use_adaptive = varying > 1 or any(b.policy is None for b in rows)
+    use_adaptive = varying > 1
     check_sglang(args, adaptive if use_adaptive else None)
     argv = [f"--{k.replace('_', '-')} {v}" for k, v in args.items()]
     if use_adaptive:
@@ -294,6 +394,10 @@ def export_sglang(table: PolicyTable, *, context: int | None = None) -> Export:
     config = {"server_args": args, "adaptive": adaptive if use_adaptive else None}
     files["sglang.spectune.json"] = _sidecar(table, "sglang", notes, config)
     return Export("sglang", files, tuple(notes), config)
+
+
+def _all_off(table: PolicyTable) -> PolicyTable:
+    return replace(table, buckets=tuple(replace(b, policy=None) for b in table.buckets))
 
 
 # ---- vLLM ------------------------------------------------------------------------------------
@@ -466,6 +570,7 @@ def export_trtllm(
     context: int | None = None,
     static_tree: bool | None = None,
     shaper: TreeShaper | None = None,
+    evaluate: Evaluate | None = None,
 ) -> Export:
     rows, notes = batch_plan(table, context)
     p = primary_policy(rows)
@@ -475,7 +580,17 @@ def export_trtllm(
         )
         text = _header(table, "trtllm", notes, "# ") + "{}\n"
         return Export("trtllm", {"trtllm_extra_llm_api_options.yaml": text}, tuple(notes))
-    depths = [0 if b.policy is None else b.policy.depth for b in rows]
+    use_static = p.builder == "static" if static_tree is None else static_tree
+    if use_static and shaper is None:
+        notes.append("no tree shaper available for eagle_choices: exported a dynamic tree")
+        use_static = False
+    shape, shape_notes = _engine_shape(
+        rows, p, None if use_static else evaluate, "trtllm", cap_by_first=True
+    )
+    notes += shape_notes
+    if max(shape.depths) == 0:
+        return export_trtllm(_all_off(table), context=context)
+    depths = list(shape.depths)
     d_max = depths[0] if depths[0] > 0 else max(depths)
     if depths[0] == 0:
         notes.append(
@@ -503,15 +618,11 @@ def export_trtllm(
             f"batches above {keys_vals[-1][0]} get 0 draft tokens in TensorRT-LLM's "
             "draft_len_schedule (the table would keep the last bucket's policy)"
         )
-    use_static = p.builder == "static" if static_tree is None else static_tree
     cfg: dict[str, Any] = {
         "decoding_type": "Eagle3",
         "speculative_model_dir": table.drafter,
         "max_draft_len": d_max,
     }
-    if use_static and shaper is None:
-        notes.append("no tree shaper available for eagle_choices: exported a dynamic tree")
-        use_static = False
     if use_static:
         assert shaper is not None
         shape_policy = TreePolicy("static", d_max, p.topk, p.budget)
@@ -524,18 +635,17 @@ def export_trtllm(
             f"one static tree (eagle_choices, {len(choices)} draft tokens) for every "
             "batch size; TensorRT-LLM marks eagle_choices deprecated"
         )
-    else:
-        t = min(max(p.budget - 1, d_max), p.topk * d_max)
-        if t != p.budget - 1:
+    elif shape.topk > 1:
+        t = min(max(shape.budget - 1, d_max), shape.topk * d_max)
+        if t != shape.budget - 1:
             notes.append(
-                f"max_total_draft_tokens {p.budget - 1} moved to {t} to satisfy "
+                f"max_total_draft_tokens {shape.budget - 1} moved to {t} to satisfy "
                 "max_draft_len <= max_total_draft_tokens <= topK * max_draft_len"
             )
-        cfg.update(use_dynamic_tree=True, dynamic_tree_max_topK=p.topk, max_total_draft_tokens=t)
-        if p.builder == "static":
-            notes.append("the static builder's tree is approximated by TensorRT-LLM's dynamic tree")
+        cfg.update(
+            use_dynamic_tree=True, dynamic_tree_max_topK=shape.topk, max_total_draft_tokens=t
+        )
     cfg["draft_len_schedule"] = schedule
-    notes += _global_shape_notes(rows, p, "trtllm")
     check_trtllm(cfg)
     text = _header(table, "trtllm", notes, "# ") + to_yaml({"speculative_config": cfg})
     return Export("trtllm", {"trtllm_extra_llm_api_options.yaml": text}, tuple(notes), cfg)
@@ -573,12 +683,21 @@ def export_policy(
     vllm_tree: bool = False,
     trtllm_static_tree: bool | None = None,
     shaper: TreeShaper | None = None,
+    evaluate: Evaluate | None = None,
 ) -> Export:
-    """Export a table for one engine."""
+    """Export a table for one engine. `evaluate` (the planner's objective) lets engines with
+    one global tree shape get the shape that loses least; without it they take the
+    smallest-batch bucket's shape."""
     if engine == "sglang":
-        return export_sglang(table, context=context)
+        return export_sglang(table, context=context, evaluate=evaluate)
     if engine == "vllm":
         return export_vllm(table, context=context, tree=vllm_tree, shaper=shaper)
     if engine == "trtllm":
-        return export_trtllm(table, context=context, static_tree=trtllm_static_tree, shaper=shaper)
+        return export_trtllm(
+            table,
+            context=context,
+            static_tree=trtllm_static_tree,
+            shaper=shaper,
+            evaluate=evaluate,
+        )
     raise SpecError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
