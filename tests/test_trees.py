@@ -82,13 +82,13 @@ class BuilderContract:
             [len(m.sample_accepted(build_tree(self.policy, m, rng), rng)) for _ in range(n)]
         )
         batched = np.concatenate(
-            [sample_accepted_lengths(self.policy, m, rng, 64) for _ in range(n // 64 + 1)]
-        )[:n]
+            [sample_accepted_lengths(self.policy, m, rng, 64) for _ in range(4 * n // 64)]
+        )
         top = int(max(per_tree.max(), batched.max())) + 1
-        h1 = np.bincount(per_tree, minlength=top) / n
-        h2 = np.bincount(batched, minlength=top) / n
+        h1 = np.bincount(per_tree, minlength=top) / per_tree.size
+        h2 = np.bincount(batched, minlength=top) / batched.size
         assert 0.5 * np.abs(h1 - h2).sum() < 0.05  # total variation distance
-        assert batched.mean() == pytest.approx(per_tree.mean(), rel=0.03)
+        assert batched.mean() == pytest.approx(per_tree.mean(), rel=0.04)
 
     def test_expected_tokens_for_policy_is_cached_and_exact(self) -> None:
         m = self.model()

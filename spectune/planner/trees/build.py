@@ -122,6 +122,10 @@ def sample_accepted_lengths(
     built and verified with the same rules as build_tree / build_batch_trees, vectorised over
     the batch (no Python loop per request or node)."""
     pool = _pool(policy, model, rng, batch, shared_budget)
+    if policy.graft_budget == 0 and not (shared_budget and batch > 1):
+        lp_min = np.log(policy.prune_threshold) if policy.prune_threshold > 0 else -np.inf
+        thr = flat.row_threshold(pool, policy.budget - 1, lp_min)
+        return flat.sample_tokens(pool, thr, None, rng)
     keep, _, grafts = _choose(policy, model, pool, rng, shared_budget)
     return flat.sample_tokens(pool, keep, grafts, rng)
 

@@ -126,30 +126,34 @@ def dynamic_pool(
     acc = np.empty((b, t))
     start = np.zeros((b, t), dtype=np.int64)
     lp[:, 0], acc[:, 0], start[:, 0] = 0.0, 1.0, 1
-    bidx = np.arange(b)[:, None]
+    lp_flat, start_flat = lp.ravel(), start.ravel()
+    row_t = (np.arange(b) * t)[:, None]  # flat offset of each request's row
     # one uniform draw per (level, request, parent) picks the bank rows of every level
     u = rng.random((depth, b, k))
     bank = model.candidate_bank(1, k)
-    got = bank.pair[(u[0, :, 0] * bank.rows).astype(np.int64)]  # [B, 2, k]
-    lp[:, 1 : 1 + k] = got[:, 0]
-    acc[:, 1 : 1 + k] = got[:, 1]
+    got = bank.pair.reshape(bank.rows, 2 * k).take((u[0, :, 0] * bank.rows).astype(np.int64), 0)
+    lp[:, 1 : 1 + k] = got[:, :k]
+    acc[:, 1 : 1 + k] = got[:, k:]
     ties = _TIE * np.arange(k * k)
+    child_cols = np.arange(k) * k
     exps = []
     for lvl in range(2, depth + 1):
         p0, p1, c0, c1 = bounds[lvl - 1], bounds[lvl], bounds[lvl], bounds[lvl + 1]
-        prev = lp[:, p0:p1]
-        if p1 - p0 > k:  # top-k of the previous level, in column (= rank) order
-            keys = prev - ties[: p1 - p0]
-            thr = np.partition(keys, p1 - p0 - k, axis=1)[:, p1 - p0 - k]
-            exp = np.nonzero(keys >= thr[:, None])[1].reshape(b, k)
+        c = p1 - p0
+        if c > k:  # top-k of the previous level, in column (= rank) order
+            keys = lp[:, p0:p1] - ties[:c]
+            thr = np.partition(keys, c - k, axis=1)[:, c - k]
+            exp = (np.flatnonzero(keys >= thr[:, None]) % c).reshape(b, k)
         else:
             exp = np.broadcast_to(np.arange(k), (b, k))
         exps.append(exp)
+        at = row_t + p0 + exp  # flat index of each expanded node
         bank = model.candidate_bank(lvl, k)
-        got = bank.pair[(u[lvl - 1] * bank.rows).astype(np.int64)]  # [B, k, 2, k]
-        np.add(prev[bidx, exp][:, :, None], got[:, :, 0], out=lp[:, c0:c1].reshape(b, k, k))
+        rows = (u[lvl - 1] * bank.rows).astype(np.int64)
+        got = bank.pair.reshape(bank.rows, 2 * k).take(rows, 0).reshape(b, k, 2, k)
+        np.add(lp_flat.take(at)[:, :, None], got[:, :, 0], out=lp[:, c0:c1].reshape(b, k, k))
         acc[:, c0:c1].reshape(b, k, k)[...] = got[:, :, 1]
-        start[bidx, p0 + exp] = c0 + np.arange(k) * k
+        start_flat[at] = c0 + child_cols
     return FlatPool(
         lp,
         acc,
@@ -237,6 +241,28 @@ def keep_top(score: np.ndarray, per_row: int | None, total: int | None) -> np.nd
 
 
 @dataclass
+class RowThreshold:
+    """The equal-split choice without a mask: column c of request b is kept when its sort key
+    (path log-prob, ties to the earlier column) is >= key_min[b] and its path log-prob is
+    >= lp_min (the prune threshold). Same set as keep_top(lp, per_row) & pruning."""
+
+    key_min: np.ndarray  # float64[B]
+    lp_min: float
+
+
+def row_threshold(pool: FlatPool, per_row: int, lp_min: float) -> RowThreshold:
+    """The per-request threshold of keep_top(pool.lp, per_row, None)."""
+    b, t = pool.lp.shape
+    k = min(per_row, t - 1)
+    if k <= 0:
+        return RowThreshold(np.full(b, np.inf), lp_min)
+    if k >= t - 1:
+        return RowThreshold(np.full(b, -np.inf), lp_min)
+    keyed = _sort_keys(pool.lp)[:, 1:]
+    return RowThreshold(np.partition(keyed, t - 1 - k, axis=1)[:, t - 1 - k], lp_min)
+
+
+@dataclass
 class Grafts:
     """Retrieved chains attached to leaves: for request b, leaf column leaf[b, g] carries a chain
     of length[b, g] tokens whose conditional match probabilities are rho[b, :length]."""
@@ -306,24 +332,41 @@ def expected_tokens(keep: np.ndarray, p: np.ndarray, grafts: Grafts | None) -> n
 
 
 def sample_tokens(
-    pool: FlatPool, keep: np.ndarray, grafts: Grafts | None, rng: np.random.Generator
+    pool: FlatPool,
+    keep: np.ndarray | RowThreshold,
+    grafts: Grafts | None,
+    rng: np.random.Generator,
 ) -> np.ndarray:
-    """int64[B]: one sampled step per request: accepted draft tokens + 1 (bonus)."""
-    b, t = pool.batch, pool.columns
-    rows = np.arange(b)
-    # pad zero columns so that children windows never run past the end
-    acc = np.zeros((b, t + pool.width))
-    acc[:, :t] = np.where(keep, pool.acc, 0.0)
+    """int64[B]: one sampled step per request: accepted draft tokens + 1 (bonus). `keep` is the
+    kept mask, or a RowThreshold (the same choice, without building the mask)."""
+    if pool._exps is not None:
+        tokens, last = _walk_dynamic(pool, keep, rng)
+        return _add_grafts(tokens, last, grafts, rng)
+    b, t, w = pool.batch, pool.columns, pool.width
+    acc_f, start_f, lp_f = pool.acc.ravel(), pool.start.ravel(), pool.lp.ravel()
+    keep_f = keep.ravel() if isinstance(keep, np.ndarray) else None
     tokens = np.ones(b, dtype=np.int64)
     last = np.zeros(b, dtype=np.int64)  # deepest accepted column of each request
-    live = rows  # requests whose walk goes on
+    live = np.arange(b)  # requests whose walk goes on
     cur = last
-    span = np.arange(pool.width)
+    span = np.arange(w)
+    ties = _TIE * span
     for u in rng.random((len(pool.level_slices) - 1, b)):
-        start = pool.start[live, cur]
+        base = live * t
+        start = start_f.take(base + cur)
         count = pool.children_count(live, cur)
-        a = acc[live[:, None], start[:, None] + span]
-        a[span >= count[:, None]] = 0.0
+        cols = np.minimum(start[:, None] + span, t - 1)
+        idx = base[:, None] + cols
+        a = acc_f.take(idx)
+        if keep_f is not None:
+            ok = keep_f.take(idx)
+        else:
+            assert isinstance(keep, RowThreshold)
+            lpw = lp_f.take(idx)
+            key = lpw - (_TIE * start)[:, None] - ties
+            ok = (key >= keep.key_min.take(live)[:, None]) & (lpw >= keep.lp_min) & (lpw > _REAL)
+        ok &= span < count[:, None]
+        a = np.where(ok, a, 0.0)
         r = (u[: live.size, None] >= np.cumsum(a, axis=1)).sum(axis=1)
         hit = r < count
         live = live[hit]
@@ -332,13 +375,61 @@ def sample_tokens(
         cur = start[hit] + r[hit]
         tokens[live] += 1
         last[live] = cur
+    return _add_grafts(tokens, last, grafts, rng)
+
+
+def _add_grafts(
+    tokens: np.ndarray, last: np.ndarray, grafts: Grafts | None, rng: np.random.Generator
+) -> np.ndarray:
+    """Walk on into the retrieved chain hanging from the last accepted node, if any."""
     if grafts is not None:
         on = grafts.leaf == last[:, None]  # [B, G]: did the walk stop at a grafted leaf?
         length = (grafts.length * on).sum(axis=1)
         j = np.arange(grafts.rho.shape[1])
-        ok = (rng.random(grafts.rho.shape) < grafts.rho) & (j < length[:, None])
-        tokens += np.cumprod(ok, axis=1).sum(axis=1)
+        hits = (rng.random(grafts.rho.shape) < grafts.rho) & (j < length[:, None])
+        tokens = tokens + np.cumprod(hits, axis=1).sum(axis=1)
     return tokens
+
+
+def _walk_dynamic(
+    pool: FlatPool, keep: np.ndarray | RowThreshold, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, last accepted column) for a dynamic pool, whole batch in step (no compaction).
+    At the current node the target picks candidate child j with acc[j] (all k candidates, kept
+    or not) or none with the rest; the walk goes on only if the picked child is kept. So a kept
+    child is taken with its acc and the walk stops with 1 - (sum of kept children's acc), as on
+    the tree itself."""
+    b, t, k = pool.batch, pool.columns, pool.width
+    base = np.arange(b) * t
+    if isinstance(keep, np.ndarray):
+        kept_f = keep.ravel()
+
+        def kept(col: np.ndarray) -> np.ndarray:
+            return kept_f.take(base + col)
+    else:
+        keys_f = pool.lp.ravel()
+        floor = np.maximum(np.maximum(keep.key_min, keep.lp_min), _REAL)
+
+        def kept(col: np.ndarray) -> np.ndarray:
+            return keys_f.take(base + col) - _TIE * col >= floor
+
+    start_f, acc_f = pool.start.ravel(), pool.acc.ravel()
+    span = np.arange(k)
+    cur = np.zeros(b, dtype=np.int64)
+    alive = np.ones(b, dtype=bool)
+    tokens = np.ones(b, dtype=np.int64)
+    for u in rng.random((len(pool.level_slices) - 1, b)):
+        s = start_f.take(base + cur)  # first child column; 0 when cur was not expanded
+        a = acc_f.take((base + s)[:, None] + span)
+        r = (u[:, None] >= np.cumsum(a, axis=1)).sum(axis=1)
+        nxt = s + np.minimum(r, k - 1)
+        alive &= (s > 0) & (r < k)
+        alive &= kept(nxt)
+        if not alive.any():
+            break
+        tokens += alive
+        cur = np.where(alive, nxt, cur)
+    return tokens, cur
 
 
 def to_tree(pool: FlatPool, keep: np.ndarray, grafts: Grafts | None, row: int) -> DraftTree:
