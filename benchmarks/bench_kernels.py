@@ -241,27 +241,12 @@ def torch_paths(
 
 
 def candidate_configs(n: int) -> list[TreeAttentionConfig]:
-    rows = (HQ // HKV) * n
-    if rows <= 64:
-        blocks = [
-            (64, 64, 4, 3),
-            (64, 128, 4, 3),
-            (64, 128, 8, 3),
-            (64, 64, 4, 4),
-            (64, 128, 4, 2),
-            (64, 256, 8, 2),
-        ]
+    """Tile shapes worth trying (run 2 on the H200 ruled out 8-warp and 2-stage 64-row tiles,
+    and 4-warp or 2-stage 128-row tiles)."""
+    if (HQ // HKV) * n <= 64:
+        blocks = [(64, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 4), (64, 64, 4, 2)]
     else:
-        blocks = [
-            (128, 64, 8, 3),
-            (128, 128, 8, 3),
-            (128, 64, 4, 3),
-            (64, 64, 4, 3),
-            (128, 64, 8, 2),
-            (64, 128, 4, 3),
-            (128, 128, 8, 2),
-            (256, 64, 16, 2),
-        ]
+        blocks = [(128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3)]
     return [
         TreeAttentionConfig(block_m=m, block_n=bn, num_warps=w, num_stages=s)
         for m, bn, w, s in blocks
@@ -296,7 +281,8 @@ def bench_attention_shape(
         "rel_err_vs_fp32": err, "configs": [],
     }  # fmt: skip
     best: tuple[float, TreeAttentionConfig] | None = None
-    # phase 1: tile shapes at waves=2; phase 2: split count (waves) for the best tile shape.
+    # phase 1: tile shapes (split count from the cost model with estimated occupancy);
+    # phase 2: the best tile shape with the occupancy forced to 1, 2, 3 programs per SM.
     # Ranked by GPU time (graph, cold L2): event timings of small shapes are host bound.
     for phase in (1, 2):
         if phase == 1:
@@ -304,7 +290,7 @@ def bench_attention_shape(
         else:
             assert best is not None
             trials = [
-                TreeAttentionConfig(**{**asdict(best[1]), "waves": w}) for w in (1.0, 4.0, 8.0)
+                TreeAttentionConfig(**{**asdict(best[1]), "ctas_per_sm": c}) for c in (1, 2, 3)
             ]
         for c in trials:
             try:

@@ -37,7 +37,11 @@ from spectune.kernels.layout import PackedTrees, pack_trees, random_trees
 from spectune.specs import DraftTree
 
 LOG2E = 1.4426950408889634
-MIN_CHUNK = 256  # fewest prefix keys per split: below this the partials cost more than they save
+MIN_CHUNK = 64  # fewest prefix keys per split
+SM_SMEM_BYTES = 233472  # Hopper: shared memory per SM (228 KiB); 1 KiB of it is reserved per CTA
+# Split-chooser costs in "key" units (the time one program takes per prefix key at full occupancy):
+PROGRAM_OVERHEAD_KEYS = 48  # Q load, pipeline fill, epilogue of one program
+MERGE_OVERHEAD_KEYS = 64  # the merge launch
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,9 @@ class TreeAttentionConfig:
     tree_block: int = 64  # tree keys per inner iteration (shares one mask word)
     num_warps: int = 4
     num_stages: int = 3
-    waves: float = 2.0  # aim for this many programs per SM when choosing the split count
+    ctas_per_sm: int | None = (
+        None  # programs resident per SM for the split chooser (None: estimate)
+    )
     min_chunk: int = MIN_CHUNK
 
 
@@ -63,13 +69,15 @@ def default_config(rows_per_group: int, device: torch.device) -> TreeAttentionCo
     if device.type != "cuda":  # the interpreter: small tiles keep numpy work small
         bm = 16 if rows_per_group <= 16 else 32
         return TreeAttentionConfig(block_m=bm, block_n=32, tree_block=32, num_warps=4, min_chunk=32)
+    # measured on an H200 (benchmarks/KERNELS_NOTES.md): memory-bound rows <= 64 like 64-key
+    # blocks, compute-bound rows >= 128 like 128 x 128 tiles on 8 warps
     if rows_per_group <= 16:
-        return TreeAttentionConfig(block_m=16, block_n=128, num_warps=4, num_stages=3)
+        return TreeAttentionConfig(block_m=16, block_n=64, num_warps=4, num_stages=3)
     if rows_per_group <= 32:
-        return TreeAttentionConfig(block_m=32, block_n=128, num_warps=4, num_stages=3)
+        return TreeAttentionConfig(block_m=32, block_n=64, num_warps=4, num_stages=3)
     if rows_per_group <= 64:
-        return TreeAttentionConfig(block_m=64, block_n=128, num_warps=4, num_stages=3)
-    return TreeAttentionConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
+        return TreeAttentionConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
+    return TreeAttentionConfig(block_m=128, block_n=128, num_warps=8, num_stages=3)
 
 
 @triton.jit
@@ -250,15 +258,45 @@ def _check_layouts(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_lens, tree_mask
         raise ValueError(f"all tensors must be on one device, got {devices}")
 
 
+def resident_programs(cfg: TreeAttentionConfig, head_dim: int, elem_bytes: int) -> int:
+    """Programs of this config that fit on one SM at once (shared memory and a register budget
+    of ~128 per thread), unless cfg.ctas_per_sm says."""
+    if cfg.ctas_per_sm:
+        return cfg.ctas_per_sm
+    smem = (cfg.num_stages * 2 * cfg.block_n + cfg.block_m) * head_dim * elem_bytes + 1024
+    by_smem = max(1, SM_SMEM_BYTES // smem)
+    by_regs = max(1, 65536 // (cfg.num_warps * 32 * 128))
+    return min(by_smem, by_regs, 4)
+
+
 def choose_splits(
-    batch: int, kv_heads: int, m_blocks: int, max_prefix: int, cfg: TreeAttentionConfig, sms: int
+    batch: int,
+    kv_heads: int,
+    m_blocks: int,
+    max_prefix: int,
+    tree_len: int,
+    cfg: TreeAttentionConfig,
+    slots: int,
+    partial_keys_per_split: float = 0.0,
 ) -> tuple[int, int]:
-    """(num_splits, chunk): enough programs for `waves` per SM, chunks a multiple of block_n."""
+    """(num_splits, chunk) minimising a small cost model: rounds of `slots` concurrent programs
+    x (chunk + tree keys + per-program overhead), plus the merge (launch + partial traffic,
+    `partial_keys_per_split` key units per split) when there is more than one split."""
     per_split = batch * kv_heads * m_blocks
-    want = max(1, math.ceil(cfg.waves * sms / per_split))
-    chunk = max(cfg.min_chunk, math.ceil(max(max_prefix, 1) / want))
-    chunk = triton.cdiv(chunk, cfg.block_n) * cfg.block_n
-    return max(1, triton.cdiv(max_prefix, chunk)), chunk
+    prefix = max(max_prefix, 1)
+    best: tuple[float, int, int] | None = None
+    for splits in range(1, max(1, min(512, prefix // cfg.min_chunk)) + 1):
+        chunk = triton.cdiv(triton.cdiv(prefix, splits), cfg.block_n) * cfg.block_n
+        if triton.cdiv(prefix, chunk) != splits:
+            continue  # the same chunk as a smaller split count
+        rounds = triton.cdiv(per_split * splits, slots)
+        cost = rounds * (chunk + tree_len + PROGRAM_OVERHEAD_KEYS)
+        if splits > 1:
+            cost += MERGE_OVERHEAD_KEYS + partial_keys_per_split * splits
+        if best is None or cost < best[0]:
+            best = (cost, splits, chunk)
+    assert best is not None
+    return best[1], best[2]
 
 
 def tree_attention(
@@ -313,7 +351,12 @@ def tree_attention(
     max_prefix = max(max_kv_len - 1, 0)  # every sequence has at least the root in its tree
     sms = _num_sms(q.device.index or 0) if q.device.type == "cuda" else 4
     if num_splits is None:
-        splits, chunk = choose_splits(batch, hkv, m_blocks, max_prefix, cfg, sms)
+        slots = sms * resident_programs(cfg, dim, q.element_size())
+        # partials: write + read of float32 rows, in units of one program's K/V bytes per key
+        partial = 8.0 * total_q * hq * dim / (2 * dim * q.element_size() * slots)
+        splits, chunk = choose_splits(
+            batch, hkv, m_blocks, max_prefix, max_q_len, cfg, slots, partial
+        )
     else:
         splits = max(1, num_splits)
         chunk = triton.cdiv(triton.cdiv(max(max_prefix, 1), splits), cfg.block_n) * cfg.block_n

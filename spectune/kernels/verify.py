@@ -10,7 +10,7 @@ Both rules are one walk down the tree with one target token per node:
 
 Kernels:
 - `_sample_kernel`: per row of logits [rows, vocab], argmax of logits / T + Gumbel noise
-  (Gumbel-max; noise from Triton's counter-based Philox, counter = row * vocab + col, so it is
+  (Gumbel-max; noise from Triton's counter-based Philox, one call per 4 columns, so it is
   reproducible and nothing of size rows x vocab is written). T == 0 is a plain argmax. Bytes:
   one read of the logits; no probability tensor.
 - `_tree_walk_kernel`: BLOCK_B sequences per program, each tree held in registers as
@@ -51,30 +51,100 @@ class VerifyResult:
 
 
 @triton.jit
+def _argmax_update(best, best_idx, score, cols):
+    """Fold one tile's row maxima into the running (best, best_idx); ties go to the lower index."""
+    m = tl.max(score, 1)
+    idx = tl.min(tl.where(score == m[:, None], cols[None, :], 2147483647), 1)
+    take = (m > best) | ((m == best) & (idx < best_idx))
+    return tl.where(take, m, best), tl.where(take, idx, best_idx)
+
+
+@triton.jit
+def _gumbel_tile(LOGITS, r64, r_ok, stride_r, cols, ok, u, inv_temp, best, best_idx):
+    x = tl.load(LOGITS + r64[:, None] * stride_r + cols[None, :], mask=ok, other=0.0)
+    g = -tl.log(-tl.log(u))  # Gumbel(0, 1); u == 0 gives -inf (never chosen)
+    score = tl.where(ok, x.to(tl.float32) * inv_temp + g, float("-inf"))
+    return _argmax_update(best, best_idx, score, cols)
+
+
+@triton.jit
 def _sample_kernel(
-    LOGITS, OUT, rows, vocab, stride_r, inv_temp, seed,
+    LOGITS, OUT, rows, vocab, quarter, stride_r, inv_temp, seed,
     GREEDY: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
 ):  # fmt: skip
+    """Row argmax of logits (GREEDY) or of logits / T + Gumbel noise. Noise: one Philox call per
+    counter (row * quarter + i) gives four uniforms, for columns i, quarter + i, 2 quarter + i and
+    3 quarter + i (quarter = ceil(vocab / 4)): a quarter of the Philox work of one call per column."""
     pid = tl.program_id(0)
     r = pid * BLOCK_R + tl.arange(0, BLOCK_R)
     r_ok = r < rows
     r64 = r.to(tl.int64)
     best = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
-    best_idx = tl.zeros([BLOCK_R], dtype=tl.int32)
-    for v0 in range(0, vocab, BLOCK_V):
-        cols = v0 + tl.arange(0, BLOCK_V)
-        ok = r_ok[:, None] & (cols[None, :] < vocab)
-        x = tl.load(LOGITS + r64[:, None] * stride_r + cols[None, :], mask=ok, other=float("-inf"))
-        x = x.to(tl.float32)
-        if not GREEDY:
-            u = tl.rand(seed, r64[:, None] * vocab + cols[None, :])
-            g = -tl.log(-tl.log(u))  # Gumbel(0, 1); u == 0 gives -inf (never chosen)
-            x = tl.where(ok, x * inv_temp + g, float("-inf"))
-        m = tl.max(x, 1)
-        idx = tl.argmax(x, 1, tie_break_left=True).to(tl.int32) + v0
-        take = m > best  # strict: ties keep the lower index
-        best_idx = tl.where(take, idx, best_idx)
-        best = tl.where(take, m, best)
+    best_idx = tl.full([BLOCK_R], 2147483647, dtype=tl.int32)
+    if GREEDY:
+        for v0 in range(0, vocab, BLOCK_V):
+            cols = v0 + tl.arange(0, BLOCK_V)
+            ok = r_ok[:, None] & (cols[None, :] < vocab)
+            x = tl.load(LOGITS + r64[:, None] * stride_r + cols[None, :], mask=ok, other=0.0)
+            score = tl.where(ok, x.to(tl.float32), float("-inf"))
+            best, best_idx = _argmax_update(best, best_idx, score, cols)
+    else:
+        for i0 in range(0, quarter, BLOCK_V):
+            i = i0 + tl.arange(0, BLOCK_V)
+            u0, u1, u2, u3 = tl.rand4x(seed, r64[:, None] * quarter + i[None, :])
+            in_q = r_ok[:, None] & (i[None, :] < quarter)
+            c = i
+            best, best_idx = _gumbel_tile(
+                LOGITS,
+                r64,
+                r_ok,
+                stride_r,
+                c,
+                in_q & (c[None, :] < vocab),
+                u0,
+                inv_temp,
+                best,
+                best_idx,
+            )
+            c = i + quarter
+            best, best_idx = _gumbel_tile(
+                LOGITS,
+                r64,
+                r_ok,
+                stride_r,
+                c,
+                in_q & (c[None, :] < vocab),
+                u1,
+                inv_temp,
+                best,
+                best_idx,
+            )
+            c = i + 2 * quarter
+            best, best_idx = _gumbel_tile(
+                LOGITS,
+                r64,
+                r_ok,
+                stride_r,
+                c,
+                in_q & (c[None, :] < vocab),
+                u2,
+                inv_temp,
+                best,
+                best_idx,
+            )
+            c = i + 3 * quarter
+            best, best_idx = _gumbel_tile(
+                LOGITS,
+                r64,
+                r_ok,
+                stride_r,
+                c,
+                in_q & (c[None, :] < vocab),
+                u3,
+                inv_temp,
+                best,
+                best_idx,
+            )
     tl.store(OUT + r64, best_idx.to(tl.int64), mask=r_ok)
 
 
@@ -106,17 +176,20 @@ def sample_target(
     if block_r * block_v > cap:
         block_v = max(16, cap // block_r)
     greedy = temperature == 0.0
+    quarter = triton.cdiv(vocab, 4)
+    if not greedy:  # four column tiles per Philox call
+        block_v = min(block_v, max(16, triton.next_power_of_2(quarter)))
     _sample_kernel[(triton.cdiv(rows, block_r),)](
-        logits, out, rows, vocab, logits.stride(0), 0.0 if greedy else 1.0 / temperature, seed,
+        logits, out, rows, vocab, quarter, logits.stride(0), 0.0 if greedy else 1.0 / temperature, seed,
         GREEDY=greedy, BLOCK_R=block_r, BLOCK_V=block_v, num_warps=8 if on_gpu else 4,
     )  # fmt: skip
     return out
 
 
-def _philox_uniform(seed: int, offsets: np.ndarray) -> np.ndarray:
-    """float32 uniforms equal to Triton's tl.rand(seed, offsets) (Philox4x32-10, first word)."""
+def _philox_uniforms(seed: int, counters: np.ndarray) -> list[np.ndarray]:
+    """The four float32 uniforms of Triton's tl.rand4x(seed, counters) (Philox4x32-10)."""
     mask32 = np.uint64(0xFFFFFFFF)
-    off = offsets.astype(np.uint64)
+    off = counters.astype(np.uint64)
     c0 = off & mask32
     c1 = off >> np.uint64(32)
     c2 = np.zeros_like(c0)
@@ -136,9 +209,12 @@ def _philox_uniform(seed: int, offsets: np.ndarray) -> np.ndarray:
         )
         k0 = (k0 + key_a) & mask32
         k1 = (k1 + key_b) & mask32
-    x = c0.astype(np.uint32).view(np.int32)
-    x = np.where(x < 0, ~x, x)
-    return x.astype(np.float32) * np.float32(4.6566127342e-10)
+    out = []
+    for c in (c0, c1, c2, c3):
+        x = c.astype(np.uint32).view(np.int32)
+        x = np.where(x < 0, ~x, x)
+        out.append(x.astype(np.float32) * np.float32(4.6566127342e-10))
+    return out
 
 
 def reference_sample_target(
@@ -149,10 +225,12 @@ def reference_sample_target(
     if temperature == 0.0:
         return torch.from_numpy(x.argmax(1).astype(np.int64))
     rows, vocab = x.shape
-    offs = (
-        np.arange(rows, dtype=np.int64)[:, None] * vocab + np.arange(vocab, dtype=np.int64)[None, :]
+    quarter = -(-vocab // 4)
+    counters = (
+        np.arange(rows, dtype=np.int64)[:, None] * quarter
+        + np.arange(quarter, dtype=np.int64)[None, :]
     )
-    u = _philox_uniform(seed, offs)
+    u = np.concatenate(_philox_uniforms(seed, counters), axis=1)[:, :vocab]
     with np.errstate(divide="ignore"):
         g = -np.log(-np.log(u))
     score = x * np.float32(1.0 / temperature) + g
