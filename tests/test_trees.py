@@ -281,3 +281,37 @@ def test_cli_tree_defaults_and_errors(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_health_check_import() -> None:
     assert HealthCheck.differing_executors  # contract classes share @given tests
+
+
+# ---- trees from a recorded pool -----------------------------------------------------------------
+def test_replay_pool_graft_dedups_and_keeps_budget() -> None:
+    from spectune.planner.acceptance import TraceReplay
+    from spectune.planner.trace import make_step
+
+    # root -> model children 10 (p .7), 11 (p .2); retrieval children 10 (dup) and 12, 12 -> 13
+    pool = DraftTree(
+        np.array([-1, 0, 0, 0, 0, 4]),
+        np.array([5, 10, 11, 10, 12, 13]),
+        np.log([1.0, 0.7, 0.2, 1.0, 1.0, 1.0]),
+        np.array([0, 1, 1, 2, 2, 2], dtype=np.int8),
+    )
+    step = make_step("r", 0, 9, pool, target=[12, 0, 0, 0, 13, 1], match_len=[0, 0, 0, 2, 2, 2])
+    trace = TraceReplay([step])
+    replay = trace.draw_step(np.random.default_rng(0))
+    policy = TreePolicy("dynamic-topk", 3, 2, 5, prune_threshold=0.5, graft_budget=3)
+    tree = build_tree(policy, replay, np.random.default_rng(0))
+    assert tree.num_nodes <= 5
+    kids = tree.tokens[tree.parents == 0].tolist()
+    assert sorted(kids) == sorted(set(kids))  # the duplicate retrieval 10 was not grafted
+    assert 12 in kids and 13 in tree.tokens.tolist()
+    # exact replay: the target takes 12 then 13 (both grafted), then stops
+    assert replay.expected_tokens(tree) == 3.0
+
+
+def test_depth_one_and_topk_one() -> None:
+    m = acceptance_model("mt-bench")
+    for policy in (TreePolicy("dynamic-topk", 1, 4, 8), TreePolicy("dynamic-topk", 5, 1, 8)):
+        tree = build_tree(policy, m, np.random.default_rng(0))
+        assert tree.max_depth <= policy.depth and tree.num_nodes <= policy.budget
+        lengths = sample_accepted_lengths(policy, m, np.random.default_rng(0), 32)
+        assert (lengths >= 1).all() and (lengths <= policy.depth + 1).all()
