@@ -65,14 +65,11 @@ def parse_mapping(name: str, data: bytes, limit: int = MAX_SPEC_BYTES) -> dict[s
     if len(data) > limit:
         raise SpecError(f"{name}: {len(data)} bytes is over the {limit}-byte limit for this file")
     suffix = Path(name).suffix.lower()
+    if suffix not in (".json", ".toml"):
+        raise SpecError(f"{name}: unsupported file type {suffix or '(none)'!r}; use .json or .toml")
     try:
         text = data.decode("utf-8")
-        if suffix == ".toml":
-            doc = tomllib.loads(text)
-        elif suffix == ".json":
-            doc = json.loads(text)
-        else:
-            raise SpecError(f"{name}: unsupported file type {suffix or '(none)'!r}; use .json or .toml")
+        doc = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
     except UnicodeDecodeError as e:
         raise SpecError(f"{name}: not UTF-8 text ({e})") from None
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
@@ -242,6 +239,62 @@ def validation_rows(doc: Mapping[str, Any], name: str = "") -> list[dict[str, An
             row[f"error_{k}_pct"] = 100.0 * (pred[k] - meas[k]) / meas[k] if meas[k] else float("nan")
         rows.append(row)
     return rows
+
+
+GATE_SPEEDUP_TOL = 0.10  # `spectune check` defaults
+GATE_MAPE_TOL = 0.10
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What `spectune check` (the CI regression gate) computes for a folder of measurements."""
+
+    rows: tuple[dict[str, Any], ...]
+    files: int
+    verify_mape: float
+    worst_speedup_error: float
+    passed: bool
+
+
+def gate(folder: Path, extra: Mapping[str, Mapping[str, Any]] | None = None) -> Gate:
+    """executor.check.check_folder on `folder`, plus uploaded documents (`extra`: name -> doc,
+    written as JSON to a temporary copy of the folder). SpecError when there is nothing."""
+    from spectune.executor.check import check_folder
+
+    with tempfile.TemporaryDirectory(prefix="spectune-check-") as tmp:
+        root = Path(tmp)
+        if folder.is_dir():
+            for p in folder.rglob("*.json"):
+                if p.stat().st_size > MAX_SPEC_BYTES:
+                    continue
+                blob = p.read_bytes()
+                try:  # files the gate cannot read are listed as skipped by the page
+                    parse_mapping(p.name, blob)
+                except SpecError:
+                    continue
+                dest = root / p.relative_to(folder)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(blob)
+        for i, (name, doc) in enumerate((extra or {}).items()):
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(name).stem)
+            (root / f"upload-{i}-{safe}.json").write_text(json.dumps(doc), encoding="utf-8")
+        try:
+            res = check_folder(root)
+        except SpecError as e:
+            raise SpecError(str(e).replace(str(root), str(folder))) from None
+        except (KeyError, TypeError, ValueError) as e:
+            raise SpecError(f"a measurement lacks a field `spectune check` needs: {e!r}") from None
+    rows = [
+        {"file": r.file, "check": "verify latency", "what": r.what, "predicted": r.predicted * 1e3,
+         "measured": r.measured * 1e3, "unit": "ms", "error_pct": 100 * r.error}
+        for r in res.verify
+    ] + [
+        {"file": r.file, "check": "speedup", "what": r.what, "predicted": r.predicted,
+         "measured": r.measured, "unit": "x", "error_pct": 100 * r.error}
+        for r in res.speedup
+    ]  # fmt: skip
+    return Gate(tuple(rows), res.files, res.verify_mape, res.worst_speedup_error,
+                res.passed(GATE_SPEEDUP_TOL, GATE_MAPE_TOL))  # fmt: skip
 
 
 # ---- kernel benchmarks --------------------------------------------------------------------------

@@ -153,11 +153,13 @@ def load_figure(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, 
 
 
 def scatter_figure(rows: Sequence[Mapping[str, Any]], quantity: str, label: str) -> Figure:
-    """Predicted against measured with the y = x line."""
+    """Predicted against measured with the y = x line; columns predicted_<quantity> and
+    measured_<quantity> (or predicted / measured when quantity is '')."""
     fig = Figure(figsize=(5, 5), layout="constrained")
     ax = fig.add_subplot()
-    meas = np.array([r[f"measured_{quantity}"] for r in rows], dtype=float)
-    pred = np.array([r[f"predicted_{quantity}"] for r in rows], dtype=float)
+    suffix = f"_{quantity}" if quantity else ""
+    meas = np.array([r[f"measured{suffix}"] for r in rows], dtype=float)
+    pred = np.array([r[f"predicted{suffix}"] for r in rows], dtype=float)
     ax.scatter(meas, pred, s=30)
     both = np.r_[meas, pred]
     both = both[np.isfinite(both)]

@@ -224,6 +224,13 @@ def validation_rows(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
 
 
 @st.cache_data(show_spinner=False, ttl=30)
+def gate(folder: str, extra: dict[str, Any]) -> artifacts.Gate:
+    from pathlib import Path
+
+    return artifacts.gate(Path(folder), extra)
+
+
+@st.cache_data(show_spinner=False, ttl=30)
 def benchmarks(folder: str) -> list[artifacts.Loaded]:
     from pathlib import Path
 

@@ -1,0 +1,515 @@
+"""The Streamlit dashboards under streamlit.testing's AppTest: every page runs with its default
+inputs and with changed ones without an exception, the numbers it shows equal what the planner
+(or the simulator, or `spectune check`) computes for the same inputs through their own APIs, and
+bad uploads give one st.error line instead of a traceback.
+
+Each AppTest run executes the real app (app.py, its navigation and the page file) in process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("streamlit")
+pytest.importorskip("matplotlib")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from spectune.dashboards import artifacts, data  # noqa: E402
+from spectune.planner.buckets import buckets_from_edges  # noqa: E402
+from spectune.planner.objective import closed_form_objective  # noqa: E402
+from spectune.planner.search import SearchSettings, search  # noqa: E402
+from spectune.planner.space import EAGLE_DEFAULT, SGLANG_DEFAULT, canonical_policy  # noqa: E402
+from spectune.simulator import Poisson, SimConfig, simulate  # noqa: E402
+from spectune.specs import (  # noqa: E402
+    PolicyTable,
+    SpecError,
+    load_hardware,
+    load_model,
+    load_workload,
+)
+
+APP = Path(data.__file__).with_name("app.py")
+TARGET, DRAFTER = "llama-3.1-8b", "eagle3-llama-3.1-8b"
+
+
+def _app() -> AppTest:
+    return AppTest.from_file(str(APP), default_timeout=180)
+
+
+def _ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+# The tables each page shows, told apart by their columns (st.dataframe keeps no key).
+TABLES = {
+    "whatif.numbers": ("quantity", "value", "unit"),
+    "whatif.operators": ("operator", "ms"),
+    "planner.table": ("batch", "context", "policy", "builder"),
+    "planner.curves": ("batch", "planned policy"),
+    "planner.pareto": ("bucket", "step_ms"),
+    "load.table": ("load", "qps", "throughput_tok_s"),
+    "validation.gate": ("check", "what", "predicted"),
+    "validation.table": ("predicted_tokens_per_s", "measured_tokens_per_s"),
+    "kernels.table": ("implementation", "tflops"),
+}
+
+
+def _frame(at: AppTest, key: str, last: bool = False) -> Any:
+    found = [df.value for df in at.dataframe if set(TABLES[key]) <= set(df.value.columns)]
+    if not found:
+        raise AssertionError(f"no table {key!r}")
+    return found[-1] if last else found[0]
+
+
+def _numbers(at: AppTest) -> dict[str, float]:
+    df = _frame(at, "whatif.numbers")
+    return dict(zip(df["quantity"], df["value"], strict=True))
+
+
+def _errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+# ---- What-if ------------------------------------------------------------------------------------
+
+
+def test_whatif_defaults_equal_the_planner() -> None:
+    at = _app().run()
+    _ok(at)
+    assert at.title[0].value == "What-if"
+    obj = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")
+    p, b, c = SGLANG_DEFAULT, 8, 4096
+    got = _numbers(at)
+    assert got["tokens/s"] == pytest.approx(obj(p, b, c), rel=1e-12)
+    assert got["tokens/s without speculation"] == pytest.approx(obj(None, b, c), rel=1e-12)
+    assert got["speedup"] == pytest.approx(obj(p, b, c) / obj(None, b, c), rel=1e-12)
+    assert got["expected tokens per step"] == pytest.approx(obj.expected_tokens(p), rel=1e-12)
+    assert got["step time"] == pytest.approx(obj.step_time(p, b, c) * 1e3, rel=1e-12)
+    phases = [v for k, v in got.items() if k.endswith(" time") and k != "step time"
+              and "without" not in k]  # fmt: skip
+    assert sum(phases) == pytest.approx(got["step time"], rel=1e-9)
+    cm = obj.cost_model
+    ops = _frame(at, "whatif.operators")
+    want = cm.verify_breakdown(b, p.budget, c)
+    for name, ms in zip(ops["operator"], ops["ms"], strict=True):
+        assert ms == pytest.approx(float(np.asarray(want[name]).reshape(-1)[0]) * 1e3, rel=1e-12)
+    assert sum(ops["ms"]) == pytest.approx(got["verify time"], rel=1e-9)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["tokens/s"] == f"{obj(p, b, c):,.0f}"
+    assert metrics["speedup vs no speculation"] == f"{obj(p, b, c) / obj(None, b, c):.2f}x"
+    assert len(at.image) >= 3  # phase bars, operator bars, the tree
+
+
+def test_whatif_changed_inputs_equal_the_planner() -> None:
+    at = _app().run()
+    at.sidebar.selectbox(key="scn.gpu").set_value("h200")
+    at.sidebar.selectbox(key="scn.workload").set_value("ngram-code-edit")
+    at.sidebar.select_slider(key="scn.tp").set_value(2)
+    at.select_slider(key="whatif.batch").set_value(64)
+    at.select_slider(key="whatif.context").set_value(16384)
+    at.radio(key="whatif.builder").set_value("static")
+    at.slider(key="whatif.depth").set_value(6)
+    at.slider(key="whatif.topk").set_value(3)
+    at.slider(key="whatif.budget").set_value(24)
+    at.select_slider(key="whatif.prune").set_value(0.01)
+    at.slider(key="whatif.graft").set_value(6)
+    at.number_input(key="whatif.seed").set_value(3)
+    at.run()
+    _ok(at)
+    obj = closed_form_objective(TARGET, DRAFTER, "h200", "ngram-code-edit", tp=2)
+    p = canonical_policy("static", 6, 3, 24, 0.01, 6)
+    got = _numbers(at)
+    assert got["tokens/s"] == pytest.approx(obj(p, 64, 16384), rel=1e-12)
+    assert got["expected tokens per step"] == pytest.approx(obj.expected_tokens(p), rel=1e-12)
+    assert got["tree tokens verified"] == pytest.approx(obj.tree_tokens(p), rel=1e-12)
+    assert "retrieval time" in got
+
+    # a budget larger than the tree can hold is cut, and the page says so
+    at.radio(key="whatif.builder").set_value("dynamic-topk")
+    at.slider(key="whatif.depth").set_value(2)
+    at.slider(key="whatif.topk").set_value(2)
+    at.slider(key="whatif.budget").set_value(200)
+    at.run()
+    _ok(at)
+    assert any("cut to" in i.value for i in at.info)
+    p = canonical_policy("dynamic-topk", 2, 2, 200, 0.01, 6)
+    assert _numbers(at)["tokens/s"] == pytest.approx(obj(p, 64, 16384), rel=1e-12)
+
+    # speculation off: plain decoding
+    at.toggle(key="whatif.on").set_value(False).run()
+    _ok(at)
+    got = _numbers(at)
+    assert got["tokens/s"] == pytest.approx(obj(None, 64, 16384), rel=1e-12)
+    assert got["speedup"] == 1.0
+
+
+def test_scenario_choices_survive_other_pages() -> None:
+    at = _app().run()
+    at.sidebar.selectbox(key="scn.gpu").set_value("a100-80g").run()
+    at.switch_page("views/kernels.py").run()
+    _ok(at)
+    assert not at.sidebar.selectbox  # the Kernels page has no scenario
+    at.switch_page("views/whatif.py").run()
+    _ok(at)
+    assert at.sidebar.selectbox(key="scn.gpu").value == "a100-80g"
+
+
+def test_uploaded_gpu_spec_is_used_and_bad_specs_are_reported() -> None:
+    spec = (
+        'name = "my-gpu"\npeak_bf16_flops = 500e12\npeak_fp8_flops = 1000e12\n'
+        "hbm_bytes_per_s = 2.0e12\nhbm_bytes = 80e9\nsm_count = 100\nl2_bytes = 40e6\n"
+        "interconnect_bytes_per_s = 300e9\n"
+    ).encode()
+    at = _app().run()
+    at.sidebar.file_uploader(key="upload.gpu").set_value(("my-gpu.toml", spec, "application/toml"))
+    at.run()
+    _ok(at)
+    assert "my-gpu (uploaded)" in at.sidebar.selectbox(key="scn.gpu").options
+    at.sidebar.selectbox(key="scn.gpu").set_value("my-gpu (uploaded)").run()
+    _ok(at)
+    hw = artifacts.hardware_from_upload("my-gpu.toml", spec)
+    scn = data.Scenario(hw, load_model(TARGET), load_model(DRAFTER), load_workload("mt-bench"))
+    want = data.objective_for(scn)(SGLANG_DEFAULT, 8, 4096)
+    assert _numbers(at)["tokens/s"] == pytest.approx(want, rel=1e-12)
+
+    bad = {
+        "broken.json": b"{not json",
+        "wrong.toml": b'name = "x"\npeak_bf16_flops = "fast"\n',
+        "unknown.json": b'{"name": "x", "peak_flops": 1}',
+        "huge.json": b"{" + b" " * (artifacts.MAX_SPEC_BYTES + 1) + b"}",
+        "list.json": b"[1, 2]",
+        "latin1.json": '{"name": "é"}'.encode("latin-1"),
+    }
+    for name, blob in bad.items():
+        at.sidebar.file_uploader(key="upload.model").set_value((name, blob, "application/json"))
+        at.run()
+        _ok(at)
+        errs = _errors(at)
+        assert errs and name in errs[0], (name, errs)
+
+
+# ---- Planner ------------------------------------------------------------------------------------
+
+
+def _planned(edges: tuple[int, ...], ctx: tuple[int, ...], trials: int, multi: bool = False) -> Any:
+    obj = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")
+    s = SearchSettings(trials=trials, seed=0, multi_objective=multi)
+    return obj, search(obj, buckets_from_edges(edges, ctx), s,
+                       latency=obj.step_latency if multi else None)  # fmt: skip
+
+
+def test_planner_defaults_equal_the_search() -> None:
+    at = _app().run()
+    at.switch_page("views/planner.py").run()
+    _ok(at)
+    obj, results = _planned((1, 2, 4, 8, 16, 32, 64, 128, 256), (32768,), 8)
+    table = _frame(at, "planner.table")
+    assert list(table["policy"]) == [data.policy_label(r.policy) for r in results]
+    assert list(table["tokens_per_s"]) == pytest.approx([round(r.tokens_per_s, 3) for r in results])
+    curves = _frame(at, "planner.curves")
+    batches = [int(b) for b in curves["batch"]]
+    assert batches[0] == 1 and batches[-1] == 256
+    for b, planned, sg, eg, off in zip(batches, curves["planned policy"],
+                                       curves["SGLang default 5/4/8"],
+                                       curves["EAGLE default 7/10/60"],
+                                       curves["no speculation"], strict=True):  # fmt: skip
+        policy = next(r.policy for r in results if r.bucket.batch[0] <= b <= r.bucket.batch[1])
+        assert planned == pytest.approx(obj(policy, b, 4096), rel=1e-9)
+        assert sg == pytest.approx(obj(SGLANG_DEFAULT, b, 4096), rel=1e-9)
+        assert eg == pytest.approx(obj(EAGLE_DEFAULT, b, 4096), rel=1e-9)
+        assert off == pytest.approx(obj(None, b, 4096), rel=1e-9)
+    downloads = {d.proto.label: d for d in at.get("download_button")}
+    assert "policy.json" in downloads
+    assert any(name.startswith("sglang") for name in downloads)
+    assert any(name.startswith("vllm") for name in downloads)
+    assert any(name.startswith("trtllm") for name in downloads)
+    assert any("Pareto" in i.value for i in at.info)
+
+
+def test_planner_multi_objective_run_shows_the_pareto_front() -> None:
+    at = _app().run()
+    at.switch_page("views/planner.py").run()
+    at.text_input(key="planner.batch_edges").set_value("1,8,64")
+    at.text_input(key="planner.context_edges").set_value("4096,32768")
+    at.slider(key="planner.trials").set_value(6)
+    at.checkbox(key="planner.multi").check()
+    at.button(key="FormSubmitter:planner.form-Run plan").click().run()
+    _ok(at)
+    _, results = _planned((1, 8, 64), (4096, 32768), 6, multi=True)
+    assert list(_frame(at, "planner.table")["policy"]) == [data.policy_label(r.policy) for r in results]
+    pareto = _frame(at, "planner.pareto")
+    assert len(pareto) == len(data.pareto_rows(results))
+    assert list(pareto["tokens_per_s"]) == pytest.approx([r["tokens_per_s"] for r in data.pareto_rows(results)])
+    at.select_slider(key="planner.context").set_value(16384).run()
+    _ok(at)
+
+    at.text_input(key="planner.batch_edges").set_value("one,two")
+    at.button(key="FormSubmitter:planner.form-Run plan").click().run()
+    _ok(at)
+    assert any("bucket edges" in e for e in _errors(at))
+
+
+def test_planner_loads_a_policy_file_and_reports_bad_ones() -> None:
+    _, results = _planned((1, 16), (32768,), 4)
+    table = PolicyTable(
+        target=TARGET, drafter=DRAFTER, hardware="h100-sxm", workload="mt-bench",
+        buckets=tuple(
+            __import__("spectune.specs", fromlist=["Bucket"]).Bucket(r.bucket.batch, r.bucket.context, r.policy)
+            for r in results
+        ),
+    )  # fmt: skip
+    blob = json.dumps(table.to_dict()).encode()
+    at = _app().run()
+    at.switch_page("views/planner.py").run()
+    at.radio(key="planner.source").set_value("Load a policy file").run()
+    _ok(at)
+    assert any("Upload a policy.json" in i.value for i in at.info)
+    at.file_uploader(key="planner.upload").set_value(("policy.json", blob, "application/json")).run()
+    _ok(at)
+    assert list(_frame(at, "planner.table")["policy"]) == [data.policy_label(r.policy) for r in results]
+    downloads = {d.proto.label for d in at.get("download_button")}
+    assert "policy.json" in downloads
+
+    for name, blob in {
+        "policy.json": b'{"schema": "spectune.policy/v1", "target": "x"}',
+        "other.json": b'{"schema": "something/v9"}',
+        "trunc.json": blob[: len(blob) // 2],
+        "types.json": json.dumps({**table.to_dict(), "buckets": [{"batch": "all"}]}).encode(),
+    }.items():
+        at.file_uploader(key="planner.upload").set_value((name, blob, "application/json")).run()
+        _ok(at)
+        errs = _errors(at)
+        assert errs and name in errs[0], (name, errs)
+
+
+# ---- Load ---------------------------------------------------------------------------------------
+
+
+def _simulated(policy: Any, qps: float, requests: int) -> Any:
+    cfg = SimConfig(
+        hardware=load_hardware("h100-sxm"), target=load_model(TARGET), drafter=load_model(DRAFTER),
+        arrivals=Poisson(qps), policy=policy, workload=load_workload("mt-bench"),
+        requests=requests, seed=0, tree_pool=256,
+    )  # fmt: skip
+    return simulate(cfg)
+
+
+def test_load_page_equals_the_simulator() -> None:
+    at = _app().run()
+    at.switch_page("views/load.py")
+    at.run()
+    _ok(at)
+    rows = _frame(at, "load.table")
+    assert list(rows["qps"]) == [1.0, 4.0, 16.0]
+    res = _simulated(SGLANG_DEFAULT, 4.0, 100)
+    row = rows[rows["qps"] == 4.0].iloc[0]
+    assert row["throughput_tok_s"] == pytest.approx(res.spec.metrics.throughput_tok_s, rel=1e-12)
+    assert row["off_throughput_tok_s"] == pytest.approx(res.off.metrics.throughput_tok_s, rel=1e-12)
+    assert row["tpot_p99_s"] == pytest.approx(res.spec.metrics.tpot.p99, rel=1e-12)
+    assert row["ttft_p50_s"] == pytest.approx(res.spec.metrics.ttft.p50, rel=1e-12)
+
+    at.radio(key="load.source").set_value("EAGLE default 7/10/60")
+    at.multiselect(key="load.qps").set_value([2.0])
+    at.slider(key="load.requests").set_value(40)
+    at.button(key="FormSubmitter:load.form-Simulate").click().run()
+    _ok(at)
+    rows = _frame(at, "load.table")
+    res = _simulated(EAGLE_DEFAULT, 2.0, 40)
+    assert list(rows["qps"]) == [2.0]
+    assert rows["throughput_tok_s"][0] == pytest.approx(res.spec.metrics.throughput_tok_s, rel=1e-12)
+    assert rows["speedup_vs_off"][0] == pytest.approx(res.speedup_vs_off, rel=1e-12)
+
+    trace = b"arrival_s,prompt_tokens,output_tokens\n0,100,20\n0.2,300,10\n0.5,50,30\n"
+    at.file_uploader(key="load.trace").set_value(("t.csv", trace, "text/csv")).run()
+    _ok(at)
+    replay = _frame(at, "load.table", last=True)
+    assert replay["load"][0] == "trace t.csv"
+    at.file_uploader(key="load.trace").set_value(("t.csv", b"a,b\n1,2\n", "text/csv")).run()
+    _ok(at)
+    assert any("t.csv" in e for e in _errors(at))
+
+    at.multiselect(key="load.qps").set_value([])
+    at.button(key="FormSubmitter:load.form-Simulate").click().run()
+    _ok(at)
+    assert any("request rate" in e for e in _errors(at))
+
+
+# ---- Validation ---------------------------------------------------------------------------------
+
+
+def _measurement(scale: float = 1.05) -> dict[str, Any]:
+    """A measurement document in the executor's schema whose numbers are the cost model's
+    predictions times `scale` (a GPU that runs 5% slower than predicted)."""
+    obj = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")
+    cm, c = obj.cost_model, 2048
+    runs = []
+    for b in (1, 8, 32):
+        for label, p in (("sglang", SGLANG_DEFAULT), ("off", None)):
+            step = obj.step_time(p, b, c) * scale
+            ar = obj.step_time(None, b, c) * scale
+            tps = obj.expected_tokens(p)
+            n = 1 if p is None else p.budget
+            verify = float(np.asarray(cm.verify_time(b, n, c)).reshape(-1)[0]) * scale
+            phases = dict.fromkeys(("draft", "tree", "verify", "accept", "compact", "extend",
+                                    "overhead", "step"), 0.0)  # fmt: skip
+            phases.update(verify=verify * 1e3, step=step * 1e3)
+            runs.append({
+                "batch": b, "label": label, "nodes": n, "phases_ms": phases,
+                "policy": None if p is None else {
+                    "builder": p.builder, "depth": p.depth, "topk": p.topk, "budget": p.budget,
+                    "prune_threshold": p.prune_threshold, "graft_budget": p.graft_budget},
+                "accepted_mean": tps - 1.0, "tokens_per_step": tps, "tokens_per_s": b * tps / step,
+                "ar_step_ms": ar * 1e3, "ar_tokens_per_s": b / ar, "speedup": tps * ar / step,
+            })  # fmt: skip
+    return {"schema": "spectune.measurement/v1", "gpu": "NVIDIA H100 80GB HBM3",
+            "hardware": "h100-sxm", "target": TARGET, "drafter": DRAFTER, "workload": "mt-bench",
+            "context": c, "steps": 30, "attention": "test", "runs": runs}  # fmt: skip
+
+
+def test_validation_without_measurements_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(artifacts.ENV_MEASUREMENTS, str(tmp_path / "none"))
+    at = _app().run()
+    at.switch_page("views/validation.py").run()
+    _ok(at)
+    assert any("No measurements yet" in i.value for i in at.info)
+    assert not at.dataframe
+
+
+def test_validation_equals_check_and_planner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spectune.executor.check import check_folder
+
+    doc = _measurement()
+    (tmp_path / "h100.json").write_text(json.dumps(doc))
+    (tmp_path / "notes.json").write_text("{oops")
+    monkeypatch.setenv(artifacts.ENV_MEASUREMENTS, str(tmp_path))
+    at = _app().run()
+    at.switch_page("views/validation.py").run()
+    _ok(at)
+    assert any("notes.json" in w.value for w in at.warning)
+
+    gate = _frame(at, "validation.gate")
+    (tmp_path / "notes.json").unlink()
+    res = check_folder(tmp_path)
+    want = [r.predicted for r in res.speedup]
+    assert list(gate[gate["check"] == "speedup"]["predicted"]) == pytest.approx(want, rel=1e-12)
+    want = [r.predicted * 1e3 for r in res.verify]
+    assert list(gate[gate["check"] == "verify latency"]["predicted"]) == pytest.approx(want, rel=1e-12)
+
+    table = _frame(at, "validation.table")
+    obj = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")
+    for _, row in table.iterrows():
+        p = SGLANG_DEFAULT if row["policy"] == "sglang" else None
+        b = int(row["batch"])
+        assert row["predicted_tokens_per_s"] == pytest.approx(obj(p, b, 2048), rel=1e-12)
+        assert row["measured_tokens_per_s"] == pytest.approx(obj(p, b, 2048) / 1.05, rel=1e-9)
+        assert row["error_tokens_per_s_pct"] == pytest.approx(5.0, rel=1e-6)
+
+    at.radio(key="validation.quantity").set_value("step_ms")
+    at.radio(key="validation.check").set_value("verify latency")
+    at.run()
+    _ok(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["mean |error| of step time, ms"] == f"{100 * (1 / 1.05 - 1) * -1:.1f} %"
+
+    bad = dict(doc, runs=[{"batch": "eight"}])
+    at.file_uploader(key="validation.upload").set_value(
+        ("bad.json", json.dumps(bad).encode(), "application/json")
+    ).run()
+    _ok(at)
+    assert any("bad.json" in e for e in _errors(at))
+    at.file_uploader(key="validation.upload").set_value(
+        ("more.json", json.dumps(_measurement(0.9)).encode(), "application/json")
+    ).run()
+    _ok(at)
+    assert len(_frame(at, "validation.table")) == 2 * len(doc["runs"])
+
+
+# ---- Kernels ------------------------------------------------------------------------------------
+
+
+def _bench() -> dict[str, Any]:
+    rows = []
+    for b, ctx, n in ((1, 4096, 16), (8, 32768, 64)):
+        kv = 2.0 * b * (ctx + n) * 8 * 128 * 2
+        flops = 4.0 * b * n * 32 * 128 * (ctx + n)
+        floor = kv / 3.0e12 * 1e6
+        rows.append({"batch": b, "ctx": ctx, "tree_tokens": n, "kv_bytes": kv, "flops": flops,
+                     "floor_us": floor, "ours_us": floor * 1.3, "sdpa_gqa_us": floor * 3.0,
+                     "flex_us": None, "flash_unmasked_us": floor * 1.1})  # fmt: skip
+    return {"device": "NVIDIA H100 80GB HBM3", "card": "h100", "copy_bytes_per_s": 3.0e12,
+            "attention": rows, "verify": {"walk_block1_us": 12.0}, "compact": {"moved_rows": 10}}  # fmt: skip
+
+
+def test_kernels_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(artifacts.ENV_BENCHMARKS, str(tmp_path))
+    at = _app().run()
+    at.switch_page("views/kernels.py").run()
+    _ok(at)
+    assert any("No kernel benchmark results yet" in i.value for i in at.info)
+
+    doc = _bench()
+    results = tmp_path / "results"  # another folder: the listing of the first is cached
+    results.mkdir()
+    (results / "kernels-h100.json").write_text(json.dumps(doc))
+    (results / "costmodel.json").write_text(json.dumps({"rows": []}))
+    monkeypatch.setenv(artifacts.ENV_BENCHMARKS, str(results))
+    at = _app().run()
+    at.switch_page("views/kernels.py").run()
+    _ok(at)
+    table = _frame(at, "kernels.table")
+    ours = table[table["implementation"] == "spectune tree attention"]
+    for (_, row), r in zip(ours.iterrows(), doc["attention"], strict=True):
+        assert row["tflops"] == pytest.approx(r["flops"] / (r["ours_us"] * 1e-6) / 1e12, rel=1e-12)
+        assert row["copy_bw_fraction"] == pytest.approx(1 / 1.3, rel=1e-12)
+    assert len(table) == 2 * 3  # FlexAttention's null time is left out
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["measured copy bandwidth"] == "3.00 TB/s"
+    peak = load_hardware("h100-sxm").peak_bf16_flops
+    assert metrics["dense bf16 peak"] == f"{peak / 1e12:.0f} TFLOP/s"
+
+    other = dict(doc, card="h200", device="NVIDIA H200")
+    at.file_uploader(key="kernels.upload").set_value(
+        ("h200.json", json.dumps(other).encode(), "application/json")
+    ).run()
+    at.selectbox(key="kernels.file").set_value("uploaded").run()
+    _ok(at)
+    assert {m.label: m.value for m in at.metric}["device"] == "NVIDIA H200"
+    at.file_uploader(key="kernels.upload").set_value(
+        ("x.json", b'{"copy_bytes_per_s": -1}', "application/json")
+    ).run()
+    _ok(at)
+    assert any("x.json" in e for e in _errors(at))
+
+
+# ---- the non-UI layer ---------------------------------------------------------------------------
+
+
+def test_what_if_phases_sum_to_the_objectives_step() -> None:
+    scn = data.scenario_from_names()
+    obj = data.objective_for(scn)
+    for policy in (SGLANG_DEFAULT, EAGLE_DEFAULT, canonical_policy("dynamic-topk", 6, 4, 32, 0.03, 8), None):
+        for b in (1, 32, 256):
+            w = data.what_if(scn, policy, b, 8192)
+            assert sum(w.phases_s.values()) == pytest.approx(obj.step_time(policy, b, 8192), rel=1e-9)
+            assert w.tokens_per_s == pytest.approx(obj(policy, b, 8192), rel=1e-12)
+            assert math.isclose(w.speedup, w.tokens_per_s / w.off_tokens_per_s)
+
+
+def test_upload_parsing_is_data_only_and_limited() -> None:
+    assert artifacts.parse_mapping("a.toml", b'x = 1\n[y]\nz = "q"\n') == {"x": 1, "y": {"z": "q"}}
+    for name, blob in (("a.py", b"x = 1"), ("a.pkl", b"\x80\x04."), ("a.yaml", b"x: 1")):
+        with pytest.raises(SpecError, match="unsupported file type"):
+            artifacts.parse_mapping(name, blob)
+    with pytest.raises(SpecError, match="limit"):
+        artifacts.parse_mapping("a.json", b"0" * 100, limit=10)
+    with pytest.raises(SpecError, match="nested too deeply|not valid"):
+        artifacts.parse_mapping("deep.json", b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(SpecError, match="expected a .csv or .jsonl"):
+        artifacts.trace_from_upload("trace.exe", b"MZ")
