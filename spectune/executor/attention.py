@@ -159,7 +159,7 @@ class KernelLayout:
 
         b, n, hq, d = q.shape
         kvh = kv.shape[3]
-        config = _TUNED.get((self.batch, self.tokens, self.context))
+        config, splits = _TUNED.get((self.batch, self.tokens, self.context), (None, None))
         out = kernel_tree_attention(
             q.reshape(b * n, hq, d),
             kv[0].reshape(b * self.capacity, kvh, d),
@@ -171,16 +171,18 @@ class KernelLayout:
             max_q_len=n,
             max_kv_len=self.context + n,
             config=config,
+            num_splits=splits,
         )
         return out.view(b, n, hq, d)
 
 
 # (batch, tree tokens, context) -> the fastest TreeAttentionConfig measured (tune_attention)
 _TUNED: dict[tuple[int, int, int], Any] = {}
-# (block_m, block_n, num_warps, num_stages, waves)
+# (block_m, block_n, num_warps, num_stages, prefix splits per KV group and m-block: None = the
+# kernel's own choice)
 _CANDIDATES = (
-    (64, 128, 4, 3, 2.0), (64, 128, 4, 3, 6.0), (128, 64, 8, 3, 2.0), (128, 64, 8, 3, 6.0),
-    (32, 128, 4, 3, 4.0), (16, 128, 4, 3, 4.0), (64, 64, 4, 4, 4.0), (128, 128, 8, 2, 4.0),
+    (64, 128, 4, 3, None), (64, 128, 4, 3, 32), (128, 64, 8, 3, None), (128, 64, 8, 3, 32),
+    (32, 128, 4, 3, None), (16, 128, 4, 3, None), (64, 64, 4, 4, None), (128, 128, 8, 2, None),
 )
 
 
@@ -201,17 +203,18 @@ def tune_attention(batch: int, tokens: int, context: int, kv: torch.Tensor, head
     rows: list[dict[str, object]] = []
     best, best_t = None, float("inf")
     group = heads // kv.shape[3]
-    for bm, bn, warps, stages, waves in _CANDIDATES:
+    for bm, bn, warps, stages, splits in _CANDIDATES:
         if bm > 2 * max(16, group * tokens):
             continue
-        cfg = TreeAttentionConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, waves=waves)
+        sp = None if splits is None else max(1, min(splits, context // 256))
+        cfg = (TreeAttentionConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages), sp)
         _TUNED[key] = cfg
         try:
             t = graph_time(lambda: lay.attend(q, kv), dev, 10)
         except Exception as e:  # a config that does not compile is skipped
-            rows.append({"config": [bm, bn, warps, stages, waves], "error": repr(e)[:160]})
+            rows.append({"config": [bm, bn, warps, stages, splits], "error": repr(e)[:160]})
             continue
-        rows.append({"config": [bm, bn, warps, stages, waves], "seconds": t})
+        rows.append({"config": [bm, bn, warps, stages, splits], "seconds": t})
         if t < best_t:
             best, best_t = cfg, t
     if best is None:

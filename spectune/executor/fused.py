@@ -137,3 +137,59 @@ def rope_(
         return
     half = cos.shape[1]
     _rope_kernel[(x.shape[0], heads)](x, pos, cos, sin, x.stride(0), HALF=half, num_warps=1)
+
+
+# ---- RoPE + K/V store in one pass ----------------------------------------------------------------
+@triton.jit
+def _rope_store_kernel(
+    x_ptr, pos_ptr, cos_ptr, sin_ptr, kv_ptr, row_stride, n_tok, lo, HQ, HK,
+    s_kv, s_b, s_pos, s_h, HALF: tl.constexpr,
+):  # fmt: skip
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    b = t // n_tok
+    slot = lo + t % n_tok
+    d = tl.arange(0, HALF)
+    base = x_ptr + t * row_stride + h * 2 * HALF
+    x1 = tl.load(base + d)
+    x2 = tl.load(base + HALF + d)
+    if h < HQ + HK:  # q or k head: rotate
+        pos = tl.load(pos_ptr + t)
+        c = tl.load(cos_ptr + pos * HALF + d)
+        s = tl.load(sin_ptr + pos * HALF + d)
+        y1 = (x1.to(tl.float32) * c - x2.to(tl.float32) * s).to(x_ptr.dtype.element_ty)
+        y2 = (x2.to(tl.float32) * c + x1.to(tl.float32) * s).to(x_ptr.dtype.element_ty)
+        if h < HQ:
+            tl.store(base + d, y1)
+            tl.store(base + HALF + d, y2)
+        else:  # k: into the cache
+            dst = kv_ptr + b.to(tl.int64) * s_b + slot.to(tl.int64) * s_pos + (h - HQ) * s_h
+            tl.store(dst + d, y1)
+            tl.store(dst + HALF + d, y2)
+    else:  # v: copied into the cache as is
+        dst = kv_ptr + s_kv + b.to(tl.int64) * s_b + slot.to(tl.int64) * s_pos + (h - HQ - HK) * s_h
+        tl.store(dst + d, x1)
+        tl.store(dst + HALF + d, x2)
+
+
+def rope_store_(
+    qkv: torch.Tensor, hq: int, hk: int, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    kv: torch.Tensor, lo: int, use_triton: bool | None = None,
+) -> None:
+    """RoPE on the q heads of qkv: [B*N, (hq + 2*hk) * D] (in place) and on the k heads, whose
+    rotated values go with the v heads into the cache kv: [2, B, cap, hk, D] at positions
+    [lo, lo + N) of each sequence. One kernel instead of RoPE + two strided copies; bytes: read
+    qkv once, write q back and K/V into the cache."""
+    b = kv.shape[1]
+    n = qkv.shape[0] // b
+    d = kv.shape[-1]
+    if not (qkv.is_cuda if use_triton is None else use_triton):
+        reference_rope_(qkv, hq + hk, pos, cos, sin)
+        kv[:, :, lo : lo + n].copy_(qkv[:, hq * d :].view(b, n, 2, hk, d).permute(2, 0, 1, 3, 4))
+        return
+    if kv.stride(-1) != 1 or qkv.stride(-1) != 1:
+        raise ValueError("rope_store_ needs a contiguous head dim")
+    _rope_store_kernel[(qkv.shape[0], hq + 2 * hk)](
+        qkv, pos, cos, sin, kv, qkv.stride(0), n, lo, hq, hk,
+        kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), HALF=cos.shape[1], num_warps=1,
+    )  # fmt: skip

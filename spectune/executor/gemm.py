@@ -27,6 +27,7 @@ def _splitk_kernel(
     x_ptr, w_ptr, p_ptr, M, N, K, k_per_split,
     stride_xm, stride_wn, stride_ps, stride_pm,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DIRECT: tl.constexpr,
+    GATED: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -38,10 +39,15 @@ def _splitk_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kk in range(0, k_per_split, BLOCK_K):
         k = k0 + kk + offs_k
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
-                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)
+        xmask = (offs_m[:, None] < M) & (k[None, :] < K)
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + k[None, :],
                     mask=(offs_n[:, None] < N) & (k[None, :] < K), other=0.0)
+        if GATED:  # x = silu(gate) * up, read from [gate | up] rows of width 2K (SwiGLU fused)
+            g = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=xmask, other=0.0).to(tl.float32)
+            u = tl.load(x_ptr + offs_m[:, None] * stride_xm + K + k[None, :], mask=xmask, other=0.0).to(tl.float32)
+            x = (g / (1.0 + tl.exp(-g)) * u).to(w.dtype)
+        else:
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=xmask, other=0.0)
         acc = tl.dot(x, tl.trans(w), acc)
     ok = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if DIRECT:
@@ -52,11 +58,12 @@ def _splitk_kernel(
 
 def splitk_linear(
     x: torch.Tensor, w: torch.Tensor, splits: int, block_n: int = 64, block_k: int = 128,
-    warps: int = 4, stages: int = 4,
+    warps: int = 4, stages: int = 4, gated: bool = False,
 ) -> torch.Tensor:
-    """x: [M, K] (row-contiguous), w: [N, K] contiguous -> [M, N] in x's dtype."""
-    m, k = x.shape
-    n = w.shape[0]
+    """x: [M, K] (row-contiguous), w: [N, K] contiguous -> [M, N] in x's dtype. With `gated`,
+    x is [M, 2K] = [gate | up] and the GEMM input is silu(gate) * up (never written out)."""
+    m = x.shape[0]
+    n, k = w.shape
     block_m = max(16, min(64, triton.next_power_of_2(m)))
     k_per = triton.cdiv(triton.cdiv(k, splits), block_k) * block_k
     splits = triton.cdiv(k, k_per)
@@ -64,12 +71,12 @@ def splitk_linear(
     if splits == 1:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
         _splitk_kernel[grid](x, w, out, m, n, k, k_per, x.stride(0), w.stride(0), 0, out.stride(0),
-                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DIRECT=True,
+                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DIRECT=True, GATED=gated,
                              num_warps=warps, num_stages=stages)
         return out
     part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
     _splitk_kernel[grid](x, w, part, m, n, k, k_per, x.stride(0), w.stride(0), part.stride(0), part.stride(1),
-                         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DIRECT=False,
+                         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DIRECT=False, GATED=gated,
                          num_warps=warps, num_stages=stages)
     return part.sum(dim=0).to(x.dtype)
 
@@ -140,6 +147,19 @@ def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         xm = xm.contiguous()
     y = run_variant(v, xm, w)
     return y.view(*x.shape[:-1], w.shape[0])
+
+
+def linear_gated(gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up @ w[N, K]^T for gate_up: [..., 2K] (SwiGLU's down projection); fused into
+    the split-K kernel where the plan picks one, else silu_mul then `linear`."""
+    from spectune.executor.fused import silu_mul
+
+    k = w.shape[1]
+    m = gate_up.numel() // (2 * k)
+    if not gate_up.is_cuda or _PLAN.variant(w.shape[0], k, m) == "cublas":
+        return linear(silu_mul(gate_up.reshape(m, 2 * k)), w).view(*gate_up.shape[:-1], w.shape[0])
+    y = splitk_linear(gate_up.reshape(m, 2 * k), w, gated=True, **parse_variant(_PLAN.variant(w.shape[0], k, m)))
+    return y.view(*gate_up.shape[:-1], w.shape[0])
 
 
 def autotune(

@@ -327,17 +327,26 @@ class SpecRunner:
 class ARRunner:
     """The same target without speculation: one token per sequence per step (the baseline)."""
 
-    def __init__(self, target: Decoder, batch: int, context: int, cache: KVCache, *, use_graphs: bool = True):
+    def __init__(
+        self, target: Decoder, batch: int, context: int, cache: KVCache, *, use_graphs: bool = True,
+        use_kernels: bool = False,
+    ):
         self.target, self.batch, self.context, self.cache = target, batch, context, cache
         dev = target.device
         self.device = dev
         self.token = torch.randint(0, target.spec.vocab, (batch, 1), dtype=torch.int64, device=dev)
         self.pos = torch.full((batch, 1), context, dtype=torch.int64, device=dev)
         self.mask = torch.ones((batch, 1, 1), dtype=torch.bool, device=dev)
+        # the same attention kernel as the speculative runs, so the baseline is like for like
+        self.layout = KernelLayout(batch, 1, context, cache.capacity, dev) if use_kernels else None
+        if self.layout is not None:
+            self.layout.set_mask(self.mask)
         self.graphs = _Graphs([self.verify], dev, use_graphs)
 
     def verify(self) -> None:
-        hidden, _ = self.target.forward(self.token, self.pos, self.cache, self.context, self.mask)
+        hidden, _ = self.target.forward(
+            self.token, self.pos, self.cache, self.context, self.mask, kernel=self.layout
+        )
         self.token.copy_(self.target.lm_head(hidden).argmax(dim=-1))
 
     def run(self, steps: int, warmup: int = 3) -> PhaseResult:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from spectune.executor.attention import KernelLayout, tree_attention
-from spectune.executor.fused import add_rmsnorm, rope_, rope_tables, silu_mul
-from spectune.executor.gemm import linear
+from spectune.executor.fused import add_rmsnorm, rope_store_, rope_tables
+from spectune.executor.gemm import linear, linear_gated
 from spectune.specs import ModelSpec, SpecError
 
 ROPE_THETA = 500000.0  # Llama 3 rope_theta (config.json); latency does not depend on it
@@ -113,10 +113,8 @@ def layer_forward(
     b, n, _ = h.shape
     hq, hk, d = spec.heads, spec.kv_heads, spec.head_dim
     qkv = linear(h.view(b * n, -1), w.wqkv)  # [B*N, (Hq+2Hk)*D]
-    rope_(qkv, hq + hk, pos.reshape(-1), *rope)
+    rope_store_(qkv, hq, hk, pos.reshape(-1), *rope, kv, context + slot)
     q = qkv[:, : hq * d].view(b, n, hq, d)
-    lo = context + slot
-    kv[:, :, lo : lo + n].copy_(qkv[:, hq * d :].view(b, n, 2, hk, d).permute(2, 0, 1, 3, 4))
     if kernel is not None:
         attn = kernel.attend(q, kv)
     else:
@@ -131,7 +129,7 @@ def layer_forward(
     o = linear(attn.reshape(b * n, hq * d), w.wo).view(b, n, -1)
     h2 = add_rmsnorm(o, residual, w.norm_mlp)
     gu = linear(h2.view(b * n, -1), w.w_gate_up)
-    mlp = linear(silu_mul(gu), w.w_down).view(b, n, -1)
+    mlp = linear_gated(gu, w.w_down).view(b, n, -1)
     return mlp, residual
 
 

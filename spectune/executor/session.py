@@ -102,7 +102,10 @@ class Session:
     def run_ar(self, batch: int, context: int, steps: int, warmup: int = 3) -> PhaseResult:
         self._check(batch, context, 1)
         self.tune(batch, 1, context)
-        r = ARRunner(self.target, batch, context, self.tcache, use_graphs=self.cfg.use_graphs)
+        r = ARRunner(
+            self.target, batch, context, self.tcache, use_graphs=self.cfg.use_graphs,
+            use_kernels=self.use_kernels,
+        )
         res = r.run(steps, warmup)
         del r
         _free()
