@@ -69,11 +69,21 @@ def main() -> None:
         flush=True,
     )
     summary: dict[str, object] = {"gpu": gpu, "hardware": hw}
-    write_json_atomic(out / "gemm-autotune.json", {"plan": session.gemm_plan, "rows": session.gemm_rows})
+    from spectune.executor import attention as _attn
+
+    print(f"attention self-check: rel err {session.attention_check:.2e}; grouped flash prefix: {_attn._FA_VARLEN}", flush=True)
+    write_json_atomic(
+        out / "gemm-autotune.json", {"plan": session.gemm_plan, "rows": session.gemm_rows}
+    )
     for row in session.gemm_rows:
-        if row.get("m") in (1, 64) and row.get("variant") == session.gemm_plan.get(f"{row['n']}x{row['k']}@{row['m']}"):
-            print(f"  gemm {row['n']}x{row['k']} M={row['m']:<3} {row['variant']:<22} "
-                  f"{row['seconds'] * 1e6:7.1f} us {row['gb_s']:6.0f} GB/s", flush=True)
+        if row.get("m") in (1, 64) and row.get("variant") == session.gemm_plan.get(
+            f"{row['n']}x{row['k']}@{row['m']}"
+        ):
+            print(
+                f"  gemm {row['n']}x{row['k']} M={row['m']:<3} {row['variant']:<22} "
+                f"{row['seconds'] * 1e6:7.1f} us {row['gb_s']:6.0f} GB/s",
+                flush=True,
+            )
 
     # ---- roofline floor: verify at B=1, N=64, C=4096 for each attention backend --------------
     from spectune.executor.calibrate import copy_bandwidth

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from spectune.executor.attention import KernelLayout, kernels_ready, tune_attention
+from spectune.executor.attention import KernelLayout, kernels_ready, self_check, tune_attention
 from spectune.executor.drafter import Drafter, make_drafter
 from spectune.executor.gemm import autotune, set_plan
 from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner, _Graphs
@@ -72,6 +72,7 @@ class Session:
         self.tcache = self.target.new_cache(cfg.max_batch, cap)
         self.dcache = self.drafter.new_cache(cfg.max_batch, cap)
         self.use_kernels = cfg.use_kernels and self.device.type == "cuda" and kernels_ready()
+        self.attention_check = self_check(self.device) if self.device.type == "cuda" else 0.0
         self.gemm_rows: list[dict[str, object]] = []
         self.attention_rows: list[dict[str, object]] = []
         self.gemm_plan: dict[str, str] = {}
