@@ -198,7 +198,7 @@ _FIT_EAGLE = (
     "confidence_mean[d] = m1 * 0.93**d (d = 0..), Beta concentration 4, tail 0.45, identity "
     "calibration (EAGLE-2: draft confidence ~ acceptance); m1 fitted by bisection so that the "
     "EAGLE-2 default tree (dynamic-topk, depth 7, topk 10, 60 draft tokens = budget 61) yields "
-    "{tau:.2f} tokens/step = {why} (spectune.planner.acceptance.fit.fit_confidence_scale, 6000 "
+    "{tau:.2f} tokens/step = {why} (spectune.planner.acceptance.fit.fit_confidence_scale, 8000 "
     "sampled trees). Retrieval: rho[m][j] = s * (0.6, 0.8, 1.0)[m-1] * 0.9**j with match-length "
     "probabilities (0.2, 0.2, 0.3); s fitted so a 10-token PLD chain yields {pld:.2f} tokens/step "
     "= PLD's Spec-Bench 1.74 x task/overall speedup ({pld_why}). The shapes (decay 0.93, tail, "
@@ -243,7 +243,7 @@ def _eagle_task(
 _PRESET_LIST = [
     _eagle_task(
         "mt-bench",
-        0.790,
+        0.7935,
         4.36 * 2.71 / 2.25,
         "4.36 x 2.71/2.25 (multi-turn)",
         0.6712,
@@ -254,7 +254,7 @@ _PRESET_LIST = [
     ),
     _eagle_task(
         "gsm8k",
-        0.7935,
+        0.7944,
         4.36 * 2.71 / 2.25,
         "4.36 x 2.71/2.25 (Spec-Bench math reasoning is GSM8K)",
         0.6969,
@@ -265,7 +265,7 @@ _PRESET_LIST = [
     ),
     _eagle_task(
         "summarization",
-        0.6389,
+        0.6407,
         4.36 * 2.19 / 2.25,
         "4.36 x 2.19/2.25 (summarization, CNN/DM)",
         0.9450,

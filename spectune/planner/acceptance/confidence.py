@@ -7,7 +7,8 @@ parent is calibration(draft probability), a piecewise-linear curve kept at or be
 so that siblings, whose draft probabilities sum to <= 1, also have acceptances summing to <= 1.
 
 Draws come from a per-depth bank of `bank_rows` candidate rows generated once, lazily, from a
-seed derived from the workload's parameters (same workload, same bank, in any process);
+seed derived from the workload's name (same workload, same bank, in any process; top-1
+probabilities are stratified Beta quantiles, so the bank moves smoothly with the parameters);
 builders pick rows at random with their own generator.
 """
 
@@ -16,13 +17,14 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
+from scipy.stats import beta as beta_dist
 
 from spectune.planner.acceptance.base import AcceptanceModel, CandidateBank, RetrievalProfile
 from spectune.specs.tree import DraftTree
 from spectune.specs.workload import Workload
 
 BANK_WIDTH = 64  # ranks generated per row (TreePolicy allows topk <= 64)
-BANK_ROWS = 4096
+BANK_ROWS = 1024  # small enough that a batch's bank gathers stay in L2
 
 
 class ConfidenceAcceptance(AcceptanceModel):
@@ -35,13 +37,16 @@ class ConfidenceAcceptance(AcceptanceModel):
         self._xs = np.asarray(workload.calibration_x, dtype=np.float64)
         self._ys = np.asarray(workload.calibration_y, dtype=np.float64)
         self._means = np.asarray(workload.confidence_mean, dtype=np.float64)
-        self._seed = zlib.crc32(repr(workload).encode("utf-8")) ^ self.bank_rows
+        # the bank's uniforms depend on the name only, so refits of one workload see common
+        # random numbers (top-1 draws are Beta quantiles of them: smooth in the parameters)
+        self._seed = zlib.crc32(workload.name.encode("utf-8")) ^ self.bank_rows
+        self._key = ("confidence", repr(workload), self.bank_rows)
         self._banks: dict[int, CandidateBank] = {}
         self._sliced: dict[tuple[int, int], CandidateBank] = {}
 
     @property
     def cache_key(self) -> tuple[object, ...]:
-        return ("confidence", repr(self.workload), self.bank_rows)
+        return self._key
 
     def calibrate(self, conf: np.ndarray) -> np.ndarray:
         """Acceptance probability for draft probabilities `conf` (any shape)."""
@@ -60,7 +65,8 @@ class ConfidenceAcceptance(AcceptanceModel):
             rng = np.random.default_rng([self._seed, level])
             m = self.mean_top1(level)
             k = wl.confidence_concentration
-            top1 = rng.beta(m * k, (1 - m) * k, size=self.bank_rows)
+            u = (np.arange(self.bank_rows) + rng.random(self.bank_rows)) / self.bank_rows
+            top1 = beta_dist.ppf(rng.permutation(u), m * k, (1 - m) * k)  # stratified
             top1 = np.clip(top1, 1e-6, 1 - 1e-6)
             tail = wl.confidence_tail
             shares = (1 - tail) * tail ** np.arange(BANK_WIDTH - 1)

@@ -60,14 +60,18 @@ class PositionalAcceptance(AcceptanceModel):
 
     @property
     def cache_key(self) -> tuple[object, ...]:
-        return (
-            "positional",
-            self.table.tobytes(),
-            self.table.shape,
-            self.depth_decay,
-            self.retrieval.rho.tobytes(),
-            self.retrieval.match_probs.tobytes(),
-        )
+        key = self.__dict__.get("_key")
+        if key is None:
+            key = (
+                type(self).__name__,
+                self.table.tobytes(),
+                self.table.shape,
+                self.depth_decay,
+                self.retrieval.rho.tobytes(),
+                self.retrieval.match_probs.tobytes(),
+            )
+            self.__dict__["_key"] = key
+        return key
 
     def _rows(self, levels: np.ndarray) -> np.ndarray:
         """float64[len(levels), W]: the table row for children at each depth (>= 1)."""

@@ -63,7 +63,7 @@ def _choose(
     b = pool.batch
     slots_each = policy.budget - 1
     need_p = (shared and b > 1) or policy.graft_budget > 0
-    p = pool.accept_prob() if need_p else pool.acc  # acc stands in until P is needed
+    p = pool.accept_prob() if need_p else np.empty((0, 0))  # P only when something needs it
     if shared and b > 1:
         score = np.where(p > 0, np.log(np.maximum(p, 1e-300)), 2 * LOG_ZERO)
         keep = flat.keep_top(score, None, b * slots_each)

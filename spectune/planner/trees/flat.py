@@ -40,7 +40,7 @@ class FlatPool:
     def __init__(
         self,
         lp: np.ndarray,
-        acc: np.ndarray,
+        acc: np.ndarray | None,
         start: np.ndarray,
         level: np.ndarray,
         level_slices: list[slice],
@@ -49,9 +49,11 @@ class FlatPool:
         parent: np.ndarray | None = None,
         count: np.ndarray | None = None,
         exps: list[np.ndarray] | None = None,
+        level_acc: np.ndarray | None = None,
     ) -> None:
         self.lp = lp  # float64[B, T]
-        self.acc = acc  # float64[B, T]
+        self._acc = acc  # float64[B, T], or None: built from level_acc on first use
+        self.level_acc = level_acc  # dynamic pools: float64[D, B, k, k] acc by (level, parent slot)
         self.start = start  # int64[B, T]
         self.level = level  # int64[T]
         self.level_slices = level_slices  # columns of each level, level 0 = the root column
@@ -75,6 +77,21 @@ class FlatPool:
                 par[:, sl] = np.repeat(prev.start + exp, k, axis=1)
             self._parent = par
         return self._parent
+
+    @property
+    def acc(self) -> np.ndarray:
+        """float64[B, T]: P(candidate accepted | parent accepted); root 1."""
+        if self._acc is None:
+            la = self.level_acc
+            assert la is not None
+            b, k = self.batch, self.width
+            acc = np.empty((b, self.columns))
+            acc[:, 0] = 1.0
+            acc[:, 1 : 1 + k] = la[0, :, 0]
+            if la.shape[0] > 1:
+                acc[:, 1 + k :] = la[1:].transpose(1, 0, 2, 3).reshape(b, -1)
+            self._acc = acc
+        return self._acc
 
     @property
     def count(self) -> np.ndarray:
@@ -123,17 +140,20 @@ def dynamic_pool(
     bounds = np.cumsum([0, *sizes])
     t = int(bounds[-1])
     lp = np.empty((b, t))
-    acc = np.empty((b, t))
     start = np.zeros((b, t), dtype=np.int64)
-    lp[:, 0], acc[:, 0], start[:, 0] = 0.0, 1.0, 1
+    lp[:, 0], start[:, 0] = 0.0, 1
     lp_flat, start_flat = lp.ravel(), start.ravel()
     row_t = (np.arange(b) * t)[:, None]  # flat offset of each request's row
-    # one uniform draw per (level, request, parent) picks the bank rows of every level
+    # every level's candidates at once: a bank row per (level, request, parent slot)
+    logconf, accept, rows_per_level = _stacked_banks(model, depth, k)
     u = rng.random((depth, b, k))
-    bank = model.candidate_bank(1, k)
-    got = bank.pair.reshape(bank.rows, 2 * k).take((u[0, :, 0] * bank.rows).astype(np.int64), 0)
-    lp[:, 1 : 1 + k] = got[:, :k]
-    acc[:, 1 : 1 + k] = got[:, k:]
+    pick = (u * rows_per_level[:, None, None]).astype(np.int64)
+    pick += (np.arange(depth) * logconf.shape[1])[:, None, None]
+    pick[0, :, 1:] = pick[0, :, :1]  # the root is one node: one row
+    got_lc = logconf.reshape(-1, k).take(pick, axis=0)  # [D, B, k, k]
+    got_acc = accept.reshape(-1, k).take(pick, axis=0)  # [D, B, k, k]
+    got_acc = got_acc.astype(np.float64)
+    lp[:, 1 : 1 + k] = got_lc[0, :, 0]
     ties = _TIE * np.arange(k * k)
     child_cols = np.arange(k) * k
     exps = []
@@ -148,21 +168,44 @@ def dynamic_pool(
             exp = np.broadcast_to(np.arange(k), (b, k))
         exps.append(exp)
         at = row_t + p0 + exp  # flat index of each expanded node
-        bank = model.candidate_bank(lvl, k)
-        rows = (u[lvl - 1] * bank.rows).astype(np.int64)
-        got = bank.pair.reshape(bank.rows, 2 * k).take(rows, 0).reshape(b, k, 2, k)
-        np.add(lp_flat.take(at)[:, :, None], got[:, :, 0], out=lp[:, c0:c1].reshape(b, k, k))
-        acc[:, c0:c1].reshape(b, k, k)[...] = got[:, :, 1]
+        np.add(lp_flat.take(at)[:, :, None], got_lc[lvl - 1], out=lp[:, c0:c1].reshape(b, k, k))
         start_flat[at] = c0 + child_cols
     return FlatPool(
         lp,
-        acc,
+        None,
         start,
         level=np.repeat(np.arange(len(sizes)), sizes),
         level_slices=[slice(int(bounds[i]), int(bounds[i + 1])) for i in range(len(sizes))],
         width=k,
         exps=exps,
+        level_acc=got_acc,
     )
+
+
+_STACKS: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _stacked_banks(
+    model: AcceptanceModel, depth: int, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(logconf float32[D, M, k], accept float32[D, M, k], rows int64[D]): every level's bank,
+    zero-padded to the largest M, cached per model."""
+    key = (model.cache_key, depth, k)
+    hit = _STACKS.get(key)
+    if hit is None:
+        banks = [model.candidate_bank(lvl, k) for lvl in range(1, depth + 1)]
+        rows = np.array([bk.rows for bk in banks], dtype=np.int64)
+        # float32 halves the bytes a batch gathers; sums are taken in float64
+        logconf = np.full((depth, int(rows.max()), k), LOG_ZERO, dtype=np.float32)
+        accept = np.zeros((depth, int(rows.max()), k), dtype=np.float32)
+        for d, bk in enumerate(banks):
+            logconf[d, : bk.rows] = bk.logconf
+            accept[d, : bk.rows] = bk.accept
+        if len(_STACKS) > 256:
+            _STACKS.clear()
+        hit = (logconf, accept, rows)
+        _STACKS[key] = hit
+    return hit
 
 
 def static_pool(
@@ -413,14 +456,18 @@ def _walk_dynamic(
         def kept(col: np.ndarray) -> np.ndarray:
             return keys_f.take(base + col) - _TIE * col >= floor
 
-    start_f, acc_f = pool.start.ravel(), pool.acc.ravel()
+    start_f = pool.start.ravel()
+    assert pool.level_acc is not None
+    acc_f = pool.level_acc.ravel()  # [D, B, k parent slots, k children]
     span = np.arange(k)
+    rows_k = np.arange(b) * k
     cur = np.zeros(b, dtype=np.int64)
     alive = np.ones(b, dtype=bool)
     tokens = np.ones(b, dtype=np.int64)
-    for u in rng.random((len(pool.level_slices) - 1, b)):
+    for lvl, u in enumerate(rng.random((len(pool.level_slices) - 1, b))):
         s = start_f.take(base + cur)  # first child column; 0 when cur was not expanded
-        a = acc_f.take((base + s)[:, None] + span)
+        slot = np.maximum(s - pool.level_slices[lvl + 1].start, 0) // k
+        a = acc_f.take(((lvl * b * k + rows_k + slot) * k)[:, None] + span)
         r = (u[:, None] >= np.cumsum(a, axis=1)).sum(axis=1)
         nxt = s + np.minimum(r, k - 1)
         alive &= (s > 0) & (r < k)
