@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
         Path(args.out),
         cfg,
         Path(args.samples) if args.samples else None,
+        deadline_s=args.deadline_s,
     )
     print(f"wrote {n} steps of {len(prompts)} prompts to {args.out}")
     return 0
@@ -52,4 +53,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-topk", type=int, default=8, help="children per expanded node (= beam)")
     p.add_argument("--pool-size", type=int, default=64, help="model candidates kept + root")
     p.add_argument("--samples", help="also write the generated texts as JSON here")
+    p.add_argument("--deadline-s", type=float, help="start no new prompt after this many seconds")
     p.set_defaults(func=run)

@@ -82,10 +82,11 @@ def record(
     out: Path,
     cfg: RecordConfig,
     samples: Path | None = None,
+    deadline_s: float | None = None,
 ) -> int:
     """Record every prompt into `out` (.jsonl or .jsonl.gz; a .gz is written as .jsonl first,
     line by line, then compressed, so an interrupted run leaves a readable .jsonl). Returns
-    the number of steps."""
+    the number of steps. With `deadline_s`, no new prompt starts after that many seconds."""
     from spectune.planner.trace import TraceHeader, TraceWriter
 
     torch.set_num_threads(1)
@@ -105,8 +106,12 @@ def record(
     plain = out.with_suffix("") if out.name.endswith(".gz") else out
     total = 0
     texts = []
+    started = time.time()
     with TraceWriter(plain, header) as writer:
         for pi, prompt in enumerate(prompts):
+            if deadline_s is not None and time.time() - started > deadline_s:
+                print(f"deadline: stopped before prompt {pi + 1}", file=sys.stderr, flush=True)
+                break
             retr = Retrievers(
                 PromptLookup(cfg.max_ngram, cfg.retrieval_len),
                 store,
