@@ -52,13 +52,15 @@ def _print_table(cm: CostModel, rows: list[dict[str, Any]]) -> None:
     print(
         f"{cm.target.name} (drafter {drafter}) on {cm.tp} x {cm.hardware.name}; "
         f"memory floor {cm.memory_floor_time() * MS:.3f} ms, "
-        f"GEMM knee ~{cm.knee_tokens():.0f} tokens/pass; times in ms"
+        f"GEMM knee ~{cm.knee_tokens():.0f} tokens/pass; times in ms, x_floor = verify / floor"
     )
-    head = ["batch", "tokens", "context", "verify", "draft_step", "ar_step", *BREAKDOWN_KEYS]
-    print(" ".join(f"{h:>11}" for h in head))
+    floor = cm.memory_floor_time()
+    head = ["batch", "tokens", "context", "verify", "x_floor", "draft_step", "ar_step"]
+    print(" ".join(f"{h:>11}" for h in [*head, *BREAKDOWN_KEYS]))
     for r in rows:
         cells = [str(r["batch"]), str(r["tokens"]), str(r["context"])]
-        cells += [f"{r[k] * MS:.3f}" for k in ("verify_s", "draft_step_s", "ar_step_s")]
+        cells += [f"{r['verify_s'] * MS:.3f}", f"{r['verify_s'] / floor:.2f}"]
+        cells += [f"{r[k] * MS:.3f}" for k in ("draft_step_s", "ar_step_s")]
         cells += [f"{r['breakdown'][k] * MS:.3f}" for k in BREAKDOWN_KEYS]
         print(" ".join(f"{c:>11}" for c in cells))
 
