@@ -38,6 +38,8 @@ from spectune.planner.search import (
 )
 from spectune.planner.space import policy_from_params
 
+pytestmark = pytest.mark.slow
+
 POSTGRES_URL = os.environ.get(
     "SPECTUNE_TEST_POSTGRES_URL", "postgresql://spectune:spectune@127.0.0.1:5432/spectune_test"
 )
@@ -161,3 +163,44 @@ def test_killed_worker_loses_no_trial(storage_url: str, tmp_path: Path) -> None:
 
 if __name__ == "__main__":
     _worker_main(sys.argv[1], sys.argv[2], sys.argv[3])
+
+
+def test_plan_with_local_workers_writes_the_table(tmp_path: Path) -> None:
+    """`spectune plan --workers 2` on a SQLite file: two `spectune worker` processes share the
+    bucket studies; the plan reads them back and writes the policy file."""
+    from spectune.cli import main
+    from spectune.specs.policy import PolicyTable
+
+    out = tmp_path / "policy.json"
+    url = f"sqlite:///{tmp_path / 'plan.db'}"
+    args = [
+        "plan",
+        "--workers",
+        "2",
+        "--trials",
+        "5",
+        "--batch-edges",
+        "1,64",
+        "--context-edges",
+        "4096",
+        "--storage",
+        url,
+        "--study",
+        "w",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    assert main(args) == 0
+    table = PolicyTable.load(out)
+    assert [b.batch for b in table.buckets] == [(1, 1), (2, 64)]
+    assert table.provenance["workers"] == 2 and table.provenance["trials"] >= 10
+    studies = optuna.get_all_study_names(url)
+    assert len(studies) == 2
+    for name in studies:
+        done = optuna.load_study(study_name=name, storage=url).get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,)
+        )
+        assert len(done) >= 5
+    # the same storage and study for another scenario is refused, not mixed in
+    assert main([*args, "--gpu", "a100-80g"]) == 2

@@ -356,7 +356,13 @@ def optimize_study(
             continue
         if waiting == 0 and complete >= settings.refine_after * settings.trials:
             _enqueue_neighbour(study, space)
-        study.optimize(objective, n_trials=1, catch=(SpecError,), gc_after_trial=False)
+        try:
+            study.optimize(objective, n_trials=1, catch=(SpecError,), gc_after_trial=False)
+        except ValueError as e:
+            # SQLite cannot lock rows: two processes may pop the same enqueued trial, and the
+            # second tell is refused. The objective is deterministic, so nothing is lost.
+            if not str(e).startswith("Cannot tell a"):
+                raise
 
 
 def _enqueue_neighbour(study: optuna.Study, space: PolicySpace, top: int = 3) -> bool:
