@@ -145,6 +145,8 @@ def load_figure(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, 
         if all(f"off_{col}" in r for r in rows):
             ax.plot(x, [r[f"off_{col}"] * scale for r in rows], marker="x", ls="--", color=color,
                     label=f"{label}, off")  # fmt: skip
+    if len(x) > 1 and min(x) > 0 and max(x) / min(x) >= 8:
+        ax.set_xscale("log", base=2)
     ax.set_xlabel("request rate, requests/s")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)

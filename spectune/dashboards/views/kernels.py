@@ -35,10 +35,11 @@ else:
     assert chosen is not None
     bw = float(chosen["copy_bytes_per_s"])
     peak, preset = artifacts.peak_flops_for(chosen)
-    c = st.columns(3)
-    c[0].metric("device", str(chosen.get("device", chosen.get("card", "?"))))
-    c[1].metric("measured copy bandwidth", f"{bw / 1e12:.2f} TB/s")
-    c[2].metric("dense bf16 peak", f"{peak / 1e12:.0f} TFLOP/s" if peak else "unknown",
+    st.caption(f"device: {chosen.get('device', chosen.get('card', '?'))}")
+    c = st.columns(2)
+    c[0].metric("measured copy bandwidth", f"{bw / 1e12:.2f} TB/s",
+                help="device-to-device copy, read + write bytes counted")  # fmt: skip
+    c[1].metric("dense bf16 peak", f"{peak / 1e12:.0f} TFLOP/s" if peak else "unknown",
                 help=f"hardware preset {preset}" if preset else None)  # fmt: skip
     rows = artifacts.roofline_rows(chosen)
     if rows:

@@ -70,9 +70,13 @@ if plan is not None:
     st.subheader("Predicted tokens/s against batch size")
     ctx_ranges = sorted({b.context for b in table.buckets})
     contexts = [c for c in ui.CONTEXTS if any(lo <= c <= hi for lo, hi in ctx_ranges)]
-    context = int(st.select_slider("Context length", contexts or [ctx_ranges[0][0]],
-                                   value=4096 if 4096 in contexts else (contexts or [ctx_ranges[0][0]])[0],
-                                   key="planner.context"))  # fmt: skip
+    # default: the context the first context bucket was tuned at (the middle of its range)
+    mid = (ctx_ranges[0][0] + ctx_ranges[0][1] + 1) // 2
+    contexts = contexts or [mid]
+    start = min(contexts, key=lambda c: abs(c - mid))
+    context = int(st.select_slider("Context length", contexts, value=start, key="planner.context",
+                                   help="the planner scores each bucket at the middle of its "
+                                   "context range"))  # fmt: skip
     top = max(b.batch[1] for b in table.buckets)
     batches = tuple(sorted({b for b in ui.BATCH_SIZES if b <= top}
                            | {x for b in table.buckets for x in b.batch}))  # fmt: skip

@@ -49,7 +49,9 @@ with gate_tab, ui.friendly_errors("spectune check"):
     kind = st.radio("Check", ("speedup", "verify latency"), horizontal=True, key="validation.check")
     rows = [r for r in g.rows if r["check"] == kind]
     if rows:
-        ui.show(plots.scatter_figure(rows, "", kind + (" (ms)" if kind == "verify latency" else "")))
+        c1, _ = st.columns([1, 1])
+        with c1:
+            ui.show(plots.scatter_figure(rows, "", kind + (", ms" if kind == "verify latency" else "")))
     st.dataframe(pd.DataFrame(list(g.rows)), hide_index=True, key="validation.gate")
 
 with planner_tab:
