@@ -76,9 +76,8 @@ def main() -> None:
         out / "gemm-autotune.json", {"plan": session.gemm_plan, "rows": session.gemm_rows}
     )
     for row in session.gemm_rows:
-        if row.get("m") in (1, 64) and row.get("variant") == session.gemm_plan.get(
-            f"{row['n']}x{row['k']}@{row['m']}"
-        ):
+        key = f"{row['n']}x{row['k']}@{row['m']}{'+silu' if row.get('gated') else ''}"
+        if row.get("m") in (1, 64) and row.get("variant") == session.gemm_plan.get(key):
             print(
                 f"  gemm {row['n']}x{row['k']} M={row['m']:<3} {row['variant']:<22} "
                 f"{row['seconds'] * 1e6:7.1f} us {row['gb_s']:6.0f} GB/s",

@@ -109,19 +109,20 @@ M_BUCKETS = (1, 16, 32, 64, 128, 256)  # above the last bucket: cuBLAS
 
 
 class GemmPlan:
-    """Chosen variant per (N, K, M bucket); M above the largest bucket uses cuBLAS."""
+    """Chosen variant per (N, K, M bucket, gated); M above the largest bucket uses cuBLAS.
+    Gated entries time the SwiGLU-fused down projection (silu(gate) * up as the input)."""
 
-    def __init__(self, choice: dict[tuple[int, int, int], str] | None = None):
+    def __init__(self, choice: dict[tuple[int, int, int, bool], str] | None = None):
         self.choice = dict(choice or {})
 
-    def variant(self, n: int, k: int, m: int) -> str:
+    def variant(self, n: int, k: int, m: int, gated: bool = False) -> str:
         for bucket in M_BUCKETS:
             if m <= bucket:
-                return self.choice.get((n, k, bucket), "cublas")
+                return self.choice.get((n, k, bucket, gated), "cublas")
         return "cublas"
 
     def to_dict(self) -> dict[str, str]:
-        return {f"{n}x{k}@{m}": v for (n, k, m), v in sorted(self.choice.items())}
+        return {f"{n}x{k}@{m}{'+silu' if g else ''}": v for (n, k, m, g), v in sorted(self.choice.items())}
 
 
 _PLAN = GemmPlan()
@@ -156,38 +157,48 @@ def linear_gated(gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
     k = w.shape[1]
     m = gate_up.numel() // (2 * k)
-    if not gate_up.is_cuda or _PLAN.variant(w.shape[0], k, m) == "cublas":
+    v = _PLAN.variant(w.shape[0], k, m, gated=True)
+    if not gate_up.is_cuda or v == "cublas":
         return linear(silu_mul(gate_up.reshape(m, 2 * k)), w).view(*gate_up.shape[:-1], w.shape[0])
-    y = splitk_linear(gate_up.reshape(m, 2 * k), w, gated=True, **parse_variant(_PLAN.variant(w.shape[0], k, m)))
+    y = splitk_linear(gate_up.reshape(m, 2 * k), w, gated=True, **parse_variant(v))
     return y.view(*gate_up.shape[:-1], w.shape[0])
 
 
 def autotune(
     shapes: Iterable[tuple[int, int]], device: torch.device, buckets: Sequence[int] = M_BUCKETS,
-    copies_bytes: int = 256 << 20,
+    copies_bytes: int = 256 << 20, gated: Iterable[tuple[int, int]] = (),
 ) -> tuple[GemmPlan, list[dict[str, object]]]:
-    """Time every variant per weight shape (N, K) and M bucket; weights rotate over enough
-    copies that L2 never holds them. Returns the plan and the timing rows."""
-    choice: dict[tuple[int, int, int], str] = {}
+    """Time every variant per weight shape (N, K) and M bucket, and for the `gated` shapes also
+    the SwiGLU-fused form; weights rotate over enough copies that L2 never holds them.
+    Returns the plan and the timing rows."""
+    from spectune.executor.fused import silu_mul
+
+    choice: dict[tuple[int, int, int, bool], str] = {}
     rows: list[dict[str, object]] = []
-    for n, k in shapes:
+    jobs = [(n, k, False) for n, k in shapes] + [(n, k, True) for n, k in gated]
+    for n, k, fused in jobs:
         copies = max(1, -(-copies_bytes // (n * k * 2)))
         ws = [torch.empty((n, k), device=device, dtype=torch.bfloat16).uniform_(-0.02, 0.02) for _ in range(copies)]
         for m in buckets:
-            x = torch.empty((m, k), device=device, dtype=torch.bfloat16).uniform_(-1, 1)
+            x = torch.empty((m, 2 * k if fused else k), device=device, dtype=torch.bfloat16).uniform_(-1, 1)
             best, best_t = "cublas", float("inf")
             for v in VARIANTS:
-                def call(x: torch.Tensor = x, v: str = v, ws: list[torch.Tensor] = ws) -> None:
+                def call(x: torch.Tensor = x, v: str = v, ws: list[torch.Tensor] = ws, fused: bool = fused) -> None:
                     for w in ws:
-                        run_variant(v, x, w)
+                        if not fused:
+                            run_variant(v, x, w)
+                        elif v == "cublas":
+                            torch.nn.functional.linear(silu_mul(x), w)
+                        else:
+                            splitk_linear(x, w, gated=True, **parse_variant(v))
                 try:
                     t = graph_time(call, device) / len(ws)
                 except Exception as e:  # a variant that fails to compile is skipped
-                    rows.append({"n": n, "k": k, "m": m, "variant": v, "error": repr(e)[:200]})
+                    rows.append({"n": n, "k": k, "m": m, "variant": v, "gated": fused, "error": repr(e)[:200]})
                     continue
-                rows.append({"n": n, "k": k, "m": m, "variant": v, "seconds": t,
+                rows.append({"n": n, "k": k, "m": m, "variant": v, "gated": fused, "seconds": t,
                              "gb_s": n * k * 2 / t / 1e9})
                 if t < best_t:
                     best, best_t = v, t
-            choice[(n, k, m)] = best
+            choice[(n, k, m, fused)] = best
     return GemmPlan(choice), rows

@@ -78,7 +78,8 @@ class Session:
         self.gemm_plan: dict[str, str] = {}
         if self.device.type == "cuda" and cfg.autotune_gemm:
             shapes = sorted(set(weight_shapes(target)) | set(weight_shapes(drafter)))
-            plan, self.gemm_rows = autotune(shapes, self.device)
+            gated = sorted({(s.hidden, s.ffn) for s in (target, drafter)})
+            plan, self.gemm_rows = autotune(shapes, self.device, gated=gated)
             set_plan(plan)
             self.gemm_plan = plan.to_dict()
 
