@@ -50,6 +50,7 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--workload", default="mt-bench")
+    ap.add_argument("--profile", action="store_true", help="kernel table of one B=1 SGLang-tree step")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -149,12 +150,34 @@ def main() -> None:
     )
     write_json_atomic(out / "attention-tuning.json", session.attention_rows)
     write_json_atomic(out / "measurement.json", mdoc)
+    if args.profile:
+        _profile(session, acc, args.context)
     print(f"total {time.time() - t0:.0f} s")
     print(format_table(mdoc))
     summary["runs"] = [
         {k: r[k] for k in ("batch", "label", "tokens_per_s", "speedup")} for r in recs
     ]
     print(json.dumps(summary))
+
+
+def _profile(session: Session, acc: object, context: int) -> None:
+    """Per-kernel CUDA time of the draft and verify phases of one eager step (B=1, SGLang tree)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from spectune.executor.loop import SpecRunner
+
+    r = SpecRunner(session.target, session.drafter, acc, ENGINE_DEFAULTS["sglang"], 1, context,
+                   session.tcache, session.dcache, use_graphs=False, use_kernels=session.use_kernels)
+    for _ in range(2):
+        for f in (r.draft, r.build, r.verify, r.accept, r.compact, r.extend):
+            f()
+    torch.cuda.synchronize()
+    for name, fn in (("draft", r.draft), ("verify", r.verify)):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        print(f"--- profile: {name} (B=1, sglang 5/4/8, eager) ---")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=60))
 
 
 if __name__ == "__main__":
