@@ -203,3 +203,35 @@ def test_plan_writes_a_loadable_policy_file(
 def test_plan_rejects_bad_arguments(tmp_path: Path) -> None:
     assert main(["plan", "--out", str(tmp_path / "p.json"), "--trials", "0"]) == 2
     assert main(["plan", "--out", str(tmp_path / "p.json"), "--storage", "redis://x"]) == 2
+
+
+def test_plan_multi_objective_prints_the_front(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_search import fake_objective
+
+    import spectune.cli.plan as plan_cli
+    from spectune.planner.search import Scorer
+
+    obj = fake_objective()
+    monkeypatch.setattr(plan_cli, "build_scorer", lambda s: (Scorer(obj, obj.step_latency), obj))
+    out = tmp_path / "policy.json"
+    args = [
+        "plan",
+        "--out",
+        str(out),
+        "--trials",
+        "12",
+        "--batch-edges",
+        "1",
+        "--context-edges",
+        "4096",
+        "--multi-objective",
+        "--quiet",
+    ]
+    assert main(args) == 0
+    assert "pareto" in capsys.readouterr().out
+    assert main([*args, "--max-step-ms", "13"]) == 0
+    policy = PolicyTable.load(out).buckets[0].policy
+    assert obj.step_latency(policy, 1, 2048) <= 0.013

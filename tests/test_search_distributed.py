@@ -204,3 +204,10 @@ def test_plan_with_local_workers_writes_the_table(tmp_path: Path) -> None:
         assert len(done) >= 5
     # the same storage and study for another scenario is refused, not mixed in
     assert main([*args, "--gpu", "a100-80g"]) == 2
+
+
+def test_worker_without_a_plan_is_an_error(tmp_path: Path) -> None:
+    from spectune.cli import main
+
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert main(["worker", "--storage", url, "--study", "nothing-here", "--quiet"]) == 2

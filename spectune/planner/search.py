@@ -101,6 +101,9 @@ class BucketResult:
     chain: ChainChoice | None = None
     pareto: tuple[ParetoPoint, ...] = ()
     note: str = ""
+    searched_best: float = 0.0
+    """The best score among the study's own trials (inside the policy space; the chosen policy
+    may also be an engine default outside a restricted space)."""
 
     @property
     def off_tokens_per_s(self) -> float:
@@ -460,9 +463,11 @@ def choose(
             )
         )
     chain = best_chain(scorer, bucket, settings.space, refs["off"]) if settings.chains else None
+    searched = max((t.values[0] for t in complete), default=0.0)
     return BucketResult(
         bucket=bucket,
         policy=policy,
+        searched_best=float(searched),
         tokens_per_s=geomean(safe[policy]),
         points=safe[policy],
         references=refs,
