@@ -58,6 +58,9 @@ class SimConfig:
     replicas: int = help_field(1, help="replicas behind the router")
     router: str = help_field("rr", help="'rr' (round-robin) or 'least' (least outstanding)")
     max_batch: int | None = help_field(None, help="max running sequences (None: from KV, <=256)")
+    clamp_max_batch: bool = help_field(
+        False, help="lower max_batch to what the KV cache holds instead of raising SpecError"
+    )
     max_batch_tokens: int = help_field(8192, help="token budget per iteration (chunked prefill)")
     block_size: int = help_field(16, help="KV-cache page size, tokens")
     memory_fraction: float = help_field(0.9, help="share of HBM the engine may use")
@@ -259,6 +262,9 @@ def resolve_capacity(cfg: SimConfig, reqs: Requests) -> tuple[KVBudget, int]:
         return kv, auto_max_batch(kv, mp, mo)
     if cfg.max_batch < 1:
         raise SpecError(f"max batch must be >= 1, got {cfg.max_batch}")
+    if cfg.clamp_max_batch:
+        check_batch_fits(kv, 1, mp, mo, longest)
+        return kv, min(cfg.max_batch, auto_max_batch(kv, mp, mo, cap=cfg.max_batch))
     check_batch_fits(kv, cfg.max_batch, mp, mo, longest)
     return kv, cfg.max_batch
 

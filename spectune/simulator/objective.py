@@ -53,12 +53,14 @@ class SimObjective:
         if res is None:
             if batch < 1:
                 raise SpecError(f"batch must be >= 1, got {batch}")
+            b = self._fitting_batch(int(batch), int(context))
             cfg = replace(
                 self.base,
                 policy=policy,
-                arrivals=ClosedLoop(int(batch)),
-                max_batch=self._fitting_batch(int(batch), int(context)),
-                requests=max(int(batch), round(batch * self.waves)),
+                arrivals=ClosedLoop(b),
+                max_batch=b,
+                clamp_max_batch=True,
+                requests=max(b, round(b * self.waves)),
                 prompt=LengthDist.fixed(max(1, int(context))),
                 baseline=False,
                 keep_iterations=True,
@@ -77,8 +79,9 @@ class SimObjective:
         return res
 
     def _fitting_batch(self, batch: int, context: int) -> int:
-        """`batch`, or the largest batch the KV cache holds at this context (the server cannot
-        run more; the clients beyond it queue)."""
+        """`batch`, or about the largest batch the KV cache holds at this context (a server
+        cannot run more; clients beyond it would only queue, so they are not simulated). The
+        run clamps it again against the lengths it actually drew."""
         b = self.base
         kv = kv_budget(
             b.hardware,
