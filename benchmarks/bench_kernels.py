@@ -11,10 +11,12 @@ Roofline per attention shape: KV bytes = 2 * B * (ctx + N) * 8 * 128 * 2; time f
 measured copy bandwidth (a 2 GiB device-to-device copy, read + write bytes counted).
 FLOPs = 4 * B * N * 32 * 128 * (ctx + N).
 
-Timing: triton.testing.do_bench medians (L2 flushed before every rep, CUDA events) and, for our
-kernels, CUDA-graph replays (do_bench_cudagraph) too; the table reports the event time.
+Timing (the table): GPU time per call from CUDA-graph replays with a read-only L2 flush before
+each call (`gpu_us`: no launch gaps, no host overhead, cold L2). The JSON also holds
+triton.testing.do_bench event medians (`*_event_us`), which include host launch overhead for
+small shapes, and the wrapper's CPU cost per call (`ours_host_us`).
 
-    python benchmarks/bench_kernels.py --out $OUT/kernels.json      # on the GPU
+    PYTHONPATH=. python benchmarks/bench_kernels.py --out $OUT/kernels.json   # on the GPU
     TRITON_INTERPRET=1 python benchmarks/bench_kernels.py --smoke   # CPU interpreter, tiny shapes
 
 The last line printed is the JSON document.
@@ -65,11 +67,15 @@ _FLUSH: list[torch.Tensor] = []
 
 
 def gpu_us(fn: Callable[[], Any], reps: int = 10, trials: int = 7) -> float | None:
-    """GPU time of one call with a cold L2 and no launch gaps: a CUDA graph of `reps` x (flush
-    128 MiB + fn) minus a graph of `reps` x flush, per call. None if fn cannot be captured."""
+    """GPU time of one call with a cold L2 and no launch gaps: a CUDA graph of `reps` x (flush +
+    fn) minus a graph of `reps` x flush, per call. The flush READS 128 MiB (a max-reduction), so
+    L2 holds only clean lines afterwards and no write-back of flush data lands in fn's time
+    (run 3 zeroed the buffer instead, which charged every measured path with ~50 MB of dirty
+    L2 write-back). None if fn cannot be captured."""
     if not _FLUSH:
-        _FLUSH.append(torch.empty(128 << 20, dtype=torch.int8, device="cuda"))
-    flush = _FLUSH[0]
+        _FLUSH.append(torch.ones(32 << 20, dtype=torch.float32, device="cuda"))
+        _FLUSH.append(torch.empty((), dtype=torch.float32, device="cuda"))
+    src, dst = _FLUSH
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -83,7 +89,7 @@ def gpu_us(fn: Callable[[], Any], reps: int = 10, trials: int = 7) -> float | No
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 for _ in range(reps):
-                    flush.zero_()
+                    torch.amax(src, dim=0, out=dst)
                     if with_fn:
                         fn()
             graphs.append(g)
@@ -109,17 +115,17 @@ def gpu_us(fn: Callable[[], Any], reps: int = 10, trials: int = 7) -> float | No
         return None
 
 
-def host_us(fn: Callable[[], Any], n: int = 50) -> float:
-    """CPU time to issue one call while the GPU is busy (the wrapper's launch overhead)."""
-    fn()
-    torch.cuda.synchronize()
-    torch.cuda._sleep(int(3e8))  # keep the GPU busy so no call waits on it
-    t = time.perf_counter()
+def host_us(fn: Callable[[], Any], n: int = 20) -> float:
+    """CPU time to issue one call (the wrapper + launcher overhead): median over calls made with
+    the GPU idle, so nothing waits on it."""
+    ts = []
     for _ in range(n):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
         fn()
-    dt = time.perf_counter() - t
+        ts.append(time.perf_counter() - t)
     torch.cuda.synchronize()
-    return dt / n * 1e6
+    return sorted(ts)[n // 2] * 1e6
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
