@@ -416,3 +416,13 @@ def test_fast_forward_matches_single_iterations(arrivals, replicas):
     assert f.mean_accepted == pytest.approx(s.mean_accepted, rel=0.03)
     assert f.tpot.p50 == pytest.approx(s.tpot.p50, rel=0.05)
     assert len(fast.spec.requests.finish_s) == 80
+
+
+def test_cli_chrome_trace_per_load_level(tmp_path: Path, capsys):
+    out = tmp_path / "trace.json"
+    args = ["simulate", "--requests", "10", "--quiet", "--output-tokens", "32", "--qps", "2,8"]
+    assert main([*args, "--chrome-trace", str(out), "--burstiness", "3"]) == 0
+    assert "qps 2 (cv 3)" in capsys.readouterr().out
+    for i in (0, 1):
+        doc = json.loads((tmp_path / f"trace.{i}.json").read_text())
+        assert any(e.get("name") == "iteration" for e in doc["traceEvents"])
