@@ -405,7 +405,7 @@ def test_cli_cost_bad_input_exits_2(
 
 def test_fit_calibration_recovers_a_known_gpu() -> None:
     from spectune.planner.calibfit import fit_calibration
-    from spectune.planner.operators import Rates, gemm_time
+    from spectune.planner.operators import Rates, attention_time, gemm_time
 
     true = Calibration(
         hardware="h100-sxm",
@@ -415,7 +415,11 @@ def test_fit_calibration_recovers_a_known_gpu() -> None:
         elementwise_bw_efficiency=0.8,
         interconnect_efficiency=0.7,
         allreduce_latency_s=12e-6,
+        attention_bw_efficiency=0.85,
+        attention_flops_efficiency=0.5,
         launch_s=3e-6,
+        gemm_fixed_s=4e-6,
+        attention_fixed_s=6e-6,
         step_overhead_s=80e-6,
         per_request_overhead_s=3e-6,
     )
@@ -425,6 +429,9 @@ def test_fit_calibration_recovers_a_known_gpu() -> None:
         for m in (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192):
             t = float(gemm_time(r, m, n, k, 2)) + 3e-6
             rows.append({"kind": "gemm", "m": m, "n": n, "k": k, "weight_bytes": 2, "seconds": t})
+    for kv_bytes, flops in ((1e7, 1e8), (1e8, 1e9), (1e9, 1e10), (1e8, 1e11), (1e9, 1e12)):
+        t = float(attention_time(r, kv_bytes, flops, 0.0)) + 3e-6
+        rows.append({"kind": "attention", "kv_bytes": kv_bytes, "flops": flops, "seconds": t})
     for size in (1e6, 1e7, 1e8, 1e9):
         rows.append({"kind": "copy", "bytes": size, "seconds": 3e-6 + size / (3.35e12 * 0.8)})
     for tp in (2, 4, 8):
@@ -438,6 +445,10 @@ def test_fit_calibration_recovers_a_known_gpu() -> None:
     assert fit.launch_s == pytest.approx(3e-6)
     assert fit.elementwise_bw_efficiency == pytest.approx(0.8, rel=1e-6)
     assert fit.weight_bw_efficiency == pytest.approx(0.85, rel=0.03)
+    assert fit.gemm_fixed_s == pytest.approx(4e-6, rel=0.1)
+    assert fit.attention_bw_efficiency == pytest.approx(0.85, rel=1e-6)
+    assert fit.attention_fixed_s == pytest.approx(6e-6, rel=1e-6)
+    assert fit.attention_flops_efficiency == pytest.approx(0.5, rel=1e-6)
     assert fit.interconnect_efficiency == pytest.approx(0.7, rel=1e-6)
     assert fit.allreduce_latency_s == pytest.approx(12e-6, rel=1e-6)
     assert fit.step_overhead_s == pytest.approx(80e-6, rel=1e-6)

@@ -9,9 +9,12 @@ graph so it includes the graph's per-kernel launch gap), plus the fields of its 
     eager_launch    -                         eager_launch_s (an empty kernel, no graph)
     copy            bytes                     elementwise_bw_efficiency (bytes read + written);
                                               launch_s too when no launch rows are given
-    gemm            m, n, k, weight_bytes     weight_bw_efficiency (rows below the ridge);
-                                              gemm_tokens / gemm_flops_efficiency (all rows)
-    attention       kv_bytes, flops           attention_bw_efficiency, attention_flops_efficiency
+    gemm            m, n, k, weight_bytes     weight_bw_efficiency, gemm_fixed_s (a line through
+                                              rows far below the ridge); gemm_tokens /
+                                              gemm_flops_efficiency (all rows)
+    attention       kv_bytes, flops           attention_bw_efficiency, attention_fixed_s (rows of
+                                              low FLOP/byte); attention_flops_efficiency (rows
+                                              above the ridge)
     allreduce       bytes, tp                 interconnect_efficiency, allreduce_latency_s
     step_overhead   batch                     step_overhead_s, per_request_overhead_s
     tree_build      -                         tree_build_s
@@ -70,14 +73,29 @@ def _columns(rows: list[Mapping[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
 
 
 def _line(kind: str, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Least-squares (intercept, slope) of y = a + b x, both clipped at 0."""
+    """Least-squares (intercept, slope) of y = a + b x in relative error (sizes span orders of
+    magnitude), both clipped at 0."""
     if x.size < 2 or np.ptp(x) == 0:
         raise SpecError(
             f"{kind} rows: need two or more distinct sizes to separate the fixed cost from the "
             "per-unit cost"
         )
-    b, a = np.polyfit(x, y, 1)
+    b, a = np.polyfit(x, y, 1, w=1.0 / np.maximum(y, 1e-12))
     return max(float(a), 0.0), max(float(b), 0.0)
+
+
+def _bandwidth_fit(
+    kind: str, nbytes: np.ndarray, seconds: np.ndarray, launch: float, peak_bytes_per_s: float
+) -> tuple[float | None, float]:
+    """(fraction of peak bandwidth, fixed seconds beyond the launch) of memory-bound kernels:
+    a line through (bytes, seconds) when the rows have two or more sizes, else the ratio of
+    sums with no fixed part."""
+    if np.unique(nbytes).size >= 2:
+        a, b = _line(kind, nbytes, seconds)
+        if b > 0:
+            return min(1.0 / (b * peak_bytes_per_s), 1.0), max(a - launch, 0.0)
+    busy = np.maximum(seconds - launch, 1e-12)
+    return _fraction(np.array([nbytes.sum() / (peak_bytes_per_s * busy.sum())])), 0.0
 
 
 def _fraction(values: np.ndarray) -> float | None:
@@ -98,7 +116,7 @@ def _gemm_curve(
     grid = np.unique(m_eff)
     curve = [float(min(np.median(eff[m_eff == x]), 1.0)) for x in grid]
     for i in range(1, len(curve)):  # keep M/eff non-decreasing: time never falls as M grows
-        curve[i] = min(curve[i], curve[i - 1] * grid[i] / grid[i - 1])
+        curve[i] = float(min(curve[i], curve[i - 1] * grid[i] / grid[i - 1]))
     return tuple(float(x) for x in grid), tuple(curve)
 
 
@@ -124,32 +142,42 @@ def fit_calibration(
         if b > 0:
             fit["elementwise_bw_efficiency"] = min(1.0 / (b * hardware.hbm_bytes_per_s), 1.0)
     launch = fit.get("launch_s", hardware.launch_s)
+    ridge = r.peak_bf16_flops * hardware.gemm_efficiency / r.weight_bytes_per_s  # FLOP/byte
 
     if "gemm" in cols:
         g = cols["gemm"]
-        busy = np.maximum(g["seconds"] - launch, 1e-12)
         weight_bytes = g["n"] * g["k"] * g["weight_bytes"]
-        # rows well below the ridge point (M < knee / 4) are weight-streaming
+        # rows far below the ridge point (M < knee / 4) stream weights: time = launch + fixed +
+        # bytes / (bw * eff)
         knee = np.array([r.gemm_peak(wb) for wb in g["weight_bytes"]]) * hardware.gemm_efficiency
         knee = knee * g["weight_bytes"] / (2 * r.weight_bytes_per_s)
         small = g["m"] < knee / 4
+        fixed = 0.0
         if small.any():
-            fit["weight_bw_efficiency"] = _fraction(
-                weight_bytes[small] / (hardware.hbm_bytes_per_s * busy[small])
+            eff, fixed = _bandwidth_fit(
+                "gemm", weight_bytes[small], g["seconds"][small], launch, hardware.hbm_bytes_per_s
             )
-        fit["gemm_tokens"], fit["gemm_flops_efficiency"] = _gemm_curve(r, g, launch)
+            fit["weight_bw_efficiency"], fit["gemm_fixed_s"] = eff, fixed
+        fit["gemm_tokens"], fit["gemm_flops_efficiency"] = _gemm_curve(r, g, launch + fixed)
 
     if "attention" in cols:
         a_ = cols["attention"]
-        busy = np.maximum(a_["seconds"] - launch, 1e-12)
-        mem_bound = a_["kv_bytes"] / r.attention_bytes_per_s >= a_["flops"] / r.attention_flops
-        if mem_bound.any():
-            fit["attention_bw_efficiency"] = _fraction(
-                a_["kv_bytes"][mem_bound] / (hardware.hbm_bytes_per_s * busy[mem_bound])
+        intensity = a_["flops"] / np.maximum(a_["kv_bytes"], 1.0)
+        low, high = intensity < ridge / 4, intensity > ridge  # surely memory / compute bound
+        fixed = 0.0
+        if low.any():
+            eff, fixed = _bandwidth_fit(
+                "attention",
+                a_["kv_bytes"][low],
+                a_["seconds"][low],
+                launch,
+                hardware.hbm_bytes_per_s,
             )
-        if (~mem_bound).any():
+            fit["attention_bw_efficiency"], fit["attention_fixed_s"] = eff, fixed
+        if high.any():
+            busy = np.maximum(a_["seconds"][high] - launch - fixed, 1e-12)
             fit["attention_flops_efficiency"] = _fraction(
-                a_["flops"][~mem_bound] / (hardware.peak_bf16_flops * busy[~mem_bound])
+                np.array([a_["flops"][high].sum() / (hardware.peak_bf16_flops * busy.sum())])
             )
 
     if "allreduce" in cols:

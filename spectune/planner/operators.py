@@ -42,6 +42,8 @@ class Rates:
     link_bytes_per_s: float  # per-direction bus bandwidth a ring collective reaches
     link_latency_s: float
     launch_s: float  # one kernel inside a CUDA graph
+    gemm_fixed_s: float  # one weight GEMM's fixed time beyond its launch
+    attention_fixed_s: float  # one attention kernel's fixed time beyond its launch
     eager_launch_s: float  # one kernel without a graph
     gemm_tokens: F64  # [P] M grid of the GEMM efficiency curve (P may be 1)
     gemm_efficiency: F64  # [P] fraction of peak FLOP/s at each grid point
@@ -80,6 +82,8 @@ class Rates:
             link_bytes_per_s=hw.interconnect_bytes_per_s * cal.interconnect_efficiency,
             link_latency_s=pick(cal.allreduce_latency_s, hw.interconnect_latency_s),
             launch_s=launch,
+            gemm_fixed_s=cal.gemm_fixed_s,
+            attention_fixed_s=cal.attention_fixed_s,
             eager_launch_s=eager,
             gemm_tokens=grid,
             gemm_efficiency=eff,
@@ -118,6 +122,7 @@ def gemm_effective_rows(r: Rates, m: ArrayLike, n: float) -> F64:
 def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, wb: float) -> F64:
     """One weight GEMM [M, K] x [K, N].
 
+    time = max(FLOPs / (peak * eff(M_eff)), bytes / weight bandwidth) + gemm_fixed_s;
     FLOPs = 2 * M_eff * N * K, where M_eff is M padded to the row tile and, once the tiles
     outnumber the SMs, rounded up to whole waves (tiles = ceil(M/tm) * ceil(N/tn) over
     `sm_count` SMs; a partial last wave costs a full one). Fewer tiles than SMs cost no extra:
@@ -130,7 +135,7 @@ def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, wb: float) -> F64:
     compute = flops / (r.gemm_peak(wb) * r.gemm_eff(m_eff))
     bytes_ = n * k * wb + m * (k + n) * ACT_BYTES
     memory = bytes_ / r.weight_bytes_per_s
-    return np.where(m > 0, np.maximum(compute, memory), 0.0)
+    return np.where(m > 0, np.maximum(compute, memory) + r.gemm_fixed_s, 0.0)
 
 
 def expected_experts(tokens: ArrayLike, experts: int, topk: int) -> F64:
@@ -159,16 +164,19 @@ def moe_experts_time(
     flops = FLOPS_PER_MAC * d * rows_pad * 3 * hidden * ffn
     compute = flops / (r.gemm_peak(wb) * r.gemm_eff(rows_pad))
     bytes_ = d * 3 * hidden * ffn * wb + t * topk * (2 * hidden + 3 * ffn) * ACT_BYTES
-    return np.where(t > 0, np.maximum(compute, bytes_ / r.weight_bytes_per_s), 0.0)
+    busy = np.maximum(compute, bytes_ / r.weight_bytes_per_s) + 2 * r.gemm_fixed_s  # 2 GEMMs
+    return np.where(t > 0, busy, 0.0)
 
 
 def attention_time(r: Rates, kv_bytes: ArrayLike, flops: ArrayLike, io_bytes: ArrayLike) -> F64:
-    """Attention over cached + new keys; callers count KV bytes once per KV-head group and
-    FLOPs over padded query rows. io_bytes = Q read + O write."""
+    """Attention over cached + new keys: max(FLOPs / attention FLOP/s, bytes / attention
+    bytes/s) + attention_fixed_s. Callers count KV bytes once per KV-head group and FLOPs over
+    padded query rows; io_bytes = Q read + O write."""
     kv = np.asarray(kv_bytes, dtype=np.float64) + np.asarray(io_bytes, dtype=np.float64)
-    return np.maximum(
+    busy = np.maximum(
         np.asarray(flops, dtype=np.float64) / r.attention_flops, kv / r.attention_bytes_per_s
     )
+    return np.where(kv > 0, busy + r.attention_fixed_s, 0.0)
 
 
 def elementwise_time(r: Rates, bytes_: ArrayLike) -> F64:

@@ -85,6 +85,17 @@ class Calibration:
         help="cost of one kernel inside a CUDA graph (launch gap + ramp), s; "
         "None: HardwareSpec.launch_s",
     )
+    gemm_fixed_s: float = help_field(
+        0.0,
+        help="fixed time of one weight GEMM beyond its launch (pipeline fill, tail), s: the "
+        "intercept of time vs weight bytes of weight-streaming GEMMs; default 0, as the "
+        "HardwareSpec launch_s already stands for launch + ramp",
+    )
+    attention_fixed_s: float = help_field(
+        0.0,
+        help="fixed time of one attention kernel beyond its launch (ramp, split-KV merge), s: "
+        "the intercept of time vs KV bytes of decode attention; default 0 (see gemm_fixed_s)",
+    )
     eager_launch_s: float = help_field(
         10.0 * US,
         help="cost of one kernel launched eagerly (no CUDA graph: batch above the largest "
@@ -141,6 +152,8 @@ class Calibration:
         times = (
             "allreduce_latency_s",
             "launch_s",
+            "gemm_fixed_s",
+            "attention_fixed_s",
             "eager_launch_s",
             "step_overhead_s",
             "per_request_overhead_s",
