@@ -12,6 +12,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -59,10 +60,8 @@ def main() -> None:
         )
         name = f"{target}+{drafter or 'none'} tp{tp} {gpu}"
         methods: dict[str, Callable[[], object]] = {
-            "verify_time": lambda cm=cm: cm.verify_time(batch, tokens, context),
-            "spec_step_time": lambda cm=cm: cm.spec_step_time(
-                batch, 6, 4, tokens, context, accepted
-            ),
+            "verify_time": partial(cm.verify_time, batch, tokens, context),
+            "spec_step_time": partial(cm.spec_step_time, batch, 6, 4, tokens, context, accepted),
         }
         for method, fn in methods.items():
             s = median_seconds(fn, args.repeats)
