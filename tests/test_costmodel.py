@@ -166,6 +166,8 @@ class CostModelContract:
             self.cm.verify_time(1, 1, np.nan)
         with pytest.raises(SpecError, match="batch"):
             self.cm.ar_step_time(-2, 0)
+        with pytest.raises(SpecError, match="batch must be numbers"):
+            self.cm.ar_step_time("eight", 0)
         with pytest.raises(SpecError, match="equal length"):
             self.cm.ragged_forward_time([1, 2], [3])
 

@@ -5,7 +5,8 @@ method takes numpy arrays that broadcast against each other and prices all point
 
 One forward pass is the sum over its kernels of max(FLOPs / (peak * eff), bytes / (bw * eff))
 plus one launch per kernel (spectune.planner.forward lists the kernels, spectune.planner.operators
-prices them). Phases of one speculative iteration (interfaces.md):
+prices them). Efficiencies and fixed costs come from a Calibration (spectune.specs.calibration;
+fitted by spectune.planner.calibfit), defaulting to the HardwareSpec's public figures. Phases of one speculative iteration (interfaces.md):
 
     spec_step = draft (first step over 1 token/seq, then depth-1 steps over topk tokens/seq)
               + verify (target over `budget` tree tokens/seq, logits at every tree node)
@@ -33,7 +34,10 @@ BREAKDOWN_KEYS = CLASSES
 
 def _arr(name: str, value: ArrayLike) -> F64:
     """A float64 array of non-negative finite values (SpecError naming the argument otherwise)."""
-    a = np.asarray(value, dtype=np.float64)
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SpecError(f"{name} must be numbers, got {value!r}") from None
     if not (a >= 0).all() or not (a < np.inf).all():  # NaN fails both comparisons
         if not np.isfinite(a).all():
             raise SpecError(f"{name} must be finite numbers, got {value!r}")
