@@ -480,3 +480,19 @@ def test_fit_calibration_errors() -> None:
         )
     with pytest.raises(SpecError, match="two or more distinct sizes"):
         fit_calibration([{"kind": "copy", "bytes": 1e6, "seconds": 1e-5}], H100)
+
+
+def test_same_answer_in_another_process() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from spectune.planner.costmodel import CostModel\n"
+        "from spectune.specs import hardware_preset, model_preset\n"
+        "cm = CostModel(hardware_preset('h100-sxm'), model_preset('qwen3-30b-a3b'))\n"
+        "print(repr(cm.verify_time(np.array([1, 8, 64]), 16, 4096).tolist()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    here = cost_model("h100-sxm", "qwen3-30b-a3b", None, 1)
+    assert out.stdout.strip() == repr(here.verify_time(np.array([1, 8, 64]), 16, 4096).tolist())
