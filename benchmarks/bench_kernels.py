@@ -297,7 +297,8 @@ def bench_attention_shape(
     }  # fmt: skip
     best: tuple[float, TreeAttentionConfig] | None = None
     # phase 1: tile shapes (split count from the cost model with estimated occupancy);
-    # phase 2: the best tile shape with the occupancy forced to 1, 2, 3 programs per SM.
+    # phase 2: the best tile shape with the occupancy forced to 1, 2, 3 programs per SM, and
+    # with the split merge as a second kernel instead of fused.
     # Ranked by GPU time (graph, cold L2): event timings of small shapes are host bound.
     for phase in (1, 2):
         if phase == 1:
@@ -306,7 +307,7 @@ def bench_attention_shape(
             assert best is not None
             trials = [
                 TreeAttentionConfig(**{**asdict(best[1]), "ctas_per_sm": c}) for c in (1, 2, 3)
-            ]
+            ] + [TreeAttentionConfig(**{**asdict(best[1]), "fuse_merge": False})]
         for c in trials:
             try:
                 e = rel_err(ours(inp, c)(), out)

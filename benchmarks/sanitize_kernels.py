@@ -41,9 +41,12 @@ def main() -> None:
             err = float((out.float() - ref).norm() / ref.norm())
             print(f"tree_attention sizes={sizes} splits={splits}: rel err {err:.2e}")
             assert err < 1e-2
-    cfg = TreeAttentionConfig(block_m=128, block_n=64, num_warps=8)
-    inp = make_tree_attention_inputs([2000], [64], 32, 8, 128, torch.float16, dev, seed=2)
-    tree_attention(*inp.args(), config=cfg)
+    for cfg in (
+        TreeAttentionConfig(block_m=128, block_n=64, num_warps=8),
+        TreeAttentionConfig(fuse_merge=False),
+    ):
+        inp = make_tree_attention_inputs([2000], [64], 32, 8, 128, torch.float16, dev, seed=2)
+        tree_attention(*inp.args(), config=cfg, num_splits=5)
     vi = make_verify_inputs([64, 1, 130, 9], vocab=5000, dtype=torch.bfloat16, device=dev, seed=3)
     res = verify_greedy(vi.tokens, vi.parents, vi.qo_indptr, logits=vi.logits)
     ref_w = reference_walk_tree(vi.tokens, vi.parents, vi.qo_indptr, vi.logits.float().argmax(1))

@@ -52,6 +52,23 @@ def test_matches_reference(dtype, tol, prefix, sizes, splits) -> None:
     assert rel_err(out, ref) < tol
 
 
+def test_fused_and_separate_merge_agree() -> None:
+    """The last-arriving split merges in-kernel (atomic ticket) or a second kernel does."""
+    from spectune.kernels.tree_attention import _TICKETS
+
+    inp = make_tree_attention_inputs(
+        [70, 20], [9, 30], num_q_heads=4, num_kv_heads=2, head_dim=16, dtype=torch.float32, seed=5
+    )
+    ref = reference_tree_attention(*inp.args())
+    for fuse in (True, False):
+        cfg = TreeAttentionConfig(
+            block_m=32, block_n=16, tree_block=16, min_chunk=16, fuse_merge=fuse
+        )
+        out = run(inp, config=cfg, num_splits=4)
+        assert rel_err(out, ref) < 1e-5
+    assert all(int(t.abs().sum()) == 0 for t in _TICKETS.values())  # counters left at zero
+
+
 def test_small_tiles_and_odd_head_dim() -> None:
     """Head dim 24 (padded to 32), one query head per KV head, several prefix blocks per split."""
     inp = make_tree_attention_inputs(

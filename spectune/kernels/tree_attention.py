@@ -53,9 +53,8 @@ class TreeAttentionConfig:
     tree_block: int = 64  # tree keys per inner iteration (shares one mask word)
     num_warps: int = 4
     num_stages: int = 3
-    ctas_per_sm: int | None = (
-        None  # programs resident per SM for the split chooser (None: estimate)
-    )
+    ctas_per_sm: int | None = None  # resident programs per SM for the split chooser (None: guess)
+    fuse_merge: bool = True  # last split of a tile merges (atomic ticket) instead of a 2nd launch
     min_chunk: int = MIN_CHUNK
 
 
@@ -98,13 +97,13 @@ def _softmax_step(
 
 @triton.jit
 def _tree_attention_kernel(
-    Q, K, V, MASK, QO_INDPTR, KV_START, KV_LENS, OUT, O_PART, LSE_PART,
+    Q, K, V, MASK, QO_INDPTR, KV_START, KV_LENS, OUT, O_PART, LSE_PART, SEM,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_ot, stride_oh, stride_mt, stride_ps, stride_ls,
     num_kv_heads, num_q_heads, num_splits, chunk, qk_scale,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TREE_BLOCK: tl.constexpr,
-    DIRECT: tl.constexpr, DOT_PREC: tl.constexpr, EVEN_D: tl.constexpr,
+    DIRECT: tl.constexpr, DOT_PREC: tl.constexpr, EVEN_D: tl.constexpr, FUSE_MERGE: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_sh = tl.program_id(1)
@@ -193,6 +192,36 @@ def _tree_attention_kernel(
         tl.store(p_ptrs, o, mask=out_mask)
         lse = tl.where(l_i > 0.0, m_i + tl.log2(l_safe), float("-inf"))
         tl.store(LSE_PART + split * stride_ls + qh, lse, mask=row_ok)
+        if FUSE_MERGE:
+            # The last split to finish this (sequence, KV head, m-block) tile merges all splits:
+            # no second launch. Barrier: every thread's partial stores precede the release.
+            tl.debug_barrier()
+            ticket = SEM + (b * num_kv_heads + kvh) * tl.num_programs(0) + pid_m
+            arrived = tl.atomic_add(ticket, 1, sem="acq_rel", scope="gpu")
+            if arrived == num_splits - 1:
+                tl.atomic_xchg(ticket, 0)  # leave the counter at zero for the next call
+                m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+                w_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
+                merged = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+                for s in range(0, num_splits):
+                    lse_s = tl.load(
+                        LSE_PART + s * stride_ls + qh, mask=row_ok, other=float("-inf"),
+                        cache_modifier=".cg",
+                    )  # fmt: skip
+                    o_s = tl.load(
+                        O_PART + s * stride_ps + qh[:, None] * BLOCK_D + d[None, :],
+                        mask=out_mask, other=0.0, cache_modifier=".cg",
+                    )  # fmt: skip
+                    m_new = tl.maximum(m, lse_s)
+                    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    c_old = tl.exp2(m - m_ref)
+                    w = tl.exp2(lse_s - m_ref)
+                    merged = merged * c_old[:, None] + o_s * w[:, None]
+                    w_sum = w_sum * c_old + w
+                    m = m_new
+                merged = merged / tl.where(w_sum > 0.0, w_sum, 1.0)[:, None]
+                o_ptrs = OUT + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :]
+                tl.store(o_ptrs, merged.to(OUT.dtype.element_ty), mask=out_mask)
 
 
 @triton.jit
@@ -256,6 +285,27 @@ def _check_layouts(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_lens, tree_mask
     devices = {t.device for t in (q, k_cache, v_cache, qo_indptr, kv_indptr, kv_lens, tree_mask)}
     if len(devices) != 1:
         raise ValueError(f"all tensors must be on one device, got {devices}")
+
+
+_TICKETS: dict[torch.device, torch.Tensor] = {}
+
+
+def _tickets(device: torch.device, n: int) -> torch.Tensor:
+    """int32 arrival counters for the fused merge, one per (sequence, KV head, m-block) tile.
+
+    Cached per device and left at zero by every call (the merging program resets its counter),
+    so a call costs no memset. Calls must not run concurrently on two streams (they would share
+    counters); the first call of a size must not happen during CUDA-graph capture."""
+    buf = _TICKETS.get(device)
+    if buf is None or buf.numel() < n:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "tree_attention: run one call of this size before CUDA-graph capture "
+                "(the fused merge's counter buffer must grow outside the capture)"
+            )
+        buf = torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device)
+        _TICKETS[device] = buf
+    return buf
 
 
 def resident_programs(cfg: TreeAttentionConfig, head_dim: int, elem_bytes: int) -> int:
@@ -370,18 +420,20 @@ def tree_attention(
         o_part = torch.empty((splits, total_q * hq, block_d), device=q.device, dtype=torch.float32)
         lse_part = torch.empty((splits, total_q * hq), device=q.device, dtype=torch.float32)
         stride_ps, stride_ls = o_part.stride(0), lse_part.stride(0)
+    fuse = cfg.fuse_merge and not direct
+    sem = _tickets(q.device, batch * hkv * m_blocks) if fuse else qo_indptr
     grid = (m_blocks, splits * hkv, batch)
     _tree_attention_kernel[grid](
-        q, k_cache, v_cache, tree_mask, qo_indptr, kv_indptr, kv_lens, out, o_part, lse_part,
+        q, k_cache, v_cache, tree_mask, qo_indptr, kv_indptr, kv_lens, out, o_part, lse_part, sem,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), out.stride(0), out.stride(1), tree_mask.stride(0),
         stride_ps, stride_ls, hkv, hq, splits, chunk, scale * LOG2E,
         G=group, HEAD_DIM=dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        TREE_BLOCK=cfg.tree_block, DIRECT=direct, EVEN_D=block_d == dim,
+        TREE_BLOCK=cfg.tree_block, DIRECT=direct, EVEN_D=block_d == dim, FUSE_MERGE=fuse,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
-    if not direct:
+    if not direct and not fuse:
         block_s = triton.next_power_of_2(splits)
         warps = max(1, min(4, block_s * block_d // 1024))
         _merge_splits_kernel[(total_q * hq,)](
