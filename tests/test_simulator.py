@@ -426,3 +426,16 @@ def test_cli_chrome_trace_per_load_level(tmp_path: Path, capsys):
     for i in (0, 1):
         doc = json.loads((tmp_path / f"trace.{i}.json").read_text())
         assert any(e.get("name") == "iteration" for e in doc["traceEvents"])
+
+
+def test_simulator_does_not_import_torch():
+    code = (
+        "import sys; from spectune.simulator import ClosedLoop, SimConfig, simulate; "
+        "import spectune.cli.simulate; from spectune.specs import *; "
+        "from spectune.specs.workload import load_workload; "
+        "simulate(SimConfig(hardware_preset('h100-sxm'), model_preset('llama-3.1-8b'), "
+        "model_preset('eagle3-llama-3.1-8b'), ClosedLoop(2), TreePolicy.parse('static:4,2,6'), "
+        "load_workload('mt-bench'), requests=4)); "
+        "assert 'torch' not in sys.modules and 'triton' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
