@@ -44,6 +44,13 @@ def _app() -> AppTest:
     return AppTest.from_file(str(APP), default_timeout=180)
 
 
+def _page(name: str) -> AppTest:
+    """The app opened on one page (its url_path is its file name, so no What-if run first)."""
+    at = _app().switch_page(f"views/{name}.py").run()
+    _ok(at)
+    return at
+
+
 def _ok(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
@@ -207,8 +214,7 @@ def _planned(edges: tuple[int, ...], ctx: tuple[int, ...], trials: int, multi: b
 
 
 def test_planner_defaults_equal_the_search() -> None:
-    at = _app().run()
-    at.switch_page("views/planner.py").run()
+    at = _page("planner")
     _ok(at)
     obj, results = _planned((1, 2, 4, 8, 16, 32, 64, 128, 256), (32768,), 8)
     table = _frame(at, "planner.table")
@@ -235,8 +241,7 @@ def test_planner_defaults_equal_the_search() -> None:
 
 
 def test_planner_multi_objective_run_shows_the_pareto_front() -> None:
-    at = _app().run()
-    at.switch_page("views/planner.py").run()
+    at = _page("planner")
     at.text_input(key="planner.batch_edges").set_value("1,8,64")
     at.text_input(key="planner.context_edges").set_value("4096,32768")
     at.slider(key="planner.trials").set_value(6)
@@ -264,8 +269,7 @@ def test_planner_loads_a_policy_file_and_reports_bad_ones() -> None:
         buckets=tuple(Bucket(r.bucket.batch, r.bucket.context, r.policy) for r in results),
     )  # fmt: skip
     blob = json.dumps(table.to_dict()).encode()
-    at = _app().run()
-    at.switch_page("views/planner.py").run()
+    at = _page("planner")
     at.radio(key="planner.source").set_value("Load a policy file").run()
     _ok(at)
     assert any("Upload a policy.json" in i.value for i in at.info)
@@ -300,9 +304,7 @@ def _simulated(policy: Any, qps: float, requests: int) -> Any:
 
 
 def test_load_page_equals_the_simulator() -> None:
-    at = _app().run()
-    at.switch_page("views/load.py")
-    at.run()
+    at = _page("load")
     _ok(at)
     rows = _frame(at, "load.table")
     assert list(rows["qps"]) == [1.0, 4.0, 16.0]
@@ -373,8 +375,7 @@ def _measurement(scale: float = 1.05) -> dict[str, Any]:
 
 def test_validation_without_measurements_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(artifacts.ENV_MEASUREMENTS, str(tmp_path / "none"))
-    at = _app().run()
-    at.switch_page("views/validation.py").run()
+    at = _page("validation")
     _ok(at)
     assert any("No measurements yet" in i.value for i in at.info)
     assert not at.dataframe
@@ -387,8 +388,7 @@ def test_validation_equals_check_and_planner(tmp_path: Path, monkeypatch: pytest
     (tmp_path / "h100.json").write_text(json.dumps(doc))
     (tmp_path / "notes.json").write_text("{oops")
     monkeypatch.setenv(artifacts.ENV_MEASUREMENTS, str(tmp_path))
-    at = _app().run()
-    at.switch_page("views/validation.py").run()
+    at = _page("validation")
     _ok(at)
     assert any("notes.json" in w.value for w in at.warning)
 
@@ -447,8 +447,7 @@ def _bench() -> dict[str, Any]:
 
 def test_kernels_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(artifacts.ENV_BENCHMARKS, str(tmp_path))
-    at = _app().run()
-    at.switch_page("views/kernels.py").run()
+    at = _page("kernels")
     _ok(at)
     assert any("No kernel benchmark results yet" in i.value for i in at.info)
 
@@ -458,8 +457,7 @@ def test_kernels_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (results / "kernels-h100.json").write_text(json.dumps(doc))
     (results / "costmodel.json").write_text(json.dumps({"rows": []}))
     monkeypatch.setenv(artifacts.ENV_BENCHMARKS, str(results))
-    at = _app().run()
-    at.switch_page("views/kernels.py").run()
+    at = _page("kernels")
     _ok(at)
     table = _frame(at, "kernels.table")
     ours = table[table["implementation"] == "spectune tree attention"]
