@@ -63,7 +63,18 @@ class CostModelContract:
             assert t.shape == (3, 4, 2)
             assert np.all(np.isfinite(t)) and np.all(t >= 0)
         assert self.cm.ar_step_time(b, c).shape == (3, 1, 2)
-        assert np.ndim(self.cm.verify_time(1, 1, 0)) == 0
+        cm = self.cm
+        for scalar in (
+            cm.verify_time(1, 1, 0),
+            cm.draft_step_time(1, 4, 0),
+            cm.draft_time(1, 3, 4, 0),
+            cm.draft_extend_time(1, 2.5, 0),
+            cm.step_overhead_time(1, 8),
+            cm.spec_step_time(1, 3, 4, 8, 0, 2.5),
+            cm.ar_step_time(1, 0),
+            cm.retrieval_time(1),
+        ):
+            assert isinstance(scalar, np.ndarray) and scalar.shape == ()
 
     def test_breakdown_sums_to_total(self) -> None:
         b, n, c = (

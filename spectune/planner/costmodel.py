@@ -183,7 +183,7 @@ class CostModel:
         a = _arr("accepted", accepted)
         if self._drafter is None:
             return np.zeros(np.broadcast(_arr("batch", batch), a, context).shape)
-        shape = self._uniform(batch, a, context, lm_per_seq=np.ones(1))
+        shape = self._uniform(batch, a, context, lm_per_seq=np.ones(()))
         t = _total(self._drafter.forward(shape, from_target=True))
         return np.where(a > 0, t, 0.0)
 
@@ -194,7 +194,7 @@ class CostModel:
         b = _arr("batch", batch)
         n = _arr("tree_tokens", tree_tokens)
         cal = self.calibration
-        return (
+        return _f64(
             cal.step_overhead_s
             + cal.per_request_overhead_s * b
             + np.where(n > 1, cal.tree_build_s, 0.0)
@@ -202,7 +202,7 @@ class CostModel:
 
     def retrieval_time(self, batch: ArrayLike) -> F64:
         """Seconds of retrieval-drafter lookups (n-gram / suffix match) for `batch` requests."""
-        return self.calibration.retrieval_per_request_s * _arr("batch", batch)
+        return _f64(self.calibration.retrieval_per_request_s * _arr("batch", batch))
 
     # ---- iterations ----------------------------------------------------------------------------
     def spec_step_time(
@@ -216,7 +216,7 @@ class CostModel:
     ) -> F64:
         """Seconds of one speculative iteration: draft + verify of `budget` tree tokens per
         sequence (root included) + draft extend of `accepted` tokens + step overhead."""
-        return (
+        return _f64(
             self.draft_time(batch, depth, topk, context)
             + self.verify_time(batch, budget, context)
             + self.draft_extend_time(batch, accepted, context)
@@ -225,7 +225,7 @@ class CostModel:
 
     def ar_step_time(self, batch: ArrayLike, context: ArrayLike) -> F64:
         """Seconds of one plain decode iteration (speculation off), overhead included."""
-        return self.verify_time(batch, 1, context) + self.step_overhead_time(batch, 1)
+        return _f64(self.verify_time(batch, 1, context) + self.step_overhead_time(batch, 1))
 
     # ---- facts the tests and dashboards use ----------------------------------------------------
     def memory_floor_time(self) -> float:
@@ -246,9 +246,14 @@ class CostModel:
         return knee
 
 
+def _f64(x: ArrayLike) -> F64:
+    """Results are float64 arrays, also 0-d ones (numpy turns 0-d sums into scalars)."""
+    return np.asarray(x, dtype=np.float64)
+
+
 def _total(parts: dict[str, F64]) -> F64:
     values = iter(parts.values())
     total = next(values).copy()
     for v in values:
-        total += v
-    return total
+        total = total + v
+    return _f64(total)
