@@ -10,169 +10,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import simpy
 
-from spectune.simulator.arrivals import ArrivalProcess, ClosedLoop, Trace
+from spectune.simulator.arrivals import ClosedLoop, Trace
 from spectune.simulator.capacity import KVBudget, auto_max_batch, check_batch_fits, kv_budget
+from spectune.simulator.config import SimConfig
 from spectune.simulator.iterations import IterationLog
 from spectune.simulator.lengths import LengthDist
-from spectune.simulator.metrics import Metrics, compute_metrics
+from spectune.simulator.metrics import compute_metrics
 from spectune.simulator.replica import Replica
 from spectune.simulator.requests import Requests
+from spectune.simulator.result import RunResult, SimResult
 from spectune.simulator.router import Router
-from spectune.simulator.speculation import PolicySource, Speculator, StepSampler, tree_sampler
+from spectune.simulator.speculation import Speculator, StepSampler, tree_sampler
 from spectune.simulator.steptime import CostModelLike, StepPricer
-from spectune.specs import HardwareSpec, ModelSpec, SpecError
-from spectune.specs.io import help_field
+from spectune.specs import SpecError
 
 STREAM_ARRIVALS, STREAM_LENGTHS, STREAM_ACCEPT = 1, 2, 3
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """One simulated load level. Unset collaborators (cost model, acceptance model, tree
-    builders, lengths) are derived from the specs and the workload."""
-
-    hardware: HardwareSpec = field(metadata={"help": "GPU of every replica"})
-    target: ModelSpec = field(metadata={"help": "target model"})
-    drafter: ModelSpec | None = field(metadata={"help": "EAGLE-3 head or draft model; None: none"})
-    arrivals: ArrivalProcess = field(metadata={"help": "Poisson, Gamma, ClosedLoop or a Trace"})
-    policy: PolicySource = field(
-        default=None, metadata={"help": "PolicyTable, one TreePolicy, or None (off)"}
-    )
-    workload: Any = field(
-        default=None, metadata={"help": "specs.workload.Workload: acceptance and lengths"}
-    )
-    requests: int = help_field(1000, help="requests to simulate (a trace: at most its length)")
-    prompt: LengthDist | None = field(
-        default=None, metadata={"help": "prompt lengths (None: the workload's)"}
-    )
-    output: LengthDist | None = field(
-        default=None, metadata={"help": "output lengths (None: the workload's)"}
-    )
-    tp: int = help_field(1, help="tensor-parallel GPUs per replica")
-    replicas: int = help_field(1, help="replicas behind the router")
-    router: str = help_field("rr", help="'rr' (round-robin) or 'least' (least outstanding)")
-    max_batch: int | None = help_field(None, help="max running sequences (None: from KV, <=256)")
-    clamp_max_batch: bool = help_field(
-        False, help="lower max_batch to what the KV cache holds instead of raising SpecError"
-    )
-    max_batch_tokens: int = help_field(8192, help="token budget per iteration (chunked prefill)")
-    block_size: int = help_field(16, help="KV-cache page size, tokens")
-    memory_fraction: float = help_field(0.9, help="share of HBM the engine may use")
-    slo_ttft_s: float | None = help_field(None, help="goodput SLO on time to first token, s")
-    slo_tpot_s: float | None = help_field(None, help="goodput SLO on time per output token, s")
-    seed: int = help_field(0, help="seed of every random stream")
-    baseline: bool = help_field(True, help="also run speculation off on the same arrivals")
-    tree_pool: int = help_field(1024, help="step outcomes drawn per policy (see speculation.py)")
-    shared_budget: bool = help_field(
-        False, help="ECHO super-tree: one verify budget per iteration shared by the batch"
-    )
-    fast_forward: bool = help_field(
-        True, help="run uninterruptible decode iterations in one vectorised pass (replica.py)"
-    )
-    exact_mixed: bool = help_field(
-        False, help="price prefill iterations with ragged_forward_time (slow; see steptime.py)"
-    )
-    context_quantum: int = help_field(16, help="contexts are priced in steps of this many tokens")
-    keep_iterations: bool = help_field(False, help="keep the iteration log (Chrome trace)")
-    cost_model: CostModelLike | None = field(
-        default=None, metadata={"help": "a prebuilt CostModel"}
-    )
-    acceptance: Any = field(
-        default=None, metadata={"help": "a prebuilt acceptance model (default: the workload's)"}
-    )
-    sampler: StepSampler | None = field(
-        default=None,
-        metadata={"help": "step sampler (default: planner.trees.sample_step on the acceptance)"},
-    )
-    pool_cache: dict[Any, Any] | None = field(
-        default=None,
-        metadata={"help": "outcome pools shared between runs (pools depend on seed and policy)"},
-    )
-
-
-@dataclass
-class RunResult:
-    """One run (speculation as configured, or off)."""
-
-    metrics: Metrics
-    requests: Requests
-    log: IterationLog | None
-    wall_s: float
-
-
-@dataclass
-class SimResult:
-    """A load level: the speculative run, the speculation-off baseline, and their ratios."""
-
-    config: SimConfig
-    spec: RunResult
-    off: RunResult | None
-    max_batch: int
-    kv_tokens: int
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def metrics(self) -> Metrics:
-        return self.spec.metrics
-
-    @property
-    def speedup_vs_off(self) -> float:
-        """Decode speedup: seconds per output token off / on (sum over requests of decode time
-        over the tokens after the first), the per-token latency a user sees."""
-        if self.off is None:
-            return float("nan")
-        return self.off.metrics.token_latency_s / self.spec.metrics.token_latency_s
-
-    @property
-    def throughput_ratio_vs_off(self) -> float:
-        if self.off is None:
-            return float("nan")
-        return self.spec.metrics.throughput_tok_s / self.off.metrics.throughput_tok_s
-
-    def summary(self) -> dict[str, Any]:
-        """The flat record `spectune simulate --json` prints per load level."""
-        m = self.spec.metrics
-        arr = self.config.arrivals
-        d: dict[str, Any] = {}
-        if isinstance(arr, ClosedLoop):
-            d["concurrency"] = arr.concurrency
-        elif isinstance(arr, Trace):
-            d["trace"] = arr.source
-        else:
-            d["qps"] = arr.qps
-        d.update(
-            throughput_tok_s=m.throughput_tok_s,
-            goodput_tok_s=m.goodput_tok_s,
-            ttft_p50_s=m.ttft.p50,
-            ttft_p99_s=m.ttft.p99,
-            tpot_p50_s=m.tpot.p50,
-            tpot_p99_s=m.tpot.p99,
-            e2e_p50_s=m.e2e.p50,
-            e2e_p99_s=m.e2e.p99,
-            mean_accepted=m.mean_accepted,
-            verify_waste=m.verify_waste,
-            speedup_vs_off=self.speedup_vs_off,
-            throughput_ratio_vs_off=self.throughput_ratio_vs_off,
-            requests=m.requests,
-            max_batch=self.max_batch,
-            preemptions=m.preemptions,
-        )
-        if self.off is not None:
-            o = self.off.metrics
-            d["off"] = {
-                "throughput_tok_s": o.throughput_tok_s,
-                "ttft_p50_s": o.ttft.p50,
-                "tpot_p50_s": o.tpot.p50,
-                "tpot_p99_s": o.tpot.p99,
-                "e2e_p50_s": o.e2e.p50,
-            }
-        return d
 
 
 # ---- collaborators -----------------------------------------------------------------------------
@@ -405,10 +262,6 @@ def simulate(
         assert off is not None
         return SimResult(cfg, off, off, max_batch, kv.tokens)
     return SimResult(cfg, spec, off, max_batch, kv.tokens)
-
-
-def with_policy(cfg: SimConfig, policy: PolicySource) -> SimConfig:
-    return replace(cfg, policy=policy)
 
 
 __all__ = ["RunResult", "SimConfig", "SimResult", "make_requests", "simulate"]
