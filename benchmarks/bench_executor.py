@@ -50,7 +50,9 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--workload", default="mt-bench")
-    ap.add_argument("--profile", action="store_true", help="kernel table of one B=1 SGLang-tree step")
+    ap.add_argument(
+        "--profile", action="store_true", help="kernel table of one B=1 SGLang-tree step"
+    )
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -72,7 +74,10 @@ def main() -> None:
     summary: dict[str, object] = {"gpu": gpu, "hardware": hw}
     from spectune.executor import attention as _attn
 
-    print(f"attention self-check: rel err {session.attention_check:.2e}; grouped flash prefix: {_attn._FA_VARLEN}", flush=True)
+    print(
+        f"attention self-check: rel err {session.attention_check:.2e}; grouped flash prefix: {_attn._FA_VARLEN}",
+        flush=True,
+    )
     write_json_atomic(
         out / "gemm-autotune.json", {"plan": session.gemm_plan, "rows": session.gemm_rows}
     )
@@ -161,23 +166,28 @@ def main() -> None:
 
 
 def _profile(session: Session, acc: object, context: int) -> None:
-    """Per-kernel CUDA time of the draft and verify phases of one eager step (B=1, SGLang tree)."""
+    """Per-kernel CUDA time of each phase of one eager step (SGLang tree) at batch 1 and 32."""
     from torch.profiler import ProfilerActivity, profile
 
     from spectune.executor.loop import SpecRunner
 
-    r = SpecRunner(session.target, session.drafter, acc, ENGINE_DEFAULTS["sglang"], 1, context,
-                   session.tcache, session.dcache, use_graphs=False, use_kernels=session.use_kernels)
-    for _ in range(2):
-        for f in (r.draft, r.build, r.verify, r.accept, r.compact, r.extend):
-            f()
-    torch.cuda.synchronize()
-    for name, fn in (("draft", r.draft), ("verify", r.verify)):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        print(f"--- profile: {name} (B=1, sglang 5/4/8, eager) ---")
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=60))
+    for batch in (1, 32):
+        r = SpecRunner(session.target, session.drafter, acc, ENGINE_DEFAULTS["sglang"], batch, context,
+                       session.tcache, session.dcache, use_graphs=False, use_kernels=session.use_kernels)
+        for _ in range(2):
+            for f in (r.draft, r.build, r.verify, r.accept, r.compact, r.extend):
+                f()
+        torch.cuda.synchronize()
+        for name, fn in (("draft", r.draft), ("extend", r.extend)):
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
+            print(f"--- profile: {name} (B={batch}, sglang 5/4/8, eager) ---")
+            table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=22, max_name_column_width=50)
+            for line in table.splitlines():
+                if line.strip() and not line.startswith("-"):
+                    cols = line.split()
+                    print("P " + line[:50] + " " + " ".join(cols[-4:]))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,12 @@ def _prefix_attention(
     return o.to(q.dtype), lse
 
 
-_FA_VARLEN: list[bool] = []  # [works] once tried: FlashAttention-2's GQA forward with split-KV
+_FA_VARLEN: list[bool] = []
+
+
+def _sm_count(device: torch.device) -> int:
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+  # [works] once tried: FlashAttention-2's GQA forward with split-KV
 
 
 def _prefix_attention_gqa(
@@ -127,14 +132,17 @@ def tree_attention(
     mask:     bool[B, N, S]     query n may see new key s (tree: s is n or an ancestor of n)
     returns   [B, N, H, D]
     """
-    n, d = q.shape[1], q.shape[3]
+    b, n, d = q.shape[0], q.shape[1], q.shape[3]
     kvh = k_new.shape[1]
     scale = 1.0 / math.sqrt(d)
     qp = _pack(q, kvh)
     o2, lse2 = _tree_part(qp, k_new, v_new, mask, scale)
     if k_prefix is None or v_prefix is None or k_prefix.shape[2] == 0:
         return _unpack(o2.to(q.dtype), n)
-    fa = _prefix_attention_gqa(q, k_prefix.transpose(1, 2), v_prefix.transpose(1, 2), scale) if q.is_cuda else None
+    # the grouped flash path re-reads K/V once per query head but splits long prefixes across
+    # programs: it wins only where the packed path leaves most SMs idle (small batch x group)
+    few = q.is_cuda and b * kvh * -(-qp.shape[2] // 128) < _sm_count(q.device) // 2
+    fa = _prefix_attention_gqa(q, k_prefix.transpose(1, 2), v_prefix.transpose(1, 2), scale) if few else None
     o1, lse1 = fa if fa is not None else _prefix_attention(qp, k_prefix, v_prefix, scale)
     m = torch.maximum(lse1, lse2)
     w1 = torch.exp(lse1 - m)[..., None]
