@@ -17,7 +17,7 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
-from scipy.stats import beta as beta_dist
+from scipy.special import betaincinv
 
 from spectune.planner.acceptance.base import AcceptanceModel, CandidateBank, RetrievalProfile
 from spectune.specs.tree import DraftTree
@@ -66,7 +66,7 @@ class ConfidenceAcceptance(AcceptanceModel):
             m = self.mean_top1(level)
             k = wl.confidence_concentration
             u = (np.arange(self.bank_rows) + rng.random(self.bank_rows)) / self.bank_rows
-            top1 = beta_dist.ppf(rng.permutation(u), m * k, (1 - m) * k)  # stratified
+            top1 = betaincinv(m * k, (1 - m) * k, rng.permutation(u))  # stratified Beta quantiles
             top1 = np.clip(top1, 1e-6, 1 - 1e-6)
             tail = wl.confidence_tail
             shares = (1 - tail) * tail ** np.arange(BANK_WIDTH - 1)

@@ -43,13 +43,20 @@ def static_shape(model: AcceptanceModel, budget: int, depth: int, width: int) ->
 
 
 def _pool(
-    policy: TreePolicy, model: AcceptanceModel, rng: np.random.Generator, batch: int, shared: bool
+    policy: TreePolicy,
+    model: AcceptanceModel,
+    rng: np.random.Generator,
+    batch: int,
+    shared: bool,
+    reuse: bool = False,
 ) -> flat.FlatPool:
+    """Draw the batch's candidate pools (`reuse`: in scratch buffers; the pool must not leave
+    the calling function)."""
     if policy.builder == "static":
         size = min(2 * policy.budget, MAX_BUDGET) if shared and batch > 1 else policy.budget
         shape = static_shape(model, size, policy.depth, policy.topk)
         return flat.static_pool(model, shape, rng, batch)
-    return flat.dynamic_pool(model, policy.depth, policy.topk, rng, batch)
+    return flat.dynamic_pool(model, policy.depth, policy.topk, rng, batch, reuse)
 
 
 def _choose(
@@ -121,7 +128,7 @@ def sample_accepted_lengths(
     """int64[batch]: tokens each request gains in one iteration (accepted draft tokens + 1),
     built and verified with the same rules as build_tree / build_batch_trees, vectorised over
     the batch (no Python loop per request or node)."""
-    pool = _pool(policy, model, rng, batch, shared_budget)
+    pool = _pool(policy, model, rng, batch, shared_budget, reuse=True)
     if policy.graft_budget == 0 and not (shared_budget and batch > 1):
         lp_min = np.log(policy.prune_threshold) if policy.prune_threshold > 0 else -np.inf
         thr = flat.row_threshold(pool, policy.budget - 1, lp_min)
@@ -140,7 +147,7 @@ def sample_step(
     """(tokens int64[B], tree_nodes int64[B], expected float64[B]) for one iteration: sampled
     tokens gained (accepted + 1), verify tokens each request's tree used (root included; what the
     cost model charges) and each tree's exact expected tokens."""
-    pool = _pool(policy, model, rng, batch, shared_budget)
+    pool = _pool(policy, model, rng, batch, shared_budget, reuse=True)
     keep, p, grafts = _choose(policy, model, pool, rng, shared_budget)
     if not ((shared_budget and batch > 1) or policy.graft_budget > 0):
         p = pool.accept_prob()

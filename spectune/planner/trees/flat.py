@@ -87,7 +87,7 @@ class FlatPool:
             b, k = self.batch, self.width
             acc = np.empty((b, self.columns))
             acc[:, 0] = 1.0
-            acc[:, 1 : 1 + k] = la[0, :, 0]
+            acc[:, 1 : 1 + k] = la[0, :, 0]  # float32 bank values, widened
             if la.shape[0] > 1:
                 acc[:, 1 + k :] = la[1:].transpose(1, 0, 2, 3).reshape(b, -1)
             self._acc = acc
@@ -130,17 +130,51 @@ def _sort_keys(score: np.ndarray) -> np.ndarray:
 
 
 # ---- drawing candidate pools -------------------------------------------------------------------
+def _buffers(
+    key: tuple[object, ...], shapes: dict[str, tuple[tuple[int, ...], type]]
+) -> dict[str, np.ndarray]:
+    """Reusable scratch arrays (a batch step allocates ~1 MB; fresh pages cost more than the
+    arithmetic). Only for pools that never leave the call that drew them."""
+    bufs = _WORK.get(key)
+    if bufs is None:
+        if len(_WORK) > 64:
+            _WORK.clear()
+        bufs = {name: np.empty(shape, dtype=dt) for name, (shape, dt) in shapes.items()}
+        _WORK[key] = bufs
+    return bufs
+
+
+_WORK: dict[tuple[object, ...], dict[str, np.ndarray]] = {}
+
+
 def dynamic_pool(
-    model: AcceptanceModel, depth: int, topk: int, rng: np.random.Generator, batch: int
+    model: AcceptanceModel,
+    depth: int,
+    topk: int,
+    rng: np.random.Generator,
+    batch: int,
+    reuse: bool = False,
 ) -> FlatPool:
     """EAGLE-2 expansion: the root's top-k children, then at each further depth the top-k
-    candidates of the previous depth (by path draft log-prob) each get their top-k children."""
+    candidates of the previous depth (by path draft log-prob) each get their top-k children.
+    With `reuse`, the pool lives in scratch buffers that the next call overwrites."""
     b, k = batch, topk
     sizes = [1, k] + [k * k] * (depth - 1)
     bounds = np.cumsum([0, *sizes])
     t = int(bounds[-1])
-    lp = np.empty((b, t))
-    start = np.zeros((b, t), dtype=np.int64)
+    shapes = {
+        "lp": ((b, t), np.float64),
+        "start": ((b, t), np.int64),
+        "lc": ((depth, b, k, k), np.float32),
+        "acc": ((depth, b, k, k), np.float32),
+    }
+    bufs = _buffers(("dyn", b, depth, k), shapes) if reuse else None
+    if bufs is None:
+        lp = np.empty((b, t))
+        start = np.zeros((b, t), dtype=np.int64)
+    else:
+        lp, start = bufs["lp"], bufs["start"]
+        start.fill(0)
     lp[:, 0], start[:, 0] = 0.0, 1
     lp_flat, start_flat = lp.ravel(), start.ravel()
     row_t = (np.arange(b) * t)[:, None]  # flat offset of each request's row
@@ -150,9 +184,12 @@ def dynamic_pool(
     pick = (u * rows_per_level[:, None, None]).astype(np.int64)
     pick += (np.arange(depth) * logconf.shape[1])[:, None, None]
     pick[0, :, 1:] = pick[0, :, :1]  # the root is one node: one row
-    got_lc = logconf.reshape(-1, k).take(pick, axis=0)  # [D, B, k, k]
-    got_acc = accept.reshape(-1, k).take(pick, axis=0)  # [D, B, k, k]
-    got_acc = got_acc.astype(np.float64)
+    if bufs is None:
+        got_lc = logconf.reshape(-1, k).take(pick, axis=0)  # [D, B, k, k]
+        got_acc = accept.reshape(-1, k).take(pick, axis=0)  # [D, B, k, k]
+    else:
+        got_lc = logconf.reshape(-1, k).take(pick, axis=0, out=bufs["lc"])
+        got_acc = accept.reshape(-1, k).take(pick, axis=0, out=bufs["acc"])
     lp[:, 1 : 1 + k] = got_lc[0, :, 0]
     ties = _TIE * np.arange(k * k)
     child_cols = np.arange(k) * k
@@ -301,8 +338,10 @@ def row_threshold(pool: FlatPool, per_row: int, lp_min: float) -> RowThreshold:
         return RowThreshold(np.full(b, np.inf), lp_min)
     if k >= t - 1:
         return RowThreshold(np.full(b, -np.inf), lp_min)
-    keyed = _sort_keys(pool.lp)[:, 1:]
-    return RowThreshold(np.partition(keyed, t - 1 - k, axis=1)[:, t - 1 - k], lp_min)
+    keys = _buffers(("keys", b, t), {"keys": ((b, t - 1), np.float64)})["keys"]
+    np.subtract(pool.lp[:, 1:], _TIE * np.arange(1, t), out=keys)
+    keys.partition(t - 1 - k, axis=1)  # in place: the scratch row is ours
+    return RowThreshold(keys[:, t - 1 - k].copy(), lp_min)
 
 
 @dataclass
