@@ -17,6 +17,7 @@ always a prefix of its candidates (their path log-prob falls with rank).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,7 +132,7 @@ def _sort_keys(score: np.ndarray) -> np.ndarray:
 
 # ---- drawing candidate pools -------------------------------------------------------------------
 def _buffers(
-    key: tuple[object, ...], shapes: dict[str, tuple[tuple[int, ...], type]]
+    key: tuple[object, ...], shapes: Mapping[str, tuple[tuple[int, ...], type]]
 ) -> dict[str, np.ndarray]:
     """Reusable scratch arrays (a batch step allocates ~1 MB; fresh pages cost more than the
     arithmetic). Only for pools that never leave the call that drew them."""
