@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     train, held = split_requests(traces.steps, args.holdout_every)
     if not train:
         raise SpecError("no steps left to fit after holding out requests")
-    fit_on = LoadedTraces(traces.headers, train)
+    fit_on = LoadedTraces(traces.headers, train, traces.paths)
     name = args.name or "fitted-" + "-".join(sorted({h.prompt_set for h in traces.headers}))
     wl = fit_workload(fit_on, name, acceptance=args.acceptance)
     doc = workload_to_dict(wl)

@@ -47,6 +47,7 @@ REFERENCE_BUDGET = 32
 class LoadedTraces:
     headers: list[TraceHeader]
     steps: list[TraceStep]
+    paths: tuple[str, ...] = ()
 
     @property
     def max_depth(self) -> int:
@@ -62,8 +63,9 @@ class LoadedTraces:
 
 def load_traces(paths: Iterable[str | os.PathLike[str]]) -> LoadedTraces:
     """Every step of every trace file (request ids prefixed by nothing: they must be unique)."""
-    headers, steps = [], []
+    headers, steps, names = [], [], []
     for p in paths:
+        names.append(os.fspath(p))
         h, s = read_trace(p)
         headers.append(h)
         steps.extend(s)
@@ -72,7 +74,7 @@ def load_traces(paths: Iterable[str | os.PathLike[str]]) -> LoadedTraces:
     temps = {h.temperature for h in headers}
     if len(temps) > 1:
         raise SpecError(f"traces mix temperatures {sorted(temps)}; fit one temperature at a time")
-    return LoadedTraces(headers, steps)
+    return LoadedTraces(headers, steps, tuple(names))
 
 
 def split_requests(
@@ -316,6 +318,12 @@ def fit_workload(
     match_max = max(1, max((int(s.match_len.max()) for s in steps), default=1))
     retr_rows, retr_probs = fit_retrieval(steps, match_max, 6)
     h = traces.headers[0]
+    first = {}
+    for st in steps:
+        if st.request not in first or st.step < first[st.request].step:
+            first[st.request] = st
+    prompt_mean = float(np.mean([st.context_len + 1 for st in first.values()]))
+    files = f" ({', '.join(traces.paths)})" if traces.paths else ""
     wl = Workload(
         name=name,
         acceptance=acceptance,
@@ -333,8 +341,11 @@ def fit_workload(
         or (
             f"traces: model {h.model}, drafter {h.drafter}, prompts "
             f"{', '.join(sorted({x.prompt_set for x in traces.headers}))}; "
-            f"{len(traces.requests())} requests, {len(steps)} steps"
+            f"{len(traces.requests())} requests, {len(steps)} steps{files}; prompt length = "
+            "mean recorded prompt (chat template included); output length left at the default "
+            "(recordings stop after a fixed number of tokens)"
         ),
+        prompt_len_mean_tokens=prompt_mean,
         fitted="",
     )
     scale_note = ""
