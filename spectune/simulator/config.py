@@ -11,6 +11,7 @@ from spectune.simulator.speculation import PolicySource, StepSampler
 from spectune.simulator.steptime import CostModelLike
 from spectune.specs import HardwareSpec, ModelSpec
 from spectune.specs.io import help_field
+from spectune.specs.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,8 @@ class SimConfig:
     policy: PolicySource = field(
         default=None, metadata={"help": "PolicyTable, one TreePolicy, or None (off)"}
     )
-    workload: Any = field(
-        default=None, metadata={"help": "specs.workload.Workload: acceptance and lengths"}
+    workload: Workload | None = field(
+        default=None, metadata={"help": "acceptance model and prompt/output lengths"}
     )
     requests: int = help_field(1000, help="requests to simulate (a trace: at most its length)")
     prompt: LengthDist | None = field(

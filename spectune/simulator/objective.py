@@ -27,6 +27,7 @@ from spectune.simulator.engine import (
 )
 from spectune.simulator.lengths import LengthDist
 from spectune.specs import HardwareSpec, ModelSpec, SpecError, TreePolicy
+from spectune.specs.workload import Workload
 
 METRICS = ("goodput", "throughput")
 
@@ -92,7 +93,12 @@ class SimObjective:
             max_batch_tokens=b.max_batch_tokens,
             block_size=b.block_size,
         )
-        out = b.output.mean_tokens if b.output is not None else b.workload.output_len_mean_tokens
+        if b.output is not None:
+            out = b.output.mean_tokens
+        elif b.workload is not None:
+            out = b.workload.output_len_mean_tokens
+        else:
+            raise SpecError("the objective needs output lengths: a workload or output_tokens")
         return min(batch, auto_max_batch(kv, max(1, context), out, cap=batch))
 
     def __call__(self, policy: TreePolicy | None, batch: int, context: int) -> float:
@@ -134,7 +140,7 @@ def goodput_objective(
     hardware: HardwareSpec,
     target: ModelSpec,
     drafter: ModelSpec | None,
-    workload: Any,
+    workload: Workload,
     *,
     tp: int = 1,
     output_tokens: int | None = None,
