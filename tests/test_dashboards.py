@@ -203,6 +203,68 @@ def test_uploaded_gpu_spec_is_used_and_bad_specs_are_reported() -> None:
         assert errs and name in errs[0], (name, errs)
 
 
+def _trace_file(path: Path, steps: int = 40) -> Path:
+    """A small spectune.trace/v1 file: random pools (depth 3, top-k 3) and random targets."""
+    from spectune.planner.trace import TraceHeader, make_step, write_trace
+    from spectune.specs import DraftTree
+
+    rng = np.random.default_rng(5)
+    parents, depth_of = [-1], [0]
+    for node in range(13):  # a full 3-ary tree of depth 2, then one more level under node 1
+        if depth_of[node] < 2 or node == 1:
+            for _ in range(3):
+                parents.append(node)
+                depth_of.append(depth_of[node] + 1)
+    n = len(parents)
+    recorded = []
+    for i in range(steps):
+        tokens = rng.permutation(1000)[:n]  # distinct, so siblings never share a token
+        logp = np.log(rng.uniform(0.05, 0.9, n))
+        logp[0] = 0.0
+        pool = DraftTree.from_parents(parents, tokens=tokens, logprobs=logp)
+        target = np.full(n, 5000 + i, dtype=np.int64)  # no child matches ...
+        for node in range(n):
+            kids = [k for k in range(n) if parents[k] == node]
+            if kids and rng.random() < 0.7:  # ... except here: the most confident child
+                target[node] = tokens[max(kids, key=lambda k: logp[k])]
+        recorded.append(make_step(f"r{i % 4}", i, 100 + i, pool, target))
+    header = TraceHeader("toy-target", "toy-drafter", "toy-prompts", max_depth=3, max_topk=3)
+    write_trace(path, header, recorded)
+    return path
+
+
+def test_uploaded_acceptance_trace_drives_the_prediction(tmp_path: Path) -> None:
+    from spectune.planner.acceptance import TraceReplay
+    from spectune.planner.costmodel import CostModel
+    from spectune.planner.objective import ClosedFormObjective
+    from spectune.planner.trace import read_trace
+
+    path = _trace_file(tmp_path / "toy.jsonl")
+    at = _app().run()
+    at.sidebar.file_uploader(key="upload.trace").set_value(
+        ("toy.jsonl", path.read_bytes(), "application/jsonl")
+    ).run()
+    _ok(at)
+    assert "acceptance from trace toy.jsonl" in at.caption[0].value
+    _, steps = read_trace(path)
+    cm = CostModel(load_hardware("h100-sxm"), load_model(TARGET), load_model(DRAFTER))
+    obj = ClosedFormObjective(cm, TraceReplay(steps))
+    got = _numbers(at)
+    assert got["expected tokens per step"] == pytest.approx(obj.expected_tokens(SGLANG_DEFAULT), rel=1e-12)
+    assert got["tokens/s"] == pytest.approx(obj(SGLANG_DEFAULT, 8, 4096), rel=1e-12)
+
+    at.sidebar.toggle(key="scn.use_trace").set_value(False).run()
+    _ok(at)
+    want = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")(SGLANG_DEFAULT, 8, 4096)
+    assert _numbers(at)["tokens/s"] == pytest.approx(want, rel=1e-12)
+
+    at.sidebar.file_uploader(key="upload.trace").set_value(
+        ("bad.jsonl", b'{"schema": "nope"}\n', "application/jsonl")
+    ).run()
+    _ok(at)
+    assert any("bad.jsonl" in e for e in _errors(at))
+
+
 # ---- Planner ------------------------------------------------------------------------------------
 
 

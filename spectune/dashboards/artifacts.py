@@ -133,6 +133,34 @@ def trace_from_upload(name: str, data: bytes) -> Any:
     return dataclasses.replace(trace, source=name)
 
 
+def acceptance_trace_from_upload(name: str, data: bytes) -> tuple[str, Any, str]:
+    """A recorded acceptance trace (spectune.trace/v1 JSONL, optionally .gz) as the planner's
+    TraceReplay model: (content key, model, label)."""
+    import hashlib
+
+    from spectune.planner.acceptance import TraceReplay
+    from spectune.planner.trace import read_trace
+
+    if len(data) > MAX_TRACE_BYTES:
+        raise SpecError(f"{name}: {len(data)} bytes is over the {MAX_TRACE_BYTES}-byte limit")
+    base = Path(name).name.lower()
+    suffix = next((s for s in (".jsonl.gz", ".jsonl") if base.endswith(s)), None)
+    if suffix is None:
+        raise SpecError(f"{name}: expected a spectune.trace/v1 .jsonl or .jsonl.gz file")
+    with tempfile.TemporaryDirectory(prefix="spectune-upload-") as tmp:
+        path = Path(tmp) / f"trace{suffix}"
+        path.write_bytes(data)
+        try:
+            header, steps = read_trace(path)
+            model = TraceReplay(steps)
+        except SpecError as e:
+            raise SpecError(str(e).replace(str(path), name)) from None
+        except (OSError, EOFError, ValueError, TypeError, KeyError) as e:
+            raise SpecError(f"{name}: not a readable trace: {e}") from None
+    label = f"{Path(name).name} ({header.model} / {header.drafter} on {header.prompt_set}, {len(steps)} steps)"
+    return hashlib.sha256(data).hexdigest()[:16], model, label
+
+
 # ---- measurements -------------------------------------------------------------------------------
 
 

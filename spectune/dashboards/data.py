@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from spectune.planner.acceptance import acceptance_model
+from spectune.planner.acceptance import AcceptanceModel, acceptance_model
 from spectune.planner.buckets import buckets_from_edges
 from spectune.planner.costmodel import CostModel
 from spectune.planner.export import ENGINES, Export, export_policy
@@ -58,14 +58,37 @@ class Scenario:
     drafter: ModelSpec | None
     workload: Workload
     tp: int = 1
+    trace: str = ""  # key of a registered acceptance trace ('' : the workload's acceptance)
+    trace_label: str = ""
 
     @property
     def label(self) -> str:
         drafter = self.drafter.name if self.drafter else "no drafter"
+        accept = f", acceptance from trace {self.trace_label}" if self.trace else ""
         return (
             f"{self.target.name} + {drafter} on {self.hardware.name} (tp {self.tp}), "
-            f"workload {self.workload.name}"
+            f"workload {self.workload.name}{accept}"
         )
+
+
+# Acceptance models replayed from uploaded traces, by content hash (the Scenario holds the key,
+# so scenarios stay small and hashable for the dashboards' caches).
+_TRACES: dict[str, AcceptanceModel] = {}
+
+
+def register_trace(key: str, model: AcceptanceModel) -> None:
+    """Make an acceptance model (a planner TraceReplay) available to scenarios as `key`."""
+    _TRACES[key] = model
+
+
+def acceptance_for(scenario: Scenario) -> AcceptanceModel:
+    """The scenario's acceptance model: its registered trace, else its workload's."""
+    if not scenario.trace:
+        return acceptance_model(scenario.workload)
+    model = _TRACES.get(scenario.trace)
+    if model is None:
+        raise SpecError("the acceptance trace of this scenario is gone; upload it again")
+    return model
 
 
 def scenario_from_names(
@@ -88,7 +111,7 @@ def scenario_from_names(
 def objective_for(scenario: Scenario) -> ClosedFormObjective:
     """The planner's closed-form objective for a scenario (what `spectune plan` scores with)."""
     cm = CostModel(scenario.hardware, scenario.target, scenario.drafter, tp=scenario.tp)
-    return ClosedFormObjective(cm, acceptance_model(scenario.workload))
+    return ClosedFormObjective(cm, acceptance_for(scenario))
 
 
 def make_policy(
@@ -208,7 +231,7 @@ class SampleTree:
 
 def sample_tree(scenario: Scenario, policy: TreePolicy, seed: int = 0) -> SampleTree:
     """The tree the planner's builder draws for this policy with this seed."""
-    model = acceptance_model(scenario.workload)
+    model = acceptance_for(scenario)
     tree = build_tree(policy, model, np.random.default_rng(seed))
     return SampleTree(tree, np.asarray(model.node_accept_prob(tree)), model.expected_tokens(tree))
 
@@ -381,13 +404,15 @@ def scenario_for_table(table: PolicyTable, fallback: Scenario) -> tuple[Scenario
         drafter=drafter,
         workload=pick("workload", table.workload, load_workload, fallback.workload),
         tp=table.tp,
+        trace=fallback.trace,
+        trace_label=fallback.trace_label,
     )
     return s, "; ".join(notes)
 
 
 def engine_exports(table: PolicyTable, scenario: Scenario) -> dict[str, Export | str]:
     """Every engine's export of a table (planner.export), or the reason it failed."""
-    model = acceptance_model(scenario.workload)
+    model = acceptance_for(scenario)
 
     def shape(policy: TreePolicy) -> DraftTree:
         static = TreePolicy("static", policy.depth, policy.topk, policy.budget)

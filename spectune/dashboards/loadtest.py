@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spectune.dashboards.data import Scenario
+from spectune.dashboards.data import Scenario, acceptance_for
 from spectune.simulator import Gamma, Poisson, SimConfig, SimResult, Trace, simulate
 from spectune.specs import PolicyTable, SpecError, TreePolicy
 
@@ -64,6 +64,7 @@ def sim_config(
         slo_tpot_s=None if settings.slo_tpot_ms is None else settings.slo_tpot_ms / 1e3,
         baseline=True,
         pool_cache=pool_cache,
+        acceptance=acceptance_for(scenario) if scenario.trace else None,
     )
 
 

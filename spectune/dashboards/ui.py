@@ -96,6 +96,12 @@ def _remember_uploads() -> None:
         for kind, spec in (("gpu", gpu), ("model", model), ("workload", wl)):
             if spec is not None:
                 store[kind][f"{spec.name} (uploaded)"] = spec
+        trace = upload("Acceptance trace (spectune.trace/v1 .jsonl or .jsonl.gz)", ("jsonl", "gz"),
+                       acceptance_trace, key="upload.trace")  # fmt: skip
+        if trace is not None:
+            key, model, label = trace
+            data.register_trace(key, model)
+            store["trace"] = {"key": key, "label": label}
 
 
 def scenario_sidebar() -> data.Scenario:
@@ -128,12 +134,17 @@ def scenario_sidebar() -> data.Scenario:
     wl = sb.selectbox("Workload", list(workloads), key=k + "workload",
                       index=_initial(k + "workload", list(workloads).index(data.DEFAULT_WORKLOAD)))  # fmt: skip
     wl = wl if wl in workloads else data.DEFAULT_WORKLOAD
+    trace = store.get("trace") or {}
+    use_trace = bool(trace) and sb.toggle("Acceptance from the uploaded trace", value=True,
+                                          key=k + "use_trace", help=trace.get("label"))  # fmt: skip
     return data.Scenario(
         hardware=gpus[gpu],
         target=tm,
         drafter=None if drafter == NO_DRAFTER else models[drafter],
         workload=workloads[wl],
         tp=int(tp),
+        trace=trace["key"] if use_trace else "",
+        trace_label=trace["label"] if use_trace else "",
     )
 
 
@@ -169,6 +180,12 @@ def policy_controls(prefix: str, default: TreePolicy = data.SGLANG_DEFAULT) -> T
 
 
 # ---- cached computations ------------------------------------------------------------------------
+
+
+@st.cache_resource(show_spinner="Reading the trace...", max_entries=4)
+def acceptance_trace(name: str, blob: bytes) -> tuple[str, Any, str]:
+    """Parsed once per file content (a trace replay model takes seconds to build)."""
+    return artifacts.acceptance_trace_from_upload(name, blob)
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
