@@ -292,3 +292,18 @@ def test_gpu_small_session_graphs() -> None:
     recs = measure_runs(s, [(2, TreePolicy("dynamic-topk", 3, 2, 6), "p")], 256, acceptance_model("mt-bench"), 5, 2)
     assert recs[0]["tokens_per_step"] >= 1.0
     assert s.verify_time(2, 4, 128, reps=3) > 0
+
+
+def test_fused_tree_merge_kernel_matches_reference() -> None:
+    """The Triton tree-part + log-sum-exp merge kernel (interpreter) against one softmax."""
+    pytest.importorskip("triton")
+    g = torch.Generator().manual_seed(4)
+    for b, n, h, kvh, c, s in ((2, 5, 4, 2, 30, 5), (1, 3, 8, 2, 0, 7), (2, 9, 4, 2, 40, 12)):
+        q = torch.randn(b, n, h, 16, generator=g)
+        kp, vp = torch.randn(b, kvh, c, 16, generator=g), torch.randn(b, kvh, c, 16, generator=g)
+        kn, vn = torch.randn(b, kvh, s, 16, generator=g), torch.randn(b, kvh, s, 16, generator=g)
+        mask = torch.rand(b, n, s, generator=g) < 0.6
+        mask[:, :, 0] = True
+        pre = (kp, vp) if c else (None, None)
+        out = tree_attention(q, *pre, kn, vn, mask, use_triton=True)
+        assert torch.allclose(out, reference_tree_attention(q, *pre, kn, vn, mask), atol=1e-5)

@@ -17,6 +17,8 @@ import math
 from typing import Any
 
 import torch
+import triton
+import triton.language as tl
 
 
 def _pack(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
@@ -116,6 +118,82 @@ def _tree_part(
     return torch.matmul(p.to(v.dtype), v).float(), lse
 
 
+@triton.jit
+def _tree_merge_kernel(
+    Q, K, V, MASK, O1, LSE1, OUT,
+    sq_b, sq_h, sq_r, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sm_b, sm_n, sm_s,
+    so1_b, so1_h, so1_r, sl_b, sl_h, so_b, so_n, so_h,
+    R, N, S, G, scale,
+    HAS_PREFIX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr, D: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    r = tl.program_id(2) * BLOCK_R + tl.arange(0, BLOCK_R)
+    s = tl.arange(0, BLOCK_S)
+    d = tl.arange(0, D)
+    rok = r < R
+    sok = s < S
+    n = r % N
+    q = tl.load(Q + b * sq_b + h * sq_h + r[:, None] * sq_r + d[None, :], mask=rok[:, None], other=0.0)
+    k = tl.load(K + b * sk_b + h * sk_h + s[:, None] * sk_s + d[None, :], mask=sok[:, None], other=0.0)
+    v = tl.load(V + b * sv_b + h * sv_h + s[:, None] * sv_s + d[None, :], mask=sok[:, None], other=0.0)
+    seen = tl.load(MASK + b * sm_b + n[:, None] * sm_n + s[None, :] * sm_s,
+                   mask=rok[:, None] & sok[None, :], other=0)
+    sc = tl.dot(q, tl.trans(k)) * scale
+    sc = tl.where((seen != 0) & sok[None, :], sc, float("-inf"))
+    m2 = tl.max(sc, 1)
+    m2 = tl.where(m2 == float("-inf"), 0.0, m2)
+    p = tl.exp(sc - m2[:, None])
+    l2 = tl.sum(p, 1)
+    o = tl.dot(p.to(v.dtype), v)
+    lse2 = m2 + tl.log(l2)
+    if HAS_PREFIX:
+        o1 = tl.load(O1 + b * so1_b + h * so1_h + r[:, None] * so1_r + d[None, :], mask=rok[:, None], other=0.0)
+        lse1 = tl.load(LSE1 + b * sl_b + h * sl_h + r, mask=rok, other=0.0)
+        mm = tl.maximum(lse1, lse2)
+        w1 = tl.exp(lse1 - mm)
+        w2 = tl.exp(lse2 - mm)
+        o = (o1.to(tl.float32) * w1[:, None] + o / l2[:, None] * w2[:, None]) / (w1 + w2)[:, None]
+    else:
+        o = o / l2[:, None]
+    head = h * G + r // N
+    tl.store(OUT + b * so_b + n[:, None] * so_n + head[:, None] * so_h + d[None, :],
+             o.to(OUT.dtype.element_ty), mask=rok[:, None])
+
+
+def _tree_merge(
+    qp: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+    o1: torch.Tensor | None, lse1: torch.Tensor | None, n: int, scale: float,
+) -> torch.Tensor:
+    """One kernel for the tree part, the log-sum-exp merge with the prefix partial and the
+    unpacking: qp [B, KVH, G*N, D] -> out [B, N, H, D]."""
+    b, kvh, r, d = qp.shape
+    s = k.shape[2]
+    g = r // n
+    out = torch.empty((b, n, kvh * g, d), dtype=qp.dtype, device=qp.device)
+    m = mask.view(torch.int8) if mask.dtype == torch.bool else mask  # same itemsize: a view
+    block_r = 64 if r > 32 else max(16, triton.next_power_of_2(r))
+    block_s = max(16, triton.next_power_of_2(s))
+    has = o1 is not None and lse1 is not None
+    o1_ = o1 if has else qp
+    l1_ = lse1 if has else qp
+    assert o1_ is not None and l1_ is not None
+    grid = (b, kvh, triton.cdiv(r, block_r))
+    _tree_merge_kernel[grid](
+        qp, k, v, m, o1_, l1_, out,
+        qp.stride(0), qp.stride(1), qp.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), m.stride(0), m.stride(1), m.stride(2),
+        o1_.stride(0), o1_.stride(1), o1_.stride(2), l1_.stride(0), l1_.stride(1),
+        out.stride(0), out.stride(1), out.stride(2),
+        r, n, s, g, scale,
+        HAS_PREFIX=has, BLOCK_R=block_r, BLOCK_S=block_s, D=d, num_warps=4,
+    )  # fmt: skip
+    return out
+
+
+MAX_FUSED_TREE = 256  # tree keys the fused tree+merge kernel holds in one tile
+
+
 def tree_attention(
     q: torch.Tensor,
     k_prefix: torch.Tensor | None,
@@ -123,6 +201,7 @@ def tree_attention(
     k_new: torch.Tensor,
     v_new: torch.Tensor,
     mask: torch.Tensor,
+    use_triton: bool | None = None,
 ) -> torch.Tensor:
     """Attention of N query tokens per sequence.
 
@@ -136,14 +215,22 @@ def tree_attention(
     kvh = k_new.shape[1]
     scale = 1.0 / math.sqrt(d)
     qp = _pack(q, kvh)
-    o2, lse2 = _tree_part(qp, k_new, v_new, mask, scale)
-    if k_prefix is None or v_prefix is None or k_prefix.shape[2] == 0:
+    fused = (q.is_cuda if use_triton is None else use_triton) and k_new.shape[2] <= MAX_FUSED_TREE
+    no_prefix = k_prefix is None or v_prefix is None or k_prefix.shape[2] == 0
+    if fused and no_prefix:
+        return _tree_merge(qp, k_new, v_new, mask, None, None, n, scale)
+    if not fused:
+        o2, lse2 = _tree_part(qp, k_new, v_new, mask, scale)
+    if no_prefix:
         return _unpack(o2.to(q.dtype), n)
+    assert k_prefix is not None and v_prefix is not None
     # the grouped flash path re-reads K/V once per query head but splits long prefixes across
     # programs: it wins only where the packed path leaves most SMs idle (small batch x group)
     few = q.is_cuda and b * kvh * -(-qp.shape[2] // 128) < _sm_count(q.device) // 2
     fa = _prefix_attention_gqa(q, k_prefix.transpose(1, 2), v_prefix.transpose(1, 2), scale) if few else None
     o1, lse1 = fa if fa is not None else _prefix_attention(qp, k_prefix, v_prefix, scale)
+    if fused:
+        return _tree_merge(qp, k_new, v_new, mask, o1, lse1, n, scale)
     m = torch.maximum(lse1, lse2)
     w1 = torch.exp(lse1 - m)[..., None]
     w2 = torch.exp(lse2 - m)[..., None]
