@@ -20,21 +20,10 @@ from optuna.trial import TrialState
 
 from spectune.planner.buckets import DEFAULT_BUCKETS, BucketSpec, buckets_from_edges
 from spectune.planner.objective import ClosedFormObjective
-from spectune.planner.search import (
-    REFERENCES,
-    Scorer,
-    SearchSettings,
-    geomean,
-    make_storage,
-    open_study,
-    optimize_study,
-    prepare_study,
-    search,
-    settings_from_dict,
-    settings_to_dict,
-)
+from spectune.planner.search import Scorer, SearchSettings, geomean, optimize_study, search
 from spectune.planner.space import (
     EAGLE_DEFAULT,
+    REFERENCES,
     SGLANG_DEFAULT,
     PolicySpace,
     canonical_policy,
@@ -43,6 +32,13 @@ from spectune.planner.space import (
     policy_from_params,
     policy_params,
     suggest_policy,
+)
+from spectune.planner.studies import (
+    make_storage,
+    open_study,
+    prepare_study,
+    settings_from_dict,
+    settings_to_dict,
 )
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import TreePolicy

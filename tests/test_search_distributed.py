@@ -26,17 +26,15 @@ import pytest
 from optuna.trial import TrialState
 
 from spectune.planner.buckets import BucketSpec
-from spectune.planner.search import (
-    Scorer,
-    SearchSettings,
+from spectune.planner.search import Scorer, SearchSettings, run_worker
+from spectune.planner.space import policy_from_params
+from spectune.planner.studies import (
     make_storage,
     open_study,
     prepare_study,
     resolve_storage_url,
-    run_worker,
     study_name,
 )
-from spectune.planner.space import policy_from_params
 
 pytestmark = pytest.mark.slow
 

@@ -31,16 +31,12 @@ from spectune.planner.buckets import (
     buckets_from_edges,
 )
 from spectune.planner.objective import ClosedFormObjective, closed_form_objective
-from spectune.planner.search import (
+from spectune.planner.search import BucketResult, Scorer, SearchSettings, choose, search
+from spectune.planner.studies import (
     ATTR_SETUP,
-    BucketResult,
-    Scorer,
-    SearchSettings,
-    choose,
     make_storage,
     open_study,
     prepare_study,
-    search,
     study_name,
 )
 from spectune.specs.errors import SpecError
@@ -138,7 +134,8 @@ def format_range(r: tuple[int, int]) -> str:
     return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
 
 
-def print_table(results: Sequence[BucketResult], out: Any = sys.stdout) -> None:
+def print_table(results: Sequence[BucketResult], out: Any = None) -> None:
+    out = out or sys.stdout
     head = (
         f"{'batch':>8} {'context':>12}  {'policy':<30} {'tok/s':>9} {'vs off':>7} "
         f"{'vs default':>16}  {'chain':>5}"

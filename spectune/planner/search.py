@@ -13,9 +13,10 @@ than the defaults and turns speculation off where it loses. In multi-objective m
 (throughput vs step latency) the study keeps the Pareto front and the table takes the highest
 throughput on the front whose latency meets `max_latency_s`.
 
-Storage: in memory, or an Optuna RDB URL. With sqlite:///file or postgresql://... any number
-of processes share a study (`run_worker`); heartbeats mark a killed worker's trial failed and
-RetryFailedTrialCallback enqueues it again, so a kill loses no finished trial.
+Storage (planner.studies): in memory, or an Optuna RDB URL. With sqlite:///file or
+postgresql://... any number of processes share a study (`run_worker`); heartbeats mark a killed
+worker's trial failed and the retry callback enqueues it again, so a kill loses no finished
+trial.
 Seeded: the same seed, objective and in-process storage give the same table in any process.
 """
 
@@ -24,9 +25,8 @@ from __future__ import annotations
 import math
 import time
 import warnings
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -35,9 +35,8 @@ from optuna.trial import FrozenTrial, TrialState
 from spectune.planner.buckets import BucketSpec
 from spectune.planner.objective import Latency, Objective
 from spectune.planner.space import (
-    EAGLE_DEFAULT,
     ENGINE_DEFAULTS,
-    SEED_POLICIES,
+    REFERENCES,
     PolicySpace,
     canonical_policy,
     neighbours,
@@ -45,39 +44,25 @@ from spectune.planner.space import (
     policy_params,
     suggest_policy,
 )
+from spectune.planner.studies import (
+    SearchSettings,
+    bucket_studies,
+    count_trials,
+    make_sampler,
+    make_storage,
+    open_study,
+    prepare_study,
+    settings_from_dict,
+    study_name,
+)
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import ChainChoice, TreePolicy
 
-REFERENCES: Mapping[str, TreePolicy | None] = {"off": None, **ENGINE_DEFAULTS}
 ATTR_POINTS = "points_tokens_per_s"
 ATTR_LATENCY = "latency_s"
-ATTR_SETUP = "spectune.setup"
 
 Progress = Callable[[str, int, int], None]
 """progress(bucket_name, finished_trials, target_trials)"""
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """How hard and where to search."""
-
-    trials: int = 48
-    seed: int = 0
-    space: PolicySpace = field(default_factory=PolicySpace)
-    multi_objective: bool = False
-    max_latency_s: float | None = None
-    warm_start: int = 3
-    seeds: bool = True
-    refine_after: float = 0.5
-    startup_trials: int = 8
-    chains: bool = True
-    heartbeat_s: int = 5
-    grace_s: int | None = None
-    max_retry: int = 3
-
-    def __post_init__(self) -> None:
-        if self.trials < 1:
-            raise SpecError(f"--trials must be at least 1, got {self.trials}")
 
 
 @dataclass(frozen=True)
@@ -169,154 +154,6 @@ class Scorer:
 # ---- storage and studies ---------------------------------------------------------------------
 
 
-def make_storage(url: str | None, settings: SearchSettings | None = None) -> Any:
-    """In-memory storage for None/'' (one process), else an RDB storage with heartbeats and
-    failed-trial retry (sqlite:///file.db, postgresql://user:pw@host:port/db)."""
-    s = settings or SearchSettings()
-    if not url:
-        return optuna.storages.InMemoryStorage()
-    if not url.startswith(("sqlite:", "postgresql", "mysql")):
-        raise SpecError(
-            f"--storage {url!r}: expected sqlite:///FILE.db or postgresql://USER:PW@HOST:PORT/DB"
-        )
-    url = resolve_storage_url(url)
-    engine_kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite:"):
-        engine_kwargs = {"connect_args": {"timeout": 60}}
-    else:
-        engine_kwargs = {"pool_pre_ping": True}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        try:
-            retry: dict[str, Any]
-            if hasattr(optuna.storages, "RetryHeartbeatStaleTrialCallback"):  # optuna >= 4.9
-                cb = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=s.max_retry)
-                retry = {"heartbeat_stale_trial_callback": cb}
-            else:  # pragma: no cover - older optuna
-                cb = optuna.storages.RetryFailedTrialCallback(max_retry=s.max_retry)
-                retry = {"failed_trial_callback": cb}
-            return optuna.storages.RDBStorage(
-                url,
-                engine_kwargs=engine_kwargs,
-                heartbeat_interval=s.heartbeat_s,
-                grace_period=s.grace_s or 3 * s.heartbeat_s,
-                **retry,
-            )
-        except ImportError as e:
-            raise SpecError(
-                f"--storage {url!r} needs a database driver: {e}. For PostgreSQL install "
-                "the postgres extra: pip install 'spectune[postgres]'"
-            ) from e
-        except Exception as e:  # sqlalchemy OperationalError and friends
-            raise SpecError(f"--storage {url!r}: cannot open the database: {e}") from e
-
-
-def resolve_storage_url(url: str) -> str:
-    """postgresql://... with the driver that is installed: SQLAlchemy 2.1 defaults to psycopg
-    (3), while the `postgres` extra brings psycopg2."""
-    if not url.startswith(("postgresql://", "postgres://")):
-        return url
-    import importlib.util
-
-    rest = url.split("://", 1)[1]
-    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2"):
-        return f"postgresql+psycopg2://{rest}"
-    return f"postgresql://{rest}"
-
-
-def study_name(prefix: str, bucket: BucketSpec) -> str:
-    return f"{prefix}.{bucket.name}"
-
-
-def bucket_seed(seed: int, bucket: BucketSpec) -> int:
-    """A per-bucket sampler seed that does not depend on bucket order or process."""
-    return zlib.crc32(f"{seed}:{bucket.name}".encode()) & 0x7FFFFFFF
-
-
-def _sampler(settings: SearchSettings, bucket: BucketSpec) -> optuna.samplers.BaseSampler:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(
-            seed=bucket_seed(settings.seed, bucket),
-            multivariate=True,
-            group=True,
-            n_startup_trials=settings.startup_trials,
-            constant_liar=True,
-        )
-
-
-def _directions(settings: SearchSettings) -> list[optuna.study.StudyDirection]:
-    up, down = optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE
-    return [up, down] if settings.multi_objective else [up]
-
-
-def open_study(
-    storage: Any, name: str, bucket: BucketSpec, settings: SearchSettings
-) -> optuna.Study:
-    """Create or load the study of one bucket."""
-    return optuna.create_study(
-        storage=storage,
-        study_name=name,
-        sampler=_sampler(settings, bucket),
-        directions=_directions(settings),
-        load_if_exists=True,
-    )
-
-
-def prepare_study(
-    study: optuna.Study,
-    bucket: BucketSpec,
-    settings: SearchSettings,
-    setup: Mapping[str, Any],
-    warm: Sequence[TreePolicy | None] = (),
-) -> None:
-    """Record the bucket and settings in the study (workers read them) and enqueue the
-    references and warm starts, once."""
-    if ATTR_SETUP in study.user_attrs:
-        return
-    seeds = SEED_POLICIES if settings.seeds else ()
-    queue: list[TreePolicy | None] = []
-    for policy in (*REFERENCES.values(), *warm, *seeds):
-        if (policy is None and not settings.space.allow_off) or policy in queue:
-            continue
-        queue.append(policy)
-    for policy in queue[: settings.trials]:  # the references first; never more than asked
-        study.enqueue_trial(policy_params(policy, settings.space), skip_if_exists=True)
-    study.set_user_attr(
-        ATTR_SETUP,
-        {
-            "bucket": {"batch": list(bucket.batch), "context": list(bucket.context)},
-            "settings": settings_to_dict(settings),
-            **dict(setup),
-        },
-    )
-
-
-def settings_to_dict(settings: SearchSettings) -> dict[str, Any]:
-    d = asdict(settings)
-    d["space"] = {k: list(v) if isinstance(v, tuple) else v for k, v in d["space"].items()}
-    return d
-
-
-def settings_from_dict(d: Mapping[str, Any]) -> SearchSettings:
-    raw: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d["space"].items()}
-    space = PolicySpace(**raw)
-    return SearchSettings(**{**d, "space": space})
-
-
-def _count(study: optuna.Study) -> tuple[int, int, int, int]:
-    """(complete, waiting, running, failed) trials of a study."""
-    counts = dict.fromkeys(TrialState, 0)
-    for t in study.get_trials(deepcopy=False):
-        counts[t.state] += 1
-    return (
-        counts[TrialState.COMPLETE],
-        counts[TrialState.WAITING],
-        counts[TrialState.RUNNING],
-        counts[TrialState.FAIL],
-    )
-
-
 def optimize_study(
     study: optuna.Study,
     bucket: BucketSpec,
@@ -349,7 +186,7 @@ def optimize_study(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(study)
-        complete, waiting, running, _failed = _count(study)
+        complete, waiting, running, _failed = count_trials(study)
         if progress is not None:
             progress(bucket.name, complete, settings.trials)
         if waiting == 0 and complete + running >= settings.trials:
@@ -527,25 +364,6 @@ def search(
     return results
 
 
-def bucket_studies(
-    storage: Any, study_prefix: str
-) -> list[tuple[str, BucketSpec, Mapping[str, Any]]]:
-    """The bucket studies of a plan in a shared storage, in bucket order."""
-    out = []
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        if not summary.study_name.startswith(study_prefix + "."):
-            continue
-        setup = summary.user_attrs.get(ATTR_SETUP)
-        if not setup:
-            continue
-        b = setup["bucket"]
-        out.append((summary.study_name, BucketSpec(tuple(b["batch"]), tuple(b["context"])), setup))
-    out.sort(key=lambda x: (x[1].context, x[1].batch))
-    if not out:
-        raise SpecError(f"no spectune studies named {study_prefix}.* in this storage")
-    return out
-
-
 def run_worker(
     storage_url: str,
     study_prefix: str,
@@ -564,25 +382,22 @@ def run_worker(
         if scorer is None:
             scorer = make_scorer(setup)
         store = make_storage(storage_url, s)
-        study = optuna.load_study(study_name=name, storage=store, sampler=_sampler(s, bucket))
+        study = optuna.load_study(study_name=name, storage=store, sampler=make_sampler(s, bucket))
         optimize_study(study, bucket, scorer, s, progress=progress)
     return len(studies)
 
 
 __all__ = [
-    "EAGLE_DEFAULT",
-    "REFERENCES",
     "BucketResult",
     "ParetoPoint",
+    "Progress",
     "Scorer",
     "SearchSettings",
-    "bucket_studies",
+    "best_chain",
     "choose",
     "geomean",
-    "make_storage",
-    "open_study",
     "optimize_study",
-    "prepare_study",
     "run_worker",
     "search",
+    "top_policies",
 ]

@@ -28,6 +28,8 @@ OFF = "off"
 SGLANG_DEFAULT = TreePolicy("dynamic-topk", depth=5, topk=4, budget=8)
 EAGLE_DEFAULT = TreePolicy("dynamic-topk", depth=7, topk=10, budget=60)
 ENGINE_DEFAULTS: Mapping[str, TreePolicy] = {"sglang": SGLANG_DEFAULT, "eagle": EAGLE_DEFAULT}
+# What every plan must not lose to: no speculation and the engine defaults.
+REFERENCES: Mapping[str, TreePolicy | None] = {"off": None, **ENGINE_DEFAULTS}
 
 
 @dataclass(frozen=True)
