@@ -148,6 +148,13 @@ def sample_step(
     tokens gained (accepted + 1), verify tokens each request's tree used (root included; what the
     cost model charges) and each tree's exact expected tokens."""
     pool = _pool(policy, model, rng, batch, shared_budget, reuse=True)
+    if policy.graft_budget == 0 and not (shared_budget and batch > 1):
+        lp_min = np.log(policy.prune_threshold) if policy.prune_threshold > 0 else -np.inf
+        thr = flat.row_threshold(pool, policy.budget - 1, lp_min)
+        kept = thr.mask(pool)
+        p = pool.accept_prob()
+        expected = np.where(kept, p, 0.0).sum(axis=1)  # the root column counts the bonus 1
+        return flat.sample_tokens(pool, thr, None, rng), kept.sum(axis=1), expected
     keep, p, grafts = _choose(policy, model, pool, rng, shared_budget)
     if not ((shared_budget and batch > 1) or policy.graft_budget > 0):
         p = pool.accept_prob()

@@ -117,11 +117,29 @@ class FlatPool:
 
     def accept_prob(self) -> np.ndarray:
         """float64[B, T]: P(candidate on the accepted path) if every candidate were kept."""
+        if self._exps is not None and self.level_acc is not None:
+            return self._dynamic_accept_prob()
         p = self.acc.copy()
         p[:, 0] = 1.0
         rows = np.arange(self.batch)[:, None]
         for sl in self.level_slices[1:]:
             p[:, sl] *= p[rows, self.parent[:, sl]]
+        return p
+
+    def _dynamic_accept_prob(self) -> np.ndarray:
+        """accept_prob for dynamic pools, level by level from the expanded slots."""
+        b, k, t = self.batch, self.width, self.columns
+        la = self.level_acc
+        assert la is not None and self._exps is not None
+        p = np.empty((b, t))
+        p[:, 0] = 1.0
+        p[:, 1 : 1 + k] = la[0, :, 0]
+        p_flat = p.ravel()
+        row_t = (np.arange(b) * t)[:, None]
+        for lvl, exp in enumerate(self._exps, start=2):
+            prev, here = self.level_slices[lvl - 1], self.level_slices[lvl]
+            parent_p = p_flat.take(row_t + prev.start + exp)  # [B, k]
+            np.multiply(parent_p[:, :, None], la[lvl - 1], out=p[:, here].reshape(b, k, k))
         return p
 
 
@@ -329,6 +347,13 @@ class RowThreshold:
 
     key_min: np.ndarray  # float64[B]
     lp_min: float
+
+    def mask(self, pool: FlatPool) -> np.ndarray:
+        """bool[B, T]: the kept mask this threshold stands for (root included)."""
+        floor = np.maximum(np.maximum(self.key_min, self.lp_min), _REAL)
+        kept = _sort_keys(pool.lp) >= floor[:, None]
+        kept[:, 0] = True
+        return kept
 
 
 def row_threshold(pool: FlatPool, per_row: int, lp_min: float) -> RowThreshold:
