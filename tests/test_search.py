@@ -247,3 +247,14 @@ def test_bad_storage_url_is_an_error() -> None:
 
 def test_geomean() -> None:
     assert geomean([2.0, 8.0]) == pytest.approx(4.0)
+
+
+def test_min_gain_keeps_a_reference_unless_the_search_clearly_wins() -> None:
+    strict = search(fake_objective(), SMALL[:1], SearchSettings(trials=16, min_gain=10.0))
+    assert strict[0].policy in REFERENCES.values()
+    assert "kept" in strict[0].note
+    free = search(fake_objective(), SMALL[:1], SearchSettings(trials=16, min_gain=0.0))
+    assert free[0].tokens_per_s >= strict[0].tokens_per_s
+    assert free[0].searched_best == pytest.approx(free[0].tokens_per_s)
+    with pytest.raises(SpecError, match="min-gain"):
+        SearchSettings(min_gain=-1)

@@ -267,6 +267,7 @@ def _settings(args: argparse.Namespace) -> SearchSettings:
         seed=args.seed,
         multi_objective=args.multi_objective,
         max_latency_s=None if args.max_step_ms is None else args.max_step_ms / 1e3,
+        min_gain=args.min_gain,
         heartbeat_s=args.heartbeat_s,
     )
 
@@ -455,6 +456,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"complete trials per bucket study (default {SearchSettings.trials})",
     )
     p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    p.add_argument(
+        "--min-gain",
+        type=float,
+        default=SearchSettings.min_gain,
+        help="keep off or an engine default unless a searched policy is predicted this much "
+        f"faster (default {SearchSettings.min_gain}: a margin for model error)",
+    )
     p.add_argument(
         "--storage",
         default=os.environ.get("SPECTUNE_STORAGE") or None,

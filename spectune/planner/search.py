@@ -9,7 +9,8 @@ previous batch bucket (warm start), then TPE draws the rest.
 
 The chosen policy of a bucket is the best-scoring one among those that lose to no reference
 (off, SGLang default, EAGLE default) at any point of the bucket, so the plan never does worse
-than the defaults and turns speculation off where it loses. In multi-objective mode
+than the defaults and turns speculation off where it loses; and a reference is kept unless the
+best searched policy is predicted `min_gain` (5%) faster, a margin for the model's error. In multi-objective mode
 (throughput vs step latency) the study keeps the Pareto front and the table takes the highest
 throughput on the front whose latency meets `max_latency_s`.
 
@@ -239,6 +240,10 @@ def _dominates(values: Sequence[float], refs: Mapping[str, Sequence[float]]) -> 
     return all(v >= max(r[i] for r in refs.values()) * (1 - 1e-9) for i, v in enumerate(values))
 
 
+def _short(p: TreePolicy | None) -> str:
+    return "off" if p is None else f"{p.builder}:{p.depth},{p.topk},{p.budget}"
+
+
 def best_chain(
     scorer: Scorer, bucket: BucketSpec, space: PolicySpace, off: Sequence[float]
 ) -> ChainChoice:
@@ -288,6 +293,17 @@ def choose(
         safe = pool
         note = note or "no policy beats every reference at every point; took the best mean"
     policy = max(safe, key=lambda p: (geomean(safe[p]), p is None))
+    kept = [p for p in REFERENCES.values() if p in safe and p != policy]
+    if settings.min_gain > 0 and policy not in REFERENCES.values() and kept:
+        ref = max(kept, key=lambda p: geomean(safe[p]))
+        gain = geomean(safe[policy]) / geomean(safe[ref]) - 1
+        if gain < settings.min_gain:
+            name = next(n for n, p in REFERENCES.items() if p == ref)
+            note = note or (
+                f"kept {name}: the best searched policy ({_short(policy)}) is predicted only "
+                f"{100 * gain:+.1f}% (< min_gain {100 * settings.min_gain:.0f}%)"
+            )
+            policy = ref
     pareto: tuple[ParetoPoint, ...] = ()
     if settings.multi_objective:
         pareto = tuple(

@@ -27,6 +27,7 @@ from spectune.planner.space import (
     policy_params,
 )
 from spectune.specs.errors import SpecError
+from spectune.specs.io import help_field
 from spectune.specs.policy import TreePolicy
 
 ATTR_SETUP = "spectune.setup"
@@ -36,23 +37,36 @@ ATTR_SETUP = "spectune.setup"
 class SearchSettings:
     """How hard and where to search."""
 
-    trials: int = 48
-    seed: int = 0
-    space: PolicySpace = field(default_factory=PolicySpace)
-    multi_objective: bool = False
-    max_latency_s: float | None = None
-    warm_start: int = 3
-    seeds: bool = True
-    refine_after: float = 0.5
-    startup_trials: int = 8
-    chains: bool = True
-    heartbeat_s: int = 5
-    grace_s: int | None = None
-    max_retry: int = 3
+    trials: int = help_field(48, help="complete trials per bucket study (references included)")
+    seed: int = help_field(0, help="sampler seed; each bucket derives its own from it")
+    space: PolicySpace = field(default_factory=PolicySpace, metadata={"help": "policy space"})
+    multi_objective: bool = help_field(False, help="maximise tokens/s and minimise latency")
+    max_latency_s: float | None = help_field(
+        None, help="multi-objective: the table takes the best tokens/s under this latency"
+    )
+    min_gain: float = help_field(
+        0.05,
+        help="keep the best reference (off or an engine default) unless a searched policy is "
+        "predicted at least this much faster: a margin for the model's error",
+    )
+    warm_start: int = help_field(3, help="best policies of the previous batch bucket to enqueue")
+    seeds: bool = help_field(True, help="enqueue planner.space.SEED_POLICIES")
+    refine_after: float = help_field(
+        0.5, help="fraction of trials after which neighbours of the best are walked"
+    )
+    startup_trials: int = help_field(8, help="TPE's random trials before it models")
+    chains: bool = help_field(True, help="also find the best chain per bucket (chain engines)")
+    heartbeat_s: int = help_field(5, help="RDB storages: worker heartbeat interval, seconds")
+    grace_s: int | None = help_field(
+        None, help="a trial without heartbeat this long is failed (default 3 x heartbeat)"
+    )
+    max_retry: int = help_field(3, help="times a failed (killed) trial is run again")
 
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise SpecError(f"--trials must be at least 1, got {self.trials}")
+        if self.min_gain < 0:
+            raise SpecError(f"--min-gain must be >= 0, got {self.min_gain}")
 
 
 def make_storage(url: str | None, settings: SearchSettings | None = None) -> Any:
