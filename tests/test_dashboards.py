@@ -353,6 +353,35 @@ def test_planner_loads_a_policy_file_and_reports_bad_ones() -> None:
         assert errs and name in errs[0], (name, errs)
 
 
+def test_planner_opens_a_stored_multi_objective_study(tmp_path: Path) -> None:
+    from spectune.cli.plan import build_table
+
+    obj = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")
+    url = f"sqlite:///{tmp_path / 'plan.db'}"
+    scenario = {"target": TARGET, "drafter": DRAFTER, "gpu": "h100-sxm", "workload": "mt-bench",
+                "tp": 1, "objective": "closed-form"}  # fmt: skip
+    settings = SearchSettings(trials=6, seed=1, multi_objective=True)
+    results = search(obj, buckets_from_edges((1, 16), (32768,)), settings, latency=obj.step_latency,
+                     storage=url, study_prefix="toy", setup={"scenario": scenario})  # fmt: skip
+    want = build_table(results, obj, scenario, {})
+
+    at = _page("planner")
+    at.radio(key="planner.source").set_value("Open a stored study").run()
+    _ok(at)
+    at.text_input(key="planner.storage").set_value(f"sqlite:///{tmp_path / 'missing.db'}").run()
+    _ok(at)
+    assert any("no such SQLite file" in e for e in _errors(at))
+    assert not (tmp_path / "missing.db").exists()
+    at.text_input(key="planner.storage").set_value(url).run()
+    _ok(at)
+    assert at.selectbox(key="planner.study").value == "toy"
+    table = _frame(at, "planner.table")
+    assert list(table["policy"]) == [data.policy_label(b.policy) for b in want.buckets]
+    assert list(table["tokens_per_s"]) == pytest.approx([b.predicted.tokens_per_s for b in want.buckets])
+    pareto = _frame(at, "planner.pareto")
+    assert list(pareto["tokens_per_s"]) == pytest.approx([r["tokens_per_s"] for r in data.pareto_rows(results)])
+
+
 # ---- Load ---------------------------------------------------------------------------------------
 
 

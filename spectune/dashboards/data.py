@@ -9,6 +9,7 @@ builders, search and export, and the simulator's `simulate`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -323,6 +324,60 @@ def run_plan(
     }
     table = build_table(results, obj, names, provenance)
     return Plan(table, tuple(results), multi_objective, provenance)
+
+
+_STUDY_NAME = re.compile(r"^(.*)\.b\d+-\d+\.c\d+-\d+$")
+
+
+def _open_storage(storage_url: str) -> Any:
+    """planner.search.make_storage, but never creating an SQLite file that is not there."""
+    from pathlib import Path
+
+    from spectune.planner.search import make_storage
+
+    if storage_url.startswith("sqlite:///"):
+        path = Path(storage_url[len("sqlite:///"):])
+        if not path.is_file():
+            raise SpecError(f"{path}: no such SQLite file")
+    return make_storage(storage_url)
+
+
+def study_prefixes(storage_url: str) -> list[str]:
+    """The plans (study-name prefixes) of spectune bucket studies in an Optuna storage."""
+    import optuna
+
+    store = _open_storage(storage_url)
+    names = [s.study_name for s in optuna.get_all_study_summaries(store, include_best_trial=False)]
+    return sorted({m.group(1) for n in names if (m := _STUDY_NAME.match(n))})
+
+
+def load_study_plan(storage_url: str, prefix: str) -> Plan:
+    """A plan read back from its Optuna studies (`spectune plan --storage URL`): each bucket's
+    policy chosen by the planner's own rule (planner.search.choose) from the trials stored, the
+    Pareto front when the studies are multi-objective."""
+    import optuna
+
+    from spectune.cli.plan import build_scorer, build_table
+    from spectune.planner.search import bucket_studies, choose, settings_from_dict
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    store = _open_storage(storage_url)
+    studies = bucket_studies(store, prefix)
+    scenario = studies[0][2].get("scenario")
+    if not isinstance(scenario, Mapping):
+        raise SpecError(f"studies {prefix}.* record no scenario; were they written by spectune plan?")
+    scorer, closed = build_scorer(scenario)
+    results = []
+    multi = False
+    for name, bucket, setup in studies:
+        settings = settings_from_dict(setup["settings"])
+        multi = multi or settings.multi_objective
+        study = optuna.load_study(study_name=name, storage=store)
+        results.append(choose(study, bucket, scorer, settings))
+    provenance = {"study": prefix, "storage": storage_url.split("@")[-1],
+                  "trials": sum(r.trials for r in results), "multi_objective": multi}  # fmt: skip
+    table = build_table(results, closed, scenario, provenance)
+    return Plan(table, tuple(results), multi, provenance)
 
 
 def policy_label(p: TreePolicy | None) -> str:

@@ -205,6 +205,16 @@ def run_plan(s: data.Scenario, batch_edges: tuple[int, ...], context_edges: tupl
                          seed=seed, multi_objective=multi_objective, max_step_ms=max_step_ms)  # fmt: skip
 
 
+@st.cache_data(show_spinner=False, ttl=10)
+def study_prefixes(url: str) -> list[str]:
+    return data.study_prefixes(url)
+
+
+@st.cache_data(show_spinner="Reading the studies...", ttl=10, max_entries=8)
+def load_study_plan(url: str, prefix: str) -> data.Plan:
+    return data.load_study_plan(url, prefix)
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def batch_curves(s: data.Scenario, policies: dict[str, TreePolicy | None],
                  batches: tuple[int, ...], context: int) -> dict[str, Any]:  # fmt: skip

@@ -17,8 +17,8 @@ PLAN_KEY = "planner.result"
 scn = ui.scenario()
 st.title("Planner")
 
-source = st.radio("Policy table", ("Run a plan here", "Load a policy file"), horizontal=True,
-                  key="planner.source")  # fmt: skip
+SOURCES = ("Run a plan here", "Load a policy file", "Open a stored study")
+source = st.radio("Policy table", SOURCES, horizontal=True, key="planner.source")
 
 plan: data.Plan | None = None
 if source == "Run a plan here":
@@ -49,6 +49,18 @@ if source == "Run a plan here":
                     float(max_ms) if max_ms else None,
                 )  # fmt: skip
         plan = st.session_state.get(PLAN_KEY)
+elif source == "Open a stored study":
+    st.caption("The Optuna storage of `spectune plan --storage URL` (add --multi-objective "
+               "for a Pareto front); the policies are chosen from its trials by the planner's rule.")  # fmt: skip
+    url = st.text_input("Storage URL", "sqlite:///spectune.db", key="planner.storage",
+                        help="sqlite:///FILE.db or postgresql://USER:PW@HOST/DB")  # fmt: skip
+    with ui.friendly_errors("storage"):
+        prefixes = ui.study_prefixes(url)
+        if not prefixes:
+            st.info(f"No spectune plan studies in {url.split('@')[-1]}.")
+        else:
+            prefix = st.selectbox("Plan (study prefix)", prefixes, key="planner.study")
+            plan = ui.load_study_plan(url, str(prefix))
 else:
     table = ui.upload("Policy file (policy.json from `spectune plan`)", ("json",),
                       artifacts.policy_from_upload, key="planner.upload")  # fmt: skip
