@@ -32,34 +32,27 @@ class SyntheticAcceptance:
 
     def __init__(self, model: object, depth: int, topk: int, device: torch.device | str):
         self.depth, self.topk = depth, topk
-        self.logconf: list[torch.Tensor] = []
-        self.accept: list[torch.Tensor] = []
-        self.lo: list[torch.Tensor] = []
+        self.table: list[torch.Tensor] = []  # per level: float32[M, 3, K] (logconf, accept, lo)
         for level in range(1, depth + 1):
             bank = model.candidate_bank(level, topk)  # type: ignore[attr-defined]
             logc = np.where(np.isfinite(bank.logconf), bank.logconf, NEG)
             acc = np.asarray(bank.accept, dtype=np.float64)
             lo = np.cumsum(acc, axis=1) - acc
-            self.logconf.append(torch.tensor(logc, dtype=torch.float32, device=device))
-            self.accept.append(torch.tensor(acc, dtype=torch.float32, device=device))
-            self.lo.append(torch.tensor(lo, dtype=torch.float32, device=device))
+            stacked = np.stack([logc, acc, lo], axis=1)[:, :, :topk]
+            self.table.append(torch.tensor(stacked, dtype=torch.float32, device=device).contiguous())
 
     def rows(self, level: int) -> int:
-        return int(self.accept[level - 1].shape[0])
+        return int(self.table[level - 1].shape[0])
 
     def draw_rows(self, level: int, shape: tuple[int, ...], device: torch.device | str) -> torch.Tensor:
         """int64[shape]: a uniformly drawn bank row for each drafted node whose children sit at `level`."""
-        m = self.rows(level)
-        return (torch.rand(shape, device=device) * m).long().clamp_(max=m - 1)
+        return torch.randint(0, self.rows(level), shape, device=device)
 
     def children(self, level: int, rows: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """rows: int64[...] -> (logconf, accept, lo): float32[..., width] of ranks 0..width-1."""
-        i = level - 1
-        return (
-            self.logconf[i][rows][..., :width],
-            self.accept[i][rows][..., :width],
-            self.lo[i][rows][..., :width],
-        )
+        """rows: int64[...] -> (logconf, accept, lo): float32[..., width] of ranks 0..width-1
+        (one gather of the stacked table; the three are views of it)."""
+        t = self.table[level - 1][rows]  # [..., 3, K]
+        return t[..., 0, :width], t[..., 1, :width], t[..., 2, :width]
 
 
 def draw_target_tokens(
