@@ -54,7 +54,10 @@ class TreeAttentionConfig:
     num_warps: int = 4
     num_stages: int = 3
     ctas_per_sm: int | None = None  # resident programs per SM for the split chooser (None: guess)
-    fuse_merge: bool = True  # last split of a tile merges (atomic ticket) instead of a 2nd launch
+    # Fused merge: the last split of a tile to finish merges all of them (atomic ticket) instead of
+    # a second launch. Off by default: run 4 (H200) measured it slower at high split counts (the
+    # merging program walks S partials serially: B=1 ctx 4096 N 16 32 us fused vs 16 us).
+    fuse_merge: bool = False
     min_chunk: int = MIN_CHUNK
 
 
@@ -71,11 +74,11 @@ def default_config(rows_per_group: int, device: torch.device) -> TreeAttentionCo
     # measured on an H200 (benchmarks/KERNELS_NOTES.md): memory-bound rows <= 64 like 64-key
     # blocks, compute-bound rows >= 128 like 128 x 128 tiles on 8 warps
     if rows_per_group <= 16:
-        return TreeAttentionConfig(block_m=16, block_n=64, num_warps=4, num_stages=3)
+        return TreeAttentionConfig(block_m=16, block_n=64, num_warps=4, num_stages=4)
     if rows_per_group <= 32:
-        return TreeAttentionConfig(block_m=32, block_n=64, num_warps=4, num_stages=3)
+        return TreeAttentionConfig(block_m=32, block_n=64, num_warps=4, num_stages=4)
     if rows_per_group <= 64:
-        return TreeAttentionConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
+        return TreeAttentionConfig(block_m=64, block_n=64, num_warps=4, num_stages=4)
     return TreeAttentionConfig(block_m=128, block_n=128, num_warps=8, num_stages=3)
 
 
@@ -319,6 +322,7 @@ def resident_programs(cfg: TreeAttentionConfig, head_dim: int, elem_bytes: int) 
     return min(by_smem, by_regs, 4)
 
 
+@lru_cache(maxsize=4096)
 def choose_splits(
     batch: int,
     kv_heads: int,
@@ -331,14 +335,22 @@ def choose_splits(
 ) -> tuple[int, int]:
     """(num_splits, chunk) minimising a small cost model: rounds of `slots` concurrent programs
     x (chunk + tree keys + per-program overhead), plus the merge (launch + partial traffic,
-    `partial_keys_per_split` key units per split) when there is more than one split."""
+    `partial_keys_per_split` key units per split) when there is more than one split.
+
+    Only split counts that end a round exactly (k * slots / programs per split, k = 1..8) and
+    their neighbours are tried, and results are cached: this runs on every call (run 4 found an
+    exhaustive Python search costing 0.3-2 ms of host time per call)."""
     per_split = batch * kv_heads * m_blocks
     prefix = max(max_prefix, 1)
+    max_splits = max(1, min(512, prefix // cfg.min_chunk))
+    candidates = {1, max_splits}
+    for k in range(1, 9):
+        full = k * slots // per_split
+        candidates.update((full - 1, full, full + 1))
     best: tuple[float, int, int] | None = None
-    for splits in range(1, max(1, min(512, prefix // cfg.min_chunk)) + 1):
-        chunk = triton.cdiv(triton.cdiv(prefix, splits), cfg.block_n) * cfg.block_n
-        if triton.cdiv(prefix, chunk) != splits:
-            continue  # the same chunk as a smaller split count
+    for want in sorted(c for c in candidates if 1 <= c <= max_splits):
+        chunk = triton.cdiv(triton.cdiv(prefix, want), cfg.block_n) * cfg.block_n
+        splits = triton.cdiv(prefix, chunk)
         rounds = triton.cdiv(per_split * splits, slots)
         cost = rounds * (chunk + tree_len + PROGRAM_OVERHEAD_KEYS)
         if splits > 1:
