@@ -94,8 +94,10 @@ class RetrievalProfile:
 
     def draw_match_len(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """int64[size]: match length per step, 0 = no match."""
-        p = np.r_[1.0 - self.match_probs.sum(), self.match_probs]
-        return rng.choice(p.size, size=size, p=np.clip(p, 0, None) / p.sum())
+        cum = np.cumsum(self.match_probs)  # P(match length <= m), m = 1..M
+        u = rng.random(size)
+        none = 1.0 - cum[-1]
+        return np.where(u < none, 0, 1 + np.searchsorted(cum, u - none, side="right"))
 
     def chain(self, match_len: int, length: int) -> np.ndarray:
         """float64[length]: rho for the 1st..length-th token of a match of length `match_len`."""

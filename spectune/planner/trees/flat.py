@@ -411,14 +411,16 @@ def choose_grafts(
     j = min(g, rows.shape[1])
     rho[:, :j] = rows[:, :j]
     rho[m == 0] = 0.0
-    # a kept node is a leaf when none of its candidate children is kept
-    has_child = np.zeros((b, t), dtype=bool)
-    rr, cc = np.nonzero(keep[:, 1:])
-    has_child[rr, pool.parent[rr, cc + 1]] = True
+    # a kept node is a leaf when its first (most probable) candidate child is not kept: kept
+    # children are always a prefix of a node's candidates
+    row_t = (np.arange(b) * t)[:, None]
+    has_child = (pool.count > 0) & keep.ravel().take(row_t + pool.start)
     leaf_p = np.where(keep & ~has_child, p, -1.0)
     nl = min(g, t)
-    leaves = np.argpartition(-(leaf_p - _TIE * np.arange(t)), nl - 1, axis=1)[:, :nl]
-    lp_sel = np.take_along_axis(leaf_p, leaves, axis=1)  # [B, nl]; -1 where not a leaf
+    keys = leaf_p - _TIE * np.arange(t)  # distinct: exactly nl per row pass the threshold
+    thr_leaf = np.partition(keys, t - nl, axis=1)[:, t - nl]
+    leaves = (np.flatnonzero(keys >= thr_leaf[:, None]) % t).reshape(b, nl)
+    lp_sel = leaf_p.ravel().take(row_t + leaves)  # [B, nl]; -1 where not a leaf
     gains = np.maximum(lp_sel, 0.0)[:, :, None] * np.cumprod(rho, axis=1)[:, None, :]
     gains = gains - _TIE * np.arange(nl * g).reshape(nl, g)  # earlier leaf / position first
     flat = gains.reshape(b, nl * g)
