@@ -21,7 +21,7 @@ pytest.importorskip("matplotlib")
 
 from streamlit.testing.v1 import AppTest
 
-from spectune.dashboards import artifacts, data
+from spectune.dashboards import artifacts, data, plans, uploads
 from spectune.planner.buckets import buckets_from_edges
 from spectune.planner.objective import closed_form_objective
 from spectune.planner.search import SearchSettings, search
@@ -182,7 +182,7 @@ def test_uploaded_gpu_spec_is_used_and_bad_specs_are_reported() -> None:
     assert "my-gpu (uploaded)" in at.sidebar.selectbox(key="scn.gpu").options
     at.sidebar.selectbox(key="scn.gpu").set_value("my-gpu (uploaded)").run()
     _ok(at)
-    hw = artifacts.hardware_from_upload("my-gpu.toml", spec)
+    hw = uploads.hardware_from_upload("my-gpu.toml", spec)
     scn = data.Scenario(hw, load_model(TARGET), load_model(DRAFTER), load_workload("mt-bench"))
     want = data.objective_for(scn)(SGLANG_DEFAULT, 8, 4096)
     assert _numbers(at)["tokens/s"] == pytest.approx(want, rel=1e-12)
@@ -191,7 +191,7 @@ def test_uploaded_gpu_spec_is_used_and_bad_specs_are_reported() -> None:
         "broken.json": b"{not json",
         "wrong.toml": b'name = "x"\npeak_bf16_flops = "fast"\n',
         "unknown.json": b'{"name": "x", "peak_flops": 1}',
-        "huge.json": b"{" + b" " * (artifacts.MAX_SPEC_BYTES + 1) + b"}",
+        "huge.json": b"{" + b" " * (uploads.MAX_SPEC_BYTES + 1) + b"}",
         "list.json": b"[1, 2]",
         "latin1.json": '{"name": "é"}'.encode("latin-1"),
     }
@@ -250,7 +250,9 @@ def test_uploaded_acceptance_trace_drives_the_prediction(tmp_path: Path) -> None
     cm = CostModel(load_hardware("h100-sxm"), load_model(TARGET), load_model(DRAFTER))
     obj = ClosedFormObjective(cm, TraceReplay(steps))
     got = _numbers(at)
-    assert got["expected tokens per step"] == pytest.approx(obj.expected_tokens(SGLANG_DEFAULT), rel=1e-12)
+    assert got["expected tokens per step"] == pytest.approx(
+        obj.expected_tokens(SGLANG_DEFAULT), rel=1e-12
+    )
     assert got["tokens/s"] == pytest.approx(obj(SGLANG_DEFAULT, 8, 4096), rel=1e-12)
 
     at.sidebar.toggle(key="scn.use_trace").set_value(False).run()
@@ -311,10 +313,14 @@ def test_planner_multi_objective_run_shows_the_pareto_front() -> None:
     at.button(key="FormSubmitter:planner.form-Run plan").click().run()
     _ok(at)
     _, results = _planned((1, 8, 64), (4096, 32768), 6, multi=True)
-    assert list(_frame(at, "planner.table")["policy"]) == [data.policy_label(r.policy) for r in results]
+    assert list(_frame(at, "planner.table")["policy"]) == [
+        data.policy_label(r.policy) for r in results
+    ]
     pareto = _frame(at, "planner.pareto")
-    assert len(pareto) == len(data.pareto_rows(results))
-    assert list(pareto["tokens_per_s"]) == pytest.approx([r["tokens_per_s"] for r in data.pareto_rows(results)])
+    assert len(pareto) == len(plans.pareto_rows(results))
+    assert list(pareto["tokens_per_s"]) == pytest.approx(
+        [r["tokens_per_s"] for r in plans.pareto_rows(results)]
+    )
     at.select_slider(key="planner.context").set_value(16384).run()
     _ok(at)
 
@@ -335,9 +341,13 @@ def test_planner_loads_a_policy_file_and_reports_bad_ones() -> None:
     at.radio(key="planner.source").set_value("Load a policy file").run()
     _ok(at)
     assert any("Upload a policy.json" in i.value for i in at.info)
-    at.file_uploader(key="planner.upload").set_value(("policy.json", blob, "application/json")).run()
+    at.file_uploader(key="planner.upload").set_value(
+        ("policy.json", blob, "application/json")
+    ).run()
     _ok(at)
-    assert list(_frame(at, "planner.table")["policy"]) == [data.policy_label(r.policy) for r in results]
+    assert list(_frame(at, "planner.table")["policy"]) == [
+        data.policy_label(r.policy) for r in results
+    ]
     downloads = {d.proto.label for d in at.get("download_button")}
     assert "policy.json" in downloads
 
@@ -377,9 +387,13 @@ def test_planner_opens_a_stored_multi_objective_study(tmp_path: Path) -> None:
     assert at.selectbox(key="planner.study").value == "toy"
     table = _frame(at, "planner.table")
     assert list(table["policy"]) == [data.policy_label(b.policy) for b in want.buckets]
-    assert list(table["tokens_per_s"]) == pytest.approx([b.predicted.tokens_per_s for b in want.buckets])
+    assert list(table["tokens_per_s"]) == pytest.approx(
+        [b.predicted.tokens_per_s for b in want.buckets]
+    )
     pareto = _frame(at, "planner.pareto")
-    assert list(pareto["tokens_per_s"]) == pytest.approx([r["tokens_per_s"] for r in data.pareto_rows(results)])
+    assert list(pareto["tokens_per_s"]) == pytest.approx(
+        [r["tokens_per_s"] for r in plans.pareto_rows(results)]
+    )
 
 
 # ---- Load ---------------------------------------------------------------------------------------
@@ -414,7 +428,9 @@ def test_load_page_equals_the_simulator() -> None:
     rows = _frame(at, "load.table")
     res = _simulated(EAGLE_DEFAULT, 2.0, 40)
     assert list(rows["qps"]) == [2.0]
-    assert rows["throughput_tok_s"][0] == pytest.approx(res.spec.metrics.throughput_tok_s, rel=1e-12)
+    assert rows["throughput_tok_s"][0] == pytest.approx(
+        res.spec.metrics.throughput_tok_s, rel=1e-12
+    )
     assert rows["speedup_vs_off"][0] == pytest.approx(res.speedup_vs_off, rel=1e-12)
 
     trace = b"arrival_s,prompt_tokens,output_tokens\n0,100,20\n0.2,300,10\n0.5,50,30\n"
@@ -464,7 +480,9 @@ def _measurement(scale: float = 1.05) -> dict[str, Any]:
             "context": c, "steps": 30, "attention": "test", "runs": runs}  # fmt: skip
 
 
-def test_validation_without_measurements_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_validation_without_measurements_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(artifacts.ENV_MEASUREMENTS, str(tmp_path / "none"))
     at = _page("validation")
     _ok(at)
@@ -472,7 +490,9 @@ def test_validation_without_measurements_says_so(tmp_path: Path, monkeypatch: py
     assert not at.dataframe
 
 
-def test_validation_equals_check_and_planner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_validation_equals_check_and_planner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from spectune.executor.check import check_folder
 
     doc = _measurement()
@@ -489,7 +509,9 @@ def test_validation_equals_check_and_planner(tmp_path: Path, monkeypatch: pytest
     want = [r.predicted for r in res.speedup]
     assert list(gate[gate["check"] == "speedup"]["predicted"]) == pytest.approx(want, rel=1e-12)
     want = [r.predicted * 1e3 for r in res.verify]
-    assert list(gate[gate["check"] == "verify latency"]["predicted"]) == pytest.approx(want, rel=1e-12)
+    assert list(gate[gate["check"] == "verify latency"]["predicted"]) == pytest.approx(
+        want, rel=1e-12
+    )
 
     table = _frame(at, "validation.table")
     obj = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")
@@ -583,22 +605,29 @@ def test_kernels_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_what_if_phases_sum_to_the_objectives_step() -> None:
     scn = data.scenario_from_names()
     obj = data.objective_for(scn)
-    for policy in (SGLANG_DEFAULT, EAGLE_DEFAULT, canonical_policy("dynamic-topk", 6, 4, 32, 0.03, 8), None):
+    for policy in (
+        SGLANG_DEFAULT,
+        EAGLE_DEFAULT,
+        canonical_policy("dynamic-topk", 6, 4, 32, 0.03, 8),
+        None,
+    ):
         for b in (1, 32, 256):
             w = data.what_if(scn, policy, b, 8192)
-            assert sum(w.phases_s.values()) == pytest.approx(obj.step_time(policy, b, 8192), rel=1e-9)
+            assert sum(w.phases_s.values()) == pytest.approx(
+                obj.step_time(policy, b, 8192), rel=1e-9
+            )
             assert w.tokens_per_s == pytest.approx(obj(policy, b, 8192), rel=1e-12)
             assert math.isclose(w.speedup, w.tokens_per_s / w.off_tokens_per_s)
 
 
 def test_upload_parsing_is_data_only_and_limited() -> None:
-    assert artifacts.parse_mapping("a.toml", b'x = 1\n[y]\nz = "q"\n') == {"x": 1, "y": {"z": "q"}}
+    assert uploads.parse_mapping("a.toml", b'x = 1\n[y]\nz = "q"\n') == {"x": 1, "y": {"z": "q"}}
     for name, blob in (("a.py", b"x = 1"), ("a.pkl", b"\x80\x04."), ("a.yaml", b"x: 1")):
         with pytest.raises(SpecError, match="unsupported file type"):
-            artifacts.parse_mapping(name, blob)
+            uploads.parse_mapping(name, blob)
     with pytest.raises(SpecError, match="limit"):
-        artifacts.parse_mapping("a.json", b"0" * 100, limit=10)
+        uploads.parse_mapping("a.json", b"0" * 100, limit=10)
     with pytest.raises(SpecError, match=r"nested too deeply|not valid"):
-        artifacts.parse_mapping("deep.json", b"[" * 100_000 + b"]" * 100_000)
+        uploads.parse_mapping("deep.json", b"[" * 100_000 + b"]" * 100_000)
     with pytest.raises(SpecError, match=r"expected a \.csv or \.jsonl"):
-        artifacts.trace_from_upload("trace.exe", b"MZ")
+        uploads.trace_from_upload("trace.exe", b"MZ")

@@ -18,10 +18,14 @@ HERE = Path(__file__).parent
 st.set_page_config(page_title="spectune", layout="wide")
 
 PAGES = {
-    "whatif": st.Page(HERE / "views" / "whatif.py", title="What-if", url_path="whatif", default=True),
+    "whatif": st.Page(
+        HERE / "views" / "whatif.py", title="What-if", url_path="whatif", default=True
+    ),
     "planner": st.Page(HERE / "views" / "planner.py", title="Planner", url_path="planner"),
     "load": st.Page(HERE / "views" / "load.py", title="Load", url_path="load"),
-    "validation": st.Page(HERE / "views" / "validation.py", title="Validation", url_path="validation"),
+    "validation": st.Page(
+        HERE / "views" / "validation.py", title="Validation", url_path="validation"
+    ),
     "kernels": st.Page(HERE / "views" / "kernels.py", title="Kernels", url_path="kernels"),
 }
 SCENARIO_PAGES = ("What-if", "Planner", "Load")  # titles (the default page's url_path is "")

@@ -1,50 +1,28 @@
-"""Files the dashboards read: uploads (specs, policies, traces, measurements, benchmark results),
-the committed measurements/ folder and benchmarks/results/*.json, and what the pages derive
-from them (predicted vs measured, roofline points). No UI here.
-
-Uploads are data, never code: JSON or TOML parsed into plain dicts (traces: CSV/JSONL through
-the simulator's reader), checked against a size limit first, and every problem becomes a
-SpecError whose message names the file, so a page shows one clear line instead of a traceback.
-Nothing is unpickled, imported or evaluated.
+"""Measurements and benchmark results for the Validation and Kernels pages, without any UI:
+the committed measurements/ folder and benchmarks/results/*.json (or uploaded documents, parsed
+by dashboards.uploads), checked for the fields the pages read, and what the pages derive from
+them: `spectune check`'s re-prediction, the planner's end-to-end prediction, roofline points.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
-import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from spectune.dashboards.data import objective_for, scenario_from_names
-from spectune.specs import (
-    HARDWARE_PRESETS,
-    HardwareSpec,
-    ModelSpec,
-    PolicyTable,
-    SpecError,
-    TreePolicy,
-    Workload,
-)
+from spectune.dashboards.uploads import MAX_SPEC_BYTES, parse_mapping
+from spectune.specs import HARDWARE_PRESETS, SpecError, TreePolicy
 from spectune.specs.io import from_mapping
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-MAX_SPEC_BYTES = 1 << 20  # specs, policies, measurements, benchmark results: 1 MiB
-MAX_TRACE_BYTES = 32 << 20  # arrival traces: 32 MiB
 MEASUREMENT_SCHEMA = "spectune.measurement/v1"
 ENV_MEASUREMENTS = "SPECTUNE_MEASUREMENTS_DIR"
 ENV_BENCHMARKS = "SPECTUNE_BENCHMARKS_DIR"
-
-T = TypeVar("T")
 
 
 def measurements_dir() -> Path:
@@ -55,110 +33,6 @@ def measurements_dir() -> Path:
 def benchmarks_dir() -> Path:
     """Where benchmark results live: $SPECTUNE_BENCHMARKS_DIR or ./benchmarks/results."""
     return Path(os.environ.get(ENV_BENCHMARKS) or Path("benchmarks") / "results")
-
-
-# ---- parsing uploads ----------------------------------------------------------------------------
-
-
-def parse_mapping(name: str, data: bytes, limit: int = MAX_SPEC_BYTES) -> dict[str, Any]:
-    """A JSON or TOML document (by the file name's suffix) as a dict; SpecError otherwise."""
-    if len(data) > limit:
-        raise SpecError(f"{name}: {len(data)} bytes is over the {limit}-byte limit for this file")
-    suffix = Path(name).suffix.lower()
-    if suffix not in (".json", ".toml"):
-        raise SpecError(f"{name}: unsupported file type {suffix or '(none)'!r}; use .json or .toml")
-    try:
-        text = data.decode("utf-8")
-        doc = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{name}: not UTF-8 text ({e})") from None
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        raise SpecError(f"{name}: not valid {suffix[1:].upper()}: {e}") from None
-    except RecursionError:
-        raise SpecError(f"{name}: nested too deeply") from None
-    if not isinstance(doc, dict):
-        raise SpecError(f"{name}: expected an object at the top level, got {type(doc).__name__}")
-    return doc
-
-
-def _build(cls: type[T], name: str, data: bytes) -> T:
-    doc = parse_mapping(name, data)
-    try:
-        return from_mapping(cls, doc, name)
-    except SpecError:
-        raise
-    except (TypeError, ValueError) as e:  # a field of the wrong shape deep inside
-        raise SpecError(f"{name}: {e}") from None
-
-
-def hardware_from_upload(name: str, data: bytes) -> HardwareSpec:
-    return _build(HardwareSpec, name, data)
-
-
-def model_from_upload(name: str, data: bytes) -> ModelSpec:
-    return _build(ModelSpec, name, data)
-
-
-def workload_from_upload(name: str, data: bytes) -> Workload:
-    return _build(Workload, name, data)
-
-
-def policy_from_upload(name: str, data: bytes) -> PolicyTable:
-    doc = parse_mapping(name, data)
-    try:
-        return PolicyTable.from_dict(doc, name)
-    except SpecError:
-        raise
-    except (TypeError, ValueError) as e:
-        raise SpecError(f"{name}: {e}") from None
-
-
-def trace_from_upload(name: str, data: bytes) -> Any:
-    """An arrival trace (CSV or JSONL, optionally .gz) through the simulator's reader."""
-    from spectune.simulator import load_trace
-
-    if len(data) > MAX_TRACE_BYTES:
-        raise SpecError(f"{name}: {len(data)} bytes is over the {MAX_TRACE_BYTES}-byte limit")
-    base = Path(name).name.lower()
-    suffix = next((s for s in (".csv.gz", ".jsonl.gz", ".csv", ".jsonl") if base.endswith(s)), None)
-    if suffix is None:
-        raise SpecError(f"{name}: expected a .csv or .jsonl trace (optionally .gz)")
-    with tempfile.TemporaryDirectory(prefix="spectune-upload-") as tmp:
-        path = Path(tmp) / f"upload{suffix}"
-        path.write_bytes(data)
-        try:
-            trace = load_trace(path)
-        except SpecError as e:
-            raise SpecError(str(e).replace(str(path), name)) from None
-    return dataclasses.replace(trace, source=name)
-
-
-def acceptance_trace_from_upload(name: str, data: bytes) -> tuple[str, Any, str]:
-    """A recorded acceptance trace (spectune.trace/v1 JSONL, optionally .gz) as the planner's
-    TraceReplay model: (content key, model, label)."""
-    import hashlib
-
-    from spectune.planner.acceptance import TraceReplay
-    from spectune.planner.trace import read_trace
-
-    if len(data) > MAX_TRACE_BYTES:
-        raise SpecError(f"{name}: {len(data)} bytes is over the {MAX_TRACE_BYTES}-byte limit")
-    base = Path(name).name.lower()
-    suffix = next((s for s in (".jsonl.gz", ".jsonl") if base.endswith(s)), None)
-    if suffix is None:
-        raise SpecError(f"{name}: expected a spectune.trace/v1 .jsonl or .jsonl.gz file")
-    with tempfile.TemporaryDirectory(prefix="spectune-upload-") as tmp:
-        path = Path(tmp) / f"trace{suffix}"
-        path.write_bytes(data)
-        try:
-            header, steps = read_trace(path)
-            model = TraceReplay(steps)
-        except SpecError as e:
-            raise SpecError(str(e).replace(str(path), name)) from None
-        except (OSError, EOFError, ValueError, TypeError, KeyError) as e:
-            raise SpecError(f"{name}: not a readable trace: {e}") from None
-    label = f"{Path(name).name} ({header.model} / {header.drafter} on {header.prompt_set}, {len(steps)} steps)"
-    return hashlib.sha256(data).hexdigest()[:16], model, label
 
 
 # ---- measurements -------------------------------------------------------------------------------
@@ -214,7 +88,9 @@ def _read_folder(folder: Path, check: Any) -> list[Loaded]:
         try:
             if path.stat().st_size > MAX_SPEC_BYTES:
                 raise SpecError(f"{path.name}: larger than {MAX_SPEC_BYTES} bytes")
-            out.append(Loaded(path.name, check(parse_mapping(path.name, path.read_bytes()), path.name)))
+            out.append(
+                Loaded(path.name, check(parse_mapping(path.name, path.read_bytes()), path.name))
+            )
         except SpecError as e:
             out.append(Loaded(path.name, None, str(e)))
         except OSError as e:
@@ -231,7 +107,10 @@ def validation_rows(doc: Mapping[str, Any], name: str = "") -> list[dict[str, An
     """Predicted (the planner's closed form for the measured scenario) vs measured, per run."""
     try:
         scn = scenario_from_names(
-            doc["hardware"], doc["target"], doc["drafter"] or None, doc.get("workload") or "mt-bench"
+            doc["hardware"],
+            doc["target"],
+            doc["drafter"] or None,
+            doc.get("workload") or "mt-bench",
         )
     except SpecError as e:
         raise SpecError(f"{name}: cannot predict this measurement: {e}") from None
@@ -264,7 +143,9 @@ def validation_rows(doc: Mapping[str, Any], name: str = "") -> list[dict[str, An
         for k in pred:
             row[f"predicted_{k}"] = pred[k]
             row[f"measured_{k}"] = meas[k]
-            row[f"error_{k}_pct"] = 100.0 * (pred[k] - meas[k]) / meas[k] if meas[k] else float("nan")
+            row[f"error_{k}_pct"] = (
+                100.0 * (pred[k] - meas[k]) / meas[k] if meas[k] else float("nan")
+            )
         rows.append(row)
     return rows
 
@@ -341,7 +222,9 @@ def check_benchmark(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
     """A kernel benchmark document (bench_kernels.py --out) with its attention rows."""
     bw = doc.get("copy_bytes_per_s")
     if isinstance(bw, bool) or not isinstance(bw, int | float) or not bw > 0:
-        raise SpecError(f"{name}: no 'copy_bytes_per_s' (measured copy bandwidth); not a kernel benchmark")
+        raise SpecError(
+            f"{name}: no 'copy_bytes_per_s' (measured copy bandwidth); not a kernel benchmark"
+        )
     rows = doc.get("attention")
     if not isinstance(rows, list):
         raise SpecError(f"{name}: field 'attention' must be a list of benchmark rows")

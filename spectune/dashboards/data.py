@@ -9,19 +9,15 @@ builders, search and export, and the simulator's `simulate`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from spectune.planner.acceptance import AcceptanceModel, acceptance_model
-from spectune.planner.buckets import buckets_from_edges
 from spectune.planner.costmodel import CostModel
-from spectune.planner.export import ENGINES, Export, export_policy
 from spectune.planner.objective import ClosedFormObjective
-from spectune.planner.search import BucketResult, SearchSettings, search
 from spectune.planner.space import EAGLE_DEFAULT, SGLANG_DEFAULT, canonical_policy
 from spectune.planner.trees import build_tree
 from spectune.specs import (
@@ -179,9 +175,7 @@ def _f(x: Any) -> float:
     return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])
 
 
-def what_if(
-    scenario: Scenario, policy: TreePolicy | None, batch: int, context: int
-) -> WhatIf:
+def what_if(scenario: Scenario, policy: TreePolicy | None, batch: int, context: int) -> WhatIf:
     """Predicted time of each phase, the verify pass per operator class, tokens per step,
     tokens/s and speedup: the planner's closed form at one (policy, batch, context)."""
     obj = objective_for(scenario)
@@ -266,120 +260,6 @@ def table_curve(
     return out
 
 
-# ---- planning -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A searched (or loaded) policy table with the search's per-bucket results."""
-
-    table: PolicyTable
-    results: tuple[BucketResult, ...] = ()
-    multi_objective: bool = False
-    provenance: Mapping[str, Any] = field(default_factory=dict)
-
-
-def run_plan(
-    scenario: Scenario,
-    *,
-    batch_edges: Sequence[int],
-    context_edges: Sequence[int],
-    trials: int,
-    seed: int = 0,
-    multi_objective: bool = False,
-    max_step_ms: float | None = None,
-) -> Plan:
-    """`spectune plan` in process with the closed-form objective: one Optuna study per bucket."""
-    import optuna
-
-    from spectune import __version__
-    from spectune.cli.plan import build_table
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # as `spectune plan` does
-    obj = objective_for(scenario)
-    settings = SearchSettings(
-        trials=trials,
-        seed=seed,
-        multi_objective=multi_objective,
-        max_latency_s=None if max_step_ms is None else max_step_ms / 1e3,
-    )
-    buckets = buckets_from_edges(batch_edges, context_edges)
-    results = search(obj, buckets, settings, latency=obj.step_latency if multi_objective else None)
-    names = {
-        "target": scenario.target.name,
-        "drafter": scenario.drafter.name if scenario.drafter else "",
-        "gpu": scenario.hardware.name,
-        "workload": scenario.workload.name,
-        "tp": scenario.tp,
-    }
-    provenance = {
-        "spectune": __version__,
-        "study": "dashboard",
-        "storage": "memory",
-        "objective": "closed-form",
-        "trials": sum(r.trials for r in results),
-        "trials_per_bucket": trials,
-        "seed": seed,
-        "multi_objective": multi_objective,
-    }
-    table = build_table(results, obj, names, provenance)
-    return Plan(table, tuple(results), multi_objective, provenance)
-
-
-_STUDY_NAME = re.compile(r"^(.*)\.b\d+-\d+\.c\d+-\d+$")
-
-
-def _open_storage(storage_url: str) -> Any:
-    """planner.search.make_storage, but never creating an SQLite file that is not there."""
-    from pathlib import Path
-
-    from spectune.planner.search import make_storage
-
-    if storage_url.startswith("sqlite:///"):
-        path = Path(storage_url[len("sqlite:///"):])
-        if not path.is_file():
-            raise SpecError(f"{path}: no such SQLite file")
-    return make_storage(storage_url)
-
-
-def study_prefixes(storage_url: str) -> list[str]:
-    """The plans (study-name prefixes) of spectune bucket studies in an Optuna storage."""
-    import optuna
-
-    store = _open_storage(storage_url)
-    names = [s.study_name for s in optuna.get_all_study_summaries(store, include_best_trial=False)]
-    return sorted({m.group(1) for n in names if (m := _STUDY_NAME.match(n))})
-
-
-def load_study_plan(storage_url: str, prefix: str) -> Plan:
-    """A plan read back from its Optuna studies (`spectune plan --storage URL`): each bucket's
-    policy chosen by the planner's own rule (planner.search.choose) from the trials stored, the
-    Pareto front when the studies are multi-objective."""
-    import optuna
-
-    from spectune.cli.plan import build_scorer, build_table
-    from spectune.planner.search import bucket_studies, choose, settings_from_dict
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    store = _open_storage(storage_url)
-    studies = bucket_studies(store, prefix)
-    scenario = studies[0][2].get("scenario")
-    if not isinstance(scenario, Mapping):
-        raise SpecError(f"studies {prefix}.* record no scenario; were they written by spectune plan?")
-    scorer, closed = build_scorer(scenario)
-    results = []
-    multi = False
-    for name, bucket, setup in studies:
-        settings = settings_from_dict(setup["settings"])
-        multi = multi or settings.multi_objective
-        study = optuna.load_study(study_name=name, storage=store)
-        results.append(choose(study, bucket, scorer, settings))
-    provenance = {"study": prefix, "storage": storage_url.split("@")[-1],
-                  "trials": sum(r.trials for r in results), "multi_objective": multi}  # fmt: skip
-    table = build_table(results, closed, scenario, provenance)
-    return Plan(table, tuple(results), multi, provenance)
-
-
 def policy_label(p: TreePolicy | None) -> str:
     """'off', or builder:depth,topk,budget plus prune/graft when set."""
     if p is None:
@@ -388,95 +268,3 @@ def policy_label(p: TreePolicy | None) -> str:
     if p.prune_threshold or p.graft_budget:
         s += f",{p.prune_threshold:.3g},{p.graft_budget}"
     return s
-
-
-def table_rows(table: PolicyTable) -> list[dict[str, Any]]:
-    """The policy table, one row per bucket, as the Planner page lists it."""
-    rows = []
-    for b in table.buckets:
-        p = b.policy
-        rows.append(
-            {
-                "batch": f"{b.batch[0]}-{b.batch[1]}",
-                "context": f"{b.context[0]}-{b.context[1]}",
-                "policy": policy_label(p),
-                "builder": p.builder if p else "off",
-                "depth": p.depth if p else 0,
-                "topk": p.topk if p else 0,
-                "budget": p.budget if p else 0,
-                "prune_threshold": p.prune_threshold if p else 0.0,
-                "graft_budget": p.graft_budget if p else 0,
-                "tokens_per_s": b.predicted.tokens_per_s if b.predicted else float("nan"),
-                "speedup": b.predicted.speedup if b.predicted else float("nan"),
-                "accepted_len": b.predicted.accepted_len if b.predicted else float("nan"),
-            }
-        )
-    return rows
-
-
-def pareto_rows(results: Sequence[BucketResult]) -> list[dict[str, Any]]:
-    """Each bucket's Pareto front (throughput vs step latency), distinct points only."""
-    rows = []
-    for r in results:
-        seen = set()
-        for q in r.pareto:
-            key = (q.policy, round(q.tokens_per_s, 6), round(q.latency_s, 12))
-            if key in seen:
-                continue
-            seen.add(key)
-            rows.append(
-                {
-                    "bucket": r.bucket.name,
-                    "policy": policy_label(q.policy),
-                    "tokens_per_s": q.tokens_per_s,
-                    "step_ms": q.latency_s * 1e3,
-                    "chosen": q.policy == r.policy,
-                }
-            )
-    return rows
-
-
-def scenario_for_table(table: PolicyTable, fallback: Scenario) -> tuple[Scenario, str]:
-    """The scenario a policy table was planned for, from its preset names; where a name is no
-    preset (a user's own spec), the fallback's spec, with a note saying so."""
-    notes = []
-
-    def pick(kind: str, name: str, load: Any, current: Any) -> Any:
-        if not name:
-            return current
-        try:
-            return load(name)
-        except SpecError:
-            notes.append(f"{kind} {name!r} is no preset; using {getattr(current, 'name', '-')}")
-            return current
-
-    drafter = fallback.drafter
-    if table.drafter:
-        drafter = pick("drafter", table.drafter, load_model, fallback.drafter)
-    s = Scenario(
-        hardware=pick("GPU", table.hardware, load_hardware, fallback.hardware),
-        target=pick("target", table.target, load_model, fallback.target),
-        drafter=drafter,
-        workload=pick("workload", table.workload, load_workload, fallback.workload),
-        tp=table.tp,
-        trace=fallback.trace,
-        trace_label=fallback.trace_label,
-    )
-    return s, "; ".join(notes)
-
-
-def engine_exports(table: PolicyTable, scenario: Scenario) -> dict[str, Export | str]:
-    """Every engine's export of a table (planner.export), or the reason it failed."""
-    model = acceptance_for(scenario)
-
-    def shape(policy: TreePolicy) -> DraftTree:
-        static = TreePolicy("static", policy.depth, policy.topk, policy.budget)
-        return build_tree(static, model, np.random.default_rng(0))
-
-    out: dict[str, Export | str] = {}
-    for engine in ENGINES:
-        try:
-            out[engine] = export_policy(table, engine, shaper=shape)
-        except SpecError as e:
-            out[engine] = str(e)
-    return out

@@ -22,7 +22,11 @@ from matplotlib.lines import Line2D
 from spectune.specs import DraftTree
 
 SOURCE_COLORS = {"root": "#555555", "model": "#1f77b4", "retrieval": "#ff7f0e"}
-SOURCE_LABELS = {"root": "root (last verified token)", "model": "model draft", "retrieval": "grafted (retrieval)"}
+SOURCE_LABELS = {
+    "root": "root (last verified token)",
+    "model": "model draft",
+    "retrieval": "grafted (retrieval)",
+}
 
 
 def tree_layout(g: nx.DiGraph, root: int = 0) -> dict[int, tuple[float, float]]:
@@ -70,10 +74,14 @@ def tree_figure(tree: DraftTree, accept_prob: np.ndarray | None = None, title: s
             ax=ax,
         )
     handles = [
-        Line2D([], [], marker="s" if s == "retrieval" else "o", ls="", color=c, label=SOURCE_LABELS[s])
+        Line2D(
+            [], [], marker="s" if s == "retrieval" else "o", ls="", color=c, label=SOURCE_LABELS[s]
+        )
         for s, c in SOURCE_COLORS.items()
     ]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.legend(
+        handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False
+    )
     depth = tree.max_depth
     ax.set_yticks([-d for d in range(depth + 1)], [str(d) for d in range(depth + 1)])
     ax.set_ylabel("depth")
@@ -97,9 +105,7 @@ def breakdown_figure(parts_s: Mapping[str, float], title: str) -> Figure:
     return fig
 
 
-def batch_figure(
-    batches: Sequence[int], curves: Mapping[str, np.ndarray], context: int
-) -> Figure:
+def batch_figure(batches: Sequence[int], curves: Mapping[str, np.ndarray], context: int) -> Figure:
     """Predicted tokens/s against batch size (log x), one line per policy."""
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
@@ -141,7 +147,9 @@ def load_figure(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, 
     x = [r["qps"] for r in rows]
     for i, (col, label) in enumerate(columns):
         color = f"C{i}"
-        ax.plot(x, [r[col] * scale for r in rows], marker="o", color=color, label=f"{label}, spec on")
+        ax.plot(
+            x, [r[col] * scale for r in rows], marker="o", color=color, label=f"{label}, spec on"
+        )
         if all(f"off_{col}" in r for r in rows):
             ax.plot(x, [r[f"off_{col}"] * scale for r in rows], marker="x", ls="--", color=color,
                     label=f"{label}, off")  # fmt: skip
@@ -182,7 +190,11 @@ def roofline_figure(rows: Sequence[Mapping[str, Any]], copy_bytes_per_s: float,
     fig = Figure(figsize=(7.5, 4.8), layout="constrained")
     ax = fig.add_subplot()
     xs = np.array([r["intensity_flop_per_byte"] for r in rows], dtype=float)
-    x = np.geomspace(max(xs.min() / 2, 1e-3), xs.max() * 2, 200) if xs.size else np.geomspace(0.1, 100, 2)
+    x = (
+        np.geomspace(max(xs.min() / 2, 1e-3), xs.max() * 2, 200)
+        if xs.size
+        else np.geomspace(0.1, 100, 2)
+    )
     roof = copy_bytes_per_s * x
     if peak_flops > 0:
         roof = np.minimum(roof, peak_flops)

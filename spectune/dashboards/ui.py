@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import streamlit as st
 from matplotlib.figure import Figure
 
-from spectune.dashboards import artifacts, data, loadtest
+from spectune.dashboards import artifacts, data, loadtest, plans, uploads
 from spectune.specs import HARDWARE_PRESETS, MODEL_PRESETS, WORKLOAD_PRESETS, SpecError, TreePolicy
 
 T = TypeVar("T")
@@ -89,10 +89,10 @@ def _remember_uploads() -> None:
     with st.sidebar.expander("Your own specs (JSON/TOML)"):
         st.caption("Fields of HardwareSpec, ModelSpec or Workload; parsed as data only.")
         kinds = ("json", "toml")
-        gpu = upload("GPU spec", kinds, artifacts.hardware_from_upload, key="upload.gpu")
-        model = upload("Model spec (target or drafter)", kinds, artifacts.model_from_upload,
+        gpu = upload("GPU spec", kinds, uploads.hardware_from_upload, key="upload.gpu")
+        model = upload("Model spec (target or drafter)", kinds, uploads.model_from_upload,
                        key="upload.model")  # fmt: skip
-        wl = upload("Workload spec", kinds, artifacts.workload_from_upload, key="upload.workload")
+        wl = upload("Workload spec", kinds, uploads.workload_from_upload, key="upload.workload")
         for kind, spec in (("gpu", gpu), ("model", model), ("workload", wl)):
             if spec is not None:
                 store[kind][f"{spec.name} (uploaded)"] = spec
@@ -129,7 +129,9 @@ def scenario_sidebar() -> data.Scenario:
     default = drafters.index(preferred) if preferred in drafters else 0
     dkey = f"{k}drafter.{target}"
     drafter = sb.selectbox("Drafter", drafters, key=dkey, index=_initial(dkey, default))
-    tp = sb.select_slider("Tensor parallel GPUs", TP_SIZES, key=k + "tp", value=_initial(k + "tp", 1))
+    tp = sb.select_slider(
+        "Tensor parallel GPUs", TP_SIZES, key=k + "tp", value=_initial(k + "tp", 1)
+    )
     drafter = drafter if drafter in drafters else drafters[default]
     wl = sb.selectbox("Workload", list(workloads), key=k + "workload",
                       index=_initial(k + "workload", list(workloads).index(data.DEFAULT_WORKLOAD)))  # fmt: skip
@@ -185,7 +187,7 @@ def policy_controls(prefix: str, default: TreePolicy = data.SGLANG_DEFAULT) -> T
 @st.cache_resource(show_spinner="Reading the trace...", max_entries=4)
 def acceptance_trace(name: str, blob: bytes) -> tuple[str, Any, str]:
     """Parsed once per file content (a trace replay model takes seconds to build)."""
-    return artifacts.acceptance_trace_from_upload(name, blob)
+    return uploads.acceptance_trace_from_upload(name, blob)
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
@@ -200,19 +202,19 @@ def sample_tree(s: data.Scenario, policy: TreePolicy, seed: int) -> data.SampleT
 
 @st.cache_data(show_spinner="Planning...", max_entries=16)
 def run_plan(s: data.Scenario, batch_edges: tuple[int, ...], context_edges: tuple[int, ...],
-             trials: int, seed: int, multi_objective: bool, max_step_ms: float | None) -> data.Plan:  # fmt: skip
-    return data.run_plan(s, batch_edges=batch_edges, context_edges=context_edges, trials=trials,
+             trials: int, seed: int, multi_objective: bool, max_step_ms: float | None) -> plans.Plan:  # fmt: skip
+    return plans.run_plan(s, batch_edges=batch_edges, context_edges=context_edges, trials=trials,
                          seed=seed, multi_objective=multi_objective, max_step_ms=max_step_ms)  # fmt: skip
 
 
 @st.cache_data(show_spinner=False, ttl=10)
 def study_prefixes(url: str) -> list[str]:
-    return data.study_prefixes(url)
+    return plans.study_prefixes(url)
 
 
 @st.cache_data(show_spinner="Reading the studies...", ttl=10, max_entries=8)
-def load_study_plan(url: str, prefix: str) -> data.Plan:
-    return data.load_study_plan(url, prefix)
+def load_study_plan(url: str, prefix: str) -> plans.Plan:
+    return plans.load_study_plan(url, prefix)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

@@ -43,7 +43,9 @@ else:
                 help=f"hardware preset {preset}" if preset else None)  # fmt: skip
     rows = artifacts.roofline_rows(chosen)
     if rows:
-        ui.show(plots.roofline_figure(rows, bw, peak, f"tree attention on {chosen.get('card', '')}"))
+        ui.show(
+            plots.roofline_figure(rows, bw, peak, f"tree attention on {chosen.get('card', '')}")
+        )
         st.dataframe(pd.DataFrame(rows), hide_index=True, key="kernels.table")
     else:
         st.info("This result holds no timed attention shapes.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from spectune.dashboards import artifacts, data, loadtest, plots, ui
+from spectune.dashboards import data, loadtest, plans, plots, ui, uploads
 
 ROWS_KEY = "load.rows"
 QPS_CHOICES = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
@@ -17,13 +17,13 @@ st.caption(scn.label)
 
 sources = ["SGLang default 5/4/8", "EAGLE default 7/10/60", "Custom policy"]
 plan = st.session_state.get("planner.result")
-if isinstance(plan, data.Plan):
+if isinstance(plan, plans.Plan):
     sources.append("Planned table (Planner page)")
 source = st.radio("Speculation policy", sources, horizontal=True, key="load.source")
 policy: loadtest.PolicySource
 if source == "Custom policy":
     policy = ui.policy_controls("load")
-elif source.startswith("Planned") and isinstance(plan, data.Plan):
+elif source.startswith("Planned") and isinstance(plan, plans.Plan):
     policy = plan.table
 else:
     policy = data.REFERENCE_POLICIES[source]
@@ -59,7 +59,7 @@ if rows:
 
 st.subheader("Replay a recorded arrival trace")
 trace = ui.upload("Trace (CSV or JSONL, optionally .gz: arrival time, prompt tokens, output tokens)",
-                  ("csv", "jsonl", "gz"), artifacts.trace_from_upload, key="load.trace")  # fmt: skip
+                  ("csv", "jsonl", "gz"), uploads.trace_from_upload, key="load.trace")  # fmt: skip
 if trace is not None:
     with ui.friendly_errors("trace replay"):
         row = ui.trace_replay(scn, policy, trace, settings)

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from spectune.cli.common import int_list
-from spectune.dashboards import artifacts, data, plots, ui
+from spectune.dashboards import data, plans, plots, ui, uploads
 
 PLAN_KEY = "planner.result"
 
@@ -20,7 +20,7 @@ st.title("Planner")
 SOURCES = ("Run a plan here", "Load a policy file", "Open a stored study")
 source = st.radio("Policy table", SOURCES, horizontal=True, key="planner.source")
 
-plan: data.Plan | None = None
+plan: plans.Plan | None = None
 if source == "Run a plan here":
     st.caption(f"Closed-form objective, one Optuna study per bucket: {scn.label}")
     with st.form("planner.form"):
@@ -63,21 +63,21 @@ elif source == "Open a stored study":
             plan = ui.load_study_plan(url, str(prefix))
 else:
     table = ui.upload("Policy file (policy.json from `spectune plan`)", ("json",),
-                      artifacts.policy_from_upload, key="planner.upload")  # fmt: skip
+                      uploads.policy_from_upload, key="planner.upload")  # fmt: skip
     if table is None:
         st.info("Upload a policy.json to see its table, curves and engine exports.")
     else:
-        plan = data.Plan(table)
+        plan = plans.Plan(table)
 
 if plan is not None:
     table = plan.table
-    pscn, note = data.scenario_for_table(table, scn)
+    pscn, note = plans.scenario_for_table(table, scn)
     if note:
         st.warning(note)
     st.caption(f"Table for {pscn.label}")
 
     st.subheader("Policy per bucket")
-    st.dataframe(pd.DataFrame(data.table_rows(table)), hide_index=True, key="planner.table")
+    st.dataframe(pd.DataFrame(plans.table_rows(table)), hide_index=True, key="planner.table")
 
     st.subheader("Predicted tokens/s against batch size")
     ctx_ranges = sorted({b.context for b in table.buckets})
@@ -100,7 +100,7 @@ if plan is not None:
                      key="planner.curves")  # fmt: skip
 
     st.subheader("Pareto front")
-    rows = data.pareto_rows(plan.results)
+    rows = plans.pareto_rows(plan.results)
     if rows:
         ui.show(plots.pareto_figure(rows))
         st.dataframe(pd.DataFrame(rows), hide_index=True, key="planner.pareto")
@@ -111,7 +111,7 @@ if plan is not None:
     st.subheader("Downloads")
     st.download_button("policy.json", json.dumps(table.to_dict(), indent=2) + "\n",
                        file_name="policy.json", mime="application/json", key="planner.dl.policy")  # fmt: skip
-    exports = data.engine_exports(table, pscn)
+    exports = plans.engine_exports(table, pscn)
     cols = st.columns(len(exports))
     for col, (engine, exp) in zip(cols, exports.items(), strict=True):
         with col:

@@ -51,7 +51,9 @@ with gate_tab, ui.friendly_errors("spectune check"):
     if rows:
         c1, _ = st.columns([1, 1])
         with c1:
-            ui.show(plots.scatter_figure(rows, "", kind + (", ms" if kind == "verify latency" else "")))
+            ui.show(
+                plots.scatter_figure(rows, "", kind + (", ms" if kind == "verify latency" else ""))
+            )
     st.dataframe(pd.DataFrame(list(g.rows)), hide_index=True, key="validation.gate")
 
 with planner_tab:
