@@ -75,7 +75,7 @@ def main() -> None:
     from spectune.executor import attention as _attn
 
     print(
-        f"attention self-check: rel err {session.attention_check:.2e}; grouped flash prefix: {_attn._FA_VARLEN}",
+        f"attention self-check: rel err {session.attention_check:.2e}; grouped flash prefix: {_attn._FA_VARLEN}; triton tree/split: {_attn._FUSED_OK}",
         flush=True,
     )
     write_json_atomic(
@@ -172,8 +172,18 @@ def _profile(session: Session, acc: object, context: int) -> None:
     from spectune.executor.loop import SpecRunner
 
     for batch in (1, 32):
-        r = SpecRunner(session.target, session.drafter, acc, ENGINE_DEFAULTS["sglang"], batch, context,
-                       session.tcache, session.dcache, use_graphs=False, use_kernels=session.use_kernels)
+        r = SpecRunner(
+            session.target,
+            session.drafter,
+            acc,
+            ENGINE_DEFAULTS["sglang"],
+            batch,
+            context,
+            session.tcache,
+            session.dcache,
+            use_graphs=False,
+            use_kernels=session.use_kernels,
+        )
         for _ in range(2):
             for f in (r.draft, r.build, r.verify, r.accept, r.compact, r.extend):
                 f()
@@ -183,7 +193,9 @@ def _profile(session: Session, acc: object, context: int) -> None:
                 fn()
                 torch.cuda.synchronize()
             print(f"--- profile: {name} (B={batch}, sglang 5/4/8, eager) ---")
-            table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=22, max_name_column_width=50)
+            table = prof.key_averages().table(
+                sort_by="cuda_time_total", row_limit=22, max_name_column_width=50
+            )
             for line in table.splitlines():
                 if line.strip() and not line.startswith("-"):
                     cols = line.split()

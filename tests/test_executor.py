@@ -307,3 +307,16 @@ def test_fused_tree_merge_kernel_matches_reference() -> None:
         pre = (kp, vp) if c else (None, None)
         out = tree_attention(q, *pre, kn, vn, mask, use_triton=True)
         assert torch.allclose(out, reference_tree_attention(q, *pre, kn, vn, mask), atol=1e-5)
+
+
+def test_split_prefix_path_matches_reference() -> None:
+    """Few query rows over a long prefix: flash-decoding splits merged with the tree part."""
+    pytest.importorskip("triton")
+    g = torch.Generator().manual_seed(5)
+    for b, n, h, kvh, c, s in ((2, 5, 4, 2, 700, 5), (3, 1, 4, 1, 1000, 1)):
+        q = torch.randn(b, n, h, 16, generator=g)
+        kp, vp = torch.randn(b, kvh, c, 16, generator=g), torch.randn(b, kvh, c, 16, generator=g)
+        kn, vn = torch.randn(b, kvh, s, 16, generator=g), torch.randn(b, kvh, s, 16, generator=g)
+        mask = torch.ones(b, n, s, dtype=torch.bool)
+        out = tree_attention(q, kp, vp, kn, vn, mask, use_triton=True)
+        assert torch.allclose(out, reference_tree_attention(q, kp, vp, kn, vn, mask), atol=1e-5)

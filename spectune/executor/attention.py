@@ -52,6 +52,8 @@ _FA_VARLEN: list[bool] = []
 
 
 def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # the interpreter: a few programs
     return int(torch.cuda.get_device_properties(device).multi_processor_count)
   # [works] once tried: FlashAttention-2's GQA forward with split-KV
 
@@ -98,10 +100,16 @@ def self_check(device: torch.device) -> float:
     out = tree_attention(*args).double()
     ref = reference_tree_attention(*args).double()
     err = float((out - ref).norm() / ref.norm())
+    if err > 2e-2:  # switch the Triton paths off, then the grouped flash path, until it agrees
+        _FUSED_OK[0] = False
+        err = float((tree_attention(*args).double() - ref).norm() / ref.norm())
     if err > 2e-2 and _FA_VARLEN and _FA_VARLEN[0]:
         _FA_VARLEN[0] = False
         err = float((tree_attention(*args).double() - ref).norm() / ref.norm())
     return err
+
+
+_FUSED_OK = [True]  # the Triton tree-merge / split-prefix kernels agreed with the reference
 
 
 def _tree_part(
@@ -122,8 +130,8 @@ def _tree_part(
 def _tree_merge_kernel(
     Q, K, V, MASK, O1, LSE1, OUT,
     sq_b, sq_h, sq_r, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sm_b, sm_n, sm_s,
-    so1_b, so1_h, so1_r, sl_b, sl_h, so_b, so_n, so_h,
-    R, N, S, G, scale,
+    so1_s, so1_b, so1_h, so1_r, sl_s, sl_b, sl_h, so_b, so_n, so_h,
+    R, N, S, G, NS, scale,
     HAS_PREFIX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr, D: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0).to(tl.int64)
@@ -147,18 +155,89 @@ def _tree_merge_kernel(
     l2 = tl.sum(p, 1)
     o = tl.dot(p.to(v.dtype), v)
     lse2 = m2 + tl.log(l2)
-    if HAS_PREFIX:
-        o1 = tl.load(O1 + b * so1_b + h * so1_h + r[:, None] * so1_r + d[None, :], mask=rok[:, None], other=0.0)
-        lse1 = tl.load(LSE1 + b * sl_b + h * sl_h + r, mask=rok, other=0.0)
-        mm = tl.maximum(lse1, lse2)
-        w1 = tl.exp(lse1 - mm)
-        w2 = tl.exp(lse2 - mm)
-        o = (o1.to(tl.float32) * w1[:, None] + o / l2[:, None] * w2[:, None]) / (w1 + w2)[:, None]
-    else:
-        o = o / l2[:, None]
+    o = o / l2[:, None]
+    if HAS_PREFIX:  # merge the NS prefix partials (each normalised, with its log-sum-exp)
+        mm = lse2
+        for sp in range(NS):
+            mm = tl.maximum(mm, tl.load(LSE1 + sp * sl_s + b * sl_b + h * sl_h + r, mask=rok, other=0.0))
+        tot = tl.exp(lse2 - mm)
+        o = o * tot[:, None]
+        for sp in range(NS):
+            w1 = tl.exp(tl.load(LSE1 + sp * sl_s + b * sl_b + h * sl_h + r, mask=rok, other=0.0) - mm)
+            o1 = tl.load(O1 + sp * so1_s + b * so1_b + h * so1_h + r[:, None] * so1_r + d[None, :],
+                         mask=rok[:, None], other=0.0)
+            o += o1.to(tl.float32) * w1[:, None]
+            tot += w1
+        o = o / tot[:, None]
     head = h * G + r // N
     tl.store(OUT + b * so_b + n[:, None] * so_n + head[:, None] * so_h + d[None, :],
              o.to(OUT.dtype.element_ty), mask=rok[:, None])
+
+
+@triton.jit
+def _prefix_split_kernel(
+    Q, K, V, OP, LP,
+    sq_b, sq_h, sq_r, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s,
+    sop_s, sop_b, sop_h, sop_r, slp_s, slp_b, slp_h,
+    R, C, chunk, scale,
+    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    sp = tl.program_id(2)
+    r = tl.arange(0, BLOCK_R)
+    d = tl.arange(0, D)
+    rok = r < R
+    q = tl.load(Q + b * sq_b + h * sq_h + r[:, None] * sq_r + d[None, :], mask=rok[:, None], other=0.0)
+    start = sp * chunk
+    end = tl.minimum(start + chunk, C)
+    m_i = tl.full((BLOCK_R,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_R,), tl.float32)
+    acc = tl.zeros((BLOCK_R, D), tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        nn = n0 + tl.arange(0, BLOCK_N)
+        nok = nn < end
+        k = tl.load(K + b * sk_b + h * sk_h + nn[:, None] * sk_s + d[None, :], mask=nok[:, None], other=0.0)
+        v = tl.load(V + b * sv_b + h * sv_h + nn[:, None] * sv_s + d[None, :], mask=nok[:, None], other=0.0)
+        sc = tl.dot(q, tl.trans(k)) * scale
+        sc = tl.where(nok[None, :], sc, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(sc, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(sc - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    o = acc / l_i[:, None]
+    tl.store(OP + sp * sop_s + b * sop_b + h * sop_h + r[:, None] * sop_r + d[None, :], o, mask=rok[:, None])
+    tl.store(LP + sp * slp_s + b * slp_b + h * slp_h + r, m_i + tl.log(l_i), mask=rok)
+
+
+MAX_SPLIT_ROWS = 64  # packed query rows (G x tokens) the split-prefix kernel holds in one tile
+
+
+def _prefix_split(qp: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flash-decoding over the prefix for few query rows: qp [B, KVH, R <= 64, D], k/v
+    [B, KVH, C, D] (strided cache views) -> normalised partials [S, B, KVH, R, D] (float32) and
+    their log-sum-exps [S, B, KVH, R]; S splits of the prefix fill the GPU at any batch.
+    Bytes: K and V once (2 * B * C * KVH * D * 2) + S * B * KVH * R * (D + 1) * 4 of partials."""
+    b, kvh, r, d = qp.shape
+    c = k.shape[2]
+    block_n = 64
+    want = max(1, -(-2 * _sm_count(qp.device) // (b * kvh)))
+    chunk = max(256, -(-c // want))
+    chunk = -(-chunk // block_n) * block_n
+    splits = -(-c // chunk)
+    op = torch.empty((splits, b, kvh, r, d), dtype=torch.float32, device=qp.device)
+    lp = torch.empty((splits, b, kvh, r), dtype=torch.float32, device=qp.device)
+    _prefix_split_kernel[(b, kvh, splits)](
+        qp, k, v, op, lp,
+        qp.stride(0), qp.stride(1), qp.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        op.stride(0), op.stride(1), op.stride(2), op.stride(3), lp.stride(0), lp.stride(1), lp.stride(2),
+        r, c, chunk, scale,
+        BLOCK_R=max(16, triton.next_power_of_2(r)), BLOCK_N=block_n, D=d, num_warps=4, num_stages=3,
+    )  # fmt: skip
+    return op, lp
 
 
 def _tree_merge(
@@ -175,17 +254,20 @@ def _tree_merge(
     block_r = 64 if r > 32 else max(16, triton.next_power_of_2(r))
     block_s = max(16, triton.next_power_of_2(s))
     has = o1 is not None and lse1 is not None
-    o1_ = o1 if has else qp
-    l1_ = lse1 if has else qp
+    o1_ = o1 if has else qp[None]
+    l1_ = lse1 if has else qp[None, ..., 0]
     assert o1_ is not None and l1_ is not None
+    if o1_.dim() == 4:  # one partial: a split axis of length 1
+        o1_, l1_ = o1_[None], l1_[None]
     grid = (b, kvh, triton.cdiv(r, block_r))
     _tree_merge_kernel[grid](
         qp, k, v, m, o1_, l1_, out,
         qp.stride(0), qp.stride(1), qp.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), m.stride(0), m.stride(1), m.stride(2),
-        o1_.stride(0), o1_.stride(1), o1_.stride(2), l1_.stride(0), l1_.stride(1),
+        o1_.stride(0), o1_.stride(1), o1_.stride(2), o1_.stride(3),
+        l1_.stride(0), l1_.stride(1), l1_.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
-        r, n, s, g, scale,
+        r, n, s, g, o1_.shape[0], scale,
         HAS_PREFIX=has, BLOCK_R=block_r, BLOCK_S=block_s, D=d, num_warps=4,
     )  # fmt: skip
     return out
@@ -215,7 +297,7 @@ def tree_attention(
     kvh = k_new.shape[1]
     scale = 1.0 / math.sqrt(d)
     qp = _pack(q, kvh)
-    fused = (q.is_cuda if use_triton is None else use_triton) and k_new.shape[2] <= MAX_FUSED_TREE
+    fused = (q.is_cuda and _FUSED_OK[0] if use_triton is None else use_triton) and k_new.shape[2] <= MAX_FUSED_TREE
     no_prefix = k_prefix is None or v_prefix is None or k_prefix.shape[2] == 0
     if fused and no_prefix:
         return _tree_merge(qp, k_new, v_new, mask, None, None, n, scale)
@@ -224,6 +306,9 @@ def tree_attention(
     if no_prefix:
         return _unpack(o2.to(q.dtype), n)
     assert k_prefix is not None and v_prefix is not None
+    if fused and qp.shape[2] <= MAX_SPLIT_ROWS:  # few rows (decode, drafting): split the prefix
+        op, lp = _prefix_split(qp, k_prefix, v_prefix, scale)
+        return _tree_merge(qp, k_new, v_new, mask, op, lp, n, scale)
     # the grouped flash path re-reads K/V once per query head but splits long prefixes across
     # programs: it wins only where the packed path leaves most SMs idle (small batch x group)
     few = q.is_cuda and b * kvh * -(-qp.shape[2] // 128) < _sm_count(q.device) // 2
