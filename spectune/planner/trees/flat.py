@@ -34,8 +34,8 @@ class FlatPool:
     """Candidate pools of a batch (see the module docstring for the layout).
 
     `count` may be given as None when every node with children has exactly `width` of them
-    (dynamic pools: count = width where start > 0); `parent` may be given as the per-level
-    expanded columns `exps` instead, and is then built on first use.
+    (dynamic pools: count = width where start > 0); `parent` may be given as `exps`, the flat
+    indices (into [B, T], row-major) of each level's expanded nodes, and is then built on use.
     """
 
     def __init__(
@@ -72,10 +72,9 @@ class FlatPool:
             par = np.empty((b, self.columns), dtype=np.int64)
             par[:, 0] = -1
             par[:, 1 : 1 + k] = 0
-            for sl, prev, exp in zip(
-                self.level_slices[2:], self.level_slices[1:-1], self._exps, strict=True
-            ):
-                par[:, sl] = np.repeat(prev.start + exp, k, axis=1)
+            rows_t = np.arange(b)[:, None] * self.columns
+            for sl, at in zip(self.level_slices[2:], self._exps, strict=True):
+                par[:, sl] = np.repeat(at.reshape(b, k) - rows_t, k, axis=1)
             self._parent = par
         return self._parent
 
@@ -135,11 +134,10 @@ class FlatPool:
         p[:, 0] = 1.0
         p[:, 1 : 1 + k] = la[0, :, 0]
         p_flat = p.ravel()
-        row_t = (np.arange(b) * t)[:, None]
-        for lvl, exp in enumerate(self._exps, start=2):
-            prev, here = self.level_slices[lvl - 1], self.level_slices[lvl]
-            parent_p = p_flat.take(row_t + prev.start + exp)  # [B, k]
-            np.multiply(parent_p[:, :, None], la[lvl - 1], out=p[:, here].reshape(b, k, k))
+        for lvl, at in enumerate(self._exps, start=2):
+            here = self.level_slices[lvl]
+            parent_p = p_flat.take(at).reshape(b, k, 1)  # P of the expanded slots
+            np.multiply(parent_p, la[lvl - 1], out=p[:, here].reshape(b, k, k))
         return p
 
 
@@ -196,7 +194,6 @@ def dynamic_pool(
         start.fill(0)
     lp[:, 0], start[:, 0] = 0.0, 1
     lp_flat, start_flat = lp.ravel(), start.ravel()
-    row_t = (np.arange(b) * t)[:, None]  # flat offset of each request's row
     # every level's candidates at once: a bank row per (level, request, parent slot)
     logconf, accept, rows_per_level = _stacked_banks(model, depth, k)
     u = rng.random((depth, b, k))
@@ -211,21 +208,23 @@ def dynamic_pool(
         got_acc = accept.reshape(-1, k).take(pick, axis=0, out=bufs["acc"])
     lp[:, 1 : 1 + k] = got_lc[0, :, 0]
     ties = _TIE * np.arange(k * k)
-    child_cols = np.arange(k) * k
-    exps = []
+    consts = _level_constants(b, depth, k)
+    ats = []  # flat index (into [B, T]) of each level's expanded nodes, [B * k]
     for lvl in range(2, depth + 1):
         p0, p1, c0, c1 = bounds[lvl - 1], bounds[lvl], bounds[lvl], bounds[lvl + 1]
         c = p1 - p0
+        shift, first_child = consts[lvl - 2]
         if c > k:  # top-k of the previous level, in column (= rank) order
             keys = lp[:, p0:p1] - ties[:c]
             thr = np.partition(keys, c - k, axis=1)[:, c - k]
-            exp = (np.flatnonzero(keys >= thr[:, None]) % c).reshape(b, k)
+            at = np.flatnonzero(keys >= thr[:, None]) + shift  # row*c + col -> row*t + p0 + col
         else:
-            exp = np.broadcast_to(np.arange(k), (b, k))
-        exps.append(exp)
-        at = row_t + p0 + exp  # flat index of each expanded node
-        np.add(lp_flat.take(at)[:, :, None], got_lc[lvl - 1], out=lp[:, c0:c1].reshape(b, k, k))
-        start_flat[at] = c0 + child_cols
+            at = shift
+        ats.append(at)
+        np.add(
+            lp_flat.take(at).reshape(b, k, 1), got_lc[lvl - 1], out=lp[:, c0:c1].reshape(b, k, k)
+        )
+        start_flat[at] = first_child
     return FlatPool(
         lp,
         None,
@@ -233,9 +232,39 @@ def dynamic_pool(
         level=np.repeat(np.arange(len(sizes)), sizes),
         level_slices=[slice(int(bounds[i]), int(bounds[i + 1])) for i in range(len(sizes))],
         width=k,
-        exps=exps,
+        exps=ats,
         level_acc=got_acc,
     )
+
+
+_CONSTS: dict[tuple[int, int, int], list[tuple[np.ndarray, np.ndarray]]] = {}
+
+
+def _level_constants(b: int, depth: int, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per expansion level (2..depth): (shift int64[B*k], first_child int64[B*k]). For level 2
+    (parents = the k root children) `shift` is the expanded nodes' flat index itself; above,
+    adding it to a flat index row*c + col into the level's [B, c] keys gives row*T + p0 + col.
+    first_child: the column of each expanded slot's first child, c0 + slot*k."""
+    key = (b, depth, k)
+    hit = _CONSTS.get(key)
+    if hit is None:
+        sizes = [1, k] + [k * k] * (depth - 1)
+        bounds = np.cumsum([0, *sizes])
+        t = int(bounds[-1])
+        rows = np.repeat(np.arange(b, dtype=np.int64), k)
+        hit = []
+        for lvl in range(2, depth + 1):
+            p0, p1, c0 = int(bounds[lvl - 1]), int(bounds[lvl]), int(bounds[lvl])
+            c = p1 - p0
+            # level 2 expands all k root children; above, keys are [B, c] with c = k * k
+            full = rows * t + p0 + np.tile(np.arange(k), b)
+            shift = rows * (t - c) + p0 if c > k else full
+            first_child = np.tile(c0 + np.arange(k) * k, b)
+            hit.append((shift, first_child))
+        if len(_CONSTS) > 256:
+            _CONSTS.clear()
+        _CONSTS[key] = hit
+    return hit
 
 
 _STACKS: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
