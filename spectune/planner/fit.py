@@ -357,15 +357,15 @@ def fit_workload(
             cand = dataclasses.replace(
                 wl, calibration_y=_scale_calibration(wl.calibration_x, conf.calibration_y, s)
             )
-            return float(np.mean([predicted_tokens(p, cand) for p in pols]))
+            return float(np.mean([predicted_tokens(p, cand, samples=2000) for p in pols]))
 
         lo, hi = 0.05, 4.0
         flo, fhi = f(lo), f(hi)
         if flo <= target <= fhi:
-            for _ in range(30):
+            for _ in range(12):
                 mid = 0.5 * (lo + hi)
                 lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
-                if hi - lo < 2e-3:
+                if hi - lo < 5e-3:
                     break
             s = 0.5 * (lo + hi)
         else:

@@ -208,7 +208,7 @@ class SmolLM:
         mask = torch.ones(n, start + n, dtype=torch.bool)
         mask[:, start:] = torch.from_numpy(np.array(ancestor, dtype=bool))
         return self.forward(
-            torch.as_tensor(np.asarray(tokens), dtype=torch.long),
+            torch.from_numpy(np.array(tokens, dtype=np.int64)),
             torch.as_tensor(np.asarray(depth), dtype=torch.long) + start,
             mask,
             cache,
