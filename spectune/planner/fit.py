@@ -318,7 +318,7 @@ def fit_workload(
     match_max = max(1, max((int(s.match_len.max()) for s in steps), default=1))
     retr_rows, retr_probs = fit_retrieval(steps, match_max, 6)
     h = traces.headers[0]
-    first = {}
+    first: dict[str, TraceStep] = {}
     for st in steps:
         if st.request not in first or st.step < first[st.request].step:
             first[st.request] = st
