@@ -59,6 +59,7 @@ def _ok(at: AppTest) -> None:
 TABLES = {
     "whatif.numbers": ("quantity", "value", "unit"),
     "whatif.operators": ("operator", "ms"),
+    "whatif.draft": ("step", "ms"),
     "planner.table": ("batch", "context", "policy", "builder"),
     "planner.curves": ("batch", "planned policy"),
     "planner.pareto": ("bucket", "step_ms"),
@@ -109,6 +110,10 @@ def test_whatif_defaults_equal_the_planner() -> None:
     for name, ms in zip(ops["operator"], ops["ms"], strict=True):
         assert ms == pytest.approx(float(np.asarray(want[name]).reshape(-1)[0]) * 1e3, rel=1e-12)
     assert sum(ops["ms"]) == pytest.approx(got["verify time"], rel=1e-9)
+    draft = _frame(at, "whatif.draft")
+    assert sum(draft["ms"]) == pytest.approx(got["draft time"], rel=1e-9)
+    first = cm.draft_step_time(b, 1, c, from_target=True)
+    assert draft["ms"][0] == pytest.approx(float(np.asarray(first).reshape(-1)[0]) * 1e3, rel=1e-12)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["tokens/s"] == f"{obj(p, b, c):,.0f}"
     assert metrics["speedup vs no speculation"] == f"{obj(p, b, c) / obj(None, b, c):.2f}x"
@@ -448,6 +453,24 @@ def test_load_page_equals_the_simulator() -> None:
     assert any("request rate" in e for e in _errors(at))
 
 
+def test_load_page_simulates_the_planned_table() -> None:
+    at = _page("planner")
+    table = at.session_state["planner.result"].table
+    at.switch_page("views/load.py").run()
+    _ok(at)
+    at.radio(key="load.source").set_value("Planned table (Planner page)")
+    at.multiselect(key="load.qps").set_value([8.0])
+    at.slider(key="load.requests").set_value(30)
+    at.button(key="FormSubmitter:load.form-Simulate").click().run()
+    _ok(at)
+    res = _simulated(table, 8.0, 30)
+    rows = _frame(at, "load.table")
+    assert rows["throughput_tok_s"][0] == pytest.approx(
+        res.spec.metrics.throughput_tok_s, rel=1e-12
+    )
+    assert rows["mean_accepted"][0] == pytest.approx(res.spec.metrics.mean_accepted, rel=1e-12)
+
+
 # ---- Validation ---------------------------------------------------------------------------------
 
 
@@ -603,7 +626,11 @@ def test_kernels_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_what_if_phases_sum_to_the_objectives_step() -> None:
-    scn = data.scenario_from_names()
+    for scn in (data.scenario_from_names(), data.scenario_from_names(drafter=None)):
+        _check_phases(scn)
+
+
+def _check_phases(scn: data.Scenario) -> None:
     obj = data.objective_for(scn)
     for policy in (
         SGLANG_DEFAULT,
@@ -618,6 +645,9 @@ def test_what_if_phases_sum_to_the_objectives_step() -> None:
             )
             assert w.tokens_per_s == pytest.approx(obj(policy, b, 8192), rel=1e-12)
             assert math.isclose(w.speedup, w.tokens_per_s / w.off_tokens_per_s)
+            if policy is not None:
+                draft = sum(w.draft_steps_s.values())
+                assert draft == pytest.approx(w.phases_s["draft"], rel=1e-9)
 
 
 def test_upload_parsing_is_data_only_and_limited() -> None:

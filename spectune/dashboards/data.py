@@ -147,6 +147,7 @@ class WhatIf:
     expected_tokens: float  # tokens emitted per sequence per step (accepted + bonus)
     phases_s: Mapping[str, float]  # draft, verify, extend, overhead, retrieval; sum = step_s
     verify_breakdown_s: Mapping[str, float]  # operator classes of the verify pass
+    draft_steps_s: Mapping[str, float]  # the drafting phase by step; sums to phases_s["draft"]
     step_s: float
     off_step_s: float
     tokens_per_s: float
@@ -199,6 +200,7 @@ def what_if(scenario: Scenario, policy: TreePolicy | None, batch: int, context: 
         if policy.graft_budget > 0:
             phases["retrieval"] = _f(cm.retrieval_time(batch))
     verify_parts = {k: _f(v) for k, v in cm.verify_breakdown(batch, tokens, context).items()}
+    draft_steps = {} if policy is None else _draft_steps(cm, policy, batch, context)
     step = obj.step_time(policy, batch, context)
     return WhatIf(
         policy=policy,
@@ -208,11 +210,28 @@ def what_if(scenario: Scenario, policy: TreePolicy | None, batch: int, context: 
         expected_tokens=float(expected),
         phases_s=phases,
         verify_breakdown_s=verify_parts,
+        draft_steps_s=draft_steps,
         step_s=step,
         off_step_s=off_step,
         tokens_per_s=obj(policy, batch, context),
         off_tokens_per_s=obj(None, batch, context),
     )
+
+
+def _draft_steps(cm: CostModel, policy: TreePolicy, batch: int, context: int) -> dict[str, float]:
+    """The drafting phase as the cost model prices it: one step over 1 token per sequence fed by
+    the target's hidden states, then depth - 1 steps over top-k tokens per sequence (a drafter
+    model); or the retrieval lookup (no drafter model)."""
+    if cm.drafter is None:
+        return {"retrieval lookup": _f(cm.draft_time(batch, policy.depth, policy.topk, context))}
+    first = _f(cm.draft_step_time(batch, 1, context, from_target=True))
+    later = _f(cm.draft_step_time(batch, policy.topk, context))
+    steps = {"first step (1 token/seq)": first}
+    if policy.depth > 1:
+        steps[f"{policy.depth - 1} later steps ({policy.topk} tokens/seq each)"] = (
+            policy.depth - 1
+        ) * later
+    return steps
 
 
 @dataclass(frozen=True)

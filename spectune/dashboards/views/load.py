@@ -8,7 +8,6 @@ import streamlit as st
 
 from spectune.dashboards import data, loadtest, plans, plots, ui, uploads
 
-ROWS_KEY = "load.rows"
 QPS_CHOICES = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 
 scn = ui.scenario()
@@ -38,14 +37,13 @@ with st.form("load.form"):
                       step=0.5, key="load.burst")  # fmt: skip
     seed = int(c3.number_input("Seed", 0, 1_000_000, 0, key="load.seed"))
     slo = c3.number_input("TPOT SLO for goodput, ms (0: none)", 0.0, 1000.0, 0.0, key="load.slo")
-    submitted = st.form_submit_button("Simulate")
+    st.form_submit_button("Simulate")  # the form's values change only when it is submitted
 
 settings = loadtest.LoadSettings(requests=int(requests), seed=seed, burstiness=float(burst),
                                  slo_tpot_ms=float(slo) if slo else None)  # fmt: skip
-if submitted or ROWS_KEY not in st.session_state:
-    with ui.friendly_errors("simulation"):
-        st.session_state[ROWS_KEY] = ui.load_sweep(scn, policy, tuple(qps), settings)
-rows = st.session_state.get(ROWS_KEY) or []
+rows: list[dict[str, object]] = []
+with ui.friendly_errors("simulation"):  # cached: simulates again only when an input changed
+    rows = ui.load_sweep(scn, policy, tuple(qps), settings)
 
 if rows:
     c1, c2, c3 = st.columns(3)

@@ -34,21 +34,18 @@ if source == "Run a plan here":
         multi = c3.checkbox("Multi-objective (tokens/s vs step latency)", key="planner.multi")
         max_ms = c3.number_input("Max step latency, ms (0: none)", 0.0, 1000.0, 0.0,
                                  key="planner.max_ms")  # fmt: skip
-        submitted = st.form_submit_button("Run plan")
+        st.form_submit_button("Run plan")  # the form's values change only when it is submitted
     try:
         batch_edges = tuple(int_list(batch_text))
         ctx_edges = tuple(int_list(ctx_text))
     except Exception as e:  # argparse.ArgumentTypeError: a message for the user
         st.error(f"bucket edges: {e}")
     else:
-        stored = st.session_state.get(PLAN_KEY)
-        if submitted or stored is None:
-            with ui.friendly_errors("plan"):
-                st.session_state[PLAN_KEY] = ui.run_plan(
-                    scn, batch_edges, ctx_edges, int(trials), seed, bool(multi),
-                    float(max_ms) if max_ms else None,
-                )  # fmt: skip
-        plan = st.session_state.get(PLAN_KEY)
+        with ui.friendly_errors("plan"):  # cached: runs again only when an input changed
+            plan = ui.run_plan(
+                scn, batch_edges, ctx_edges, int(trials), seed, bool(multi),
+                float(max_ms) if max_ms else None,
+            )  # fmt: skip
 elif source == "Open a stored study":
     st.caption("The Optuna storage of `spectune plan --storage URL` (add --multi-objective "
                "for a Pareto front); the policies are chosen from its trials by the planner's rule.")  # fmt: skip
@@ -70,6 +67,7 @@ else:
         plan = plans.Plan(table)
 
 if plan is not None:
+    st.session_state[PLAN_KEY] = plan  # the Load page can simulate the table shown here
     table = plan.table
     pscn, note = plans.scenario_for_table(table, scn)
     if note:

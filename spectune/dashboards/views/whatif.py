@@ -43,6 +43,13 @@ with ui.friendly_errors("policy"):
 
     st.markdown("**Predicted numbers**")
     st.dataframe(pd.DataFrame(res.table_rows()), hide_index=True, key="whatif.numbers")
+    if res.draft_steps_s:
+        st.markdown("**Drafting phase by step**")
+        st.dataframe(
+            pd.DataFrame([{"step": k, "ms": v * 1e3} for k, v in res.draft_steps_s.items()]),
+            hide_index=True,
+            key="whatif.draft",
+        )
     st.markdown("**Verify pass by operator class**")
     st.dataframe(
         pd.DataFrame([{"operator": k, "ms": v * 1e3} for k, v in res.verify_breakdown_s.items()]),
