@@ -2,10 +2,10 @@
 
 Why this exists: to record real acceptance data we need the target's greedy token at every
 node of a candidate tree in one pass. `forward` takes N new tokens at arbitrary positions with
-a boolean mask over themselves (the DraftTree ancestor mask; a causal mask for plain decoding),
-attends to the first `cache_len` cached tokens without a mask, and writes the new tokens' K/V
-at cache slots cache_len .. cache_len + N - 1. `keep_path` then moves the accepted nodes' K/V
-to contiguous slots (KV compaction). `layers=k` runs only the first k layers, then the final
+a boolean mask over the cache slots before them and over themselves, writing their K/V at
+slots write_at .. write_at + N - 1; `verify_tree` builds that mask from a DraftTree's ancestor
+matrix (the committed prefix visible to all). `KVCache.keep_path` then moves the accepted nodes'
+K/V to contiguous slots (KV compaction). `layers=k` runs only the first k layers, then the final
 norm and LM head: the self-speculative early-exit drafter, which shares the target's cache for
 those layers.
 

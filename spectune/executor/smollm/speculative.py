@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from spectune.executor.smollm.early_exit import EarlyExitDrafter
-from spectune.executor.smollm.model import SmolLM
+from spectune.executor.smollm.model import KVCache, SmolLM
 from spectune.executor.smollm.retrieval import PromptLookup, Proposal, SuffixStore
 from spectune.specs.tree import SOURCE_MODEL, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree
 
@@ -77,13 +77,13 @@ def make_pool(
     drafter: EarlyExitDrafter | None,
     retrievers: Retrievers | None,
     history: list[int],
-    cache: object,
+    cache: KVCache,
     root: int,
 ) -> Pool:
     """Draft candidates plus retrieval chains after `root`; `history` is the sequence up to and
     including the root."""
     if drafter is not None:
-        cand = drafter.draft(cache, root)  # type: ignore[arg-type]
+        cand = drafter.draft(cache, root)
         parents = cand.parents.tolist()
         tokens = cand.tokens.tolist()
         lps = cand.logprobs.tolist()

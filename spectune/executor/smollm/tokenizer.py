@@ -215,12 +215,21 @@ class BPETokenizer:
             )
         parts = []
         if not messages or messages[0]["role"] != "system":
-            parts.append(f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n")
+            parts.append(f"<|im_start|>system\n{self.default_system()}<|im_end|>\n")
         for m in messages:
             parts.append(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n")
         if add_generation_prompt:
             parts.append("<|im_start|>assistant\n")
         return "".join(parts)
+
+    def default_system(self) -> str:
+        """The system message the chat template inserts when none is given."""
+        head = "<|im_start|>system\n"
+        start = self.chat_template.find(head)
+        end = self.chat_template.find("<|im_end|>", start)
+        if start < 0 or end < 0:
+            return DEFAULT_SYSTEM
+        return self.chat_template[start + len(head) : end]
 
     def encode_chat(self, user: str) -> list[int]:
         """Token ids of a one-turn chat prompt ending where the assistant starts."""
