@@ -556,14 +556,16 @@ def _walk_dynamic(
     assert pool.level_acc is not None
     acc_f = pool.level_acc.ravel()  # [D, B, k parent slots, k children]
     span = np.arange(k)
-    rows_k = np.arange(b) * k
+    rows_kk = np.arange(b) * (k * k)
     cur = np.zeros(b, dtype=np.int64)
     alive = np.ones(b, dtype=bool)
     tokens = np.ones(b, dtype=np.int64)
     for lvl, u in enumerate(rng.random((len(pool.level_slices) - 1, b))):
         s = start_f.take(base + cur)  # first child column; 0 when cur was not expanded
-        slot = np.maximum(s - pool.level_slices[lvl + 1].start, 0) // k
-        a = acc_f.take(((lvl * b * k + rows_k + slot) * k)[:, None] + span)
+        # children of the slot whose first child is column s: level_acc[lvl, row, slot, :],
+        # slot * k = s - (first column of the level); unexpanded rows read junk, masked below
+        offset = rows_kk + (lvl * b * k * k - pool.level_slices[lvl + 1].start)
+        a = acc_f.take((s + offset)[:, None] + span, mode="clip")
         r = (u[:, None] >= np.cumsum(a, axis=1)).sum(axis=1)
         nxt = s + np.minimum(r, k - 1)
         alive &= (s > 0) & (r < k)
