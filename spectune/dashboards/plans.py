@@ -189,6 +189,23 @@ def pareto_rows(results: Sequence[BucketResult]) -> list[dict[str, Any]]:
     return rows
 
 
+def chosen_points(results: Sequence[BucketResult], scenario: Scenario) -> list[dict[str, Any]]:
+    """Each bucket's chosen policy on the throughput / latency plane: its tokens/s (geometric
+    mean over the bucket's points, as the search scores) and the search's latency, the longest
+    closed-form step over those points."""
+    obj = objective_for(scenario)
+    return [
+        {
+            "bucket": r.bucket.name,
+            "policy": policy_label(r.policy),
+            "tokens_per_s": r.tokens_per_s,
+            "step_ms": max(obj.step_latency(r.policy, b, c) for b, c in r.bucket.points()) * 1e3,
+        }
+        for r in results
+        if r.pareto
+    ]
+
+
 def scenario_for_table(table: PolicyTable, fallback: Scenario) -> tuple[Scenario, str]:
     """The scenario a policy table was planned for, from its preset names; where a name is no
     preset (a user's own spec), the fallback's spec, with a note saying so."""

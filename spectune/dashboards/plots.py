@@ -120,20 +120,25 @@ def batch_figure(batches: Sequence[int], curves: Mapping[str, np.ndarray], conte
     return fig
 
 
-def pareto_figure(rows: Sequence[Mapping[str, Any]]) -> Figure:
-    """Each bucket's Pareto front: tokens/s against step latency."""
+def pareto_figure(
+    rows: Sequence[Mapping[str, Any]], chosen: Sequence[Mapping[str, Any]] = ()
+) -> Figure:
+    """Each bucket's Pareto front, tokens/s against step latency, and the table's choice."""
     fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
-    buckets = sorted({r["bucket"] for r in rows})
-    for b in buckets:
+    for i, b in enumerate(sorted({r["bucket"] for r in rows})):
         pts = sorted((r for r in rows if r["bucket"] == b), key=lambda r: r["step_ms"])
-        ax.plot([r["step_ms"] for r in pts], [r["tokens_per_s"] for r in pts], marker="o", label=b)
-        chosen = [r for r in pts if r["chosen"]]
-        ax.scatter([r["step_ms"] for r in chosen], [r["tokens_per_s"] for r in chosen],
-                   s=120, facecolors="none", edgecolors="black")  # fmt: skip
+        ax.plot([r["step_ms"] for r in pts], [r["tokens_per_s"] for r in pts], marker="o",
+                color=f"C{i}", label=b)  # fmt: skip
+        mine = [r for r in chosen if r["bucket"] == b]
+        ax.scatter([r["step_ms"] for r in mine], [r["tokens_per_s"] for r in mine], marker="*",
+                   s=220, color=f"C{i}", edgecolors="black", zorder=3)  # fmt: skip
+    if chosen:
+        ax.scatter([], [], marker="*", s=160, color="white", edgecolors="black",
+                   label="the table's choice")  # fmt: skip
     ax.set_xlabel("step latency, ms")
     ax.set_ylabel("predicted tokens/s")
-    ax.set_title("Pareto front per bucket (circled: the table's choice)", fontsize=10)
+    ax.set_title("Pareto front per bucket", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return fig

@@ -100,7 +100,8 @@ if plan is not None:
     st.subheader("Pareto front")
     rows = plans.pareto_rows(plan.results)
     if rows:
-        ui.show(plots.pareto_figure(rows))
+        with ui.friendly_errors("Pareto front"):
+            ui.show(plots.pareto_figure(rows, plans.chosen_points(plan.results, pscn)))
         st.dataframe(pd.DataFrame(rows), hide_index=True, key="planner.pareto")
     else:
         st.info("Tick 'Multi-objective' and run the plan to see each bucket's Pareto front "
