@@ -1,5 +1,6 @@
 """Streamlit pieces shared by the pages: the scenario sidebar (with the user's own spec files),
-cached wrappers around dashboards.data / loadtest / artifacts, and showing errors and figures.
+cached wrappers around dashboards.data / plans / loadtest / artifacts / uploads, and showing
+errors and figures.
 
 Cached wrappers are the only way pages reach the computations, so every page shows what the
 non-UI functions return (and the tests compare those with the planner's).
