@@ -22,6 +22,7 @@ from spectune.planner.trees import (
     expected_tokens_for_policy,
     flat,
     graft_tree,
+    outcome,
     prune_tree,
     sample_accepted_lengths,
     sample_step,
@@ -251,11 +252,11 @@ def test_super_tree_at_least_equal_split(batch: int, budget: int, seed: int, wor
     pool = flat.dynamic_pool(model, 5, 4, np.random.default_rng(seed), batch)
     p = pool.accept_prob()
     score = np.log(np.maximum(p, 1e-300))
-    shared = flat.keep_top(score, None, batch * (budget - 1))
-    equal = flat.keep_top(score, budget - 1, None)
+    shared = outcome.keep_top(score, None, batch * (budget - 1))
+    equal = outcome.keep_top(score, budget - 1, None)
     assert shared.sum() <= batch * budget and equal.sum() <= batch * budget
-    e_shared = flat.expected_tokens(shared, p, None).sum()
-    e_equal = flat.expected_tokens(equal, p, None).sum()
+    e_shared = outcome.expected_tokens(shared, p, None).sum()
+    e_equal = outcome.expected_tokens(equal, p, None).sum()
     assert e_shared >= e_equal - 1e-9
     for keep in (shared, equal):  # every kept node's parent is kept
         rows, cols = np.nonzero(keep[:, 1:])

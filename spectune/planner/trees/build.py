@@ -19,7 +19,7 @@ import numpy as np
 
 from spectune.planner.acceptance.base import LOG_ZERO, AcceptanceModel
 from spectune.planner.acceptance.replay import ReplayStep
-from spectune.planner.trees import flat
+from spectune.planner.trees import flat, outcome
 from spectune.planner.trees.static import MAX_STATIC_WIDTH, StaticShape, sequoia_dp
 from spectune.specs.policy import MAX_BUDGET, TreePolicy
 from spectune.specs.tree import DraftTree
@@ -65,7 +65,7 @@ def _choose(
     pool: flat.FlatPool,
     rng: np.random.Generator,
     shared: bool,
-) -> tuple[np.ndarray, np.ndarray, flat.Grafts | None]:
+) -> tuple[np.ndarray, np.ndarray, outcome.Grafts | None]:
     """(keep bool[B, T], P(accepted) float64[B, T], grafts) for a drawn pool."""
     b = pool.batch
     slots_each = policy.budget - 1
@@ -73,9 +73,9 @@ def _choose(
     p = pool.accept_prob() if need_p else np.empty((0, 0))  # P only when something needs it
     if shared and b > 1:
         score = np.where(p > 0, np.log(np.maximum(p, 1e-300)), 2 * LOG_ZERO)
-        keep = flat.keep_top(score, None, b * slots_each)
+        keep = outcome.keep_top(score, None, b * slots_each)
     else:
-        keep = flat.keep_top(pool.lp, slots_each, None)
+        keep = outcome.keep_top(pool.lp, slots_each, None)
     if policy.prune_threshold > 0.0:
         keep &= pool.lp >= np.log(policy.prune_threshold)
         keep[:, 0] = True
@@ -87,7 +87,9 @@ def _choose(
             slots = np.full(b, free // b, dtype=np.int64)
         else:
             slots = slots_each - used
-        grafts = flat.choose_grafts(model.retrieval, keep, pool, p, slots, policy.graft_budget, rng)
+        grafts = outcome.choose_grafts(
+            model.retrieval, keep, pool, p, slots, policy.graft_budget, rng
+        )
     return keep, p, grafts
 
 
@@ -100,7 +102,7 @@ def build_tree(policy: TreePolicy, model: AcceptanceModel, rng: np.random.Genera
         return build_from_pool(policy, model, rng)
     pool = _pool(policy, model, rng, 1, False)
     keep, _, grafts = _choose(policy, model, pool, rng, False)
-    return flat.to_tree(pool, keep, grafts, 0)
+    return outcome.to_tree(pool, keep, grafts, 0)
 
 
 def build_batch_trees(
@@ -115,7 +117,7 @@ def build_batch_trees(
     the whole batch; without it each request gets budget - 1 (equal split)."""
     pool = _pool(policy, model, rng, batch, shared_budget)
     keep, _, grafts = _choose(policy, model, pool, rng, shared_budget)
-    return [flat.to_tree(pool, keep, grafts, i) for i in range(batch)]
+    return [outcome.to_tree(pool, keep, grafts, i) for i in range(batch)]
 
 
 def sample_accepted_lengths(
@@ -131,10 +133,10 @@ def sample_accepted_lengths(
     pool = _pool(policy, model, rng, batch, shared_budget, reuse=True)
     if policy.graft_budget == 0 and not (shared_budget and batch > 1):
         lp_min = np.log(policy.prune_threshold) if policy.prune_threshold > 0 else -np.inf
-        thr = flat.row_threshold(pool, policy.budget - 1, lp_min)
-        return flat.sample_tokens(pool, thr, None, rng)
+        thr = outcome.row_threshold(pool, policy.budget - 1, lp_min)
+        return outcome.sample_tokens(pool, thr, None, rng)
     keep, _, grafts = _choose(policy, model, pool, rng, shared_budget)
-    return flat.sample_tokens(pool, keep, grafts, rng)
+    return outcome.sample_tokens(pool, keep, grafts, rng)
 
 
 def sample_step(
@@ -150,19 +152,19 @@ def sample_step(
     pool = _pool(policy, model, rng, batch, shared_budget, reuse=True)
     if policy.graft_budget == 0 and not (shared_budget and batch > 1):
         lp_min = np.log(policy.prune_threshold) if policy.prune_threshold > 0 else -np.inf
-        thr = flat.row_threshold(pool, policy.budget - 1, lp_min)
+        thr = outcome.row_threshold(pool, policy.budget - 1, lp_min)
         kept = thr.mask(pool)
         p = pool.accept_prob()
         expected = np.where(kept, p, 0.0).sum(axis=1)  # the root column counts the bonus 1
-        return flat.sample_tokens(pool, thr, None, rng), kept.sum(axis=1), expected
+        return outcome.sample_tokens(pool, thr, None, rng), kept.sum(axis=1), expected
     keep, p, grafts = _choose(policy, model, pool, rng, shared_budget)
     if not ((shared_budget and batch > 1) or policy.graft_budget > 0):
         p = pool.accept_prob()
     nodes = keep.sum(axis=1)
     if grafts is not None:
         nodes = nodes + grafts.length.sum(axis=1)
-    expected = flat.expected_tokens(keep, p, grafts)
-    return flat.sample_tokens(pool, keep, grafts, rng), nodes, expected
+    expected = outcome.expected_tokens(keep, p, grafts)
+    return outcome.sample_tokens(pool, keep, grafts, rng), nodes, expected
 
 
 def expected_tokens_for_policy(
@@ -188,7 +190,7 @@ def expected_tokens_for_policy(
         keep, p, grafts = _choose(policy, model, pool, rng, shared_budget)
         if not ((shared_budget and samples > 1) or policy.graft_budget > 0):
             p = pool.accept_prob()
-        value = float(flat.expected_tokens(keep, p, grafts).mean())
+        value = float(outcome.expected_tokens(keep, p, grafts).mean())
     _EXPECTED[key] = value
     if len(_EXPECTED) > _CACHE_SIZE:
         _EXPECTED.popitem(last=False)
