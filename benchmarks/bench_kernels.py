@@ -48,7 +48,7 @@ from spectune.kernels import (
     tree_attention,
     walk_tree,
 )
-from spectune.kernels.tree_attention import TreeAttentionInputs, tree_mask_bool
+from spectune.kernels.tree_attention_reference import TreeAttentionInputs, tree_mask_bool
 
 HQ, HKV, DIM = 32, 8, 128
 T0 = time.time()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,11 +29,11 @@ DEVICE = "cuda" if HAS_CUDA else "cpu"
 FAST = TreeAttentionConfig(block_m=64, block_n=64, tree_block=64, min_chunk=64)
 
 
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+def rel_err(out: Any, ref: Any) -> float:
     return float((out.double() - ref.double()).norm() / ref.double().norm())
 
 
-def run(inp, **kw) -> torch.Tensor:
+def run(inp, **kw) -> Any:
     return tree_attention(*inp.args(), max_q_len=inp.max_q_len, max_kv_len=inp.max_kv_len, **kw)
 
 

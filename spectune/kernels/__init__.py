@@ -23,20 +23,18 @@ from spectune.kernels.kv_compact import (
     reference_compact_kv,
 )
 from spectune.kernels.layout import PackedTrees, pack_trees, random_trees
-from spectune.kernels.tree_attention import (
-    TreeAttentionConfig,
+from spectune.kernels.sampling import reference_sample_target, sample_target
+from spectune.kernels.tree_attention import TreeAttentionConfig, tree_attention
+from spectune.kernels.tree_attention_reference import (
     TreeAttentionInputs,
     make_tree_attention_inputs,
     reference_tree_attention,
-    tree_attention,
 )
 from spectune.kernels.verify import (
     VerifyInputs,
     VerifyResult,
     make_verify_inputs,
-    reference_sample_target,
     reference_walk_tree,
-    sample_target,
     verify_greedy,
     verify_stochastic,
     walk_tree,
