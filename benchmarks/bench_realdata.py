@@ -59,11 +59,14 @@ def replay(policy: TreePolicy | None, budget: int, steps: list[TraceStep]) -> tu
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prune", type=float, default=0.1, help="prune threshold (path draft prob)")
+    ap.add_argument(
+        "--prune", default="0.03,0.1", help="prune thresholds (path draft probability), comma list"
+    )
     ap.add_argument("--folds", type=int, default=4, help="cross-validation folds over requests")
     ap.add_argument("--budgets", default="8,16,32,64", help="verify budgets (root included)")
     args = ap.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
+    taus = [float(t) for t in args.prune.split(",")]
     t0 = time.perf_counter()
     rows = []
     checks = []
@@ -75,15 +78,18 @@ def main() -> None:
         drafter = h.drafter.split("+")[0]
         for b in budgets:
             kinds: list[tuple[str, str, TreePolicy | None]] = [
-                (drafter, "dense", TreePolicy("dynamic-topk", depth, topk, b)),
-                (drafter, "pruned", TreePolicy("dynamic-topk", depth, topk, b, args.prune)),
-                (
-                    drafter,
-                    "prune+graft",
-                    TreePolicy("dynamic-topk", depth, topk, b, args.prune, b - 1),
-                ),
-                ("retrieval", "retrieval-only", None),
+                (drafter, "dense", TreePolicy("dynamic-topk", depth, topk, b))
             ]
+            for tau in taus:
+                kinds += [
+                    (drafter, f"pruned {tau:g}", TreePolicy("dynamic-topk", depth, topk, b, tau)),
+                    (
+                        drafter,
+                        f"prune {tau:g}+graft",
+                        TreePolicy("dynamic-topk", depth, topk, b, tau, b - 1),
+                    ),
+                ]
+            kinds.append(("retrieval", "retrieval-only", None))
             for name, tree_kind, pol in kinds:
                 tok, nodes = replay(pol, b, steps)
                 rows.append(
@@ -110,22 +116,15 @@ def main() -> None:
                 }
             )
 
-    print(f"prune threshold {args.prune}; tokens/step (mean tree nodes), exact trace replay")
+    print(f"tokens/step (mean tree nodes), exact replay; prune thresholds {taus}")
     print(
-        f"{'prompt set':<10} {'drafter':<14} {'tree':<14}"
+        f"{'prompt set':<10} {'drafter':<14} {'tree':<18}"
         + "".join(f"{'B=' + str(b):>16}" for b in budgets)
     )
-    keys = sorted(
-        {(r["prompt_set"], r["drafter"], r["tree"]) for r in rows},
-        key=lambda k: (
-            k[0] != "mt-bench",
-            k[1] == "retrieval",
-            ["dense", "pruned", "prune+graft", "retrieval-only"].index(k[2]),
-        ),
-    )
+    keys = list(dict.fromkeys((r["prompt_set"], r["drafter"], r["tree"]) for r in rows))
     for key in keys:
         cells = {r["budget"]: r for r in rows if (r["prompt_set"], r["drafter"], r["tree"]) == key}
-        line = f"{key[0]:<10} {key[1]:<14} {key[2]:<14}"
+        line = f"{key[0]:<10} {key[1]:<14} {key[2]:<18}"
         for b in budgets:
             r = cells[b]
             line += f"{r['tokens_per_step']:>9.3f} ({r['mean_nodes']:>4.1f})"
@@ -144,7 +143,7 @@ def main() -> None:
         json.dumps(
             {
                 "bench": "realdata",
-                "prune_threshold": args.prune,
+                "prune_thresholds": taus,
                 "rows": rows,
                 "held_out": checks,
                 "worst_held_out_error": round(worst, 4),
