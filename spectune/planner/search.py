@@ -24,6 +24,7 @@ Seeded: the same seed, objective and in-process storage give the same table in a
 from __future__ import annotations
 
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -398,7 +399,8 @@ def run_worker(
         if scorer is None:
             scorer = make_scorer(setup)
         store = make_storage(storage_url, s)
-        study = optuna.load_study(study_name=name, storage=store, sampler=make_sampler(s, bucket))
+        sampler = make_sampler(s, bucket, salt=os.getpid())
+        study = optuna.load_study(study_name=name, storage=store, sampler=sampler)
         optimize_study(study, bucket, scorer, s, progress=progress)
     return len(studies)
 

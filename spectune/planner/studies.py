@@ -131,11 +131,15 @@ def bucket_seed(seed: int, bucket: BucketSpec) -> int:
     return zlib.crc32(f"{seed}:{bucket.name}".encode()) & 0x7FFFFFFF
 
 
-def make_sampler(settings: SearchSettings, bucket: BucketSpec) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    settings: SearchSettings, bucket: BucketSpec, salt: int = 0
+) -> optuna.samplers.BaseSampler:
+    """Seeded multivariate TPE. Workers sharing a study pass distinct salts (their process
+    ids) so that they do not all draw the same points."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
-            seed=bucket_seed(settings.seed, bucket),
+            seed=(bucket_seed(settings.seed, bucket) + salt) & 0x7FFFFFFF,
             multivariate=True,
             group=True,
             n_startup_trials=settings.startup_trials,
