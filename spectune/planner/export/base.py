@@ -1,0 +1,290 @@
+"""Shared parts of the engine exporters: the Export result, choosing the batch ranges of one
+context, fitting the one global tree shape engines allow, tree paths ('choices'), and the
+metadata every exported file carries."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from spectune.specs.errors import SpecError
+from spectune.specs.io import write_text_atomic
+from spectune.specs.policy import Bucket, PolicyTable, TreePolicy
+from spectune.specs.tree import DraftTree
+
+ENGINES = ("sglang", "vllm", "trtllm")
+VLLM_MAX_BATCH = 4096
+
+TreeShaper = Callable[[TreePolicy], DraftTree]
+"""Builds the static tree an engine with a fixed tree should use for a policy."""
+
+
+@dataclass(frozen=True)
+class Export:
+    """Files for one engine (name -> text) and what could not be expressed exactly."""
+
+    engine: str
+    files: Mapping[str, str]
+    approximations: tuple[str, ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        """Write every file atomically under out_dir; returns the paths."""
+        out = Path(out_dir)
+        paths = []
+        for name, text in self.files.items():
+            p = out / name
+            write_text_atomic(p, text)
+            paths.append(p)
+        return paths
+
+
+# ---- shared helpers ---------------------------------------------------------------------------
+
+
+def batch_plan(table: PolicyTable, context: int | None = None) -> tuple[list[Bucket], list[str]]:
+    """The buckets of one context range, in batch order, and notes on what that drops."""
+    ctx_ranges = sorted({b.context for b in table.buckets})
+    if context is None:
+        chosen = ctx_ranges[0]
+    else:
+        inside = [r for r in ctx_ranges if r[0] <= context <= r[1]]
+        if not inside:
+            raise SpecError(f"--context {context} is in no context bucket of the table")
+        chosen = inside[0]
+    rows = sorted((b for b in table.buckets if b.context == chosen), key=lambda b: b.batch)
+    if rows[0].batch[0] > 1:
+        raise SpecError(f"the table's buckets for context {chosen} do not start at batch 1")
+    for a, b in pairwise(rows):
+        if b.batch[0] != a.batch[1] + 1:
+            raise SpecError(f"batch buckets {a.batch} and {b.batch} leave a gap or overlap")
+    notes = []
+    if len(ctx_ranges) > 1:
+        differ = [
+            f"{b.batch[0]}-{b.batch[1]}@ctx{b.context[0]}-{b.context[1]}"
+            for b in table.buckets
+            if b.context != chosen and b.policy != table.lookup(b.batch[1], chosen[1])
+        ]
+        if differ:
+            notes.append(
+                f"the engine keys speculation by batch size only: used the policies of context "
+                f"{chosen[0]}-{chosen[1]}; other contexts chose differently at "
+                + ", ".join(differ[:6])
+                + (" ..." if len(differ) > 6 else "")
+            )
+    return rows, notes
+
+
+def primary_policy(rows: Sequence[Bucket]) -> TreePolicy | None:
+    """The policy whose tree shape fills the engine's global knobs: the smallest batch with
+    speculation on (where the tree matters most)."""
+    for b in rows:
+        if b.policy is not None:
+            return b.policy
+    return None
+
+
+Evaluate = Callable[[TreePolicy | None, int, int], float]
+"""tokens/s of a policy at (batch, context): the planner's objective, to fit engine knobs."""
+
+
+@dataclass(frozen=True)
+class EngineShape:
+    """What an engine with one global tree shape runs: top-k and tree tokens (root included)
+    for every batch size, and a draft depth per batch range (0 = off)."""
+
+    topk: int
+    budget: int
+    depths: tuple[int, ...]
+
+    def policy(self, depth: int) -> TreePolicy | None:
+        if depth == 0:
+            return None
+        if self.topk == 1:
+            return TreePolicy("dynamic-topk", depth, 1, depth + 1)
+        cap = 1 + self.topk + (depth - 1) * self.topk * self.topk
+        return TreePolicy("dynamic-topk", depth, self.topk, max(2, min(self.budget, cap)))
+
+
+def _row_score(evaluate: Evaluate, policy: TreePolicy | None, b: Bucket) -> float:
+    ctx = (b.context[0] + b.context[1] + 1) // 2
+    vals = [max(evaluate(policy, x, ctx), 1e-300) for x in sorted({b.batch[0], b.batch[1]})]
+    return float(math.exp(sum(math.log(v) for v in vals) / len(vals)))
+
+
+def fit_engine_shape(
+    rows: Sequence[Bucket], evaluate: Evaluate, *, cap_by_first: bool = False
+) -> tuple[EngineShape, float]:
+    """The global (top-k, budget) and per-range depths that maximise the geometric mean of
+    predicted tokens/s over the batch ranges, for engines that vary only the draft depth with
+    the batch size (SGLang adaptive steps, TensorRT-LLM draft_len_schedule). Candidates: each
+    bucket's own (top-k, budget) and chains. Ranges the plan turns off stay off; others may go
+    off too when that is faster. cap_by_first: depths may not exceed the first range's
+    (TensorRT-LLM maps the smallest schedule key to max_draft_len).
+    Returns the shape and its mean log-ratio to the plan's own predictions (0 = no loss)."""
+    on = [b.policy for b in rows if b.policy is not None]
+    max_depth = max(p.depth for p in on) + 1
+    cands = list(dict.fromkeys([(p.topk, p.budget) for p in on] + [(1, 0)]))
+    best: tuple[float, EngineShape] | None = None
+    for topk, budget in cands:
+        probe = EngineShape(topk, budget, ())
+        depths: list[int] = []
+        total = 0.0
+        for i, b in enumerate(rows):
+            if b.policy is None:
+                depths.append(0)
+                total += math.log(_row_score(evaluate, None, b))
+                continue
+            hi = depths[0] if cap_by_first and i > 0 and depths[0] > 0 else max_depth
+            options = range(1, hi + 1) if i == 0 and cap_by_first else range(0, hi + 1)
+            scored = [(_row_score(evaluate, probe.policy(d), b), d) for d in options]
+            score, d = max(scored)
+            depths.append(d)
+            total += math.log(score)
+        if best is None or total > best[0]:
+            best = (total, EngineShape(topk, budget, tuple(depths)))
+    assert best is not None
+    own = sum(math.log(_row_score(evaluate, b.policy, b)) for b in rows)
+    return best[1], (best[0] - own) / len(rows)
+
+
+def range_label(b: Bucket) -> str:
+    return f"{b.batch[0]}-{b.batch[1]}"
+
+
+def shape_notes(rows: Sequence[Bucket], p: TreePolicy, what: str) -> list[str]:
+    notes = []
+    other = [
+        b
+        for b in rows
+        if b.policy is not None and (b.policy.topk, b.policy.budget) != (p.topk, p.budget)
+    ]
+    if other:
+        notes.append(
+            f"{what}: one top-k and verify budget for all batch sizes (top-k {p.topk}, budget "
+            f"{p.budget}); buckets "
+            + ", ".join(
+                f"{range_label(b)} (top-k {b.policy.topk}, budget {b.policy.budget})"
+                for b in other
+                if b.policy is not None
+            )
+            + " wanted others"
+        )
+    pruned = [b for b in rows if b.policy is not None and b.policy.prune_threshold > 0]
+    if pruned:
+        notes.append(
+            f"{what} has no confidence pruning: dropped prune thresholds of buckets "
+            + ", ".join(range_label(b) for b in pruned)
+        )
+    grafted = [b for b in rows if b.policy is not None and b.policy.graft_budget > 0]
+    if grafted:
+        notes.append(
+            f"{what} cannot graft retrieved tokens into the tree: dropped graft budgets of "
+            "buckets " + ", ".join(range_label(b) for b in grafted)
+        )
+    return notes
+
+
+def tree_choices(tree: DraftTree) -> list[list[int]]:
+    """A tree as paths of sibling ranks (EAGLE/Medusa 'choices'): node i -> the ranks of the
+    nodes from the root's child down to i. Siblings rank in index order. Root excluded."""
+    parents = tree.parents
+    n = tree.num_nodes
+    rank = [0] * n
+    seen: dict[int, int] = {}
+    for i in range(1, n):
+        par = int(parents[i])
+        rank[i] = seen.get(par, 0)
+        seen[par] = rank[i] + 1
+    paths: list[list[int]] = [[] for _ in range(n)]
+    for i in range(1, n):
+        paths[i] = [*paths[int(parents[i])], rank[i]]
+    return sorted(paths[1:], key=lambda p: (len(p), p))
+
+
+def check_choices(choices: Sequence[Sequence[int]]) -> None:
+    """Every path's prefix is a path too, no duplicates."""
+    have = {tuple(c) for c in choices}
+    if len(have) != len(choices):
+        raise SpecError("tree choices contain a duplicate path")
+    for c in choices:
+        if not c or min(c) < 0:
+            raise SpecError(f"tree choice {list(c)} must be a non-empty list of ranks >= 0")
+        if len(c) > 1 and tuple(c[:-1]) not in have:
+            raise SpecError(f"tree choice {list(c)} has no parent path {list(c[:-1])}")
+        if c[-1] > 0 and (*c[:-1], c[-1] - 1) not in have:
+            raise SpecError(f"tree choice {list(c)} skips sibling rank {c[-1] - 1}")
+
+
+def header(table: PolicyTable, engine: str, notes: Sequence[str], prefix: str) -> str:
+    lines = [
+        f"spectune export --engine {engine}: {table.target} + {table.drafter} on "
+        f"{table.hardware} (tp {table.tp}), workload {table.workload or '-'}",
+    ]
+    if notes:
+        lines.append("approximations:")
+        lines += [f"  - {n}" for n in notes]
+    else:
+        lines.append("approximations: none (the engine expresses this table exactly)")
+    return "".join(f"{prefix}{line}\n" for line in lines)
+
+
+def sidecar(table: PolicyTable, engine: str, notes: Sequence[str], config: Any) -> str:
+    meta = {
+        "schema": "spectune.export/v1",
+        "engine": engine,
+        "source": {
+            "target": table.target,
+            "drafter": table.drafter,
+            "hardware": table.hardware,
+            "tp": table.tp,
+            "workload": table.workload,
+        },
+        "approximations": list(notes),
+        "config": config,
+    }
+    return json.dumps(meta, indent=2) + "\n"
+
+
+def engine_shape(
+    rows: Sequence[Bucket],
+    p: TreePolicy,
+    evaluate: Evaluate | None,
+    engine: str,
+    *,
+    cap_by_first: bool = False,
+) -> tuple[EngineShape, list[str]]:
+    """One global tree shape and a depth per batch range, fitted with the objective when there
+    is one, else the smallest-batch policy's shape; plus notes on what that gives up."""
+    notes: list[str] = []
+    if evaluate is not None:
+        shape, loss = fit_engine_shape(rows, evaluate, cap_by_first=cap_by_first)
+        kind = "chains" if shape.topk == 1 else f"top-k {shape.topk}, {shape.budget} tree tokens"
+        notes.append(
+            f"{engine} varies only the draft depth with the batch size: fitted one shape for "
+            f"all batch sizes ({kind}; depths "
+            + ", ".join(f"{range_label(b)}: {d}" for b, d in zip(rows, shape.depths, strict=True))
+            + f") among the buckets' own shapes and chains; predicted tokens/s "
+            f"{100 * (math.exp(loss) - 1):+.1f}% vs the per-bucket plan (geometric mean)"
+        )
+        # the fitted shape replaces the smallest-batch one: keep only the prune/graft notes
+        notes += [n for n in shape_notes(rows, p, engine) if "one top-k" not in n]
+    else:
+        depths = [0 if b.policy is None else b.policy.depth for b in rows]
+        shape = EngineShape(p.topk, p.budget, tuple(depths))
+        notes += shape_notes(rows, p, engine)
+    if any(b.policy is not None and b.policy.builder == "static" for b in rows):
+        notes.append(
+            f"{engine} grows EAGLE-2 dynamic top-k trees; static-builder buckets are "
+            "approximated by top-k and tree tokens"
+        )
+    return shape, notes
+
+
+def all_off(table: PolicyTable) -> PolicyTable:
+    return replace(table, buckets=tuple(replace(b, policy=None) for b in table.buckets))
