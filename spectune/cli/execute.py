@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     for b in batches:
         pol = table.lookup(b, context) if table else single
         runs.append((b, pol, "policy" if pol else "off"))
-        runs.extend((b, p, f"also{i}") for i, p in enumerate(also))
+        runs.extend((b, p, text) for text, p in zip(args.also, also, strict=True))
     budgets = [p.budget for _, p, _ in runs if p is not None]
 
     # torch and the GPU come in only here, after the arguments are known to be good

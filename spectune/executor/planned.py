@@ -9,6 +9,7 @@ changes and writes an ordinary PolicyTable, one bucket per measured batch size.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from spectune.specs import PolicyTable
@@ -25,6 +26,7 @@ def plan_table(
     context: int,
     trials: int = 48,
     seed: int = 0,
+    min_gain: float | None = None,
 ) -> PolicyTable:
     """A PolicyTable for `batches` at `context` on the calibrated GPU (calibration.hardware)."""
     from spectune import __version__
@@ -42,10 +44,13 @@ def plan_table(
     closed = ClosedFormObjective(cm, acceptance_model(workload), seed=seed)
     space = PolicySpace(builders=("dynamic-topk",), budget=(2, 128), allow_prune=False, graft=(0, 0))
     settings = SearchSettings(trials=trials, seed=seed, space=space)
+    if min_gain is not None:  # the planner's margin before it leaves an engine default
+        settings = dataclasses.replace(settings, min_gain=min_gain)
     buckets = [BucketSpec((b, b), (context, context)) for b in batches]
     results = search(closed, buckets, settings, setup={"calibration": calibration.source})
     scenario = {"target": target, "drafter": drafter, "gpu": calibration.hardware, "workload": workload, "tp": 1}
     provenance = {"spectune": __version__, "planner": "spectune.executor.planned.plan_table",
                   "calibration": calibration.source, "trials": trials, "seed": seed,
+                  "min_gain": settings.min_gain,
                   "space": "dynamic-topk, no prune, no graft (what the executor runs)"}
     return build_table(results, closed, scenario, provenance)
