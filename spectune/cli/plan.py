@@ -40,7 +40,7 @@ from spectune.planner.studies import (
     study_name,
 )
 from spectune.specs.errors import SpecError
-from spectune.specs.policy import Bucket, PolicyTable, Prediction, TreePolicy
+from spectune.specs.policy import Bucket, ChainChoice, PolicyTable, Prediction, TreePolicy
 
 DEFAULTS = {
     "target": "llama-3.1-8b",
@@ -183,7 +183,11 @@ def build_table(
                 speedup=round(r.speedup, 4),
                 accepted_len=round(closed.expected_tokens(r.policy), 4),
             ),
-            chain=r.chain,
+            chain=None
+            if r.chain is None
+            else ChainChoice(
+                r.chain.draft_tokens, round(r.chain.tokens_per_s, 3), round(r.chain.speedup, 4)
+            ),
         )
         for r in results
     )
@@ -194,8 +198,16 @@ def build_table(
         buckets=buckets,
         tp=int(scenario["tp"]),
         workload=scenario["workload"],
+        temperature=_temperature(scenario["workload"]),
         provenance=dict(provenance),
     )
+
+
+def _temperature(workload: str) -> float:
+    """The workload's sampling temperature, recorded in the policy file."""
+    from spectune.specs.workload import load_workload
+
+    return float(load_workload(workload).temperature)
 
 
 class ProgressBar:
