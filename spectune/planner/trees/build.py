@@ -120,6 +120,21 @@ def build_batch_trees(
     return [outcome.to_tree(pool, keep, grafts, i) for i in range(batch)]
 
 
+#: largest [batch, candidates] array drawn at once (16 MB of float64); bigger batches of huge
+#: pools (top-k 64 x depth 64 is 258k candidates per request) are drawn in chunks
+MAX_POOL_CELLS = 2_000_000
+
+
+def _chunk(policy: TreePolicy, batch: int, shared: bool) -> int:
+    """Requests per draw so that a pool stays under MAX_POOL_CELLS (the whole batch when the
+    budget is shared: one allocation must see every request)."""
+    if shared:
+        return batch
+    k = policy.topk
+    cols = policy.budget if policy.builder == "static" else 1 + k + (policy.depth - 1) * k * k
+    return max(1, min(batch, MAX_POOL_CELLS // cols))
+
+
 def sample_accepted_lengths(
     policy: TreePolicy,
     model: AcceptanceModel,
@@ -130,6 +145,14 @@ def sample_accepted_lengths(
     """int64[batch]: tokens each request gains in one iteration (accepted draft tokens + 1),
     built and verified with the same rules as build_tree / build_batch_trees, vectorised over
     the batch (no Python loop per request or node)."""
+    step = _chunk(policy, batch, shared_budget and batch > 1)
+    if step < batch:
+        return np.concatenate(
+            [
+                sample_accepted_lengths(policy, model, rng, min(step, batch - i))
+                for i in range(0, batch, step)
+            ]
+        )
     pool = _pool(policy, model, rng, batch, shared_budget, reuse=True)
     if policy.graft_budget == 0 and not (shared_budget and batch > 1):
         lp_min = np.log(policy.prune_threshold) if policy.prune_threshold > 0 else -np.inf
@@ -149,6 +172,12 @@ def sample_step(
     """(tokens int64[B], tree_nodes int64[B], expected float64[B]) for one iteration: sampled
     tokens gained (accepted + 1), verify tokens each request's tree used (root included; what the
     cost model charges) and each tree's exact expected tokens."""
+    step = _chunk(policy, batch, shared_budget and batch > 1)
+    if step < batch:
+        parts = [
+            sample_step(policy, model, rng, min(step, batch - i)) for i in range(0, batch, step)
+        ]
+        return tuple(np.concatenate(a) for a in zip(*parts, strict=True))  # type: ignore[return-value]
     pool = _pool(policy, model, rng, batch, shared_budget, reuse=True)
     if policy.graft_budget == 0 and not (shared_budget and batch > 1):
         lp_min = np.log(policy.prune_threshold) if policy.prune_threshold > 0 else -np.inf
@@ -186,11 +215,16 @@ def expected_tokens_for_policy(
     if isinstance(model, ReplayStep):
         value = model.expected_tokens(build_tree(policy, model, rng))
     else:
-        pool = _pool(policy, model, rng, samples, shared_budget)
-        keep, p, grafts = _choose(policy, model, pool, rng, shared_budget)
-        if not ((shared_budget and samples > 1) or policy.graft_budget > 0):
-            p = pool.accept_prob()
-        value = float(outcome.expected_tokens(keep, p, grafts).mean())
+        step = _chunk(policy, samples, shared_budget and samples > 1)
+        total = 0.0
+        for i in range(0, samples, step):
+            n = min(step, samples - i)
+            pool = _pool(policy, model, rng, n, shared_budget, reuse=True)
+            keep, p, grafts = _choose(policy, model, pool, rng, shared_budget)
+            if not ((shared_budget and n > 1) or policy.graft_budget > 0):
+                p = pool.accept_prob()
+            total += float(outcome.expected_tokens(keep, p, grafts).sum())
+        value = total / samples
     _EXPECTED[key] = value
     if len(_EXPECTED) > _CACHE_SIZE:
         _EXPECTED.popitem(last=False)
