@@ -342,3 +342,18 @@ def test_depth_one_and_topk_one() -> None:
         assert tree.max_depth <= policy.depth and tree.num_nodes <= policy.budget
         lengths = sample_accepted_lengths(policy, m, np.random.default_rng(0), 32)
         assert (lengths >= 1).all() and (lengths <= policy.depth + 1).all()
+
+
+def test_huge_pools_are_drawn_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spectune.planner.trees import build
+
+    m = acceptance_model("mt-bench")
+    policy = TreePolicy("dynamic-topk", 5, 6, 30)
+    whole = expected_tokens_for_policy(policy, m, samples=600, seed=5)
+    monkeypatch.setattr(build, "MAX_POOL_CELLS", 2000)  # ~13 requests per draw
+    monkeypatch.setattr(build, "_EXPECTED", build.OrderedDict())
+    chunked = expected_tokens_for_policy(policy, m, samples=600, seed=5)
+    assert chunked == pytest.approx(whole, rel=0.03)
+    tokens, nodes, expected = sample_step(policy, m, np.random.default_rng(0), 40)
+    assert tokens.shape == nodes.shape == expected.shape == (40,)
+    assert sample_accepted_lengths(policy, m, np.random.default_rng(0), 40).shape == (40,)
