@@ -209,7 +209,7 @@ class SmolLM:
         mask[:, start:] = torch.from_numpy(np.array(ancestor, dtype=bool))
         return self.forward(
             torch.from_numpy(np.array(tokens, dtype=np.int64)),
-            torch.as_tensor(np.asarray(depth), dtype=torch.long) + start,
+            torch.from_numpy(np.array(depth, dtype=np.int64)) + start,
             mask,
             cache,
             start,
