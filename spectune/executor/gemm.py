@@ -14,6 +14,7 @@ M = 64 moved 2.1 TB/s of a 4.3 TB/s copy rate). Splitting K as well fills the GP
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 import triton
@@ -81,7 +82,7 @@ def splitk_linear(
     return part.sum(dim=0).to(x.dtype)
 
 
-def parse_variant(v: str) -> dict[str, int]:
+def parse_variant(v: str) -> dict[str, Any]:
     """'splitk4/128x128/8w3s' -> splitk_linear keyword arguments."""
     head, *rest = v.split("/")
     kw = {"splits": int(head[len("splitk"):])}
