@@ -72,10 +72,13 @@ def _rows(run: dict[str, Any], measurements: Iterable[dict[str, Any]]) -> list[t
             ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
             if "ar_phases_ms" in r:
                 rows.append(("verify", {"batch": b, "tokens": 1, "context": c}, r["ar_phases_ms"]["verify"] / 1e3))
+                rows.append(("ar", {"batch": b, "context": c}, r["ar_step_ms"] / 1e3))
             if pol is None:
                 rows.append(("verify", {"batch": b, "tokens": 1, "context": c}, ph["verify"] / 1e3))
                 continue
             rows.append(("verify", {"batch": b, "tokens": r["nodes"], "context": c}, ph["verify"] / 1e3))
+            rows.append(("step", {"batch": b, "depth": pol["depth"], "topk": pol["topk"],
+                                  "tokens": r["nodes"], "context": c}, ph["step"] / 1e3))
             rows.append(("draft", {"batch": b, "depth": pol["depth"], "topk": pol["topk"], "context": c}, ph["draft"] / 1e3))
             rows.append(("extend", {"batch": b, "accepted": pol["depth"] + 1, "context": c}, ph["extend"] / 1e3))
     return rows
@@ -93,10 +96,18 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
         return _scalar(cm.draft_time(a["batch"], a["depth"], a["topk"], a["context"]))
     if kind == "extend":
         return _scalar(cm.draft_extend_time(a["batch"], a["accepted"], a["context"]))
+    if kind == "step":  # draft extend over depth + 1 tokens: the executor pads it so
+        return _scalar(cm.spec_step_time(a["batch"], a["depth"], a["topk"], a["tokens"], a["context"], a["depth"] + 1))
+    if kind == "ar":
+        return _scalar(cm.ar_step_time(a["batch"], a["context"]))
     raise ValueError(kind)
 
 
-WEIGHTS = {"verify": 1.0, "gemm": 0.3, "draft": 0.5, "extend": 0.3}
+# Whole steps weigh most (speedup = ratio of step times); the target's verify passes next; the
+# phases of the drafter little (the cost model has no per-draft-step fixed cost to fit them
+# with, so they would pull the shared efficiencies away); GEMM micro-benchmarks are reported
+# but not fitted (one efficiency curve serves every weight shape).
+WEIGHTS = {"verify": 1.0, "step": 2.0, "ar": 1.0, "gemm": 0.0, "draft": 0.1, "extend": 0.1}
 
 
 def fit_calibration(
@@ -114,10 +125,21 @@ def fit_calibration(
         if (doc["hardware"], doc["target"], doc["drafter"]) != (run["hardware"], run["target"], run["drafter"]):
             raise SpecError("measurements must be of the calibration run's GPU and models")
     base = base or Calibration()
+    over = _overheads(measurements)
+    if over:  # fixed per-step costs first: the least-squares fit prices whole steps with them
+        base = dataclasses.replace(
+            base,
+            step_overhead_s=over["step_overhead_s"],
+            per_request_overhead_s=over["per_request_overhead_s"],
+            tree_build_s=over["tree_build_s"],
+        )
     rows = _rows(run, measurements)
     if not rows:
         raise SpecError("nothing to fit: the calibration run has no verify or gemm rows")
     meas = np.array([s for _, _, s in rows])
+    keep = [i for i, (k, _, _) in enumerate(rows) if WEIGHTS[k] > 0]
+    rows = [rows[i] for i in keep]
+    meas = meas[keep]
     w = np.sqrt(np.array([WEIGHTS[k] for k, _, _ in rows]))
 
     def model(x: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -133,14 +155,6 @@ def fit_calibration(
     start = model(x0)
     sol = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac", max_nfev=400)
     cal = _calibration(sol.x, hw.name, base)
-    over = _overheads(measurements)
-    if over:
-        cal = dataclasses.replace(
-            cal,
-            step_overhead_s=over["step_overhead_s"],
-            per_request_overhead_s=over["per_request_overhead_s"],
-            tree_build_s=over["tree_build_s"],
-        )
     cal = dataclasses.replace(
         cal, source=f"spectune calibrate on {run.get('gpu', hw.name)}: least-squares fit of "
         f"{len(rows)} executor timings (verify grid, GEMMs, loop phases); spectune.executor.fit",
