@@ -278,9 +278,30 @@ def test_kernel_path_equals_torch_path() -> None:
         assert torch.allclose(outs[0][2][:, :, b, :end], outs[1][2][:, :, b, :end], atol=1e-5)
 
 
-def test_static_builder_is_rejected_clearly() -> None:
-    with pytest.raises(SpecError, match="dynamic-topk"):
-        _runner(policy=TreePolicy("static", 3, 2, 6))
+def test_static_tree_is_the_planner_shape_and_accepts_as_predicted() -> None:
+    """A static policy verifies planner.trees.static_shape's tree, and the mean accepted length
+    over many drafts matches the shape's expected tokens (a product of mean acceptances)."""
+    from spectune.planner.trees import static_shape
+
+    policy = TreePolicy("static", 4, 3, 10)
+    r = _runner(policy=policy, batch=64, use_kernels=False)
+    shape = static_shape(acceptance_model("mt-bench"), 10, 4, 3)
+    np.testing.assert_array_equal(r.tree.parents[0].numpy(), shape.parents)
+    total, count = 0.0, 0
+    for _ in range(40):
+        r.draft()
+        r.build()
+        t = r.tree
+        target = draw_target_tokens(t.parents, t.tokens, t.accept, t.lo, TARGET.vocab - 1)
+        num, _, _ = greedy_accept(t.parents, t.tokens, t.depth, t.mask, target, 4)
+        total += float(num.double().sum())
+        count += num.numel()
+    assert abs(total / count + 1 - shape.expected_tokens) < 0.06
+
+
+def test_prune_and_graft_are_rejected_clearly() -> None:
+    with pytest.raises(SpecError, match="pruning or grafting"):
+        _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, 0.1, 0))
 
 
 # ---- GPU ---------------------------------------------------------------------------------------------

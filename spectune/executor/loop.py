@@ -17,6 +17,7 @@ nothing syncs with the host inside a step.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +27,11 @@ import torch
 from spectune.executor.attention import KernelLayout
 from spectune.executor.drafter import Drafter, Eagle3Head
 from spectune.executor.model import Decoder, KVCache
+from spectune.executor.static_draft import StaticPlan
 from spectune.executor.synthetic import SyntheticAcceptance, draw_target_tokens
 from spectune.executor.timing import PhaseTimer
 from spectune.executor.tree_build import (
+    TreeBatch,
     pool_levels,
     pool_size,
     select_tree,
@@ -66,6 +69,15 @@ def _walk_kernel_ready() -> bool:
     except ImportError:
         return False
     return hasattr(_v, "walk_tree")
+
+
+def verify_tokens(policy: TreePolicy, acceptance: object) -> int:
+    """Tree nodes (root included) the runner verifies per sequence for this policy."""
+    if policy.builder == "static":
+        from spectune.planner.trees import static_shape
+
+        return int(static_shape(acceptance, policy.budget, policy.depth, policy.topk).parents.size)  # type: ignore[arg-type]
+    return tree_size(policy.depth, policy.topk, policy.budget)
 
 
 def _walk_kernel_works(device: torch.device) -> bool:
@@ -130,20 +142,27 @@ class SpecRunner:
         use_graphs: bool = True,
         use_kernels: bool = True,
     ):
-        if policy.builder != "dynamic-topk":
-            raise SpecError(f"the executor runs dynamic-topk trees; got builder {policy.builder!r}")
+        if policy.prune_threshold > 0 or policy.graft_budget > 0:
+            raise SpecError("the executor runs trees without pruning or grafting (prune_threshold 0, graft_budget 0)")
         self.target, self.drafter, self.policy = target, drafter, policy
         self.batch, self.context = batch, context
         self.tcache, self.dcache = target_cache, draft_cache
         d, k = policy.depth, policy.topk
-        self.nodes = tree_size(d, k, policy.budget)
+        self.static: StaticPlan | None = None
+        if policy.builder == "static":  # the planner's Sequoia shape for this acceptance model
+            from spectune.planner.trees import static_shape
+
+            shape = static_shape(acceptance, policy.budget, d, k)  # type: ignore[arg-type]
+            self.static = StaticPlan(shape.parents, shape.rank, target.device)
+        self.nodes = self.static.nodes if self.static else tree_size(d, k, policy.budget)
         dev = target.device
         self.device = dev
         self.syn = SyntheticAcceptance(acceptance, d, k, dev)
         if use_kernels:  # on CPU only under the Triton interpreter (tests)
             from spectune.executor.attention import kernels_ready
 
-            use_kernels = kernels_ready()
+            interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+            use_kernels = (dev.type == "cuda" or interpreted) and kernels_ready()
         self.layout = KernelLayout(batch, self.nodes, context, target_cache.capacity, dev) if use_kernels else None
         self.walk = use_kernels and _walk_kernel_ready() and _walk_kernel_works(dev)
         b, n, p = batch, self.nodes, pool_size(d, k)
@@ -168,6 +187,14 @@ class SpecRunner:
             self.pool_token, self.pool_parent, self.pool_score, self.pool_accept, self.pool_lo,
             self.pool_level, self.root_token, n, d,
         )
+        if self.static is not None:  # fixed shape: parents, depths and mask never change
+            st = self.static
+            self.tree = TreeBatch(
+                st.parents.expand(b, n).contiguous(), torch.zeros((b, n), **i64),
+                st.depth.expand(b, n).contiguous(), torch.ones((b, n), **f32),
+                torch.zeros((b, n), **f32), st.mask.expand(b, n, n).contiguous(),
+            )
+            self.static_pos = [torch.full((b, lv.nodes.numel()), context + i, **i64) for i, lv in enumerate(st.levels)]
         self.target_tok = torch.zeros((b, n), **i64)
         self.argmax_tok = torch.zeros((b, n), **i64)
         h3 = 3 * target.spec.hidden if self.eagle else 1
@@ -189,6 +216,9 @@ class SpecRunner:
         return torch.topk(logits[..., :limit], k, dim=-1).indices
 
     def draft(self) -> None:
+        if self.static is not None:
+            self._draft_static(self.static)
+            return
         d, k, b, c = self.policy.depth, self.policy.topk, self.batch, self.context
         dev = self.device
         ones = torch.ones((b, 1, 1), dtype=torch.bool, device=dev)
@@ -236,7 +266,31 @@ class SpecRunner:
                 rows[:, torch.arange(k, device=dev), new] = self.true
                 sm[:, new] = rows
 
+    def _draft_static(self, st: StaticPlan) -> None:
+        """Draft a fixed shape level by level: the rank-r child of each drafted node takes its
+        r-th most probable token and the r-th entry of the node's bank row."""
+        b, c, dev, t = self.batch, self.context, self.device, self.tree
+        t.tokens[:, 0] = self.root_token
+        prev = self.root_hidden[:, None]
+        mask_all = st.slot_mask.expand(b, st.slots, st.slots)
+        for i, lv in enumerate(st.levels):
+            w = lv.nodes.numel()
+            tokens = t.tokens[:, lv.nodes]
+            hidden = prev[:, lv.from_prev]
+            mask = mask_all[:, lv.slot0 : lv.slot0 + w, : lv.slot0 + w]
+            hid = self.drafter.draft_step(tokens, hidden, self.static_pos[i], self.dcache, c, lv.slot0, mask)
+            top = self._topk_tokens(hid, lv.width)  # [B, W, width]
+            _, acc, lo = self.syn.children(i + 1, self.syn.draw_rows(i + 1, (b, w), dev), lv.width)
+            t.tokens[:, lv.children] = top.reshape(b, -1)[:, lv.pick]
+            t.accept[:, lv.children] = acc.reshape(b, -1)[:, lv.pick]
+            t.lo[:, lv.children] = lo.reshape(b, -1)[:, lv.pick]
+            prev = hid
+
     def build(self) -> None:
+        if self.static is not None:  # the shape is fixed; only the kernels' mask words are set
+            if self.layout is not None:
+                self.layout.set_mask(self.tree.mask)
+            return
         t = select_tree(
             self.pool_token, self.pool_parent, self.pool_score, self.pool_accept, self.pool_lo,
             self.pool_level, self.root_token, self.nodes, self.policy.depth,

@@ -2,7 +2,7 @@
 
 `spectune plan` prices with the uncalibrated cost model and searches every builder; to measure
 "the planned policy" on a GPU the executor needs the plan made with the calibration fitted on
-that GPU and restricted to the trees it runs (dynamic top-k, no pruning, no grafting). This
+that GPU and restricted to the trees it runs (dynamic top-k and static, no pruning, no grafting). This
 module runs the planner's own search (planner.search, closed-form objective) with those two
 changes and writes an ordinary PolicyTable, one bucket per measured batch size.
 """
@@ -27,6 +27,7 @@ def plan_table(
     trials: int = 48,
     seed: int = 0,
     min_gain: float | None = None,
+    builders: tuple[str, ...] = ("dynamic-topk", "static"),
 ) -> PolicyTable:
     """A PolicyTable for `batches` at `context` on the calibrated GPU (calibration.hardware)."""
     from spectune import __version__
@@ -42,7 +43,7 @@ def plan_table(
     cm = CostModel(load_hardware(calibration.hardware), load_model(target), load_model(drafter),
                    calibration=calibration)
     closed = ClosedFormObjective(cm, acceptance_model(workload), seed=seed)
-    space = PolicySpace(builders=("dynamic-topk",), budget=(2, 128), allow_prune=False, graft=(0, 0))
+    space = PolicySpace(builders=builders, budget=(2, 128), allow_prune=False, graft=(0, 0))
     settings = SearchSettings(trials=trials, seed=seed, space=space)
     if min_gain is not None:  # the planner's margin before it leaves an engine default
         settings = dataclasses.replace(settings, min_gain=min_gain)
@@ -52,5 +53,5 @@ def plan_table(
     provenance = {"spectune": __version__, "planner": "spectune.executor.planned.plan_table",
                   "calibration": calibration.source, "trials": trials, "seed": seed,
                   "min_gain": settings.min_gain,
-                  "space": "dynamic-topk, no prune, no graft (what the executor runs)"}
+                  "space": f"{', '.join(builders)}; no prune, no graft (what the executor runs)"}
     return build_table(results, closed, scenario, provenance)

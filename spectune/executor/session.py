@@ -17,10 +17,9 @@ import torch
 from spectune.executor.attention import KernelLayout, kernels_ready, self_check, tune_attention
 from spectune.executor.drafter import Drafter, make_drafter
 from spectune.executor.gemm import autotune, set_plan
-from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner, _Graphs
+from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner, _Graphs, verify_tokens
 from spectune.executor.model import Decoder
 from spectune.executor.timing import PhaseTimer
-from spectune.executor.tree_build import tree_size
 from spectune.specs import ModelSpec, SpecError, TreePolicy
 
 
@@ -115,7 +114,7 @@ class Session:
 
     def run_spec(self, batch: int, context: int, policy: TreePolicy, acceptance: object, steps: int, warmup: int = 3) -> PhaseResult:
         self._check(batch, context, policy.budget)
-        self.tune(batch, tree_size(policy.depth, policy.topk, policy.budget), context)
+        self.tune(batch, verify_tokens(policy, acceptance), context)
         r = SpecRunner(
             self.target, self.drafter, acceptance, policy, batch, context, self.tcache, self.dcache,
             use_graphs=self.cfg.use_graphs, use_kernels=self.use_kernels,

@@ -1,0 +1,77 @@
+"""Static (Sequoia) trees on the GPU: a fixed shape, drafted level by level.
+
+The shape comes from the planner (planner.trees.static_shape: Sequoia's dynamic program over the
+acceptance model's mean positional table), so the executor verifies exactly the tree the planner
+priced. Every node of depth l that has children is drafted at step l (W_l of them); its rank-r
+child takes the drafter's r-th most probable token, and, as for dynamic trees, its draft
+confidence and conditional acceptance come from one bank row of the acceptance model per
+drafted node (synthetic.py). Parents, depths, the ancestor mask and all gather indices are
+static tensors built once, so a step is a fixed sequence of kernels (one CUDA graph per phase).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from spectune.specs import DraftTree
+
+
+@dataclass
+class StaticLevel:
+    """Drafting step l: the W_l nodes of depth l that have children, and their children.
+
+    nodes: int64[W_l] tree indices drafted at this step (slots slot0 .. slot0 + W_l - 1)
+    from_prev: int64[W_l] position of each node's parent among the previous step's nodes
+    width: children per drafted node needed at this step (max rank + 1)
+    children: int64[C_l] tree indices of the children; pick: int64[C_l] = parent position *
+        width + rank, the flat index into that step's [W_l, width] top-k / bank tensors
+    """
+
+    nodes: torch.Tensor
+    from_prev: torch.Tensor
+    slot0: int
+    width: int
+    children: torch.Tensor
+    pick: torch.Tensor
+
+
+class StaticPlan:
+    """Static indices of one tree shape (parents int[N] in breadth-first order, rank int[N])."""
+
+    def __init__(self, parents: np.ndarray, rank: np.ndarray, device: torch.device | str):
+        tree = DraftTree.from_parents(np.asarray(parents))
+        self.nodes = tree.num_nodes
+        self.max_depth = tree.max_depth
+        depth = tree.depth
+        has_kids = tree.num_children > 0
+        self.levels: list[StaticLevel] = []
+        slots: list[int] = []
+        prev = np.zeros(0, dtype=np.int64)
+        for lvl in range(self.max_depth):
+            nodes = np.flatnonzero((depth == lvl) & has_kids)
+            if nodes.size == 0:
+                break
+            pos_prev = {int(v): i for i, v in enumerate(prev)}
+            from_prev = np.array([pos_prev.get(int(tree.parents[v]), 0) for v in nodes], dtype=np.int64)
+            kids = np.flatnonzero(np.isin(tree.parents, nodes) & (np.arange(self.nodes) > 0))
+            width = int(rank[kids].max()) + 1
+            pos_here = {int(v): i for i, v in enumerate(nodes)}
+            pick = np.array([pos_here[int(tree.parents[c])] * width + int(rank[c]) for c in kids], dtype=np.int64)
+            self.levels.append(StaticLevel(
+                torch.tensor(nodes, device=device), torch.tensor(from_prev, device=device), len(slots),
+                width, torch.tensor(kids, device=device), torch.tensor(pick, device=device),
+            ))  # fmt: skip
+            slots.extend(int(v) for v in nodes)
+            prev = nodes
+        self.slots = max(len(slots), 1)
+        anc = tree.ancestor_matrix
+        slot_mask = np.zeros((self.slots, self.slots), dtype=bool)
+        if slots:
+            slot_mask[: len(slots), : len(slots)] = anc[np.ix_(slots, slots)]
+        self.slot_mask = torch.tensor(slot_mask, device=device)
+        self.parents = torch.tensor(tree.parents.astype(np.int64), device=device)
+        self.depth = torch.tensor(depth.astype(np.int64), device=device)
+        self.mask = torch.tensor(anc, device=device)
