@@ -27,11 +27,12 @@ from typing import Any
 
 import optuna
 
-from spectune.cli.plan import build_scorer, format_policy, simulation_objective
+from spectune.cli.plan import format_policy
 from spectune.planner.buckets import DEFAULT_BUCKETS, BucketSpec, buckets_from_edges
 from spectune.planner.objective import closed_form_objective
 from spectune.planner.search import Scorer, SearchSettings, geomean, search
 from spectune.planner.space import EAGLE_DEFAULT, SGLANG_DEFAULT, PolicySpace, grid
+from spectune.simulator.scoring import build_scorer, simulation_objective
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import TreePolicy
 

@@ -369,7 +369,7 @@ def test_planner_loads_a_policy_file_and_reports_bad_ones() -> None:
 
 
 def test_planner_opens_a_stored_multi_objective_study(tmp_path: Path) -> None:
-    from spectune.cli.plan import build_table
+    from spectune.planner.table import build_table
 
     obj = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")
     url = f"sqlite:///{tmp_path / 'plan.db'}"

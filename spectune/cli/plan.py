@@ -30,7 +30,6 @@ from spectune.planner.buckets import (
     BucketSpec,
     buckets_from_edges,
 )
-from spectune.planner.objective import ClosedFormObjective, closed_form_objective
 from spectune.planner.search import BucketResult, Scorer, SearchSettings, choose, search
 from spectune.planner.studies import (
     ATTR_SETUP,
@@ -39,8 +38,10 @@ from spectune.planner.studies import (
     prepare_study,
     study_name,
 )
+from spectune.planner.table import build_table
+from spectune.simulator.scoring import build_scorer
 from spectune.specs.errors import SpecError
-from spectune.specs.policy import Bucket, ChainChoice, PolicyTable, Prediction, TreePolicy
+from spectune.specs.policy import TreePolicy
 
 DEFAULTS = {
     "target": "llama-3.1-8b",
@@ -66,55 +67,6 @@ def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "slo_tpot_ms": args.slo_tpot_ms,
         "slo_ttft_ms": args.slo_ttft_ms,
     }
-
-
-def build_scorer(scenario: Mapping[str, Any]) -> tuple[Scorer, ClosedFormObjective]:
-    """The search's scorer for a scenario, and the closed form (accepted lengths, latency).
-
-    closed-form: tokens/s and step latency from the cost model; goodput / throughput: the
-    simulator's goodput under the TPOT/TTFT SLO or its throughput, and its p99 TPOT as the
-    multi-objective latency."""
-    closed = closed_form_objective(
-        scenario["target"],
-        scenario["drafter"],
-        scenario["gpu"],
-        scenario["workload"],
-        tp=int(scenario.get("tp", 1)),
-    )
-    kind = scenario.get("objective", "closed-form")
-    if kind in ("goodput", "throughput"):
-        sim = simulation_objective(scenario, metric=kind)
-
-        def tpot_p99(policy: TreePolicy | None, batch: int, context: int) -> float:
-            return float(sim.run(policy, batch, context).metrics.tpot.p99)
-
-        return Scorer(sim, tpot_p99), closed
-    return Scorer(closed, closed.step_latency), closed
-
-
-def simulation_objective(scenario: Mapping[str, Any], metric: str = "goodput") -> Any:
-    """The simulator's objective (spectune.simulator.goodput_objective) for a scenario. The
-    CLI, not the planner, imports the simulator."""
-    try:
-        from spectune.simulator import goodput_objective
-    except ImportError as e:
-        raise SpecError(f"--objective goodput needs spectune.simulator ({e})") from e
-    from spectune.specs import load_hardware, load_model
-    from spectune.specs.workload import load_workload
-
-    def seconds(ms: Any) -> float | None:
-        return None if ms is None else float(ms) / 1e3
-
-    return goodput_objective(
-        load_hardware(scenario["gpu"]),
-        load_model(scenario["target"]),
-        load_model(scenario["drafter"]),
-        load_workload(scenario["workload"]),
-        tp=int(scenario.get("tp", 1)),
-        slo_tpot_s=seconds(scenario.get("slo_tpot_ms")),
-        slo_ttft_s=seconds(scenario.get("slo_ttft_ms")),
-        metric=metric,
-    )
 
 
 # ---- output ---------------------------------------------------------------------------------
@@ -165,49 +117,6 @@ def print_table(results: Sequence[BucketResult], out: Any = None) -> None:
         "chain: best chain length for chain-only engines (0 = off)",
         file=out,
     )
-
-
-def build_table(
-    results: Sequence[BucketResult],
-    closed: ClosedFormObjective,
-    scenario: Mapping[str, Any],
-    provenance: Mapping[str, Any],
-) -> PolicyTable:
-    buckets = tuple(
-        Bucket(
-            batch=r.bucket.batch,
-            context=r.bucket.context,
-            policy=r.policy,
-            predicted=Prediction(
-                tokens_per_s=round(r.tokens_per_s, 3),
-                speedup=round(r.speedup, 4),
-                accepted_len=round(closed.expected_tokens(r.policy), 4),
-            ),
-            chain=None
-            if r.chain is None
-            else ChainChoice(
-                r.chain.draft_tokens, round(r.chain.tokens_per_s, 3), round(r.chain.speedup, 4)
-            ),
-        )
-        for r in results
-    )
-    return PolicyTable(
-        target=scenario["target"],
-        drafter=scenario["drafter"],
-        hardware=scenario["gpu"],
-        buckets=buckets,
-        tp=int(scenario["tp"]),
-        workload=scenario["workload"],
-        temperature=_temperature(scenario["workload"]),
-        provenance=dict(provenance),
-    )
-
-
-def _temperature(workload: str) -> float:
-    """The workload's sampling temperature, recorded in the policy file."""
-    from spectune.specs.workload import load_workload
-
-    return float(load_workload(workload).temperature)
 
 
 class ProgressBar:

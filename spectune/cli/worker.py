@@ -13,8 +13,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from spectune.cli.plan import build_scorer
 from spectune.planner.search import Scorer, run_worker
+from spectune.simulator.scoring import build_scorer
 
 
 def _make_scorer(setup: Mapping[str, Any]) -> Scorer:

@@ -54,7 +54,7 @@ def run_plan(
     import optuna
 
     from spectune import __version__
-    from spectune.cli.plan import build_table
+    from spectune.planner.table import build_table
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # as `spectune plan` does
     obj = objective_for(scenario)
@@ -118,8 +118,9 @@ def load_study_plan(storage_url: str, prefix: str) -> Plan:
     Pareto front when the studies are multi-objective."""
     import optuna
 
-    from spectune.cli.plan import build_scorer, build_table
     from spectune.planner.search import bucket_studies, choose, settings_from_dict
+    from spectune.planner.table import build_table
+    from spectune.simulator.scoring import build_scorer
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = _open_storage(storage_url)

@@ -1,0 +1,55 @@
+"""Turn search results into the policy file (a PolicyTable): one bucket per searched (batch,
+context) range with its chosen policy, the closed form's prediction and the best chain for
+chain-only engines. `spectune plan`, the dashboards and the executor all write tables this way."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from spectune.planner.objective import ClosedFormObjective
+from spectune.planner.search import BucketResult
+from spectune.specs.policy import Bucket, ChainChoice, PolicyTable, Prediction
+from spectune.specs.workload import load_workload
+
+
+def build_table(
+    results: Sequence[BucketResult],
+    closed: ClosedFormObjective,
+    scenario: Mapping[str, Any],
+    provenance: Mapping[str, Any],
+) -> PolicyTable:
+    buckets = tuple(
+        Bucket(
+            batch=r.bucket.batch,
+            context=r.bucket.context,
+            policy=r.policy,
+            predicted=Prediction(
+                tokens_per_s=round(r.tokens_per_s, 3),
+                speedup=round(r.speedup, 4),
+                accepted_len=round(closed.expected_tokens(r.policy), 4),
+            ),
+            chain=None
+            if r.chain is None
+            else ChainChoice(
+                r.chain.draft_tokens, round(r.chain.tokens_per_s, 3), round(r.chain.speedup, 4)
+            ),
+        )
+        for r in results
+    )
+    return PolicyTable(
+        target=scenario["target"],
+        drafter=scenario["drafter"],
+        hardware=scenario["gpu"],
+        buckets=buckets,
+        tp=int(scenario["tp"]),
+        workload=scenario["workload"],
+        temperature=_temperature(scenario["workload"]),
+        provenance=dict(provenance),
+    )
+
+
+def _temperature(workload: str) -> float:
+    """The workload's sampling temperature, recorded in the policy file."""
+
+    return float(load_workload(workload).temperature)
