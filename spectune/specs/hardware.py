@@ -9,10 +9,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
-from spectune.specs.errors import SpecError, unknown_name_error
-from spectune.specs.io import from_mapping, help_field, read_mapping
+from spectune.specs.errors import SpecError
+from spectune.specs.io import help_field, load_spec, preset
 
 TFLOPS = 1e12  # FLOP/s in one TFLOP/s (decimal, as datasheets use)
 TB_S = 1e12  # bytes/s in one TB/s
@@ -144,15 +143,9 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
 
 def hardware_preset(name: str) -> HardwareSpec:
     """The preset called `name` (case-insensitive); unknown names list the closest presets."""
-    key = name.lower()
-    if key not in HARDWARE_PRESETS:
-        raise unknown_name_error("GPU", name, HARDWARE_PRESETS)
-    return HARDWARE_PRESETS[key]
+    return preset(HARDWARE_PRESETS, name, "GPU")
 
 
 def load_hardware(name_or_path: str | os.PathLike[str]) -> HardwareSpec:
     """A preset name, or the path of a JSON/TOML file with HardwareSpec's fields."""
-    s = str(name_or_path)
-    if s.lower().endswith((".json", ".toml")) or os.sep in s:
-        return from_mapping(HardwareSpec, read_mapping(s), str(Path(s)))
-    return hardware_preset(s)
+    return load_spec(HardwareSpec, name_or_path, HARDWARE_PRESETS, "GPU")

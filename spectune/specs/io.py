@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from spectune.specs.errors import SpecError, closest_names
+from spectune.specs.errors import SpecError, closest_names, unknown_name_error
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -113,6 +113,24 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], where: str) -> T:
         return cls(**kwargs)
     except SpecError as e:
         raise SpecError(f"{where}: {e}") from e
+
+
+def preset(presets: Mapping[str, T], name: str, kind: str) -> T:
+    """The preset called `name` (case-insensitive); an unknown name lists the closest presets."""
+    key = name.lower()
+    if key not in presets:
+        raise unknown_name_error(kind, name, presets)
+    return presets[key]
+
+
+def load_spec(
+    cls: type[T], name_or_path: str | os.PathLike[str], presets: Mapping[str, T], kind: str
+) -> T:
+    """A preset name, or the path of a JSON/TOML file with the fields of dataclass `cls`."""
+    s = str(name_or_path)
+    if s.lower().endswith((".json", ".toml")) or os.sep in s:
+        return from_mapping(cls, read_mapping(s), str(Path(s)))
+    return preset(presets, s, kind)
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, indent: int = 2) -> None:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
-from spectune.specs.errors import SpecError, unknown_name_error
-from spectune.specs.io import from_mapping, help_field, read_mapping
+from spectune.specs.errors import SpecError
+from spectune.specs.io import help_field, load_spec, preset
 
 ARCHS = ("decoder", "eagle3-head")
 
@@ -360,15 +359,9 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
 
 def model_preset(name: str) -> ModelSpec:
     """The preset called `name` (case-insensitive); unknown names list the closest presets."""
-    key = name.lower()
-    if key not in MODEL_PRESETS:
-        raise unknown_name_error("model", name, MODEL_PRESETS)
-    return MODEL_PRESETS[key]
+    return preset(MODEL_PRESETS, name, "model")
 
 
 def load_model(name_or_path: str | os.PathLike[str]) -> ModelSpec:
     """A preset name, or the path of a JSON/TOML file with ModelSpec's fields."""
-    s = str(name_or_path)
-    if s.lower().endswith((".json", ".toml")) or os.sep in s:
-        return from_mapping(ModelSpec, read_mapping(s), str(Path(s)))
-    return model_preset(s)
+    return load_spec(ModelSpec, name_or_path, MODEL_PRESETS, "model")

@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from spectune.specs.errors import SpecError, unknown_name_error
-from spectune.specs.io import from_mapping, help_field, read_mapping
+from spectune.specs.errors import SpecError
+from spectune.specs.io import from_mapping, help_field, load_spec
 
 ACCEPTANCE_KINDS = ("positional", "confidence")
 LENGTH_DISTS = ("lognormal", "fixed")
@@ -158,13 +158,7 @@ def _table(t: tuple[tuple[float, ...], ...], name: str, w: str, *, row_sum: bool
 
 def load_workload(name_or_path: str | os.PathLike[str]) -> Workload:
     """A preset name, or the path of a JSON/TOML file with Workload's fields."""
-    s = str(name_or_path)
-    if s.lower().endswith((".json", ".toml")) or os.sep in s:
-        return from_mapping(Workload, read_mapping(s), str(Path(s)))
-    key = s.lower()
-    if key not in WORKLOAD_PRESETS:
-        raise unknown_name_error("workload", s, WORKLOAD_PRESETS)
-    return WORKLOAD_PRESETS[key]
+    return load_spec(Workload, name_or_path, WORKLOAD_PRESETS, "workload")
 
 
 def _load_data_dir(folder: Path) -> dict[str, Workload]:
