@@ -44,12 +44,28 @@ def build_parser() -> argparse.ArgumentParser:
         modname = f"spectune.cli.{name}"
         try:
             module = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name == modname:  # command not built yet
-                continue
-            raise
+        except ImportError as e:
+            # An optional dependency of this one command is missing (e.g. optuna on a GPU image
+            # that only runs `execute`): the other commands still work, and this one says why.
+            _register_unavailable(sub, name, e)
+            continue
         module.register(sub)
     return parser
+
+
+def _register_unavailable(sub: argparse._SubParsersAction, name: str, error: ImportError) -> None:
+    command = name.replace("_", "-")
+    missing = error.name or str(error)
+    p = sub.add_parser(command, help=f"(unavailable here: cannot import {missing})", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+
+    def explain(_args: argparse.Namespace) -> int:
+        raise SpecError(
+            f"this command needs {missing!r}, which is not installed ({error}); "
+            "install spectune with its extras, e.g. pip install 'spectune[gpu,dashboard]'"
+        )
+
+    p.set_defaults(func=explain)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
