@@ -1,11 +1,19 @@
 """The closed-form steady-state objective: tokens/s of a policy at a batch size and context.
 
-    tokens/s = batch * E[tokens per step] / spec_step_time        (speculation on)
-    tokens/s = batch / ar_step_time                               (off)
+    tokens/s = batch * E[tokens per step] / (spec_step_time + turnover)   (speculation on)
+    tokens/s = batch / (ar_step_time + turnover)                          (off)
 
 E[tokens per step] is the expected accepted length plus the bonus token of the policy's tree
 under the workload's acceptance model (planner.trees); the step time is the cost model's full
-speculative iteration: drafting, verifying the tree, draft extend and per-step overhead.
+speculative iteration: drafting, verifying the tree (its mean size as built, which the budget
+only bounds), draft extend and per-step overhead.
+
+turnover is the prefill a saturated server does per step to replace finished requests: a step
+emits batch * E tokens, so batch * E / output_tokens requests finish, and each newcomer prefills
+its prompt (`context` tokens, the simulator objective's convention) through the target and,
+when speculating, through the drafter (which keeps its own KV). It rides in the step's forward
+passes, so it is priced as their marginal cost: verify (or draft-extend) time with the prompt
+tokens spread over the batch minus the time without them. Without `output_tokens` it is 0.
 
 `planner.search` takes any `Objective` (a function of policy, batch and context); this module
 is the default one. The simulator offers a simulation-based one that the CLI hands in instead.
@@ -26,6 +34,10 @@ Objective = Callable[[TreePolicy | None, int, int], float]
 Latency = Callable[[TreePolicy | None, int, int], float]
 """A second objective to minimise in multi-objective mode, in seconds."""
 
+SAMPLES = 1024
+"""Trees averaged per policy for E[tokens per step]: the standard error is then ~0.5% (64 trees
+gave 1-2%, enough to flip close calls between policies)."""
+
 
 def _scalar(x: Any) -> float:
     """The one value of a cost-model answer (they broadcast, so scalars come back as arrays)."""
@@ -43,6 +55,8 @@ class ClosedFormObjective:
     acceptance: a planner.acceptance.AcceptanceModel
     expected_tokens: E[tokens per step] of a policy; defaults to
         planner.trees.expected_tokens_for_policy(policy, acceptance, samples, seed)
+    output_tokens: mean output length of a request (prefill turnover, see the module
+        docstring); None leaves turnover out (pure decode steps)
     """
 
     def __init__(
@@ -50,15 +64,17 @@ class ClosedFormObjective:
         cost_model: Any,
         acceptance: Any,
         *,
-        samples: int = 64,
+        samples: int = SAMPLES,
         seed: int = 0,
         expected_tokens: Callable[[TreePolicy], float] | None = None,
+        output_tokens: float | None = None,
     ) -> None:
         self.cost_model = cost_model
         self.acceptance = acceptance
         self.samples = samples
         self.seed = seed
         self._expected_fn = expected_tokens
+        self.output_tokens = output_tokens
         self._expected: dict[TreePolicy, float] = {}
         self._tokens: dict[TreePolicy, float] = {}
 
@@ -79,18 +95,38 @@ class ClosedFormObjective:
         return self._expected[policy]
 
     def tree_tokens(self, policy: TreePolicy) -> float:
-        """Mean tokens verified per sequence (root included): the budget, or fewer when the
-        prune threshold drops nodes (mean over trees built with the workload's acceptance)."""
-        if policy.prune_threshold <= 0.0 or self._expected_fn is not None:
+        """Mean tokens verified per sequence (root included) over trees built with the
+        workload's acceptance (vectorised, as the simulator draws them): the budget, or fewer
+        when pruning drops nodes or the acceptance model offers fewer candidates (a chain-only
+        profile fills no branches)."""
+        if self._expected_fn is not None:
             return float(policy.budget)
         if policy not in self._tokens:
-            from spectune.planner.trees import build_tree
+            from spectune.planner.trees import sample_step
 
             rng = np.random.default_rng(self.seed)
-            n = max(1, self.samples // 8)
-            sizes = [build_tree(policy, self.acceptance, rng).num_nodes for _ in range(n)]
-            self._tokens[policy] = float(np.mean(sizes))
+            n = max(64, self.samples // 4)
+            _, nodes, _ = sample_step(policy, self.acceptance, rng, n)
+            self._tokens[policy] = float(np.mean(nodes))
         return self._tokens[policy]
+
+    def turnover_times(
+        self, policy: TreePolicy | None, batch: np.ndarray, context: int, tokens: float
+    ) -> np.ndarray:
+        """float64[P]: seconds per step of prefilling the requests that replace finished ones
+        (module docstring); `tokens` is the verify tokens per sequence of the step."""
+        if not self.output_tokens or context <= 0:
+            return np.zeros(batch.shape)
+        cm = self.cost_model
+        e = self.expected_tokens(policy)
+        spread = context / batch  # the newcomers' prompt tokens, spread over the batch
+        t = np.asarray(cm.verify_time(batch, tokens + spread, context), np.float64) - np.asarray(
+            cm.verify_time(batch, tokens, context), np.float64
+        )
+        if policy is not None and getattr(cm, "drafter", None) is not None:
+            t = t + np.asarray(cm.draft_extend_time(batch, e + spread, context), np.float64)
+            t = t - np.asarray(cm.draft_extend_time(batch, e, context), np.float64)
+        return batch * e / self.output_tokens * np.maximum(t, 0.0)
 
     def step_times(self, policy: TreePolicy | None, batch: Any, context: int) -> np.ndarray:
         """Seconds of one decoding iteration of the whole batch; batch: int[P] (or a scalar)
@@ -98,14 +134,15 @@ class ClosedFormObjective:
         cm = self.cost_model
         b = np.atleast_1d(np.asarray(batch, dtype=np.float64))
         if policy is None:
-            return np.broadcast_to(np.asarray(cm.ar_step_time(b, context), np.float64), b.shape)
+            t = np.broadcast_to(np.asarray(cm.ar_step_time(b, context), np.float64), b.shape)
+            return t + self.turnover_times(None, b, context, 1.0)
         accepted = self.expected_tokens(policy)
         tokens = self.tree_tokens(policy)
         t = cm.spec_step_time(b, policy.depth, policy.topk, tokens, context, accepted)
         t = np.broadcast_to(np.asarray(t, dtype=np.float64), b.shape)
         if policy.graft_budget > 0 and hasattr(cm, "retrieval_time"):
             t = t + np.asarray(cm.retrieval_time(b), dtype=np.float64)
-        return t
+        return t + self.turnover_times(policy, b, context, tokens)
 
     def step_time(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         """Seconds of one decoding iteration of the whole batch."""
@@ -132,15 +169,19 @@ def closed_form_objective(
     workload: str,
     *,
     tp: int = 1,
-    samples: int = 64,
+    samples: int = SAMPLES,
     seed: int = 0,
+    turnover: bool = True,
 ) -> ClosedFormObjective:
-    """Build the default objective from preset names or spec file paths."""
+    """Build the default objective from preset names or spec file paths. `turnover`: charge
+    the prefill of requests replacing finished ones (the workload's mean output length)."""
     from spectune.planner.acceptance import acceptance_model
     from spectune.planner.costmodel import CostModel
     from spectune.specs import load_hardware, load_model
     from spectune.specs.workload import load_workload
 
     cm = CostModel(load_hardware(gpu), load_model(target), load_model(drafter), tp=tp)
-    model = acceptance_model(load_workload(workload))
-    return ClosedFormObjective(cm, model, samples=samples, seed=seed)
+    wl = load_workload(workload)
+    model = acceptance_model(wl)
+    out = float(wl.output_len_mean_tokens) if turnover else None
+    return ClosedFormObjective(cm, model, samples=samples, seed=seed, output_tokens=out)

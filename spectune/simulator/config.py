@@ -50,7 +50,7 @@ class SimConfig:
     slo_tpot_s: float | None = help_field(None, help="goodput SLO on time per output token, s")
     seed: int = help_field(0, help="seed of every random stream")
     baseline: bool = help_field(True, help="also run speculation off on the same arrivals")
-    tree_pool: int = help_field(1024, help="step outcomes drawn per policy (see speculation.py)")
+    tree_pool: int = help_field(8192, help="step outcomes drawn per policy (see speculation.py)")
     shared_budget: bool = help_field(
         False, help="ECHO super-tree: one verify budget per iteration shared by the batch"
     )

@@ -149,7 +149,7 @@ def goodput_objective(
     slo_tpot_s: float | None = None,
     metric: str = "goodput",
     seed: int = 0,
-    tree_pool: int = 1024,
+    tree_pool: int = 8192,
     **config: Any,
 ) -> SimObjective:
     """The simulator's objective for planner.search. `waves` batches of requests are simulated
