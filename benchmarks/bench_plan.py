@@ -69,6 +69,7 @@ def closed(scenario: Mapping[str, Any]) -> Any:
         scenario["gpu"],
         scenario["workload"],
         tp=int(scenario["tp"]),
+        turnover=True,  # as `spectune plan` scores (simulator.scoring.build_scorer)
     )
 
 

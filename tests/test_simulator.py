@@ -449,7 +449,9 @@ def test_closed_form_predicts_the_simulated_steady_state():
     (+-1%) and the eager launches of mixed iterations."""
     from spectune.planner.objective import closed_form_objective
 
-    closed = closed_form_objective("llama-3.1-8b", "eagle3-llama-3.1-8b", "h100-sxm", "mt-bench")
+    closed = closed_form_objective(
+        "llama-3.1-8b", "eagle3-llama-3.1-8b", "h100-sxm", "mt-bench", turnover=True
+    )
     sim = goodput_objective(H100, LLAMA, EAGLE, _workload(), metric="throughput", cost_model=COST)
     pols = [None, TreePolicy.parse("dynamic-topk:5,4,8"), TreePolicy.parse("dynamic-topk:4,3,6")]
     cf = np.array([closed(p, 64, 2048) for p in pols])

@@ -171,10 +171,12 @@ def closed_form_objective(
     tp: int = 1,
     samples: int = SAMPLES,
     seed: int = 0,
-    turnover: bool = True,
+    turnover: bool = False,
 ) -> ClosedFormObjective:
     """Build the default objective from preset names or spec file paths. `turnover`: charge
-    the prefill of requests replacing finished ones (the workload's mean output length)."""
+    the prefill of requests replacing finished ones (the workload's mean output length), as
+    the planner's scorer does (simulator.scoring); off, steps are pure decode (what-if pages,
+    GPU measurements)."""
     from spectune.planner.acceptance import acceptance_model
     from spectune.planner.costmodel import CostModel
     from spectune.specs import load_hardware, load_model

@@ -27,6 +27,7 @@ def build_scorer(scenario: Mapping[str, Any]) -> tuple[Scorer, ClosedFormObjecti
         scenario["gpu"],
         scenario["workload"],
         tp=int(scenario.get("tp", 1)),
+        turnover=True,  # saturated servers replace finished requests, as the simulator does
     )
     kind = scenario.get("objective", "closed-form")
     if kind in ("goodput", "throughput"):
@@ -41,6 +42,7 @@ def build_scorer(scenario: Mapping[str, Any]) -> tuple[Scorer, ClosedFormObjecti
 
 def simulation_objective(scenario: Mapping[str, Any], metric: str = "goodput") -> SimObjective:
     """The simulator's objective (spectune.simulator.goodput_objective) for a scenario."""
+
     def seconds(ms: Any) -> float | None:
         return None if ms is None else float(ms) / 1e3
 

@@ -220,9 +220,19 @@ class StepPricer:
         )
 
     def _overhead(self, batch: int, per_seq: float) -> float:
-        # step overhead depends on the batch and on whether a tree is built (tokens > 1)
-        key = ("ovh", batch, per_seq > 1)
-        return self._scalar(key, lambda: self.cost.step_overhead_time(batch, max(per_seq, 1.0)))
+        """Step overhead of `batch` sequences verifying `per_seq` tokens each (mean): a constant
+        without a tree, affine in the tree tokens with one (fixed tree-building cost plus a cost
+        per node), so two points per batch size price every tree size."""
+        if per_seq <= 1.0:
+            return self._scalar(("ovh", batch, 1), lambda: self.cost.step_overhead_time(batch, 1))
+        two = self._scalar(("ovh", batch, 2), lambda: self.cost.step_overhead_time(batch, 2))
+        three = self._scalar(("ovh", batch, 3), lambda: self.cost.step_overhead_time(batch, 3))
+        return two + (three - two) * (per_seq - 2.0)
+
+    def _overhead_many(self, batch: int, per_seq: np.ndarray) -> np.ndarray:
+        """float64[K]: _overhead over K iterations (all with a tree)."""
+        two = self._overhead(batch, 2.0)
+        return two + (self._overhead(batch, 3.0) - two) * (per_seq - 2.0)
 
     def _scalar(self, key: tuple[Any, ...], fn: Callable[[], Any]) -> float:
         v = self._scalars.get(key)
@@ -259,7 +269,11 @@ class StepPricer:
         )
         forward = _lerp_rows(fwd, per_tree, ci)
         k = ci.size
-        overhead = np.full(k, self._overhead(batch, float(per_tree.max())))
+        overhead = (
+            self._overhead_many(batch, per_tree)
+            if float(per_tree.min()) > 1.0
+            else np.array([self._overhead(batch, float(x)) for x in per_tree])
+        )
         if policy.graft_budget:
             overhead += self._scalar(("retr", batch), lambda: self.cost.retrieval_time(batch))
         draft = np.zeros(k)
