@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -163,10 +164,12 @@ class CostModelContract:
         if cm.drafter is None:
             assert cm.draft_time(4, 3, 4, 1000) == pytest.approx(float(cm.retrieval_time(4)))
             return
+        fixed = cm.calibration.draft_step_s  # top-k / sort / pool bookkeeping of each step
         one = cm.draft_time(4, 1, 4, 1000)
-        assert one == pytest.approx(float(cm.draft_step_time(4, 1, 1000, from_target=True)))
+        first = float(cm.draft_step_time(4, 1, 1000, from_target=True))
+        assert one == pytest.approx(first + fixed)
         five = cm.draft_time(4, 5, 4, 1000)
-        assert five == pytest.approx(float(one + 4 * cm.draft_step_time(4, 4, 1000)))
+        assert five == pytest.approx(float(one + 4 * (cm.draft_step_time(4, 4, 1000) + fixed)))
         # a drafter step is cheaper than a target step of the same shape
         assert cm.draft_step_time(8, 4, 1000) < cm.verify_time(8, 4, 1000)
 
@@ -349,6 +352,31 @@ def test_calibration_changes_prices_and_round_trips(tmp_path: Path) -> None:
     base = cost_model("h100-sxm", "llama-3.1-8b", None, 1)
     assert cm.memory_floor_time() == pytest.approx(base.memory_floor_time() * 0.9 / 0.8)
     assert cm.verify_time(1, 512, 0) > base.verify_time(1, 512, 0)  # 0.6-0.75 < 0.80 of peak
+
+
+def test_draft_step_and_tree_node_costs_by_hand() -> None:
+    """The fixed cost per draft step and the tree-building cost per node, worked by hand."""
+    us = 1e-6
+    cal = Calibration(
+        draft_step_s=80 * us,
+        tree_build_s=100 * us,
+        tree_build_per_node_s=0.05 * us,
+        step_overhead_s=10 * us,
+        per_request_overhead_s=1 * us,
+    )
+    target, head = model_preset("llama-3.1-8b"), model_preset("eagle3-llama-3.1-8b")
+    cm = CostModel(H100, target, head, calibration=cal)
+    bare = CostModel(H100, target, head, calibration=replace(cal, draft_step_s=0.0))
+    # 7 draft steps (1 over the root + 6 over the top-10 frontier) x 80 us = 560 us
+    extra = cm.draft_time(1, 7, 10, 4096) - bare.draft_time(1, 7, 10, 4096)
+    assert float(extra) == pytest.approx(560 * us)
+    assert cm.draft_time(1, 0, 10, 4096) == 0  # no drafting, no bookkeeping
+    # B=8, 16-node trees: 10 fixed + 8 x 1 per request + 100 tree + 8 x 16 x 0.05 = 124.4 us
+    assert float(cm.step_overhead_time(8, 16)) == pytest.approx(124.4 * us)
+    assert float(cm.step_overhead_time(8, 1)) == pytest.approx(18 * us)  # no tree: 10 + 8
+    # both reach the whole speculative step
+    step = cm.spec_step_time(8, 5, 4, 16, 4096, 3.0) - bare.spec_step_time(8, 5, 4, 16, 4096, 3.0)
+    assert float(step) == pytest.approx(5 * 80 * us)
 
 
 def test_calibration_file_errors_name_field_and_file(tmp_path: Path) -> None:

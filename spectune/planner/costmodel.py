@@ -6,12 +6,15 @@ method takes numpy arrays that broadcast against each other and prices all point
 One forward pass is the sum over its kernels of max(FLOPs / (peak * eff), bytes / (bw * eff))
 plus one launch per kernel (spectune.planner.forward lists the kernels, spectune.planner.operators
 prices them). Efficiencies and fixed costs come from a Calibration (spectune.specs.calibration;
-fitted by spectune.planner.calibfit), defaulting to the HardwareSpec's public figures. Phases of one speculative iteration (interfaces.md):
+fitted by spectune.planner.calibfit from micro-benchmarks, or by spectune.executor.fit from the
+executor's measurements), defaulting to the HardwareSpec's public figures. Phases of one
+speculative iteration (interfaces.md):
 
-    spec_step = draft (first step over 1 token/seq, then depth-1 steps over topk tokens/seq)
+    spec_step = draft (first step over 1 token/seq, then depth-1 steps over topk tokens/seq,
+                     + a fixed top-k/sort/pool cost per step)
               + verify (target over `budget` tree tokens/seq, logits at every tree node)
               + draft_extend (drafter over the accepted tokens)
-              + step overhead (scheduler, sampling, tree building)
+              + step overhead (scheduler, sampling, tree building: fixed + per tree node)
 
 Batches up to the largest CUDA-graph capture size are padded to the next captured size and
 replay a graph; larger ones launch eagerly.
@@ -174,7 +177,11 @@ class CostModel:
             return np.where(d > 0, self.retrieval_time(batch) + 0.0 * k + 0.0 * c, 0.0)
         first = self.draft_step_time(batch, 1, context, from_target=True)
         rest = self.draft_step_time(batch, k, context)
-        return np.where(d > 0, first + np.maximum(d - 1, 0) * rest, 0.0)
+        # each of the d steps also selects its top-k children, sorts the k*k candidates into
+        # the next frontier and records them in the pool: a chain of small latency-bound
+        # kernels, a fixed cost per step (Calibration.draft_step_s)
+        bookkeeping = d * self.calibration.draft_step_s
+        return np.where(d > 0, first + np.maximum(d - 1, 0) * rest + bookkeeping, 0.0)
 
     def draft_extend_time(self, batch: ArrayLike, accepted: ArrayLike, context: ArrayLike) -> F64:
         """Seconds of the drafter pass over the `accepted` tokens per sequence (mean accepted
@@ -190,14 +197,15 @@ class CostModel:
     # ---- fixed costs ---------------------------------------------------------------------------
     def step_overhead_time(self, batch: ArrayLike, tree_tokens: ArrayLike) -> F64:
         """Seconds per iteration outside the forward passes: fixed scheduler/sampling cost, a
-        per-request cost, and tree building where tree_tokens > 1 (speculating)."""
+        per-request cost, and tree building where tree_tokens > 1 (speculating): a fixed part
+        plus a part per tree node of every sequence (batch x tree_tokens: the pool sort, node
+        gathers and ancestor-mask rows grow with the tree)."""
         b = _arr("batch", batch)
         n = _arr("tree_tokens", tree_tokens)
         cal = self.calibration
+        tree = cal.tree_build_s + cal.tree_build_per_node_s * b * n
         return _f64(
-            cal.step_overhead_s
-            + cal.per_request_overhead_s * b
-            + np.where(n > 1, cal.tree_build_s, 0.0)
+            cal.step_overhead_s + cal.per_request_overhead_s * b + np.where(n > 1, tree, 0.0)
         )
 
     def retrieval_time(self, batch: ArrayLike) -> F64:

@@ -131,6 +131,23 @@ class Calibration:
         help="per-iteration cost of building draft trees (top-k rerank, mask/position "
         "kernels) when speculating, s",
     )
+    tree_build_per_node_s: float = help_field(
+        0.05 * US,
+        help="tree-building cost per verified tree node of every sequence (batch x tree "
+        "tokens), s: the global rerank sorts each sequence's candidate pool, the kept nodes are "
+        "gathered and the bool[N, N] ancestor mask is written row by row, work that grows with "
+        "the tree. Default: ~50 ns/node, the order fitted on the H200 (measurements/h200)",
+    )
+    draft_step_s: float = help_field(
+        40.0 * US,
+        help="fixed cost of each drafting step beyond the drafter's forward pass, s: top-k of "
+        "every drafted row over the draft vocabulary (a multi-pass radix select, ~4 kernels), "
+        "the sort of the k*k child scores that picks the next frontier, and the gathers/"
+        "scatters into the candidate pool and its mask rows: ~15 small dependent kernels that "
+        "take a few microseconds each whatever their size. Default: ~15 x 2.5 us, the kernel "
+        "count and durations of one draft step in the H200 profile (measurements/h200/"
+        "bench-log.txt)",
+    )
     retrieval_per_request_s: float = help_field(
         20.0 * US,
         help="CPU time of one retrieval-drafter lookup (n-gram / suffix match) per request, s",
@@ -158,6 +175,8 @@ class Calibration:
             "step_overhead_s",
             "per_request_overhead_s",
             "tree_build_s",
+            "tree_build_per_node_s",
+            "draft_step_s",
             "retrieval_per_request_s",
         )
         for name in times:
