@@ -21,11 +21,13 @@ is the default one. The simulator offers a simulation-based one that the CLI han
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 
+from spectune.specs.calibration import Calibration
 from spectune.specs.policy import TreePolicy
 
 Objective = Callable[[TreePolicy | None, int, int], float]
@@ -172,17 +174,22 @@ def closed_form_objective(
     samples: int = SAMPLES,
     seed: int = 0,
     turnover: bool = False,
+    calibration: Calibration | str | os.PathLike[str] | None = None,
 ) -> ClosedFormObjective:
     """Build the default objective from preset names or spec file paths. `turnover`: charge
     the prefill of requests replacing finished ones (the workload's mean output length), as
     the planner's scorer does (simulator.scoring); off, steps are pure decode (what-if pages,
-    GPU measurements)."""
+    GPU measurements). `calibration`: a fitted Calibration or its file (`spectune calibrate`)
+    for the cost model; one fitted on another GPU than `gpu` is a SpecError."""
     from spectune.planner.acceptance import acceptance_model
     from spectune.planner.costmodel import CostModel
     from spectune.specs import load_hardware, load_model
     from spectune.specs.workload import load_workload
 
-    cm = CostModel(load_hardware(gpu), load_model(target), load_model(drafter), tp=tp)
+    cal = calibration if isinstance(calibration, Calibration | None) else Calibration.load(calibration)
+    cm = CostModel(
+        load_hardware(gpu), load_model(target), load_model(drafter), tp=tp, calibration=cal
+    )
     wl = load_workload(workload)
     model = acceptance_model(wl)
     out = float(wl.output_len_mean_tokens) if turnover else None
