@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from spectune.planner.costmodel import CostModel
 from spectune.planner.objective import ClosedFormObjective, closed_form_objective
 from spectune.planner.search import Scorer
 from spectune.simulator.objective import SimObjective, goodput_objective
 from spectune.specs import TreePolicy, load_hardware, load_model
+from spectune.specs.calibration import Calibration
 from spectune.specs.workload import load_workload
 
 
@@ -28,6 +30,7 @@ def build_scorer(scenario: Mapping[str, Any]) -> tuple[Scorer, ClosedFormObjecti
         scenario["workload"],
         tp=int(scenario.get("tp", 1)),
         turnover=True,  # saturated servers replace finished requests, as the simulator does
+        calibration=scenario.get("calibration"),  # a calibration file, or None: defaults
     )
     kind = scenario.get("objective", "closed-form")
     if kind in ("goodput", "throughput"):
@@ -46,13 +49,20 @@ def simulation_objective(scenario: Mapping[str, Any], metric: str = "goodput") -
     def seconds(ms: Any) -> float | None:
         return None if ms is None else float(ms) / 1e3
 
+    hw, target = load_hardware(scenario["gpu"]), load_model(scenario["target"])
+    drafter, tp = load_model(scenario["drafter"]), int(scenario.get("tp", 1))
+    extra: dict[str, Any] = {}
+    if scenario.get("calibration"):  # the simulator prices steps with the calibrated model too
+        cal = Calibration.load(scenario["calibration"])
+        extra["cost_model"] = CostModel(hw, target, drafter, tp=tp, calibration=cal)
     return goodput_objective(
-        load_hardware(scenario["gpu"]),
-        load_model(scenario["target"]),
-        load_model(scenario["drafter"]),
+        hw,
+        target,
+        drafter,
         load_workload(scenario["workload"]),
-        tp=int(scenario.get("tp", 1)),
+        tp=tp,
         slo_tpot_s=seconds(scenario.get("slo_tpot_ms")),
         slo_ttft_s=seconds(scenario.get("slo_ttft_ms")),
         metric=metric,
+        **extra,
     )
