@@ -40,6 +40,7 @@ from spectune.planner.studies import (
 )
 from spectune.planner.table import build_table
 from spectune.simulator.scoring import build_scorer
+from spectune.specs.calibration import load_calibration
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import TreePolicy
 
@@ -56,17 +57,31 @@ OBJECTIVES = ("closed-form", "goodput", "throughput")
 
 
 def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """What a worker needs to rebuild the objective: names, not objects."""
-    return {
+    """What a worker needs to rebuild the objective: names, not objects. With --calibration
+    the scenario holds the file's absolute path (workers load it themselves) and the GPU
+    defaults to the one it was fitted on."""
+    calibration = getattr(args, "calibration", None)
+    gpu = args.gpu
+    if calibration:
+        path = Path(calibration)
+        if not path.is_file():
+            raise SpecError(f"--calibration {calibration}: no such file")
+        calibration = str(path.resolve())
+        if gpu is None:
+            gpu = load_calibration(path).hardware or None
+    scenario = {
         "target": args.target,
         "drafter": args.drafter,
-        "gpu": args.gpu,
+        "gpu": gpu or DEFAULTS["gpu"],
         "workload": args.workload,
         "tp": args.tp,
         "objective": args.objective,
         "slo_tpot_ms": args.slo_tpot_ms,
         "slo_ttft_ms": args.slo_ttft_ms,
     }
+    if calibration:
+        scenario["calibration"] = calibration
+    return scenario
 
 
 # ---- output ---------------------------------------------------------------------------------
@@ -173,6 +188,8 @@ def default_study_prefix(scenario: Mapping[str, Any], seed: int) -> str:
         f"spectune.{scenario['target']}.{scenario['drafter']}.{scenario['gpu']}."
         f"{scenario['workload']}.tp{scenario['tp']}.{scenario['objective']}.s{seed}"
     )
+    if scenario.get("calibration"):  # another calibration is another study
+        raw += f".cal-{Path(scenario['calibration']).stem}"
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
 
 
@@ -304,6 +321,10 @@ def run(args: argparse.Namespace) -> int:
         "multi_objective": args.multi_objective,
         "workers": args.workers,
     }
+    if "calibration" in scenario:
+        provenance["calibration"] = (
+            f"{scenario['calibration']}: {load_calibration(scenario['calibration']).source}"
+        )
     table = build_table(results, closed, scenario, provenance)
     print(
         f"spectune plan: {scenario['target']} + {scenario['drafter']} on {scenario['gpu']} "
@@ -348,6 +369,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_scenario_args(p)
+    p.set_defaults(gpu=None)  # None: the calibration's GPU, else DEFAULTS["gpu"]
+    p.add_argument(
+        "--calibration",
+        default=None,
+        metavar="FILE",
+        help="price with this fitted calibration (spectune calibrate; e.g. "
+        "measurements/h200/calibration-h200.json); --gpu defaults to the GPU it was fitted on",
+    )
     p.add_argument(
         "--out", default="policy.json", help="policy file to write (default policy.json)"
     )
