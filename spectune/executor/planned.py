@@ -1,10 +1,10 @@
 """Plan a policy table for what the executor runs, with a calibrated cost model (CPU only).
 
-`spectune plan` prices with the uncalibrated cost model and searches every builder; to measure
-"the planned policy" on a GPU the executor needs the plan made with the calibration fitted on
-that GPU and restricted to the trees it runs (dynamic top-k and static, no pruning, no grafting). This
-module runs the planner's own search (planner.search, closed-form objective) with those two
-changes and writes an ordinary PolicyTable, one bucket per measured batch size.
+To measure "the planned policy" on a GPU the executor needs the plan made with the calibration
+fitted on that GPU (planner.objective.closed_form_objective with it, as `spectune plan
+--calibration FILE` builds, but without prefill turnover) and restricted to the trees it runs (dynamic top-k and
+static, no pruning, no grafting). This module runs the planner's own search with that space
+and writes an ordinary PolicyTable, one bucket per measured batch size.
 """
 
 from __future__ import annotations
@@ -31,18 +31,16 @@ def plan_table(
 ) -> PolicyTable:
     """A PolicyTable for `batches` at `context` on the calibrated GPU (calibration.hardware)."""
     from spectune import __version__
-    from spectune.cli.plan import build_table
-    from spectune.planner.acceptance import acceptance_model
     from spectune.planner.buckets import BucketSpec
-    from spectune.planner.costmodel import CostModel
-    from spectune.planner.objective import ClosedFormObjective
+    from spectune.planner.objective import closed_form_objective
     from spectune.planner.search import SearchSettings, search
     from spectune.planner.space import PolicySpace
-    from spectune.specs import load_hardware, load_model
+    from spectune.planner.table import build_table
 
-    cm = CostModel(load_hardware(calibration.hardware), load_model(target), load_model(drafter),
-                   calibration=calibration)
-    closed = ClosedFormObjective(cm, acceptance_model(workload), seed=seed)
+    # the objective `spectune plan --calibration` builds; no turnover: the executor measures
+    # pure decode steps at a fixed context
+    closed = closed_form_objective(target, drafter, calibration.hardware, workload, seed=seed,
+                                   calibration=calibration, turnover=False)
     space = PolicySpace(builders=builders, budget=(2, 128), allow_prune=False, graft=(0, 0))
     settings = SearchSettings(trials=trials, seed=seed, space=space)
     if min_gain is not None:  # the planner's margin before it leaves an engine default
