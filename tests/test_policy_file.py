@@ -235,3 +235,61 @@ def test_plan_multi_objective_prints_the_front(
     assert main([*args, "--max-step-ms", "13"]) == 0
     policy = PolicyTable.load(out).buckets[0].policy
     assert obj.step_latency(policy, 1, 2048) <= 0.013
+
+
+def test_closed_form_objective_prices_with_a_calibration(tmp_path: Path) -> None:
+    """closed_form_objective(calibration=...) takes a Calibration or its file; it is the cost
+    model the objective prices every step with, and another GPU's calibration is refused."""
+    from spectune.planner.costmodel import CostModel
+    from spectune.planner.objective import closed_form_objective
+    from spectune.specs import load_hardware, load_model
+    from spectune.specs.calibration import Calibration
+
+    cal = Calibration(hardware="h200", draft_step_s=500e-6, weight_bw_efficiency=0.7)
+    cal.save(tmp_path / "cal.json")
+    names = ("llama-3.1-8b", "eagle3-llama-3.1-8b", "h200", "mt-bench")
+    policy = TreePolicy("dynamic-topk", 5, 4, 8)
+    plain = closed_form_objective(*names, samples=64)
+    for given_cal in (cal, tmp_path / "cal.json", str(tmp_path / "cal.json")):
+        obj = closed_form_objective(*names, samples=64, calibration=given_cal)
+        assert obj.cost_model.calibration == cal
+        cm = CostModel(load_hardware("h200"), load_model(names[0]), load_model(names[1]),
+                       calibration=cal)
+        acc = obj.expected_tokens(policy)
+        want = float(cm.spec_step_time(1, 5, 4, obj.tree_tokens(policy), 4096, acc))
+        assert obj.step_time(policy, 1, 4096) == pytest.approx(want)
+        # 5 draft steps x 500 us of bookkeeping, and slower weights: a longer step
+        assert obj.step_time(policy, 1, 4096) > plain.step_time(policy, 1, 4096) + 5 * 400e-6
+    with pytest.raises(SpecError, match="fitted on 'h200'"):
+        closed_form_objective("llama-3.1-8b", "eagle3-llama-3.1-8b", "h100-sxm", "mt-bench",
+                              calibration=cal)
+
+
+def test_plan_with_a_calibration_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`spectune plan --calibration FILE`: the GPU follows the file, the file is in the
+    provenance, and its prices drive the plan (costly draft steps: lower predicted speedup)."""
+    from spectune.specs.calibration import Calibration
+
+    def plan(cal: Calibration, name: str, *extra: str) -> PolicyTable:
+        path = tmp_path / f"{name}.json"
+        cal.save(path)
+        out = tmp_path / f"policy-{name}.json"
+        args = ["plan", "--calibration", str(path), "--out", str(out), "--trials", "6",
+                "--batch-edges", "1", "--context-edges", "4096", "--quiet", *extra]
+        assert main(args) == 0
+        return PolicyTable.load(out)
+
+    cheap = plan(Calibration(hardware="h200", draft_step_s=0.0), "cheap")
+    costly = plan(Calibration(hardware="h200", draft_step_s=2e-3), "costly")
+    assert cheap.hardware == costly.hardware == "h200"
+    assert str(tmp_path / "costly.json") in str(costly.provenance["calibration"])
+    fast, slow = cheap.buckets[0].predicted, costly.buckets[0].predicted
+    assert fast is not None and slow is not None and slow.speedup < fast.speedup
+    capsys.readouterr()
+    # another GPU than the calibration's is an error naming both
+    bad = ["plan", "--calibration", str(tmp_path / "cheap.json"), "--gpu", "h100-sxm",
+           "--out", str(tmp_path / "x.json"), "--trials", "2", "--quiet"]
+    assert main(bad) == 2
+    assert "h200" in capsys.readouterr().err
+    missing = ["plan", "--calibration", str(tmp_path / "nope.json"), "--out", str(tmp_path / "x.json")]
+    assert main(missing) == 2
