@@ -220,8 +220,9 @@ def what_if(scenario: Scenario, policy: TreePolicy | None, batch: int, context: 
 
 def _draft_steps(cm: CostModel, policy: TreePolicy, batch: int, context: int) -> dict[str, float]:
     """The drafting phase as the cost model prices it: one step over 1 token per sequence fed by
-    the target's hidden states, then depth - 1 steps over top-k tokens per sequence (a drafter
-    model); or the retrieval lookup (no drafter model)."""
+    the target's hidden states, then depth - 1 steps over top-k tokens per sequence, plus the
+    fixed bookkeeping of every step (a drafter model); or the retrieval lookup (no drafter
+    model)."""
     if cm.drafter is None:
         return {"retrieval lookup": _f(cm.draft_time(batch, policy.depth, policy.topk, context))}
     first = _f(cm.draft_step_time(batch, 1, context, from_target=True))
@@ -231,6 +232,11 @@ def _draft_steps(cm: CostModel, policy: TreePolicy, batch: int, context: int) ->
         steps[f"{policy.depth - 1} later steps ({policy.topk} tokens/seq each)"] = (
             policy.depth - 1
         ) * later
+    if policy.depth > 0 and cm.calibration.draft_step_s > 0:
+        # top-k, frontier sort and pool bookkeeping: a fixed cost per step (CostModel.draft_time)
+        steps[f"top-k / sort / pool x {policy.depth} steps"] = (
+            policy.depth * cm.calibration.draft_step_s
+        )
     return steps
 
 
