@@ -127,7 +127,8 @@ def print_table(results: Sequence[BucketResult], out: Any = None) -> None:
                 file=out,
             )
     print(
-        "tok/s: predicted output tokens/s, geometric mean over the bucket's batch ends; "
+        "tok/s: predicted output tokens/s of a saturated server (decode plus the prefill of "
+        "replacement requests with prompt = context), geometric mean over the bucket's batch ends; "
         "vs default: over the better of the SGLang (5/4/8) and EAGLE (7/10/60) trees; "
         "chain: best chain length for chain-only engines (0 = off)",
         file=out,
