@@ -150,6 +150,9 @@ def test_policy_table_round_trip_and_lookup(tmp_path: Path) -> None:
 
 def test_policy_parse_cli_form() -> None:
     assert TreePolicy.parse("static:5,4,8") == TreePolicy("static", 5, 4, 8)
+    pruned = TreePolicy("dynamic-topk", 6, 8, 48, 0.02, 4)
+    assert pruned.label == "dynamic-topk:6,8,48,0.02,4"
+    assert TreePolicy.parse(pruned.label) == pruned
     with pytest.raises(SpecError, match="cannot parse policy"):
         TreePolicy.parse("static:5,4")
     with pytest.raises(SpecError, match="budget"):

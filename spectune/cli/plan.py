@@ -88,13 +88,8 @@ def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def format_policy(p: TreePolicy | None) -> str:
-    """'off', or the TreePolicy.parse form plus any prune/graft."""
-    if p is None:
-        return "off"
-    s = f"{p.builder}:{p.depth},{p.topk},{p.budget}"
-    if p.prune_threshold or p.graft_budget:
-        s += f",{p.prune_threshold:.3g},{p.graft_budget}"
-    return s
+    """'off', or the policy's CLI form (TreePolicy.label)."""
+    return "off" if p is None else p.label
 
 
 def format_range(r: tuple[int, int]) -> str:

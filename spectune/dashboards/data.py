@@ -286,10 +286,5 @@ def table_curve(
 
 
 def policy_label(p: TreePolicy | None) -> str:
-    """'off', or builder:depth,topk,budget plus prune/graft when set."""
-    if p is None:
-        return "off"
-    s = f"{p.builder}:{p.depth},{p.topk},{p.budget}"
-    if p.prune_threshold or p.graft_budget:
-        s += f",{p.prune_threshold:.3g},{p.graft_budget}"
-    return s
+    """'off', or the policy's CLI form (TreePolicy.label)."""
+    return "off" if p is None else p.label

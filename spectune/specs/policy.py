@@ -63,13 +63,11 @@ class TreePolicy:
 
     @classmethod
     def parse(cls, text: str) -> TreePolicy:
-        """Parse the CLI form 'static:DEPTH,TOPK,BUDGET' or 'dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]]'."""
+        """Parse the CLI form 'BUILDER:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]]' (the inverse of `label`)."""
         try:
             builder, _, rest = text.partition(":")
             parts = [p for p in rest.split(",") if p]
-            if (builder == "static" and len(parts) == 3) or (
-                builder == "dynamic-topk" and 3 <= len(parts) <= 5
-            ):
+            if builder in BUILDERS and 3 <= len(parts) <= 5:
                 depth, topk, budget = (int(p) for p in parts[:3])
                 prune = float(parts[3]) if len(parts) > 3 else 0.0
                 graft = int(parts[4]) if len(parts) > 4 else 0
@@ -81,6 +79,14 @@ class TreePolicy:
             f"cannot parse policy {text!r}; expected 'static:DEPTH,TOPK,BUDGET' or "
             "'dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE_THRESHOLD[,GRAFT_BUDGET]]', e.g. static:5,4,8"
         )
+
+    @property
+    def label(self) -> str:
+        """The CLI form 'builder:depth,topk,budget' plus ',prune,graft' when either is set."""
+        s = f"{self.builder}:{self.depth},{self.topk},{self.budget}"
+        if self.prune_threshold or self.graft_budget:
+            s += f",{self.prune_threshold:.3g},{self.graft_budget}"
+        return s
 
 
 @dataclass(frozen=True)
