@@ -30,7 +30,9 @@ def _cm(cal: Calibration | None = None) -> CostModel:
     return CostModel(load_hardware(HW), load_model(TARGET), load_model(DRAFTER), calibration=cal)
 
 
-def _doc(scale_verify: float = 1.0, scale_speedup: float = 1.0, cal: Calibration | None = None) -> dict[str, Any]:
+def _doc(
+    scale_verify: float = 1.0, scale_speedup: float = 1.0, cal: Calibration | None = None
+) -> dict[str, Any]:
     """A measurement whose numbers are the cost model's own predictions (times the scales)."""
     cm, c = _cm(cal), 4096
     runs = []
@@ -41,16 +43,43 @@ def _doc(scale_verify: float = 1.0, scale_speedup: float = 1.0, cal: Calibration
         ph = dict.fromkeys(PHASE_KEYS, 0.0)
         ph.update(verify=verify * 1e3, step=step * 1e3)
         tps = b * (acc + 1) / step
-        runs.append({
-            "batch": b, "label": "policy", "nodes": n, "phases_ms": ph, "accepted_mean": acc,
-            "tokens_per_step": acc + 1, "tokens_per_s": tps * scale_speedup, "ar_step_ms": ar * 1e3,
-            "ar_phases_ms": {"verify": _scalar(cm.verify_time(b, 1, c)) * 1e3 * scale_verify, "overhead": 0.0},
-            "ar_tokens_per_s": b / ar, "speedup": tps * scale_speedup * ar / b,
-            "policy": {"builder": "dynamic-topk", "depth": d, "topk": k, "budget": n,
-                       "prune_threshold": 0.0, "graft_budget": 0},
-        })
-    return measurement_doc(gpu="NVIDIA H100 80GB HBM3", hardware=HW, target=TARGET, drafter=DRAFTER,
-                           workload="mt-bench", context=c, steps=30, attention="test", runs=runs)
+        runs.append(
+            {
+                "batch": b,
+                "label": "policy",
+                "nodes": n,
+                "phases_ms": ph,
+                "accepted_mean": acc,
+                "tokens_per_step": acc + 1,
+                "tokens_per_s": tps * scale_speedup,
+                "ar_step_ms": ar * 1e3,
+                "ar_phases_ms": {
+                    "verify": _scalar(cm.verify_time(b, 1, c)) * 1e3 * scale_verify,
+                    "overhead": 0.0,
+                },
+                "ar_tokens_per_s": b / ar,
+                "speedup": tps * scale_speedup * ar / b,
+                "policy": {
+                    "builder": "dynamic-topk",
+                    "depth": d,
+                    "topk": k,
+                    "budget": n,
+                    "prune_threshold": 0.0,
+                    "graft_budget": 0,
+                },
+            }
+        )
+    return measurement_doc(
+        gpu="NVIDIA H100 80GB HBM3",
+        hardware=HW,
+        target=TARGET,
+        drafter=DRAFTER,
+        workload="mt-bench",
+        context=c,
+        steps=30,
+        attention="test",
+        runs=runs,
+    )
 
 
 def _write(tmp: Path, doc: dict[str, Any], cal: Calibration | None = None) -> Path:
@@ -61,7 +90,9 @@ def _write(tmp: Path, doc: dict[str, Any], cal: Calibration | None = None) -> Pa
     return tmp
 
 
-def test_check_passes_on_its_own_predictions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_passes_on_its_own_predictions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = _write(tmp_path / "ok", _doc())
     assert main(["check", str(folder)]) == 0
     out = capsys.readouterr().out
@@ -108,8 +139,11 @@ def test_measurement_schema() -> None:
     doc = _doc()
     validate_measurement(doc)
     assert "speedup" in format_table(doc)
-    for broken in ({**doc, "schema": "x"}, {**doc, "context": "4096"},
-                   {**doc, "runs": [{**doc["runs"][0], "policy": {"builder": "nope"}}]}):
+    for broken in (
+        {**doc, "schema": "x"},
+        {**doc, "context": "4096"},
+        {**doc, "runs": [{**doc["runs"][0], "policy": {"builder": "nope"}}]},
+    ):
         with pytest.raises((SpecError, TypeError)):
             validate_measurement(broken)
 
@@ -118,7 +152,10 @@ def test_execute_without_gpu_is_a_clear_error(capsys: pytest.CaptureFixture[str]
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    assert main(["execute", "--policy", "dynamic-topk:5,4,8", "--batch", "1", "--out", "/dev/null"]) == 2
+    assert (
+        main(["execute", "--policy", "dynamic-topk:5,4,8", "--batch", "1", "--out", "/dev/null"])
+        == 2
+    )
     assert "no CUDA GPU" in capsys.readouterr().err
     assert main(["execute", "--policy", "static:5,4", "--batch", "1"]) == 2
 
@@ -129,29 +166,56 @@ def test_fit_recovers_a_known_calibration() -> None:
 
     truth = _calibration([0.7, 0.5, 0.3, 0.4, 5.0, 0.75, 300.0, 60.0], HW, Calibration())
     cm = _cm(truth)
-    verify = [{"batch": b, "tokens": n, "context": c, "seconds": _scalar(cm.verify_time(b, n, c))}
-              for b in (1, 16, 64) for n in (1, 64) for c in (512, 4096)]
+    verify = [
+        {"batch": b, "tokens": n, "context": c, "seconds": _scalar(cm.verify_time(b, n, c))}
+        for b in (1, 16, 64)
+        for n in (1, 64)
+        for c in (512, 4096)
+    ]
     run = {"hardware": HW, "target": TARGET, "drafter": DRAFTER, "verify": verify}
     cal, report = fit_calibration(run)
     assert report["mape_verify_after"] < 0.02
     assert cal.hardware == HW
 
 
-def _phase_doc(cm: CostModel, shapes: list[tuple[int, int, int, int]], c: int = 4096) -> dict[str, Any]:
+def _phase_doc(
+    cm: CostModel, shapes: list[tuple[int, int, int, int]], c: int = 4096
+) -> dict[str, Any]:
     """A measurement whose per-phase times are the cost model's own, run by run (b, d, k, n)."""
     runs = []
     for b, d, k, n in shapes:
         over = _scalar(cm.step_overhead_time(b, n)) * 1e3
-        ph = {"draft": _scalar(cm.draft_time(b, d, k, c)) * 1e3, "tree": over, "accept": 0.0,
-              "compact": 0.0, "overhead": 0.0, "extend": _scalar(cm.draft_extend_time(b, d + 1, c)) * 1e3,
-              "verify": _scalar(cm.verify_time(b, n, c)) * 1e3,
-              "step": _scalar(cm.spec_step_time(b, d, k, n, c, d + 1)) * 1e3}
-        runs.append({"batch": b, "label": "policy", "nodes": n, "phases_ms": ph,
-                     "ar_step_ms": _scalar(cm.ar_step_time(b, c)) * 1e3,
-                     "ar_phases_ms": {"verify": _scalar(cm.verify_time(b, 1, c)) * 1e3,
-                                      "overhead": _scalar(cm.step_overhead_time(b, 1)) * 1e3},
-                     "policy": {"builder": "dynamic-topk", "depth": d, "topk": k, "budget": n,
-                                "prune_threshold": 0.0, "graft_budget": 0}})
+        ph = {
+            "draft": _scalar(cm.draft_time(b, d, k, c)) * 1e3,
+            "tree": over,
+            "accept": 0.0,
+            "compact": 0.0,
+            "overhead": 0.0,
+            "extend": _scalar(cm.draft_extend_time(b, d + 1, c)) * 1e3,
+            "verify": _scalar(cm.verify_time(b, n, c)) * 1e3,
+            "step": _scalar(cm.spec_step_time(b, d, k, n, c, d + 1)) * 1e3,
+        }
+        runs.append(
+            {
+                "batch": b,
+                "label": "policy",
+                "nodes": n,
+                "phases_ms": ph,
+                "ar_step_ms": _scalar(cm.ar_step_time(b, c)) * 1e3,
+                "ar_phases_ms": {
+                    "verify": _scalar(cm.verify_time(b, 1, c)) * 1e3,
+                    "overhead": _scalar(cm.step_overhead_time(b, 1)) * 1e3,
+                },
+                "policy": {
+                    "builder": "dynamic-topk",
+                    "depth": d,
+                    "topk": k,
+                    "budget": n,
+                    "prune_threshold": 0.0,
+                    "graft_budget": 0,
+                },
+            }
+        )
     return {"hardware": HW, "target": TARGET, "drafter": DRAFTER, "context": c, "runs": runs}
 
 
@@ -163,8 +227,12 @@ def test_overheads_recover_tree_build_costs() -> None:
     from spectune.executor.fit import _overheads
 
     us = 1e-6
-    truth = Calibration(step_overhead_s=12 * us, per_request_overhead_s=0.5 * us,
-                        tree_build_s=90 * us, tree_build_per_node_s=0.04 * us)
+    truth = Calibration(
+        step_overhead_s=12 * us,
+        per_request_overhead_s=0.5 * us,
+        tree_build_s=90 * us,
+        tree_build_per_node_s=0.04 * us,
+    )
     over = _overheads([_phase_doc(_cm(truth), SHAPES)])
     assert over["step_overhead_s"] == pytest.approx(12 * us, rel=1e-6)
     assert over["per_request_overhead_s"] == pytest.approx(0.5 * us, rel=1e-6)
@@ -180,8 +248,12 @@ def test_fit_recovers_a_known_draft_step_cost() -> None:
     truth = _calibration([0.7, 0.5, 0.3, 0.4, 5.0, 0.75, 300.0, 60.0], HW, Calibration())
     truth = dataclasses.replace(truth, tree_build_s=150e-6, tree_build_per_node_s=0.05e-6)
     cm = _cm(truth)
-    verify = [{"batch": b, "tokens": n, "context": c, "seconds": _scalar(cm.verify_time(b, n, c))}
-              for b in (1, 64) for n in (1, 64) for c in (512, 4096)]
+    verify = [
+        {"batch": b, "tokens": n, "context": c, "seconds": _scalar(cm.verify_time(b, n, c))}
+        for b in (1, 64)
+        for n in (1, 64)
+        for c in (512, 4096)
+    ]
     run = {"hardware": HW, "target": TARGET, "drafter": DRAFTER, "verify": verify}
     cal, report = fit_calibration(run, [_phase_doc(cm, SHAPES)], max_nfev=40)  # ~8 s
     assert cal.draft_step_s == pytest.approx(60e-6, rel=0.05)

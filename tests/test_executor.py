@@ -34,10 +34,24 @@ from spectune.planner.acceptance import ConfidenceAcceptance, acceptance_model  
 from spectune.planner.trees.pool import select_dynamic  # noqa: E402
 from spectune.specs import SOURCE_MODEL, DraftTree, ModelSpec, SpecError, TreePolicy, model_preset  # noqa: E402
 
-TARGET = ModelSpec(name="tiny", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=96, vocab=300)
-HEAD = ModelSpec(name="tiny-eagle", arch="eagle3-head", layers=1, hidden=64, heads=4, kv_heads=2,
-                 head_dim=16, ffn=96, vocab=300, draft_vocab=100)
-SMALL = ModelSpec(name="tiny-draft", layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, ffn=64, vocab=300)
+TARGET = ModelSpec(
+    name="tiny", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=96, vocab=300
+)
+HEAD = ModelSpec(
+    name="tiny-eagle",
+    arch="eagle3-head",
+    layers=1,
+    hidden=64,
+    heads=4,
+    kv_heads=2,
+    head_dim=16,
+    ffn=96,
+    vocab=300,
+    draft_vocab=100,
+)
+SMALL = ModelSpec(
+    name="tiny-draft", layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, ffn=64, vocab=300
+)
 
 
 @pytest.fixture(autouse=True)
@@ -60,14 +74,19 @@ def test_tree_attention_matches_one_softmax() -> None:
     out = tree_attention(q, kp, vp, kn, vn, mask)
     ref = reference_tree_attention(q, kp, vp, kn, vn, mask)
     assert torch.allclose(out, ref, atol=1e-5)
-    assert torch.allclose(tree_attention(q, None, None, kn, vn, mask),
-                          reference_tree_attention(q, None, None, kn, vn, mask), atol=1e-5)
+    assert torch.allclose(
+        tree_attention(q, None, None, kn, vn, mask),
+        reference_tree_attention(q, None, None, kn, vn, mask),
+        atol=1e-5,
+    )
 
 
 def test_fused_triton_kernels_match_references() -> None:
     x, res, w = torch.randn(5, 40), torch.randn(5, 40), torch.rand(40) + 0.5
     r1, r2 = res.clone(), res.clone()
-    assert torch.allclose(add_rmsnorm(x, r1, w, use_triton=True), reference_add_rmsnorm(x, r2, w, 1e-5), atol=1e-5)
+    assert torch.allclose(
+        add_rmsnorm(x, r1, w, use_triton=True), reference_add_rmsnorm(x, r2, w, 1e-5), atol=1e-5
+    )
     assert torch.allclose(r1, r2)
     gu = torch.randn(3, 2 * 50)
     assert torch.allclose(silu_mul(gu, use_triton=True), reference_silu_mul(gu), atol=1e-5)
@@ -115,20 +134,43 @@ def test_drafter_shape_checks() -> None:
     with pytest.raises(SpecError):
         Eagle3Head(TARGET, m)
     with pytest.raises(SpecError):
-        ModelDrafter(ModelSpec(name="x", layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, ffn=64, vocab=7), m)
+        ModelDrafter(
+            ModelSpec(
+                name="x", layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, ffn=64, vocab=7
+            ),
+            m,
+        )
 
 
 # ---- trees ---------------------------------------------------------------------------------------
-def _runner(drafter: str = "eagle", policy: TreePolicy | None = None, batch: int = 3, **kw: object) -> SpecRunner:
+def _runner(
+    drafter: str = "eagle", policy: TreePolicy | None = None, batch: int = 3, **kw: object
+) -> SpecRunner:
     m = _target()
     dr = Eagle3Head(HEAD, m) if drafter == "eagle" else ModelDrafter(SMALL, m)
     pol = policy or TreePolicy("dynamic-topk", 4, 3, 12)
-    return SpecRunner(m, dr, acceptance_model("mt-bench"), pol, batch, 24, m.new_cache(batch, 128),
-                      dr.new_cache(batch, 128), **kw)  # type: ignore[arg-type]
+    return SpecRunner(
+        m,
+        dr,
+        acceptance_model("mt-bench"),
+        pol,
+        batch,
+        24,
+        m.new_cache(batch, 128),
+        dr.new_cache(batch, 128),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("policy", [TreePolicy("dynamic-topk", 4, 3, 12), TreePolicy("dynamic-topk", 3, 2, 7),
-                                    TreePolicy("dynamic-topk", 1, 4, 8), TreePolicy("dynamic-topk", 5, 1, 6)])
+@pytest.mark.parametrize(
+    "policy",
+    [
+        TreePolicy("dynamic-topk", 4, 3, 12),
+        TreePolicy("dynamic-topk", 3, 2, 7),
+        TreePolicy("dynamic-topk", 1, 4, 8),
+        TreePolicy("dynamic-topk", 5, 1, 6),
+    ],
+)
 def test_torch_builder_equals_planner_numpy_builder(policy: TreePolicy) -> None:
     """The device pool + selection equals planner.trees' EAGLE-2 selection on the same pool."""
     r = _runner(policy=policy)
@@ -172,7 +214,9 @@ def test_select_tree_equals_reference_with_ties() -> None:
     root = torch.tensor([7, 8])
     z = torch.zeros(2, p)
     t = select_tree(tok, par, score, z, z, lv, root, 9, d)
-    rp, rt, rd = reference_select_tree(tok.numpy(), par.numpy(), score.numpy(), lv.numpy(), root.numpy(), 9)
+    rp, rt, rd = reference_select_tree(
+        tok.numpy(), par.numpy(), score.numpy(), lv.numpy(), root.numpy(), 9
+    )
     np.testing.assert_array_equal(t.parents.numpy(), rp)
     np.testing.assert_array_equal(t.tokens.numpy(), rt)
     np.testing.assert_array_equal(t.depth.numpy(), rd)
@@ -193,10 +237,15 @@ def test_synthetic_acceptance_matches_model_probabilities() -> None:
     t = r.tree
     reps = 20000
     par, tok = t.parents.expand(reps, -1), t.tokens.expand(reps, -1)
-    target = draw_target_tokens(par, tok, t.accept.expand(reps, -1), t.lo.expand(reps, -1), TARGET.vocab - 1)
-    num, path, _ = greedy_accept(par, tok, t.depth.expand(reps, -1), t.mask.expand(reps, -1, -1), target, 4)
-    tree = DraftTree.from_parents(t.parents[0].numpy(), tokens=t.tokens[0].numpy(),
-                                  logprobs=_edge_logprobs_tree(r))
+    target = draw_target_tokens(
+        par, tok, t.accept.expand(reps, -1), t.lo.expand(reps, -1), TARGET.vocab - 1
+    )
+    num, path, _ = greedy_accept(
+        par, tok, t.depth.expand(reps, -1), t.mask.expand(reps, -1, -1), target, 4
+    )
+    tree = DraftTree.from_parents(
+        t.parents[0].numpy(), tokens=t.tokens[0].numpy(), logprobs=_edge_logprobs_tree(r)
+    )
     model = acceptance_model("mt-bench")
     assert isinstance(model, ConfidenceAcceptance)
     want = model.expected_tokens(tree)
@@ -231,8 +280,12 @@ def test_greedy_accept_matches_kernel_reference() -> None:
     for _ in range(20):
         target = torch.randint(0, 7, (3, 7), generator=g)
         num, path, bonus = greedy_accept(par, tok, depth, mask, target, 3)
-        ref = reference_walk_tree(tok.reshape(-1), par.to(torch.int32).reshape(-1),
-                                  torch.arange(4, dtype=torch.int32) * 7, target.reshape(-1))
+        ref = reference_walk_tree(
+            tok.reshape(-1),
+            par.to(torch.int32).reshape(-1),
+            torch.arange(4, dtype=torch.int32) * 7,
+            target.reshape(-1),
+        )
         assert torch.equal(num, ref.num_accepted.long())
         assert torch.equal(bonus, ref.next_token)
         for b in range(3):
@@ -245,7 +298,16 @@ def test_greedy_accept_matches_kernel_reference() -> None:
 def test_spec_runner_runs_and_reports(drafter: str) -> None:
     r = _runner(drafter)
     res = r.run(4, warmup=1)
-    assert set(res.phases_s) >= {"draft", "tree", "verify", "accept", "compact", "extend", "overhead", "step"}
+    assert set(res.phases_s) >= {
+        "draft",
+        "tree",
+        "verify",
+        "accept",
+        "compact",
+        "extend",
+        "overhead",
+        "step",
+    }
     assert 1.0 <= res.tokens_per_step <= 5.0
     assert (r.path[:, 0] == 0).all()
     # accepted path is a root path: each entry is the parent of the next
@@ -310,7 +372,9 @@ def test_gpu_small_session_graphs() -> None:
     from spectune.executor.session import Session, SessionConfig, measure_runs
 
     s = Session(TARGET, HEAD, SessionConfig(4, 256, 16, autotune_gemm=False), "cuda")
-    recs = measure_runs(s, [(2, TreePolicy("dynamic-topk", 3, 2, 6), "p")], 256, acceptance_model("mt-bench"), 5, 2)
+    recs = measure_runs(
+        s, [(2, TreePolicy("dynamic-topk", 3, 2, 6), "p")], 256, acceptance_model("mt-bench"), 5, 2
+    )
     assert recs[0]["tokens_per_step"] >= 1.0
     assert s.verify_time(2, 4, 128, reps=3) > 0
 

@@ -253,16 +253,18 @@ def test_closed_form_objective_prices_with_a_calibration(tmp_path: Path) -> None
     for given_cal in (cal, tmp_path / "cal.json", str(tmp_path / "cal.json")):
         obj = closed_form_objective(*names, samples=64, calibration=given_cal)
         assert obj.cost_model.calibration == cal
-        cm = CostModel(load_hardware("h200"), load_model(names[0]), load_model(names[1]),
-                       calibration=cal)
+        cm = CostModel(
+            load_hardware("h200"), load_model(names[0]), load_model(names[1]), calibration=cal
+        )
         acc = obj.expected_tokens(policy)
         want = float(cm.spec_step_time(1, 5, 4, obj.tree_tokens(policy), 4096, acc))
         assert obj.step_time(policy, 1, 4096) == pytest.approx(want)
         # 5 draft steps x 500 us of bookkeeping, and slower weights: a longer step
         assert obj.step_time(policy, 1, 4096) > plain.step_time(policy, 1, 4096) + 5 * 400e-6
     with pytest.raises(SpecError, match="fitted on 'h200'"):
-        closed_form_objective("llama-3.1-8b", "eagle3-llama-3.1-8b", "h100-sxm", "mt-bench",
-                              calibration=cal)
+        closed_form_objective(
+            "llama-3.1-8b", "eagle3-llama-3.1-8b", "h100-sxm", "mt-bench", calibration=cal
+        )
 
 
 def test_plan_with_a_calibration_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -274,8 +276,21 @@ def test_plan_with_a_calibration_file(tmp_path: Path, capsys: pytest.CaptureFixt
         path = tmp_path / f"{name}.json"
         cal.save(path)
         out = tmp_path / f"policy-{name}.json"
-        args = ["plan", "--calibration", str(path), "--out", str(out), "--trials", "6",
-                "--batch-edges", "1", "--context-edges", "4096", "--quiet", *extra]
+        args = [
+            "plan",
+            "--calibration",
+            str(path),
+            "--out",
+            str(out),
+            "--trials",
+            "6",
+            "--batch-edges",
+            "1",
+            "--context-edges",
+            "4096",
+            "--quiet",
+            *extra,
+        ]
         assert main(args) == 0
         return PolicyTable.load(out)
 
@@ -287,9 +302,25 @@ def test_plan_with_a_calibration_file(tmp_path: Path, capsys: pytest.CaptureFixt
     assert fast is not None and slow is not None and slow.speedup < fast.speedup
     capsys.readouterr()
     # another GPU than the calibration's is an error naming both
-    bad = ["plan", "--calibration", str(tmp_path / "cheap.json"), "--gpu", "h100-sxm",
-           "--out", str(tmp_path / "x.json"), "--trials", "2", "--quiet"]
+    bad = [
+        "plan",
+        "--calibration",
+        str(tmp_path / "cheap.json"),
+        "--gpu",
+        "h100-sxm",
+        "--out",
+        str(tmp_path / "x.json"),
+        "--trials",
+        "2",
+        "--quiet",
+    ]
     assert main(bad) == 2
     assert "h200" in capsys.readouterr().err
-    missing = ["plan", "--calibration", str(tmp_path / "nope.json"), "--out", str(tmp_path / "x.json")]
+    missing = [
+        "plan",
+        "--calibration",
+        str(tmp_path / "nope.json"),
+        "--out",
+        str(tmp_path / "x.json"),
+    ]
     assert main(missing) == 2

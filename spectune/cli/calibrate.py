@@ -46,8 +46,14 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f"--gpu {args.gpu} but this machine's GPU is {name!r}")
         cfg = SessionConfig(max(args.batch), max(args.context), max(args.tokens))
         session = Session(load_model(args.target), load_model(args.drafter), cfg, device)
-        raw = calibration_run(session, gpu=name, hardware=hardware, batches=args.batch,
-                              tokens=args.tokens, contexts=args.context)
+        raw = calibration_run(
+            session,
+            gpu=name,
+            hardware=hardware,
+            batches=args.batch,
+            tokens=args.tokens,
+            contexts=args.context,
+        )
         if args.raw_out:
             write_json_atomic(args.raw_out, raw)
     cal, report = fit_calibration(raw, measurements)
@@ -59,16 +65,31 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("calibrate", help="micro-benchmark this GPU and fit the cost model's calibration")
-    p.add_argument("--gpu", default=None, help="HardwareSpec preset of this GPU (default: from its name)")
+    p = sub.add_parser(
+        "calibrate", help="micro-benchmark this GPU and fit the cost model's calibration"
+    )
+    p.add_argument(
+        "--gpu", default=None, help="HardwareSpec preset of this GPU (default: from its name)"
+    )
     p.add_argument("--out", required=True, help="calibration JSON to write")
-    p.add_argument("--raw-out", default=None, help="also write the raw micro-benchmark document here")
-    p.add_argument("--from-run", default=None, help="fit from a saved calibration-run document (CPU)")
-    p.add_argument("--measurements", action="append", default=[], metavar="FILE",
-                   help="measurement JSONs (spectune execute) whose phases join the fit (repeatable)")
+    p.add_argument(
+        "--raw-out", default=None, help="also write the raw micro-benchmark document here"
+    )
+    p.add_argument(
+        "--from-run", default=None, help="fit from a saved calibration-run document (CPU)"
+    )
+    p.add_argument(
+        "--measurements",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="measurement JSONs (spectune execute) whose phases join the fit (repeatable)",
+    )
     p.add_argument("--target", default="llama-3.1-8b", help="target model preset/file")
     p.add_argument("--drafter", default="eagle3-llama-3.1-8b", help="drafter preset/file")
     p.add_argument("--batch", type=int_list, default=[1, 4, 16, 64], help="verify-grid batches")
-    p.add_argument("--tokens", type=int_list, default=[1, 16, 64, 128], help="verify-grid tree tokens")
+    p.add_argument(
+        "--tokens", type=int_list, default=[1, 16, 64, 128], help="verify-grid tree tokens"
+    )
     p.add_argument("--context", type=int_list, default=[512, 4096], help="verify-grid contexts")
     p.set_defaults(func=run)

@@ -21,8 +21,16 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="re-predict committed measurements; exit 1 on drift (CI gate)")
     p.add_argument("folder", nargs="?", default="measurements", help="folder of measurement JSONs")
-    p.add_argument("--speedup-tol", type=float, default=0.10,
-                   help="largest allowed |predicted/measured - 1| of any speedup (default 0.10)")
-    p.add_argument("--mape-tol", type=float, default=0.10,
-                   help="largest allowed verify-latency MAPE (default 0.10)")
+    p.add_argument(
+        "--speedup-tol",
+        type=float,
+        default=0.10,
+        help="largest allowed |predicted/measured - 1| of any speedup (default 0.10)",
+    )
+    p.add_argument(
+        "--mape-tol",
+        type=float,
+        default=0.10,
+        help="largest allowed verify-latency MAPE (default 0.10)",
+    )
     p.set_defaults(func=run)

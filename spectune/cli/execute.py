@@ -61,8 +61,15 @@ def run(args: argparse.Namespace) -> int:
     session = Session(target, drafter, cfg, device)
     recs = measure_runs(session, runs, context, acc, steps, args.warmup)
     doc = measurement_doc(
-        gpu=gpu, hardware=hardware, target=target.name, drafter=drafter.name, workload=workload,
-        context=context, steps=steps, attention=session.attention_backend, runs=recs,
+        gpu=gpu,
+        hardware=hardware,
+        target=target.name,
+        drafter=drafter.name,
+        workload=workload,
+        context=context,
+        steps=steps,
+        attention=session.attention_backend,
+        runs=recs,
         extra={"command": _command(args)},
     )
     write_json_atomic(args.out, doc)
@@ -72,25 +79,51 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("execute", help="run a policy on this GPU and write a measurement JSON")
-    p.add_argument("--policy", required=True,
-                   help="policy file (spectune plan's JSON), 'static:D,K,B' / 'dynamic-topk:D,K,B', or 'off'")
-    p.add_argument("--batch", type=int_list, default=[1, 8, 32, 64], help="batch sizes (default 1,8,32,64)")
-    p.add_argument("--context", type=int, default=4096, help="context length, tokens (default 4096)")
+    p.add_argument(
+        "--policy",
+        required=True,
+        help="policy file (spectune plan's JSON), 'static:D,K,B' / 'dynamic-topk:D,K,B', or 'off'",
+    )
+    p.add_argument(
+        "--batch", type=int_list, default=[1, 8, 32, 64], help="batch sizes (default 1,8,32,64)"
+    )
+    p.add_argument(
+        "--context", type=int, default=4096, help="context length, tokens (default 4096)"
+    )
     p.add_argument("--out", default="measurement.json", help="measurement JSON to write")
-    p.add_argument("--also", action="append", default=[], metavar="POLICY",
-                   help="another inline policy to measure at every batch (repeatable)")
-    p.add_argument("--target", default=None, help="target model preset/file (default: the policy file's)")
-    p.add_argument("--drafter", default=None, help="drafter preset/file (default: the policy file's)")
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="POLICY",
+        help="another inline policy to measure at every batch (repeatable)",
+    )
+    p.add_argument(
+        "--target", default=None, help="target model preset/file (default: the policy file's)"
+    )
+    p.add_argument(
+        "--drafter", default=None, help="drafter preset/file (default: the policy file's)"
+    )
     p.add_argument("--workload", default=None, help="workload driving synthetic acceptance")
-    p.add_argument("--hardware", default=None, help="HardwareSpec preset of this GPU (default: from its name)")
+    p.add_argument(
+        "--hardware", default=None, help="HardwareSpec preset of this GPU (default: from its name)"
+    )
     p.add_argument("--steps", type=int, default=40, help="timed steps per run (default 40)")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps per run (default 5)")
-    p.add_argument("--no-kernels", action="store_true", help="torch attention/verify instead of spectune.kernels")
+    p.add_argument(
+        "--no-kernels",
+        action="store_true",
+        help="torch attention/verify instead of spectune.kernels",
+    )
     p.set_defaults(func=run)
 
 
 def _command(args: argparse.Namespace) -> str:
-    parts = [f"spectune execute --policy {args.policy}", "--batch " + ",".join(map(str, args.batch)),
-             f"--context {args.context}", f"--steps {args.steps}"]
+    parts = [
+        f"spectune execute --policy {args.policy}",
+        "--batch " + ",".join(map(str, args.batch)),
+        f"--context {args.context}",
+        f"--steps {args.steps}",
+    ]
     parts += [f"--also {a}" for a in args.also]
     return " ".join(parts)

@@ -40,7 +40,9 @@ def _prefix_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q: [B, KVH, R, D]; k, v: [B, KVH, C, D] -> (out [B, KVH, R, D], lse float32[B, KVH, R])."""
     if q.is_cuda:
-        res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False, scale=scale)
+        res = torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, 0.0, False, False, scale=scale
+        )
         return res[0], res[1]
     s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
     lse = torch.logsumexp(s, dim=-1)
@@ -55,7 +57,9 @@ def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4  # the interpreter: a few programs
     return int(torch.cuda.get_device_properties(device).multi_processor_count)
-  # [works] once tried: FlashAttention-2's GQA forward with split-KV
+
+
+# [works] once tried: FlashAttention-2's GQA forward with split-KV
 
 
 def _prefix_attention_gqa(
@@ -94,7 +98,13 @@ def self_check(device: torch.device) -> float:
     def r(*shape: int) -> torch.Tensor:
         return torch.randn(shape, generator=g, device=device).to(torch.bfloat16)
 
-    q, kp, vp, kn, vn = r(b, n, h, d), r(b, c, kvh, d), r(b, c, kvh, d), r(b, kvh, n, d), r(b, kvh, n, d)
+    q, kp, vp, kn, vn = (
+        r(b, n, h, d),
+        r(b, c, kvh, d),
+        r(b, c, kvh, d),
+        r(b, kvh, n, d),
+        r(b, kvh, n, d),
+    )
     mask = torch.ones((n, n), dtype=torch.bool, device=device).tril().expand(b, n, n)
     args = (q, kp.transpose(1, 2), vp.transpose(1, 2), kn, vn, mask)
     out = tree_attention(*args).double()
@@ -142,11 +152,20 @@ def _tree_merge_kernel(
     rok = r < R
     sok = s < S
     n = r % N
-    q = tl.load(Q + b * sq_b + h * sq_h + r[:, None] * sq_r + d[None, :], mask=rok[:, None], other=0.0)
-    k = tl.load(K + b * sk_b + h * sk_h + s[:, None] * sk_s + d[None, :], mask=sok[:, None], other=0.0)
-    v = tl.load(V + b * sv_b + h * sv_h + s[:, None] * sv_s + d[None, :], mask=sok[:, None], other=0.0)
-    seen = tl.load(MASK + b * sm_b + n[:, None] * sm_n + s[None, :] * sm_s,
-                   mask=rok[:, None] & sok[None, :], other=0)
+    q = tl.load(
+        Q + b * sq_b + h * sq_h + r[:, None] * sq_r + d[None, :], mask=rok[:, None], other=0.0
+    )
+    k = tl.load(
+        K + b * sk_b + h * sk_h + s[:, None] * sk_s + d[None, :], mask=sok[:, None], other=0.0
+    )
+    v = tl.load(
+        V + b * sv_b + h * sv_h + s[:, None] * sv_s + d[None, :], mask=sok[:, None], other=0.0
+    )
+    seen = tl.load(
+        MASK + b * sm_b + n[:, None] * sm_n + s[None, :] * sm_s,
+        mask=rok[:, None] & sok[None, :],
+        other=0,
+    )
     sc = tl.dot(q, tl.trans(k)) * scale
     sc = tl.where((seen != 0) & sok[None, :], sc, float("-inf"))
     m2 = tl.max(sc, 1)
@@ -159,19 +178,29 @@ def _tree_merge_kernel(
     if HAS_PREFIX:  # merge the NS prefix partials (each normalised, with its log-sum-exp)
         mm = lse2
         for sp in range(NS):
-            mm = tl.maximum(mm, tl.load(LSE1 + sp * sl_s + b * sl_b + h * sl_h + r, mask=rok, other=0.0))
+            mm = tl.maximum(
+                mm, tl.load(LSE1 + sp * sl_s + b * sl_b + h * sl_h + r, mask=rok, other=0.0)
+            )
         tot = tl.exp(lse2 - mm)
         o = o * tot[:, None]
         for sp in range(NS):
-            w1 = tl.exp(tl.load(LSE1 + sp * sl_s + b * sl_b + h * sl_h + r, mask=rok, other=0.0) - mm)
-            o1 = tl.load(O1 + sp * so1_s + b * so1_b + h * so1_h + r[:, None] * so1_r + d[None, :],
-                         mask=rok[:, None], other=0.0)
+            w1 = tl.exp(
+                tl.load(LSE1 + sp * sl_s + b * sl_b + h * sl_h + r, mask=rok, other=0.0) - mm
+            )
+            o1 = tl.load(
+                O1 + sp * so1_s + b * so1_b + h * so1_h + r[:, None] * so1_r + d[None, :],
+                mask=rok[:, None],
+                other=0.0,
+            )
             o += o1.to(tl.float32) * w1[:, None]
             tot += w1
         o = o / tot[:, None]
     head = h * G + r // N
-    tl.store(OUT + b * so_b + n[:, None] * so_n + head[:, None] * so_h + d[None, :],
-             o.to(OUT.dtype.element_ty), mask=rok[:, None])
+    tl.store(
+        OUT + b * so_b + n[:, None] * so_n + head[:, None] * so_h + d[None, :],
+        o.to(OUT.dtype.element_ty),
+        mask=rok[:, None],
+    )
 
 
 @triton.jit
@@ -188,7 +217,9 @@ def _prefix_split_kernel(
     r = tl.arange(0, BLOCK_R)
     d = tl.arange(0, D)
     rok = r < R
-    q = tl.load(Q + b * sq_b + h * sq_h + r[:, None] * sq_r + d[None, :], mask=rok[:, None], other=0.0)
+    q = tl.load(
+        Q + b * sq_b + h * sq_h + r[:, None] * sq_r + d[None, :], mask=rok[:, None], other=0.0
+    )
     start = sp * chunk
     end = tl.minimum(start + chunk, C)
     m_i = tl.full((BLOCK_R,), float("-inf"), tl.float32)
@@ -197,8 +228,12 @@ def _prefix_split_kernel(
     for n0 in range(start, end, BLOCK_N):
         nn = n0 + tl.arange(0, BLOCK_N)
         nok = nn < end
-        k = tl.load(K + b * sk_b + h * sk_h + nn[:, None] * sk_s + d[None, :], mask=nok[:, None], other=0.0)
-        v = tl.load(V + b * sv_b + h * sv_h + nn[:, None] * sv_s + d[None, :], mask=nok[:, None], other=0.0)
+        k = tl.load(
+            K + b * sk_b + h * sk_h + nn[:, None] * sk_s + d[None, :], mask=nok[:, None], other=0.0
+        )
+        v = tl.load(
+            V + b * sv_b + h * sv_h + nn[:, None] * sv_s + d[None, :], mask=nok[:, None], other=0.0
+        )
         sc = tl.dot(q, tl.trans(k)) * scale
         sc = tl.where(nok[None, :], sc, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(sc, 1))
@@ -208,14 +243,20 @@ def _prefix_split_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     o = acc / l_i[:, None]
-    tl.store(OP + sp * sop_s + b * sop_b + h * sop_h + r[:, None] * sop_r + d[None, :], o, mask=rok[:, None])
+    tl.store(
+        OP + sp * sop_s + b * sop_b + h * sop_h + r[:, None] * sop_r + d[None, :],
+        o,
+        mask=rok[:, None],
+    )
     tl.store(LP + sp * slp_s + b * slp_b + h * slp_h + r, m_i + tl.log(l_i), mask=rok)
 
 
 MAX_SPLIT_ROWS = 64  # packed query rows (G x tokens) the split-prefix kernel holds in one tile
 
 
-def _prefix_split(qp: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _prefix_split(
+    qp: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Flash-decoding over the prefix for few query rows: qp [B, KVH, R <= 64, D], k/v
     [B, KVH, C, D] (strided cache views) -> normalised partials [S, B, KVH, R, D] (float32) and
     their log-sum-exps [S, B, KVH, R]; S splits of the prefix fill the GPU at any batch.
@@ -241,8 +282,14 @@ def _prefix_split(qp: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
 
 
 def _tree_merge(
-    qp: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-    o1: torch.Tensor | None, lse1: torch.Tensor | None, n: int, scale: float,
+    qp: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor,
+    o1: torch.Tensor | None,
+    lse1: torch.Tensor | None,
+    n: int,
+    scale: float,
 ) -> torch.Tensor:
     """One kernel for the tree part, the log-sum-exp merge with the prefix partial and the
     unpacking: qp [B, KVH, G*N, D] -> out [B, N, H, D]."""
@@ -297,7 +344,9 @@ def tree_attention(
     kvh = k_new.shape[1]
     scale = 1.0 / math.sqrt(d)
     qp = _pack(q, kvh)
-    fused = (q.is_cuda and _FUSED_OK[0] if use_triton is None else use_triton) and k_new.shape[2] <= MAX_FUSED_TREE
+    fused = (q.is_cuda and _FUSED_OK[0] if use_triton is None else use_triton) and k_new.shape[
+        2
+    ] <= MAX_FUSED_TREE
     no_prefix = k_prefix is None or v_prefix is None or k_prefix.shape[2] == 0
     if fused and no_prefix:
         return _tree_merge(qp, k_new, v_new, mask, None, None, n, scale)
@@ -312,7 +361,11 @@ def tree_attention(
     # the grouped flash path re-reads K/V once per query head but splits long prefixes across
     # programs: it wins only where the packed path leaves most SMs idle (small batch x group)
     few = q.is_cuda and b * kvh * -(-qp.shape[2] // 128) < _sm_count(q.device) // 2
-    fa = _prefix_attention_gqa(q, k_prefix.transpose(1, 2), v_prefix.transpose(1, 2), scale) if few else None
+    fa = (
+        _prefix_attention_gqa(q, k_prefix.transpose(1, 2), v_prefix.transpose(1, 2), scale)
+        if few
+        else None
+    )
     o1, lse1 = fa if fa is not None else _prefix_attention(qp, k_prefix, v_prefix, scale)
     if fused:
         return _tree_merge(qp, k_new, v_new, mask, o1, lse1, n, scale)
@@ -374,7 +427,9 @@ class KernelLayout:
         words = (tokens + 63) // 64
         self.bitmask = torch.zeros((batch * tokens, words), dtype=torch.int64, device=device)
         j = torch.arange(words * 64, device=device)
-        self._bit = torch.where(j % 64 == 63, torch.iinfo(torch.int64).min, 1 << (j % 64).clamp(max=62))
+        self._bit = torch.where(
+            j % 64 == 63, torch.iinfo(torch.int64).min, 1 << (j % 64).clamp(max=62)
+        )
         self._bit = self._bit.view(words, 64)
 
     def set_mask(self, mask: torch.Tensor) -> None:
@@ -413,12 +468,20 @@ _TUNED: dict[tuple[int, int, int], Any] = {}
 # (block_m, block_n, num_warps, num_stages, prefix splits per KV group and m-block: None = the
 # kernel's own choice)
 _CANDIDATES = (
-    (64, 128, 4, 3, None), (64, 128, 4, 3, 32), (128, 64, 8, 3, None), (128, 64, 8, 3, 32),
-    (32, 128, 4, 3, None), (16, 128, 4, 3, None), (64, 64, 4, 4, None), (128, 128, 8, 2, None),
+    (64, 128, 4, 3, None),
+    (64, 128, 4, 3, 32),
+    (128, 64, 8, 3, None),
+    (128, 64, 8, 3, 32),
+    (32, 128, 4, 3, None),
+    (16, 128, 4, 3, None),
+    (64, 64, 4, 4, None),
+    (128, 128, 8, 2, None),
 )
 
 
-def tune_attention(batch: int, tokens: int, context: int, kv: torch.Tensor, heads: int) -> list[dict[str, object]]:
+def tune_attention(
+    batch: int, tokens: int, context: int, kv: torch.Tensor, heads: int
+) -> list[dict[str, object]]:
     """Time the kernels' tree attention under each candidate config for one shape (CUDA graph
     replays) and keep the fastest for KernelLayout.attend. kv: [2, B, capacity, KVH, D]."""
     from spectune.executor.timing import graph_time

@@ -72,16 +72,29 @@ def gemm_sweep(session: Session, tokens: Sequence[int] = GEMM_TOKENS) -> list[di
     rows = []
     for name, (n, k) in shapes.items():
         copies = max(1, math.ceil(L2_SAFE_BYTES / (n * k * 2)))
-        ws = [torch.empty((n, k), device=dev, dtype=torch.bfloat16).uniform_(-0.02, 0.02) for _ in range(copies)]
+        ws = [
+            torch.empty((n, k), device=dev, dtype=torch.bfloat16).uniform_(-0.02, 0.02)
+            for _ in range(copies)
+        ]
         for m in tokens:
             x = torch.empty((m, k), device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
+
             def call(x: torch.Tensor = x, ws: list[torch.Tensor] = ws) -> None:
                 for w in ws:
                     linear(x, w)
 
             t = graph_time(call, dev, 10) / len(ws)
-            rows.append({"op": name, "m": m, "n": n, "k": k, "seconds": t,
-                         "tflops": 2 * m * n * k / t / 1e12, "gb_s": (n * k + m * (n + k)) * 2 / t / 1e9})
+            rows.append(
+                {
+                    "op": name,
+                    "m": m,
+                    "n": n,
+                    "k": k,
+                    "seconds": t,
+                    "tflops": 2 * m * n * k / t / 1e12,
+                    "gb_s": (n * k + m * (n + k)) * 2 / t / 1e9,
+                }
+            )
         del ws
     return rows
 
@@ -99,25 +112,52 @@ def attention_sweep(
             for n in tokens:
                 kv = kv_all[:, :b]
                 q = torch.randn((b, n, s.heads, s.head_dim), device=dev, dtype=torch.bfloat16)
-                mask = torch.ones((n, n), dtype=torch.bool, device=dev).tril().expand(b, n, n).contiguous()
-                lay = KernelLayout(b, n, c, session.tcache.capacity, dev) if session.use_kernels else None
+                mask = (
+                    torch.ones((n, n), dtype=torch.bool, device=dev)
+                    .tril()
+                    .expand(b, n, n)
+                    .contiguous()
+                )
+                lay = (
+                    KernelLayout(b, n, c, session.tcache.capacity, dev)
+                    if session.use_kernels
+                    else None
+                )
                 if lay is not None:
                     lay.set_mask(mask)
 
-                def fn(q: torch.Tensor = q, kv: torch.Tensor = kv, mask: torch.Tensor = mask,
-                       c: int = c, n: int = n, lay: KernelLayout | None = lay) -> None:
+                def fn(
+                    q: torch.Tensor = q,
+                    kv: torch.Tensor = kv,
+                    mask: torch.Tensor = mask,
+                    c: int = c,
+                    n: int = n,
+                    lay: KernelLayout | None = lay,
+                ) -> None:
                     if lay is not None:
                         lay.attend(q, kv)
                         return
                     tree_attention(
-                        q, kv[0, :, :c].transpose(1, 2), kv[1, :, :c].transpose(1, 2),
-                        kv[0, :, c : c + n].transpose(1, 2), kv[1, :, c : c + n].transpose(1, 2), mask,
+                        q,
+                        kv[0, :, :c].transpose(1, 2),
+                        kv[1, :, :c].transpose(1, 2),
+                        kv[0, :, c : c + n].transpose(1, 2),
+                        kv[1, :, c : c + n].transpose(1, 2),
+                        mask,
                     )
 
                 t = graph_time(fn, dev, 10)
                 kv_bytes = b * (c + n) * 2 * s.kv_heads * s.head_dim * 2
-                rows.append({"batch": b, "context": c, "tokens": n, "seconds": t, "kv_bytes": kv_bytes,
-                             "gb_s": kv_bytes / t / 1e9})
+                rows.append(
+                    {
+                        "batch": b,
+                        "context": c,
+                        "tokens": n,
+                        "seconds": t,
+                        "kv_bytes": kv_bytes,
+                        "gb_s": kv_bytes / t / 1e9,
+                    }
+                )
     return rows
 
 
@@ -148,8 +188,14 @@ def verify_grid(
 
 
 def calibration_run(
-    session: Session, *, gpu: str, hardware: str, batches: Sequence[int], tokens: Sequence[int],
-    contexts: Sequence[int], attention_grid: bool = True,
+    session: Session,
+    *,
+    gpu: str,
+    hardware: str,
+    batches: Sequence[int],
+    tokens: Sequence[int],
+    contexts: Sequence[int],
+    attention_grid: bool = True,
 ) -> dict[str, Any]:
     """Every micro-benchmark above as one calibration-run document."""
     dev = session.device
@@ -164,8 +210,11 @@ def calibration_run(
     doc["copy_bytes_per_s"] = copy_bandwidth(dev)
     doc["matmul_flops"] = matmul_flops(dev)
     doc["graph_step_s"] = graph_step_overhead(dev)
-    print(f"copy {doc['copy_bytes_per_s'] / 1e12:.2f} TB/s, matmul {doc['matmul_flops'] / 1e12:.0f} TFLOP/s, "
-          f"graph step {doc['graph_step_s'] * 1e6:.1f} us", flush=True)
+    print(
+        f"copy {doc['copy_bytes_per_s'] / 1e12:.2f} TB/s, matmul {doc['matmul_flops'] / 1e12:.0f} TFLOP/s, "
+        f"graph step {doc['graph_step_s'] * 1e6:.1f} us",
+        flush=True,
+    )
     doc["gemm"] = gemm_sweep(session)
     if attention_grid:
         doc["attention_rows"] = attention_sweep(session, batches, contexts, tokens)

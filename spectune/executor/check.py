@@ -100,12 +100,24 @@ def check_folder(folder: str | Path) -> CheckResult:
                 continue
             res.files += 1
             hw = load_hardware(data["hardware"])
-            cm = CostModel(hw, load_model(data["target"]), load_model(data["drafter"]), calibration=cals.get(hw.name))
+            cm = CostModel(
+                hw,
+                load_model(data["target"]),
+                load_model(data["drafter"]),
+                calibration=cals.get(hw.name),
+            )
             name = str(p.relative_to(root))
             if data["schema"] == RUN_SCHEMA:
                 for r in data.get("verify", []):
                     pred = _scalar(cm.verify_time(r["batch"], r["tokens"], r["context"]))
-                    res.verify.append(Row(name, f"verify B={r['batch']} N={r['tokens']} C={r['context']}", pred, r["seconds"]))
+                    res.verify.append(
+                        Row(
+                            name,
+                            f"verify B={r['batch']} N={r['tokens']} C={r['context']}",
+                            pred,
+                            r["seconds"],
+                        )
+                    )
                 continue
             _check_measurement(cm, data, name, res)
     if res.files == 0:
@@ -124,13 +136,21 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
         ar_pred = _scalar(cm.ar_step_time(b, c))
         if "ar_phases_ms" in r and b not in seen_ar:
             seen_ar.add(b)
-            res.verify.append(Row(name, f"verify B={b} N=1 C={c} (baseline)", _scalar(cm.verify_time(b, 1, c)),
-                                  r["ar_phases_ms"]["verify"] / 1e3))
+            res.verify.append(
+                Row(
+                    name,
+                    f"verify B={b} N=1 C={c} (baseline)",
+                    _scalar(cm.verify_time(b, 1, c)),
+                    r["ar_phases_ms"]["verify"] / 1e3,
+                )
+            )
         if pol is None:
             continue
         n, d, k = r["nodes"], pol["depth"], pol["topk"]
         label = f"B={b} {r['label']} {d}/{k}/{pol['budget']}"
-        res.verify.append(Row(name, f"verify {label} N={n}", _scalar(cm.verify_time(b, n, c)), ph["verify"] / 1e3))
+        res.verify.append(
+            Row(name, f"verify {label} N={n}", _scalar(cm.verify_time(b, n, c)), ph["verify"] / 1e3)
+        )
         spec_pred = _scalar(cm.spec_step_time(b, d, k, n, c, d + 1))
         pred_speedup = r["tokens_per_step"] / spec_pred * ar_pred
         res.speedup.append(Row(name, f"speedup {label}", pred_speedup, r["speedup"]))
@@ -139,10 +159,14 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
 def format_check(res: CheckResult, speedup_tol: float, mape_tol: float) -> str:
     lines = [f"{'file':<36} {'what':<44} {'predicted':>10} {'measured':>10} {'error':>7}"]
     for r in res.verify:
-        lines.append(f"{r.file:<36.36} {r.what:<44.44} {r.predicted * 1e3:>8.3f}ms {r.measured * 1e3:>8.3f}ms {r.error:>+7.1%}")
+        lines.append(
+            f"{r.file:<36.36} {r.what:<44.44} {r.predicted * 1e3:>8.3f}ms {r.measured * 1e3:>8.3f}ms {r.error:>+7.1%}"
+        )
     for r in res.speedup:
         flag = "  FAIL" if abs(r.error) > speedup_tol else ""
-        lines.append(f"{r.file:<36.36} {r.what:<44.44} {r.predicted:>9.3f}x {r.measured:>9.3f}x {r.error:>+7.1%}{flag}")
+        lines.append(
+            f"{r.file:<36.36} {r.what:<44.44} {r.predicted:>9.3f}x {r.measured:>9.3f}x {r.error:>+7.1%}{flag}"
+        )
     verdict = "PASS" if res.passed(speedup_tol, mape_tol) else "FAIL"
     lines.append(
         f"{verdict}: {res.files} files; verify-latency MAPE {res.verify_mape:.1%} over {len(res.verify)} "

@@ -41,13 +41,24 @@ class Drafter(Protocol):
     def new_cache(self, max_batch: int, capacity: int) -> KVCache: ...
 
     def draft_step(
-        self, tokens: torch.Tensor, hidden: torch.Tensor, pos: torch.Tensor, cache: KVCache,
-        context: int, slot: int, mask: torch.Tensor,
+        self,
+        tokens: torch.Tensor,
+        hidden: torch.Tensor,
+        pos: torch.Tensor,
+        cache: KVCache,
+        context: int,
+        slot: int,
+        mask: torch.Tensor,
     ) -> torch.Tensor: ...
 
     def draft_extend(
-        self, tokens: torch.Tensor, hidden3: torch.Tensor, pos: torch.Tensor, cache: KVCache,
-        context: int, mask: torch.Tensor,
+        self,
+        tokens: torch.Tensor,
+        hidden3: torch.Tensor,
+        pos: torch.Tensor,
+        cache: KVCache,
+        context: int,
+        mask: torch.Tensor,
     ) -> torch.Tensor: ...
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
@@ -72,41 +83,72 @@ class Eagle3Head:
         self.norm_hidden = torch.ones(h, device=dev, dtype=dt)
         self.norm_final = torch.ones(h, device=dev, dtype=dt)
         self.lm = _fill((spec.lm_vocab, h), dev, dt, gen)
-        self.rope = target.rope if target.spec.head_dim == spec.head_dim else rope_tables(
-            target.rope[0].shape[0], spec.head_dim, ROPE_THETA, dev
+        self.rope = (
+            target.rope
+            if target.spec.head_dim == spec.head_dim
+            else rope_tables(target.rope[0].shape[0], spec.head_dim, ROPE_THETA, dev)
         )
 
     def new_cache(self, max_batch: int, capacity: int) -> KVCache:
         return KVCache(self.spec, max_batch, capacity, self.target.device, self.target.dtype)
 
     def _forward(
-        self, tokens: torch.Tensor, stream: torch.Tensor, pos: torch.Tensor, cache: KVCache,
-        context: int, slot: int, mask: torch.Tensor,
+        self,
+        tokens: torch.Tensor,
+        stream: torch.Tensor,
+        pos: torch.Tensor,
+        cache: KVCache,
+        context: int,
+        slot: int,
+        mask: torch.Tensor,
     ) -> torch.Tensor:
         """stream: [B, W, h] the fused hidden (consumed: updated in place). Returns the new
         pre-norm stream [B, W, h]."""
         b = tokens.shape[0]
         emb = torch.nn.functional.embedding(tokens, self.target.embed)
         x = torch.cat(
-            (add_rmsnorm(emb, None, self.layer.norm_attn), add_rmsnorm(stream, None, self.norm_hidden)),
+            (
+                add_rmsnorm(emb, None, self.layer.norm_attn),
+                add_rmsnorm(stream, None, self.norm_hidden),
+            ),
             dim=-1,
         )
         mlp, stream = layer_forward(
-            x, stream, self.layer, self.spec, cache.layer(0, b), pos, context, slot,
-            mask.shape[-1], mask, self.rope,
+            x,
+            stream,
+            self.layer,
+            self.spec,
+            cache.layer(0, b),
+            pos,
+            context,
+            slot,
+            mask.shape[-1],
+            mask,
+            self.rope,
         )
         stream.add_(mlp)
         return stream
 
     def draft_step(
-        self, tokens: torch.Tensor, hidden: torch.Tensor, pos: torch.Tensor, cache: KVCache,
-        context: int, slot: int, mask: torch.Tensor,
+        self,
+        tokens: torch.Tensor,
+        hidden: torch.Tensor,
+        pos: torch.Tensor,
+        cache: KVCache,
+        context: int,
+        slot: int,
+        mask: torch.Tensor,
     ) -> torch.Tensor:
         return self._forward(tokens, hidden.clone(), pos, cache, context, slot, mask)
 
     def draft_extend(
-        self, tokens: torch.Tensor, hidden3: torch.Tensor, pos: torch.Tensor, cache: KVCache,
-        context: int, mask: torch.Tensor,
+        self,
+        tokens: torch.Tensor,
+        hidden3: torch.Tensor,
+        pos: torch.Tensor,
+        cache: KVCache,
+        context: int,
+        mask: torch.Tensor,
     ) -> torch.Tensor:
         b, a, _ = hidden3.shape
         stream = linear(hidden3.reshape(b * a, -1), self.fc).view(b, a, -1)
@@ -123,24 +165,39 @@ class ModelDrafter:
 
     def __init__(self, spec: ModelSpec, target: Decoder, seed: int = 2):
         if spec.vocab != target.spec.vocab:
-            raise SpecError(f"draft model {spec.name} has vocab {spec.vocab}, target {target.spec.vocab}")
+            raise SpecError(
+                f"draft model {spec.name} has vocab {spec.vocab}, target {target.spec.vocab}"
+            )
         self.spec = spec
         self.vocab = spec.vocab
-        self.model = Decoder(spec, target.device, target.dtype, seed=seed, max_pos=target.rope[0].shape[0])
+        self.model = Decoder(
+            spec, target.device, target.dtype, seed=seed, max_pos=target.rope[0].shape[0]
+        )
 
     def new_cache(self, max_batch: int, capacity: int) -> KVCache:
         return self.model.new_cache(max_batch, capacity)
 
     def draft_step(
-        self, tokens: torch.Tensor, hidden: torch.Tensor, pos: torch.Tensor, cache: KVCache,
-        context: int, slot: int, mask: torch.Tensor,
+        self,
+        tokens: torch.Tensor,
+        hidden: torch.Tensor,
+        pos: torch.Tensor,
+        cache: KVCache,
+        context: int,
+        slot: int,
+        mask: torch.Tensor,
     ) -> torch.Tensor:
         out, _ = self.model.forward(tokens, pos, cache, context, mask, slot=slot)
         return out
 
     def draft_extend(
-        self, tokens: torch.Tensor, hidden3: torch.Tensor, pos: torch.Tensor, cache: KVCache,
-        context: int, mask: torch.Tensor,
+        self,
+        tokens: torch.Tensor,
+        hidden3: torch.Tensor,
+        pos: torch.Tensor,
+        cache: KVCache,
+        context: int,
+        mask: torch.Tensor,
     ) -> torch.Tensor:
         out, _ = self.model.forward(tokens, pos, cache, context, mask)
         return out

@@ -64,11 +64,19 @@ def _calibration(x: Sequence[float] | np.ndarray, hardware: str, base: Calibrati
     )
 
 
-def _rows(run: dict[str, Any], measurements: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str, Any], float]]:
+def _rows(
+    run: dict[str, Any], measurements: Iterable[dict[str, Any]]
+) -> list[tuple[str, dict[str, Any], float]]:
     """(kind, arguments, measured seconds) for every fitted observation."""
     rows: list[tuple[str, dict[str, Any], float]] = []
     for r in run.get("verify", []):
-        rows.append(("verify", {"batch": r["batch"], "tokens": r["tokens"], "context": r["context"]}, r["seconds"]))
+        rows.append(
+            (
+                "verify",
+                {"batch": r["batch"], "tokens": r["tokens"], "context": r["context"]},
+                r["seconds"],
+            )
+        )
     for g in run.get("gemm", []):
         rows.append(("gemm", {"m": g["m"], "n": g["n"], "k": g["k"]}, g["seconds"]))
     for doc in measurements:
@@ -76,16 +84,47 @@ def _rows(run: dict[str, Any], measurements: Iterable[dict[str, Any]]) -> list[t
         for r in doc["runs"]:
             ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
             if "ar_phases_ms" in r:
-                rows.append(("verify", {"batch": b, "tokens": 1, "context": c}, r["ar_phases_ms"]["verify"] / 1e3))
+                rows.append(
+                    (
+                        "verify",
+                        {"batch": b, "tokens": 1, "context": c},
+                        r["ar_phases_ms"]["verify"] / 1e3,
+                    )
+                )
                 rows.append(("ar", {"batch": b, "context": c}, r["ar_step_ms"] / 1e3))
             if pol is None:
                 rows.append(("verify", {"batch": b, "tokens": 1, "context": c}, ph["verify"] / 1e3))
                 continue
-            rows.append(("verify", {"batch": b, "tokens": r["nodes"], "context": c}, ph["verify"] / 1e3))
-            rows.append(("step", {"batch": b, "depth": pol["depth"], "topk": pol["topk"],
-                                  "tokens": r["nodes"], "context": c}, ph["step"] / 1e3))
-            rows.append(("draft", {"batch": b, "depth": pol["depth"], "topk": pol["topk"], "context": c}, ph["draft"] / 1e3))
-            rows.append(("extend", {"batch": b, "accepted": pol["depth"] + 1, "context": c}, ph["extend"] / 1e3))
+            rows.append(
+                ("verify", {"batch": b, "tokens": r["nodes"], "context": c}, ph["verify"] / 1e3)
+            )
+            rows.append(
+                (
+                    "step",
+                    {
+                        "batch": b,
+                        "depth": pol["depth"],
+                        "topk": pol["topk"],
+                        "tokens": r["nodes"],
+                        "context": c,
+                    },
+                    ph["step"] / 1e3,
+                )
+            )
+            rows.append(
+                (
+                    "draft",
+                    {"batch": b, "depth": pol["depth"], "topk": pol["topk"], "context": c},
+                    ph["draft"] / 1e3,
+                )
+            )
+            rows.append(
+                (
+                    "extend",
+                    {"batch": b, "accepted": pol["depth"] + 1, "context": c},
+                    ph["extend"] / 1e3,
+                )
+            )
     return rows
 
 
@@ -102,7 +141,11 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
     if kind == "extend":
         return _scalar(cm.draft_extend_time(a["batch"], a["accepted"], a["context"]))
     if kind == "step":  # draft extend over depth + 1 tokens: the executor pads it so
-        return _scalar(cm.spec_step_time(a["batch"], a["depth"], a["topk"], a["tokens"], a["context"], a["depth"] + 1))
+        return _scalar(
+            cm.spec_step_time(
+                a["batch"], a["depth"], a["topk"], a["tokens"], a["context"], a["depth"] + 1
+            )
+        )
     if kind == "ar":
         return _scalar(cm.ar_step_time(a["batch"], a["context"]))
     raise ValueError(kind)
@@ -118,7 +161,10 @@ WEIGHTS = {"verify": 1.0, "step": 2.0, "ar": 1.0, "gemm": 0.0, "draft": 0.3, "ex
 
 
 def fit_calibration(
-    run: dict[str, Any], measurements: Sequence[dict[str, Any]] = (), *, base: Calibration | None = None,
+    run: dict[str, Any],
+    measurements: Sequence[dict[str, Any]] = (),
+    *,
+    base: Calibration | None = None,
     max_nfev: int = 400,
 ) -> tuple[Calibration, dict[str, Any]]:
     """Calibration fitted to a calibration-run document (+ measurement documents of the same GPU
@@ -131,7 +177,11 @@ def fit_calibration(
     hw = load_hardware(run["hardware"])
     target, drafter = load_model(run["target"]), load_model(run["drafter"])
     for doc in measurements:
-        if (doc["hardware"], doc["target"], doc["drafter"]) != (run["hardware"], run["target"], run["drafter"]):
+        if (doc["hardware"], doc["target"], doc["drafter"]) != (
+            run["hardware"],
+            run["target"],
+            run["drafter"],
+        ):
             raise SpecError("measurements must be of the calibration run's GPU and models")
     base = base or Calibration()
     over = _overheads(measurements)
@@ -166,11 +216,15 @@ def fit_calibration(
     sol = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac", max_nfev=max_nfev)
     cal = _calibration(sol.x, hw.name, base)
     cal = dataclasses.replace(
-        cal, source=f"spectune calibrate on {run.get('gpu', hw.name)}: least-squares fit of "
+        cal,
+        source=f"spectune calibrate on {run.get('gpu', hw.name)}: least-squares fit of "
         f"{len(rows)} executor timings (verify grid, GEMMs, loop phases); spectune.executor.fit",
     )
     end = model(sol.x)
-    report: dict[str, Any] = {"rows": len(rows), "params": dict(zip((p[0] for p in PARAMS), sol.x.tolist(), strict=True))}
+    report: dict[str, Any] = {
+        "rows": len(rows),
+        "params": dict(zip((p[0] for p in PARAMS), sol.x.tolist(), strict=True)),
+    }
     for kind in WEIGHTS:
         sel = np.array([k == kind for k, _, _ in rows])
         if sel.any():

@@ -18,7 +18,9 @@ import triton.language as tl
 
 # ---- add + RMSNorm -------------------------------------------------------------------------
 @triton.jit
-def _add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, H, eps, HAS_RES: tl.constexpr, BLOCK: tl.constexpr):
+def _add_rmsnorm_kernel(
+    x_ptr, res_ptr, w_ptr, out_ptr, H, eps, HAS_RES: tl.constexpr, BLOCK: tl.constexpr
+):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     m = cols < H
@@ -45,7 +47,10 @@ def reference_add_rmsnorm(
 
 
 def add_rmsnorm(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float = 1e-5,
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float = 1e-5,
     use_triton: bool | None = None,
 ) -> torch.Tensor:
     """x, residual: [..., H] contiguous; weight: [H]. Updates residual in place (residual += x)
@@ -57,8 +62,15 @@ def add_rmsnorm(
     out = torch.empty_like(x)
     res = residual if residual is not None else x
     _add_rmsnorm_kernel[(rows,)](
-        x, res, weight, out, h, eps, HAS_RES=residual is not None,
-        BLOCK=triton.next_power_of_2(h), num_warps=8 if h >= 4096 else 4,
+        x,
+        res,
+        weight,
+        out,
+        h,
+        eps,
+        HAS_RES=residual is not None,
+        BLOCK=triton.next_power_of_2(h),
+        num_warps=8 if h >= 4096 else 4,
     )
     return out
 
@@ -109,14 +121,20 @@ def _rope_kernel(x_ptr, pos_ptr, cos_ptr, sin_ptr, row_stride, HALF: tl.constexp
     tl.store(base + HALF + d, (x2 * c + x1 * s).to(x_ptr.dtype.element_ty))
 
 
-def rope_tables(max_pos: int, head_dim: int, theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    max_pos: int, head_dim: int, theta: float, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin: float32[max_pos, head_dim // 2] (Llama's rotate-half convention)."""
-    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim)
+    inv = 1.0 / theta ** (
+        torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim
+    )
     ang = torch.arange(max_pos, dtype=torch.float64, device=device)[:, None] * inv[None, :]
     return ang.cos().float(), ang.sin().float()
 
 
-def reference_rope_(x: torch.Tensor, heads: int, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+def reference_rope_(
+    x: torch.Tensor, heads: int, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> None:
     """Rotate the first `heads` heads of x: [T, W] (W >= heads * D) in place at positions pos: int64[T]."""
     half = cos.shape[1]
     v = x[:, : heads * 2 * half].view(x.shape[0], heads, 2, half)
@@ -127,7 +145,11 @@ def reference_rope_(x: torch.Tensor, heads: int, pos: torch.Tensor, cos: torch.T
 
 
 def rope_(
-    x: torch.Tensor, heads: int, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    x: torch.Tensor,
+    heads: int,
+    pos: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
     use_triton: bool | None = None,
 ) -> None:
     """In place on the first `heads` heads of each row of x: [T, W] (the fused q|k|v projection
@@ -173,8 +195,15 @@ def _rope_store_kernel(
 
 
 def rope_store_(
-    qkv: torch.Tensor, hq: int, hk: int, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-    kv: torch.Tensor, lo: int, use_triton: bool | None = None,
+    qkv: torch.Tensor,
+    hq: int,
+    hk: int,
+    pos: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kv: torch.Tensor,
+    lo: int,
+    use_triton: bool | None = None,
 ) -> None:
     """RoPE on the q heads of qkv: [B*N, (hq + 2*hk) * D] (in place) and on the k heads, whose
     rotated values go with the v heads into the cache kv: [2, B, cap, hk, D] at positions

@@ -41,25 +41,44 @@ def _splitk_kernel(
     for kk in range(0, k_per_split, BLOCK_K):
         k = k0 + kk + offs_k
         xmask = (offs_m[:, None] < M) & (k[None, :] < K)
-        w = tl.load(w_ptr + offs_n[:, None] * stride_wn + k[None, :],
-                    mask=(offs_n[:, None] < N) & (k[None, :] < K), other=0.0)
+        w = tl.load(
+            w_ptr + offs_n[:, None] * stride_wn + k[None, :],
+            mask=(offs_n[:, None] < N) & (k[None, :] < K),
+            other=0.0,
+        )
         if GATED:  # x = silu(gate) * up, read from [gate | up] rows of width 2K (SwiGLU fused)
-            g = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=xmask, other=0.0).to(tl.float32)
-            u = tl.load(x_ptr + offs_m[:, None] * stride_xm + K + k[None, :], mask=xmask, other=0.0).to(tl.float32)
+            g = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=xmask, other=0.0).to(
+                tl.float32
+            )
+            u = tl.load(
+                x_ptr + offs_m[:, None] * stride_xm + K + k[None, :], mask=xmask, other=0.0
+            ).to(tl.float32)
             x = (g / (1.0 + tl.exp(-g)) * u).to(w.dtype)
         else:
             x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=xmask, other=0.0)
         acc = tl.dot(x, tl.trans(w), acc)
     ok = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if DIRECT:
-        tl.store(p_ptr + offs_m[:, None] * stride_pm + offs_n[None, :], acc.to(p_ptr.dtype.element_ty), mask=ok)
+        tl.store(
+            p_ptr + offs_m[:, None] * stride_pm + offs_n[None, :],
+            acc.to(p_ptr.dtype.element_ty),
+            mask=ok,
+        )
     else:
-        tl.store(p_ptr + pid_s * stride_ps + offs_m[:, None] * stride_pm + offs_n[None, :], acc, mask=ok)
+        tl.store(
+            p_ptr + pid_s * stride_ps + offs_m[:, None] * stride_pm + offs_n[None, :], acc, mask=ok
+        )
 
 
 def splitk_linear(
-    x: torch.Tensor, w: torch.Tensor, splits: int, block_n: int = 64, block_k: int = 128,
-    warps: int = 4, stages: int = 4, gated: bool = False,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    splits: int,
+    block_n: int = 64,
+    block_k: int = 128,
+    warps: int = 4,
+    stages: int = 4,
+    gated: bool = False,
 ) -> torch.Tensor:
     """x: [M, K] (row-contiguous), w: [N, K] contiguous -> [M, N] in x's dtype. With `gated`,
     x is [M, 2K] = [gate | up] and the GEMM input is silu(gate) * up (never written out)."""
@@ -71,21 +90,55 @@ def splitk_linear(
     grid = (triton.cdiv(n, block_n), splits, triton.cdiv(m, block_m))
     if splits == 1:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
-        _splitk_kernel[grid](x, w, out, m, n, k, k_per, x.stride(0), w.stride(0), 0, out.stride(0),
-                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DIRECT=True, GATED=gated,
-                             num_warps=warps, num_stages=stages)
+        _splitk_kernel[grid](
+            x,
+            w,
+            out,
+            m,
+            n,
+            k,
+            k_per,
+            x.stride(0),
+            w.stride(0),
+            0,
+            out.stride(0),
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            BLOCK_K=block_k,
+            DIRECT=True,
+            GATED=gated,
+            num_warps=warps,
+            num_stages=stages,
+        )
         return out
     part = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
-    _splitk_kernel[grid](x, w, part, m, n, k, k_per, x.stride(0), w.stride(0), part.stride(0), part.stride(1),
-                         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DIRECT=False, GATED=gated,
-                         num_warps=warps, num_stages=stages)
+    _splitk_kernel[grid](
+        x,
+        w,
+        part,
+        m,
+        n,
+        k,
+        k_per,
+        x.stride(0),
+        w.stride(0),
+        part.stride(0),
+        part.stride(1),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        DIRECT=False,
+        GATED=gated,
+        num_warps=warps,
+        num_stages=stages,
+    )
     return part.sum(dim=0).to(x.dtype)
 
 
 def parse_variant(v: str) -> dict[str, Any]:
     """'splitk4/128x128/8w3s' -> splitk_linear keyword arguments."""
     head, *rest = v.split("/")
-    kw = {"splits": int(head[len("splitk"):])}
+    kw = {"splits": int(head[len("splitk") :])}
     if rest:
         bn, bk = rest[0].split("x")
         warps, stages = rest[1].rstrip("s").split("w")
@@ -123,7 +176,10 @@ class GemmPlan:
         return "cublas"
 
     def to_dict(self) -> dict[str, str]:
-        return {f"{n}x{k}@{m}{'+silu' if g else ''}": v for (n, k, m, g), v in sorted(self.choice.items())}
+        return {
+            f"{n}x{k}@{m}{'+silu' if g else ''}": v
+            for (n, k, m, g), v in sorted(self.choice.items())
+        }
 
 
 _PLAN = GemmPlan()
@@ -166,8 +222,11 @@ def linear_gated(gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def autotune(
-    shapes: Iterable[tuple[int, int]], device: torch.device, buckets: Sequence[int] = M_BUCKETS,
-    copies_bytes: int = 256 << 20, gated: Iterable[tuple[int, int]] = (),
+    shapes: Iterable[tuple[int, int]],
+    device: torch.device,
+    buckets: Sequence[int] = M_BUCKETS,
+    copies_bytes: int = 256 << 20,
+    gated: Iterable[tuple[int, int]] = (),
 ) -> tuple[GemmPlan, list[dict[str, object]]]:
     """Time every variant per weight shape (N, K) and M bucket, and for the `gated` shapes also
     the SwiGLU-fused form; weights rotate over enough copies that L2 never holds them.
@@ -179,12 +238,23 @@ def autotune(
     jobs = [(n, k, False) for n, k in shapes] + [(n, k, True) for n, k in gated]
     for n, k, fused in jobs:
         copies = max(1, -(-copies_bytes // (n * k * 2)))
-        ws = [torch.empty((n, k), device=device, dtype=torch.bfloat16).uniform_(-0.02, 0.02) for _ in range(copies)]
+        ws = [
+            torch.empty((n, k), device=device, dtype=torch.bfloat16).uniform_(-0.02, 0.02)
+            for _ in range(copies)
+        ]
         for m in buckets:
-            x = torch.empty((m, 2 * k if fused else k), device=device, dtype=torch.bfloat16).uniform_(-1, 1)
+            x = torch.empty(
+                (m, 2 * k if fused else k), device=device, dtype=torch.bfloat16
+            ).uniform_(-1, 1)
             best, best_t = "cublas", float("inf")
             for v in VARIANTS:
-                def call(x: torch.Tensor = x, v: str = v, ws: list[torch.Tensor] = ws, fused: bool = fused) -> None:
+
+                def call(
+                    x: torch.Tensor = x,
+                    v: str = v,
+                    ws: list[torch.Tensor] = ws,
+                    fused: bool = fused,
+                ) -> None:
                     for w in ws:
                         if not fused:
                             run_variant(v, x, w)
@@ -192,13 +262,32 @@ def autotune(
                             torch.nn.functional.linear(silu_mul(x), w)
                         else:
                             splitk_linear(x, w, gated=True, **parse_variant(v))
+
                 try:
                     t = graph_time(call, device) / len(ws)
                 except Exception as e:  # a variant that fails to compile is skipped
-                    rows.append({"n": n, "k": k, "m": m, "variant": v, "gated": fused, "error": repr(e)[:200]})
+                    rows.append(
+                        {
+                            "n": n,
+                            "k": k,
+                            "m": m,
+                            "variant": v,
+                            "gated": fused,
+                            "error": repr(e)[:200],
+                        }
+                    )
                     continue
-                rows.append({"n": n, "k": k, "m": m, "variant": v, "gated": fused, "seconds": t,
-                             "gb_s": n * k * 2 / t / 1e9})
+                rows.append(
+                    {
+                        "n": n,
+                        "k": k,
+                        "m": m,
+                        "variant": v,
+                        "gated": fused,
+                        "seconds": t,
+                        "gb_s": n * k * 2 / t / 1e9,
+                    }
+                )
                 if t < best_t:
                     best, best_t = v, t
             choice[(n, k, m, fused)] = best

@@ -88,8 +88,13 @@ def _walk_kernel_works(device: torch.device) -> bool:
     tok = torch.tensor([[9, 1, 2, 3]], device=device)
     tgt = torch.tensor([[1, 3, 0, 0]], device=device)
     try:
-        res = walk_tree(tok.reshape(-1), par.to(torch.int32).reshape(-1),
-                        torch.tensor([0, 4], dtype=torch.int32, device=device), tgt.reshape(-1), max_nodes=4)
+        res = walk_tree(
+            tok.reshape(-1),
+            par.to(torch.int32).reshape(-1),
+            torch.tensor([0, 4], dtype=torch.int32, device=device),
+            tgt.reshape(-1),
+            max_nodes=4,
+        )
     except Exception:  # a kernel that fails to build: the torch walk stands in
         return False
     return int(res.num_accepted[0]) == 2 and int(res.next_token[0]) == 0
@@ -143,7 +148,9 @@ class SpecRunner:
         use_kernels: bool = True,
     ):
         if policy.prune_threshold > 0 or policy.graft_budget > 0:
-            raise SpecError("the executor runs trees without pruning or grafting (prune_threshold 0, graft_budget 0)")
+            raise SpecError(
+                "the executor runs trees without pruning or grafting (prune_threshold 0, graft_budget 0)"
+            )
         self.target, self.drafter, self.policy = target, drafter, policy
         self.batch, self.context = batch, context
         self.tcache, self.dcache = target_cache, draft_cache
@@ -163,7 +170,11 @@ class SpecRunner:
 
             interpreted = os.environ.get("TRITON_INTERPRET") == "1"
             use_kernels = (dev.type == "cuda" or interpreted) and kernels_ready()
-        self.layout = KernelLayout(batch, self.nodes, context, target_cache.capacity, dev) if use_kernels else None
+        self.layout = (
+            KernelLayout(batch, self.nodes, context, target_cache.capacity, dev)
+            if use_kernels
+            else None
+        )
         self.walk = use_kernels and _walk_kernel_ready() and _walk_kernel_works(dev)
         b, n, p = batch, self.nodes, pool_size(d, k)
         i64: dict[str, Any] = {"dtype": torch.int64, "device": dev}
@@ -184,17 +195,30 @@ class SpecRunner:
         self.slot_mask = torch.zeros((b, self.slots, self.slots), dtype=torch.bool, device=dev)
         self.true = torch.ones((), dtype=torch.bool, device=dev)
         self.tree = select_tree(
-            self.pool_token, self.pool_parent, self.pool_score, self.pool_accept, self.pool_lo,
-            self.pool_level, self.root_token, n, d,
+            self.pool_token,
+            self.pool_parent,
+            self.pool_score,
+            self.pool_accept,
+            self.pool_lo,
+            self.pool_level,
+            self.root_token,
+            n,
+            d,
         )
         if self.static is not None:  # fixed shape: parents, depths and mask never change
             st = self.static
             self.tree = TreeBatch(
-                st.parents.expand(b, n).contiguous(), torch.zeros((b, n), **i64),
-                st.depth.expand(b, n).contiguous(), torch.ones((b, n), **f32),
-                torch.zeros((b, n), **f32), st.mask.expand(b, n, n).contiguous(),
+                st.parents.expand(b, n).contiguous(),
+                torch.zeros((b, n), **i64),
+                st.depth.expand(b, n).contiguous(),
+                torch.ones((b, n), **f32),
+                torch.zeros((b, n), **f32),
+                st.mask.expand(b, n, n).contiguous(),
             )
-            self.static_pos = [torch.full((b, lv.nodes.numel()), context + i, **i64) for i, lv in enumerate(st.levels)]
+            self.static_pos = [
+                torch.full((b, lv.nodes.numel()), context + i, **i64)
+                for i, lv in enumerate(st.levels)
+            ]
         self.target_tok = torch.zeros((b, n), **i64)
         self.argmax_tok = torch.zeros((b, n), **i64)
         h3 = 3 * target.spec.hidden if self.eagle else 1
@@ -205,7 +229,9 @@ class SpecRunner:
         self.num_acc32 = torch.zeros((b,), dtype=torch.int32, device=dev)
         self.other = target.spec.vocab - 1  # a token no draft holds (drafts skip the last id)
         self.graphs = _Graphs(
-            [self.draft, self.build, self.verify, self.accept, self.compact, self.extend], dev, use_graphs
+            [self.draft, self.build, self.verify, self.accept, self.compact, self.extend],
+            dev,
+            use_graphs,
         )
 
     # ---- phases ----------------------------------------------------------------------------------
@@ -223,7 +249,9 @@ class SpecRunner:
         dev = self.device
         ones = torch.ones((b, 1, 1), dtype=torch.bool, device=dev)
         pos = torch.full((b, 1), c, dtype=torch.int64, device=dev)
-        hid = self.drafter.draft_step(self.root_token[:, None], self.root_hidden[:, None], pos, self.dcache, c, 0, ones)
+        hid = self.drafter.draft_step(
+            self.root_token[:, None], self.root_hidden[:, None], pos, self.dcache, c, 0, ones
+        )
         tok = self._topk_tokens(hid, k)  # [B, 1, k]
         logc, acc, lo = self.syn.children(1, self.syn.draw_rows(1, (b, 1), dev), k)
         self.pool_token[:, :k] = tok[:, 0]
@@ -247,7 +275,9 @@ class SpecRunner:
             mask = sm[:, slot0 : slot0 + k, : slot0 + k]
             hid = self.drafter.draft_step(tokens, fr_hidden, pos, self.dcache, c, slot0, mask)
             ctok = self._topk_tokens(hid, k)  # [B, k, k]
-            logc, acc, lo = self.syn.children(level + 1, self.syn.draw_rows(level + 1, (b, k), dev), k)
+            logc, acc, lo = self.syn.children(
+                level + 1, self.syn.draw_rows(level + 1, (b, k), dev), k
+            )
             score = torch.gather(self.pool_score, 1, frontier)[:, :, None] + logc
             base = k + (level - 1) * k * k
             span = slice(base, base + k * k)
@@ -278,7 +308,9 @@ class SpecRunner:
             tokens = t.tokens[:, lv.nodes]
             hidden = prev[:, lv.from_prev]
             mask = mask_all[:, lv.slot0 : lv.slot0 + w, : lv.slot0 + w]
-            hid = self.drafter.draft_step(tokens, hidden, self.static_pos[i], self.dcache, c, lv.slot0, mask)
+            hid = self.drafter.draft_step(
+                tokens, hidden, self.static_pos[i], self.dcache, c, lv.slot0, mask
+            )
             top = self._topk_tokens(hid, lv.width)  # [B, W, width]
             _, acc, lo = self.syn.children(i + 1, self.syn.draw_rows(i + 1, (b, w), dev), lv.width)
             t.tokens[:, lv.children] = top.reshape(b, -1)[:, lv.pick]
@@ -292,8 +324,15 @@ class SpecRunner:
                 self.layout.set_mask(self.tree.mask)
             return
         t = select_tree(
-            self.pool_token, self.pool_parent, self.pool_score, self.pool_accept, self.pool_lo,
-            self.pool_level, self.root_token, self.nodes, self.policy.depth,
+            self.pool_token,
+            self.pool_parent,
+            self.pool_score,
+            self.pool_accept,
+            self.pool_lo,
+            self.pool_level,
+            self.root_token,
+            self.nodes,
+            self.policy.depth,
         )
         for name in ("parents", "tokens", "depth", "accept", "lo", "mask"):
             getattr(self.tree, name).copy_(getattr(t, name))
@@ -303,8 +342,13 @@ class SpecRunner:
     def verify(self) -> None:
         t = self.tree
         hidden, captured = self.target.forward(
-            t.tokens, self.context + t.depth, self.tcache, self.context, t.mask,
-            capture=self.capture_layers, kernel=self.layout,
+            t.tokens,
+            self.context + t.depth,
+            self.tcache,
+            self.context,
+            t.mask,
+            capture=self.capture_layers,
+            kernel=self.layout,
         )
         logits = self.target.lm_head(hidden)  # [B, N, vocab]
         self.argmax_tok.copy_(logits.argmax(dim=-1))
@@ -320,8 +364,11 @@ class SpecRunner:
             n = self.nodes
             qo = torch.arange(b + 1, dtype=torch.int32, device=self.device) * n
             res = walk_tree(
-                t.tokens.reshape(-1).contiguous(), t.parents.to(torch.int32).reshape(-1).contiguous(),
-                qo, self.target_tok.reshape(-1).contiguous(), max_nodes=n,
+                t.tokens.reshape(-1).contiguous(),
+                t.parents.to(torch.int32).reshape(-1).contiguous(),
+                qo,
+                self.target_tok.reshape(-1).contiguous(),
+                max_nodes=n,
             )
             path = res.accepted_nodes[:, : d + 1].long()
             num = res.num_accepted.long()
@@ -348,14 +395,20 @@ class SpecRunner:
         kv = self.tcache.kv[:, :, : self.batch]  # [L, 2, B, cap, KVH, D]
         lyr, _, b, cap, kvh, d = kv.shape
         kernel_compact_kv(
-            kv[:, 0].reshape(lyr, b * cap, kvh, d), kv[:, 1].reshape(lyr, b * cap, kvh, d),
-            self.layout.kv_indptr[:b], self.layout.prefix, self.path32, self.num_acc32,
+            kv[:, 0].reshape(lyr, b * cap, kvh, d),
+            kv[:, 1].reshape(lyr, b * cap, kvh, d),
+            self.layout.kv_indptr[:b],
+            self.layout.prefix,
+            self.path32,
+            self.num_acc32,
         )
 
     def extend(self) -> None:
         b, c, a = self.batch, self.context, self.policy.depth + 1
         tokens = torch.gather(self.tree.tokens, 1, self.path)
-        h3 = torch.gather(self.hidden3, 1, self.path[:, :, None].expand(b, a, self.hidden3.shape[-1]))
+        h3 = torch.gather(
+            self.hidden3, 1, self.path[:, :, None].expand(b, a, self.hidden3.shape[-1])
+        )
         pos = c + torch.arange(a, device=self.device).expand(b, a)
         causal = torch.ones((a, a), dtype=torch.bool, device=self.device).tril().expand(b, a, a)
         out = self.drafter.draft_extend(tokens, h3, pos, self.dcache, c, causal)
@@ -370,6 +423,7 @@ class SpecRunner:
                 fn()
         hist = torch.zeros((steps, self.batch), dtype=torch.int64, device=self.device)
         timer = PhaseTimer(SPEC_PHASES, steps, self.device)
+
         def record(step: int) -> None:
             hist[step].copy_(self.num_acc)
 
@@ -382,7 +436,13 @@ class ARRunner:
     """The same target without speculation: one token per sequence per step (the baseline)."""
 
     def __init__(
-        self, target: Decoder, batch: int, context: int, cache: KVCache, *, use_graphs: bool = True,
+        self,
+        target: Decoder,
+        batch: int,
+        context: int,
+        cache: KVCache,
+        *,
+        use_graphs: bool = True,
         use_kernels: bool = False,
     ):
         self.target, self.batch, self.context, self.cache = target, batch, context, cache
@@ -413,8 +473,12 @@ class ARRunner:
 
 
 def greedy_accept(
-    parents: torch.Tensor, tokens: torch.Tensor, depth: torch.Tensor, mask: torch.Tensor,
-    target: torch.Tensor, max_depth: int,
+    parents: torch.Tensor,
+    tokens: torch.Tensor,
+    depth: torch.Tensor,
+    mask: torch.Tensor,
+    target: torch.Tensor,
+    max_depth: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Torch greedy verification (the fallback of kernels.walk_tree).
 
@@ -424,7 +488,9 @@ def greedy_accept(
     b, n = parents.shape
     match = tokens == torch.gather(target, 1, parents.clamp(min=0))
     match[:, 0] = True
-    ok = ~(mask & ~match[:, None, :]).any(dim=-1)  # every node on the path matches its parent's target
+    ok = ~(mask & ~match[:, None, :]).any(
+        dim=-1
+    )  # every node on the path matches its parent's target
     best = torch.where(ok, depth, -1).argmax(dim=1)  # deepest accepted node (lowest index on ties)
     num = torch.gather(depth, 1, best[:, None])[:, 0]
     on_path = torch.gather(mask, 1, best[:, None, None].expand(b, 1, n))[:, 0]  # [B, N]

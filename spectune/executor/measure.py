@@ -30,7 +30,12 @@ PHASE_KEYS = ("draft", "tree", "verify", "accept", "compact", "extend", "overhea
 def gpu_hardware_name(device_name: str) -> str:
     """The HardwareSpec preset of a CUDA device name ('NVIDIA H100 80GB HBM3' -> 'h100-sxm')."""
     low = device_name.lower()
-    for key, preset in (("h200", "h200"), ("h100", "h100-sxm"), ("a100", "a100-80g"), ("l40s", "l40s")):
+    for key, preset in (
+        ("h200", "h200"),
+        ("h100", "h100-sxm"),
+        ("a100", "a100-80g"),
+        ("l40s", "l40s"),
+    ):
         if key in low:
             return preset
     raise SpecError(f"no hardware preset for GPU {device_name!r}; pass --hardware")
@@ -70,15 +75,27 @@ def run_record(spec: RunSpec, spec_res: Any, ar_res: Any) -> dict[str, Any]:
         "tokens_per_step": acc + 1.0,
         "tokens_per_s": tps,
         "ar_step_ms": ar_ms,
-        "ar_phases_ms": {"verify": ar_res.phases_s["verify"] * 1e3, "overhead": ar_res.phases_s["overhead"] * 1e3},
+        "ar_phases_ms": {
+            "verify": ar_res.phases_s["verify"] * 1e3,
+            "overhead": ar_res.phases_s["overhead"] * 1e3,
+        },
         "ar_tokens_per_s": ar_tps,
         "speedup": tps / ar_tps,
     }
 
 
 def measurement_doc(
-    *, gpu: str, hardware: str, target: str, drafter: str, workload: str, context: int,
-    steps: int, attention: str, runs: Sequence[dict[str, Any]], extra: dict[str, Any] | None = None,
+    *,
+    gpu: str,
+    hardware: str,
+    target: str,
+    drafter: str,
+    workload: str,
+    context: int,
+    steps: int,
+    attention: str,
+    runs: Sequence[dict[str, Any]],
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "schema": SCHEMA,
@@ -102,8 +119,14 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
     """SpecError unless `doc` has the measurement schema's fields and types."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise SpecError(f"{where}: not a {SCHEMA} document")
-    for key, typ in (("gpu", str), ("hardware", str), ("target", str), ("drafter", str),
-                     ("context", int), ("runs", list)):
+    for key, typ in (
+        ("gpu", str),
+        ("hardware", str),
+        ("target", str),
+        ("drafter", str),
+        ("context", int),
+        ("runs", list),
+    ):
         if not isinstance(doc.get(key), typ):
             raise SpecError(f"{where}: field {key!r} must be a {typ.__name__}")
     for i, r in enumerate(doc["runs"]):
@@ -114,7 +137,9 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
             if not isinstance(r.get(key), int | float) or isinstance(r.get(key), bool):
                 raise SpecError(f"{w}: field {key!r} must be a number")
         ph = r.get("phases_ms")
-        if not isinstance(ph, dict) or any(not isinstance(ph.get(k), int | float) for k in PHASE_KEYS):
+        if not isinstance(ph, dict) or any(
+            not isinstance(ph.get(k), int | float) for k in PHASE_KEYS
+        ):
             raise SpecError(f"{w}: field 'phases_ms' needs numbers for {', '.join(PHASE_KEYS)}")
         if r.get("policy") is not None:
             if not isinstance(r["policy"], dict):
@@ -128,8 +153,10 @@ def format_table(doc: dict[str, Any]) -> str:
         f"{doc['gpu']} ({doc['hardware']}), {doc['target']} + {doc['drafter']}, "
         f"context {doc['context']}, workload {doc.get('workload', '')}, attention {doc.get('attention', '')}"
     )
-    cols = f"{'batch':>5} {'policy':<24} {'N':>4} {'draft':>7} {'tree':>6} {'verify':>7} {'acc+cmp':>7} " \
-           f"{'extend':>6} {'ovh':>5} {'step ms':>8} {'acc':>5} {'tok/s':>9} {'AR tok/s':>9} {'speedup':>7}"
+    cols = (
+        f"{'batch':>5} {'policy':<24} {'N':>4} {'draft':>7} {'tree':>6} {'verify':>7} {'acc+cmp':>7} "
+        f"{'extend':>6} {'ovh':>5} {'step ms':>8} {'acc':>5} {'tok/s':>9} {'AR tok/s':>9} {'speedup':>7}"
+    )
     lines = [head, cols]
     for r in doc["runs"]:
         p = r["policy"]

@@ -35,7 +35,9 @@ def floor_bytes(spec: ModelSpec, batch: int, context: int) -> float:
     return float(weights + batch * context * spec.kv_bytes_per_token())
 
 
-def _fill(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype, gen: torch.Generator | None) -> torch.Tensor:
+def _fill(
+    shape: tuple[int, ...], device: torch.device, dtype: torch.dtype, gen: torch.Generator | None
+) -> torch.Tensor:
     t = torch.empty(shape, device=device, dtype=dtype)
     return t.uniform_(-INIT_RANGE, INIT_RANGE, generator=gen)
 
@@ -57,7 +59,9 @@ class LayerWeights:
     norm_mlp: torch.Tensor
 
     @classmethod
-    def random(cls, spec: ModelSpec, device: torch.device, dtype: torch.dtype, gen: torch.Generator | None) -> LayerWeights:
+    def random(
+        cls, spec: ModelSpec, device: torch.device, dtype: torch.dtype, gen: torch.Generator | None
+    ) -> LayerWeights:
         h, d = spec.hidden, spec.head_dim
         qkv_out = (spec.heads + 2 * spec.kv_heads) * d
         return cls(
@@ -75,10 +79,19 @@ class KVCache:
     layer's K viewed as [B * capacity, KVH, D]). A forward over N new tokens of each sequence
     writes their K/V at positions [context + slot, context + slot + N)."""
 
-    def __init__(self, spec: ModelSpec, max_batch: int, capacity: int, device: torch.device, dtype: torch.dtype):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        max_batch: int,
+        capacity: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ):
         self.capacity = capacity
         self.kv = torch.empty(
-            (spec.layers, 2, max_batch, capacity, spec.kv_heads, spec.head_dim), device=device, dtype=dtype
+            (spec.layers, 2, max_batch, capacity, spec.kv_heads, spec.head_dim),
+            device=device,
+            dtype=dtype,
         )
         self.kv.uniform_(-1.0, 1.0)  # prefix contents are arbitrary but finite
 
@@ -140,17 +153,32 @@ class Decoder:
     lm_head(hidden [B, N, hidden]) -> logits [B, N, vocab].
     """
 
-    def __init__(self, spec: ModelSpec, device: torch.device | str, dtype: torch.dtype = torch.bfloat16, seed: int = 0, max_pos: int = 1 << 17):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        device: torch.device | str,
+        dtype: torch.dtype = torch.bfloat16,
+        seed: int = 0,
+        max_pos: int = 1 << 17,
+    ):
         if spec.is_moe or spec.is_mla or spec.is_draft_head:
-            raise SpecError(f"{spec.name}: the executor runs dense decoders only (no MoE/MLA/heads)")
+            raise SpecError(
+                f"{spec.name}: the executor runs dense decoders only (no MoE/MLA/heads)"
+            )
         self.spec = spec
         self.device = torch.device(device)
         self.dtype = dtype
         gen = torch.Generator(device=self.device).manual_seed(seed)
         self.embed = _fill((spec.vocab, spec.hidden), self.device, dtype, gen)
-        self.layers = [LayerWeights.random(spec, self.device, dtype, gen) for _ in range(spec.layers)]
+        self.layers = [
+            LayerWeights.random(spec, self.device, dtype, gen) for _ in range(spec.layers)
+        ]
         self.norm_final = torch.ones(spec.hidden, device=self.device, dtype=dtype)
-        self.lm = self.embed if spec.tie_embeddings else _fill((spec.vocab, spec.hidden), self.device, dtype, gen)
+        self.lm = (
+            self.embed
+            if spec.tie_embeddings
+            else _fill((spec.vocab, spec.hidden), self.device, dtype, gen)
+        )
         self.rope = rope_tables(max_pos, spec.head_dim, ROPE_THETA, self.device)
 
     def new_cache(self, max_batch: int, capacity: int) -> KVCache:
@@ -173,13 +201,25 @@ class Decoder:
         b = tokens.shape[0]
         span = mask.shape[-1]
         if context + span > cache.capacity:
-            raise SpecError(f"cache capacity {cache.capacity} < context {context} + {span} new keys")
+            raise SpecError(
+                f"cache capacity {cache.capacity} < context {context} + {span} new keys"
+            )
         residual = torch.nn.functional.embedding(tokens, self.embed)  # fresh tensor: the stream
         x = add_rmsnorm(residual, None, self.layers[0].norm_attn)
         captured: dict[int, torch.Tensor] = {}
         for i, w in enumerate(self.layers):
             x, residual = layer_forward(
-                x, residual, w, self.spec, cache.layer(i, b), pos, context, slot, span, mask, self.rope,
+                x,
+                residual,
+                w,
+                self.spec,
+                cache.layer(i, b),
+                pos,
+                context,
+                slot,
+                span,
+                mask,
+                self.rope,
                 kernel,
             )
             nxt = self.layers[i + 1].norm_attn if i + 1 < len(self.layers) else self.norm_final

@@ -39,17 +39,35 @@ def plan_table(
 
     # the objective `spectune plan --calibration` builds; no turnover: the executor measures
     # pure decode steps at a fixed context
-    closed = closed_form_objective(target, drafter, calibration.hardware, workload, seed=seed,
-                                   calibration=calibration, turnover=False)
+    closed = closed_form_objective(
+        target,
+        drafter,
+        calibration.hardware,
+        workload,
+        seed=seed,
+        calibration=calibration,
+        turnover=False,
+    )
     space = PolicySpace(builders=builders, budget=(2, 128), allow_prune=False, graft=(0, 0))
     settings = SearchSettings(trials=trials, seed=seed, space=space)
     if min_gain is not None:  # the planner's margin before it leaves an engine default
         settings = dataclasses.replace(settings, min_gain=min_gain)
     buckets = [BucketSpec((b, b), (context, context)) for b in batches]
     results = search(closed, buckets, settings, setup={"calibration": calibration.source})
-    scenario = {"target": target, "drafter": drafter, "gpu": calibration.hardware, "workload": workload, "tp": 1}
-    provenance = {"spectune": __version__, "planner": "spectune.executor.planned.plan_table",
-                  "calibration": calibration.source, "trials": trials, "seed": seed,
-                  "min_gain": settings.min_gain,
-                  "space": f"{', '.join(builders)}; no prune, no graft (what the executor runs)"}
+    scenario = {
+        "target": target,
+        "drafter": drafter,
+        "gpu": calibration.hardware,
+        "workload": workload,
+        "tp": 1,
+    }
+    provenance = {
+        "spectune": __version__,
+        "planner": "spectune.executor.planned.plan_table",
+        "calibration": calibration.source,
+        "trials": trials,
+        "seed": seed,
+        "min_gain": settings.min_gain,
+        "space": f"{', '.join(builders)}; no prune, no graft (what the executor runs)",
+    }
     return build_table(results, closed, scenario, provenance)

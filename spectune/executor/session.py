@@ -61,7 +61,9 @@ class SessionConfig:
 class Session:
     """Target + drafter + caches on one device."""
 
-    def __init__(self, target: ModelSpec, drafter: ModelSpec, cfg: SessionConfig, device: torch.device | str):
+    def __init__(
+        self, target: ModelSpec, drafter: ModelSpec, cfg: SessionConfig, device: torch.device | str
+    ):
         self.cfg = cfg
         self.device = torch.device(device)
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
@@ -84,10 +86,18 @@ class Session:
 
     @property
     def attention_backend(self) -> str:
-        return "spectune.kernels tree_attention" if self.use_kernels else "flash prefix + masked tree (torch)"
+        return (
+            "spectune.kernels tree_attention"
+            if self.use_kernels
+            else "flash prefix + masked tree (torch)"
+        )
 
     def _check(self, batch: int, context: int, tokens: int) -> None:
-        if batch > self.cfg.max_batch or context > self.cfg.max_context or tokens > self.cfg.max_tree:
+        if (
+            batch > self.cfg.max_batch
+            or context > self.cfg.max_context
+            or tokens > self.cfg.max_tree
+        ):
             raise SpecError(
                 f"run (batch {batch}, context {context}, {tokens} tree tokens) exceeds the session "
                 f"(max batch {self.cfg.max_batch}, context {self.cfg.max_context}, tree {self.cfg.max_tree})"
@@ -96,15 +106,23 @@ class Session:
     def tune(self, batch: int, tokens: int, context: int) -> None:
         """Pick the fastest tree-attention config for this verify shape (once per shape)."""
         if self.use_kernels:
-            rows = tune_attention(batch, tokens, context, self.tcache.layer(0, batch), self.target.spec.heads)
+            rows = tune_attention(
+                batch, tokens, context, self.tcache.layer(0, batch), self.target.spec.heads
+            )
             if rows:
-                self.attention_rows.append({"batch": batch, "tokens": tokens, "context": context, "rows": rows})
+                self.attention_rows.append(
+                    {"batch": batch, "tokens": tokens, "context": context, "rows": rows}
+                )
 
     def run_ar(self, batch: int, context: int, steps: int, warmup: int = 3) -> PhaseResult:
         self._check(batch, context, 1)
         self.tune(batch, 1, context)
         r = ARRunner(
-            self.target, batch, context, self.tcache, use_graphs=self.cfg.use_graphs,
+            self.target,
+            batch,
+            context,
+            self.tcache,
+            use_graphs=self.cfg.use_graphs,
             use_kernels=self.use_kernels,
         )
         res = r.run(steps, warmup)
@@ -112,19 +130,37 @@ class Session:
         _free()
         return res
 
-    def run_spec(self, batch: int, context: int, policy: TreePolicy, acceptance: object, steps: int, warmup: int = 3) -> PhaseResult:
+    def run_spec(
+        self,
+        batch: int,
+        context: int,
+        policy: TreePolicy,
+        acceptance: object,
+        steps: int,
+        warmup: int = 3,
+    ) -> PhaseResult:
         self._check(batch, context, policy.budget)
         self.tune(batch, verify_tokens(policy, acceptance), context)
         r = SpecRunner(
-            self.target, self.drafter, acceptance, policy, batch, context, self.tcache, self.dcache,
-            use_graphs=self.cfg.use_graphs, use_kernels=self.use_kernels,
+            self.target,
+            self.drafter,
+            acceptance,
+            policy,
+            batch,
+            context,
+            self.tcache,
+            self.dcache,
+            use_graphs=self.cfg.use_graphs,
+            use_kernels=self.use_kernels,
         )
         res = r.run(steps, warmup)
         del r
         _free()
         return res
 
-    def verify_time(self, batch: int, tokens: int, context: int, reps: int = 10, use_kernels: bool | None = None) -> float:
+    def verify_time(
+        self, batch: int, tokens: int, context: int, reps: int = 10, use_kernels: bool | None = None
+    ) -> float:
         """Median seconds of one target forward (+ LM head and argmax on every token) over
         `batch` sequences x `tokens` chain tokens at `context`, replayed from a CUDA graph."""
         self._check(batch, context, tokens)
@@ -134,7 +170,12 @@ class Session:
             self.tune(batch, tokens, context)
         tok = torch.randint(0, self.target.spec.vocab, (batch, tokens), device=dev)
         pos = context + torch.arange(tokens, device=dev).expand(batch, tokens)
-        mask = torch.ones((tokens, tokens), dtype=torch.bool, device=dev).tril().expand(batch, tokens, tokens).contiguous()
+        mask = (
+            torch.ones((tokens, tokens), dtype=torch.bool, device=dev)
+            .tril()
+            .expand(batch, tokens, tokens)
+            .contiguous()
+        )
         layout = KernelLayout(batch, tokens, context, self.tcache.capacity, dev) if kern else None
         if layout is not None:
             layout.set_mask(mask)
@@ -183,7 +224,11 @@ def measure_runs(
             baselines[batch] = session.run_ar(batch, context, steps, warmup)
         ar = baselines[batch]
         try:
-            res = None if policy is None else session.run_spec(batch, context, policy, acceptance, steps, warmup)
+            res = (
+                None
+                if policy is None
+                else session.run_spec(batch, context, policy, acceptance, steps, warmup)
+            )
         except Exception:
             if not keep_going:
                 raise

@@ -55,11 +55,16 @@ class StaticPlan:
             if nodes.size == 0:
                 break
             pos_prev = {int(v): i for i, v in enumerate(prev)}
-            from_prev = np.array([pos_prev.get(int(tree.parents[v]), 0) for v in nodes], dtype=np.int64)
+            from_prev = np.array(
+                [pos_prev.get(int(tree.parents[v]), 0) for v in nodes], dtype=np.int64
+            )
             kids = np.flatnonzero(np.isin(tree.parents, nodes) & (np.arange(self.nodes) > 0))
             width = int(rank[kids].max()) + 1
             pos_here = {int(v): i for i, v in enumerate(nodes)}
-            pick = np.array([pos_here[int(tree.parents[c])] * width + int(rank[c]) for c in kids], dtype=np.int64)
+            pick = np.array(
+                [pos_here[int(tree.parents[c])] * width + int(rank[c]) for c in kids],
+                dtype=np.int64,
+            )
             self.levels.append(StaticLevel(
                 torch.tensor(nodes, device=device), torch.tensor(from_prev, device=device), len(slots),
                 width, torch.tensor(kids, device=device), torch.tensor(pick, device=device),

@@ -39,16 +39,22 @@ class SyntheticAcceptance:
             acc = np.asarray(bank.accept, dtype=np.float64)
             lo = np.cumsum(acc, axis=1) - acc
             stacked = np.stack([logc, acc, lo], axis=1)[:, :, :topk]
-            self.table.append(torch.tensor(stacked, dtype=torch.float32, device=device).contiguous())
+            self.table.append(
+                torch.tensor(stacked, dtype=torch.float32, device=device).contiguous()
+            )
 
     def rows(self, level: int) -> int:
         return int(self.table[level - 1].shape[0])
 
-    def draw_rows(self, level: int, shape: tuple[int, ...], device: torch.device | str) -> torch.Tensor:
+    def draw_rows(
+        self, level: int, shape: tuple[int, ...], device: torch.device | str
+    ) -> torch.Tensor:
         """int64[shape]: a uniformly drawn bank row for each drafted node whose children sit at `level`."""
         return torch.randint(0, self.rows(level), shape, device=device)
 
-    def children(self, level: int, rows: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def children(
+        self, level: int, rows: torch.Tensor, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """rows: int64[...] -> (logconf, accept, lo): float32[..., width] of ranks 0..width-1
         (one gather of the stacked table; the three are views of it)."""
         t = self.table[level - 1][rows]  # [..., 3, K]

@@ -33,7 +33,9 @@ class PhaseTimer:
         else:
             self._host.append(time.perf_counter())
 
-    def run(self, fns: Sequence[Callable[[], None]], after_step: Callable[[int], None] | None = None) -> None:
+    def run(
+        self, fns: Sequence[Callable[[], None]], after_step: Callable[[int], None] | None = None
+    ) -> None:
         """Run every phase function `steps` times in order; `after_step(i)` runs in the overhead slot."""
         k = len(self.phases) + 1
         for s in range(self.steps):

@@ -34,7 +34,9 @@ def tree_size(depth: int, topk: int, budget: int) -> int:
 
 def pool_levels(depth: int, topk: int) -> np.ndarray:
     """int64[P]: depth of each pool entry."""
-    return np.concatenate([np.full(topk, 1)] + [np.full(topk * topk, lv) for lv in range(2, depth + 1)])
+    return np.concatenate(
+        [np.full(topk, 1)] + [np.full(topk * topk, lv) for lv in range(2, depth + 1)]
+    )
 
 
 def stable_topk(score: torch.Tensor, k: int) -> torch.Tensor:

@@ -186,7 +186,11 @@ def closed_form_objective(
     from spectune.specs import load_hardware, load_model
     from spectune.specs.workload import load_workload
 
-    cal = calibration if isinstance(calibration, Calibration | None) else Calibration.load(calibration)
+    cal = (
+        calibration
+        if isinstance(calibration, Calibration | None)
+        else Calibration.load(calibration)
+    )
     cm = CostModel(
         load_hardware(gpu), load_model(target), load_model(drafter), tp=tp, calibration=cal
     )
