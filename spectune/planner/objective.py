@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from spectune.planner.capacity import KVBudget, auto_max_batch, kv_budget
 from spectune.specs.calibration import Calibration
 from spectune.specs.policy import TreePolicy
 
@@ -59,6 +60,9 @@ class ClosedFormObjective:
         planner.trees.expected_tokens_for_policy(policy, acceptance, samples, seed)
     output_tokens: mean output length of a request (prefill turnover, see the module
         docstring); None leaves turnover out (pure decode steps)
+    kv: the replica's KV-cache budget; with `mean_output_tokens`, a batch larger than the cache
+        holds at a context (prompt = context, plus the mean output) runs as the largest batch
+        that fits, as a server (and the simulator's objective) would. None: no cap.
     """
 
     def __init__(
@@ -70,6 +74,8 @@ class ClosedFormObjective:
         seed: int = 0,
         expected_tokens: Callable[[TreePolicy], float] | None = None,
         output_tokens: float | None = None,
+        kv: KVBudget | None = None,
+        mean_output_tokens: float | None = None,
     ) -> None:
         self.cost_model = cost_model
         self.acceptance = acceptance
@@ -77,6 +83,8 @@ class ClosedFormObjective:
         self.seed = seed
         self._expected_fn = expected_tokens
         self.output_tokens = output_tokens
+        self.kv = kv
+        self.mean_output_tokens = mean_output_tokens
         self._expected: dict[TreePolicy, float] = {}
         self._tokens: dict[TreePolicy, float] = {}
 
@@ -130,11 +138,20 @@ class ClosedFormObjective:
             t = t - np.asarray(cm.draft_extend_time(batch, e, context), np.float64)
         return batch * e / self.output_tokens * np.maximum(t, 0.0)
 
+    def fitting_batch(self, batch: Any, context: int) -> np.ndarray:
+        """float64[P]: each batch size, or the largest batch whose requests' KV fits the cache
+        at this context when that is smaller."""
+        b = np.atleast_1d(np.asarray(batch, dtype=np.float64))
+        if self.kv is None or self.mean_output_tokens is None:
+            return b
+        fits = auto_max_batch(self.kv, max(1, context), self.mean_output_tokens, cap=1 << 30)
+        return np.minimum(b, float(fits))
+
     def step_times(self, policy: TreePolicy | None, batch: Any, context: int) -> np.ndarray:
         """Seconds of one decoding iteration of the whole batch; batch: int[P] (or a scalar)
-        -> float64[P], one cost-model call for all of them."""
+        -> float64[P], one cost-model call for all of them (batches capped by KV capacity)."""
         cm = self.cost_model
-        b = np.atleast_1d(np.asarray(batch, dtype=np.float64))
+        b = self.fitting_batch(batch, context)
         if policy is None:
             t = np.broadcast_to(np.asarray(cm.ar_step_time(b, context), np.float64), b.shape)
             return t + self.turnover_times(None, b, context, 1.0)
@@ -151,11 +168,11 @@ class ClosedFormObjective:
         return float(self.step_times(policy, batch, context)[0])
 
     def __call__(self, policy: TreePolicy | None, batch: int, context: int) -> float:
-        return batch * self.expected_tokens(policy) / self.step_time(policy, batch, context)
+        return float(self.many(policy, batch, context)[0])
 
     def many(self, policy: TreePolicy | None, batches: Any, context: int) -> np.ndarray:
         """tokens/s at several batch sizes (float64[P]) in one cost-model call."""
-        b = np.atleast_1d(np.asarray(batches, dtype=np.float64))
+        b = self.fitting_batch(batches, context)
         return b * self.expected_tokens(policy) / self.step_times(policy, b, context)
 
     def step_latency(self, policy: TreePolicy | None, batch: int, context: int) -> float:
@@ -175,12 +192,15 @@ def closed_form_objective(
     seed: int = 0,
     turnover: bool = False,
     calibration: Calibration | str | os.PathLike[str] | None = None,
+    kv_capacity: bool = False,
 ) -> ClosedFormObjective:
     """Build the default objective from preset names or spec file paths. `turnover`: charge
     the prefill of requests replacing finished ones (the workload's mean output length), as
     the planner's scorer does (simulator.scoring); off, steps are pure decode (what-if pages,
     GPU measurements). `calibration`: a fitted Calibration or its file (`spectune calibrate`)
-    for the cost model; one fitted on another GPU than `gpu` is a SpecError."""
+    for the cost model; one fitted on another GPU than `gpu` is a SpecError. `kv_capacity`:
+    run no larger batch than the KV cache holds at the context (and a model that does not fit
+    the GPUs at all is a SpecError), as the planner's scorer does."""
     from spectune.planner.acceptance import acceptance_model
     from spectune.planner.costmodel import CostModel
     from spectune.specs import load_hardware, load_model
@@ -191,10 +211,18 @@ def closed_form_objective(
         if isinstance(calibration, Calibration | None)
         else Calibration.load(calibration)
     )
-    cm = CostModel(
-        load_hardware(gpu), load_model(target), load_model(drafter), tp=tp, calibration=cal
-    )
+    hw, tgt, dft = load_hardware(gpu), load_model(target), load_model(drafter)
+    cm = CostModel(hw, tgt, dft, tp=tp, calibration=cal)
     wl = load_workload(workload)
     model = acceptance_model(wl)
     out = float(wl.output_len_mean_tokens) if turnover else None
-    return ClosedFormObjective(cm, model, samples=samples, seed=seed, output_tokens=out)
+    kv = kv_budget(hw, tgt, dft, tp=tp) if kv_capacity else None
+    return ClosedFormObjective(
+        cm,
+        model,
+        samples=samples,
+        seed=seed,
+        output_tokens=out,
+        kv=kv,
+        mean_output_tokens=float(wl.output_len_mean_tokens),
+    )

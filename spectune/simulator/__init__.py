@@ -8,8 +8,8 @@ model, and charges the CostModel's time. The same run with speculation off, on t
 arrivals and lengths, gives the speedup.
 """
 
+from spectune.planner.capacity import KVBudget, kv_budget
 from spectune.simulator.arrivals import ClosedLoop, Gamma, Poisson, Trace, load_trace
-from spectune.simulator.capacity import KVBudget, kv_budget
 from spectune.simulator.engine import RunResult, SimConfig, SimResult, simulate
 from spectune.simulator.lengths import LENGTH_PRESETS, LengthDist, length_preset, parse_length
 from spectune.simulator.metrics import Latency, Metrics

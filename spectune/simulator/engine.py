@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import simpy
 
+from spectune.planner.capacity import KVBudget, auto_max_batch, check_batch_fits, kv_budget
 from spectune.simulator.arrivals import ClosedLoop, Trace
-from spectune.simulator.capacity import KVBudget, auto_max_batch, check_batch_fits, kv_budget
 from spectune.simulator.config import SimConfig
 from spectune.simulator.iterations import IterationLog
 from spectune.simulator.lengths import LengthDist

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from spectune.planner.capacity import auto_max_batch, kv_budget
 from spectune.simulator.arrivals import ClosedLoop
-from spectune.simulator.capacity import auto_max_batch, kv_budget
 from spectune.simulator.engine import (
     SimConfig,
     SimResult,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from spectune.simulator.capacity import KVBudget
+from spectune.planner.capacity import KVBudget
 from spectune.simulator.iterations import IterationLog
 from spectune.simulator.requests import Requests
 from spectune.simulator.speculation import Speculator

@@ -30,6 +30,7 @@ def build_scorer(scenario: Mapping[str, Any]) -> tuple[Scorer, ClosedFormObjecti
         scenario["workload"],
         tp=int(scenario.get("tp", 1)),
         turnover=True,  # saturated servers replace finished requests, as the simulator does
+        kv_capacity=True,  # and run no larger batch than the KV cache holds at the context
         calibration=scenario.get("calibration"),  # a calibration file, or None: defaults
     )
     kind = scenario.get("objective", "closed-form")

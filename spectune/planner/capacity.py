@@ -1,9 +1,10 @@
 """KV-cache capacity of one replica: HBM left after weights and an activation reserve, divided
 by the KV bytes one token needs (target plus drafter), in pages of `block_size` tokens.
 
-This is what admission and preemption count against, and where impossible configurations are
-caught before any simulation: a model that does not fit, a request longer than the whole cache,
-a maximum batch the cache cannot hold at the workload's lengths.
+The simulator's admission and preemption count against it, and it catches impossible
+configurations before any simulation (a model that does not fit, a request longer than the whole
+cache, a maximum batch the cache cannot hold); the planner's closed form uses it to run no larger
+batch than the cache holds at a bucket's context.
 """
 
 from __future__ import annotations
