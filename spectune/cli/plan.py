@@ -30,6 +30,7 @@ from spectune.planner.buckets import (
     BucketSpec,
     buckets_from_edges,
 )
+from spectune.planner.objective import ClosedFormObjective
 from spectune.planner.search import BucketResult, Scorer, SearchSettings, choose, search
 from spectune.planner.studies import (
     ATTR_SETUP,
@@ -96,7 +97,11 @@ def format_range(r: tuple[int, int]) -> str:
     return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
 
 
-def print_table(results: Sequence[BucketResult], out: Any = None) -> None:
+def print_table(
+    results: Sequence[BucketResult], out: Any = None, closed: ClosedFormObjective | None = None
+) -> None:
+    """The plan as a table; with `closed`, buckets whose largest batch the KV cache cannot hold
+    at their context say how many requests actually run."""
     out = out or sys.stdout
     head = (
         f"{'batch':>8} {'context':>12}  {'policy':<30} {'tok/s':>9} {'vs off':>7} "
@@ -115,6 +120,15 @@ def print_table(results: Sequence[BucketResult], out: Any = None) -> None:
         )
         if r.note:
             print(f"{'':>8} note: {r.note}", file=out)
+        if closed is not None:
+            ctx = r.bucket.context_point
+            fits = int(closed.fitting_batch(r.bucket.batch[1], ctx)[0])
+            if fits < r.bucket.batch[1]:
+                print(
+                    f"{'':>8} note: the KV cache holds {fits} requests at context {ctx}; "
+                    "larger batches run as that many",
+                    file=out,
+                )
         for q in r.pareto:
             print(
                 f"{'':>23}pareto  {format_policy(q.policy):<30} {q.tokens_per_s:9.0f} tok/s "
@@ -327,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
         f"(tp {scenario['tp']}), workload {scenario['workload']}, objective {args.objective}, "
         f"{provenance['trials']} trials in {elapsed:.1f} s"
     )
-    print_table(results)
+    print_table(results, closed=closed)
     table.save(args.out)
     print(f"wrote {args.out}")
     return 0
