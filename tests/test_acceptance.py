@@ -26,8 +26,8 @@ from spectune.planner.acceptance.fit import (
     EAGLE2_DEFAULT,
     policy_tokens,
     retrieval_chain_tokens,
-    workload_from_trace,
 )
+from spectune.planner.fit import LoadedTraces, fit_workload
 from spectune.planner.trace import TraceHeader, make_step
 from spectune.planner.trees import build_tree
 from spectune.specs import DraftTree, SpecError, TreePolicy
@@ -290,7 +290,13 @@ def test_workload_from_trace_recovers_the_profile() -> None:
     truth = PositionalAcceptance([[0.6, 0.2, 0.1]])
     steps = synthetic_trace(truth, 150, seed=2)
     header = TraceHeader("m", "d", "p", max_depth=4, max_topk=3)
-    wl = workload_from_trace(header, steps, "fitted", width=3)
+    wl = fit_workload(
+        LoadedTraces([header], steps),
+        "fitted",
+        acceptance="positional",
+        width=3,
+        calibrate_to_replay=False,
+    )
     assert wl.accept_by_rank[0] == pytest.approx((0.6, 0.2, 0.1), abs=0.06)
     fitted = acceptance_model(wl)
     tree = build_tree(POLICY, truth, np.random.default_rng(0))

@@ -8,15 +8,12 @@ The presets in specs.workload were fitted with `fit_confidence_scale` and
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from spectune.planner.acceptance.base import RetrievalProfile
 from spectune.planner.acceptance.confidence import ConfidenceAcceptance
-from spectune.planner.acceptance.replay import TraceReplay
-from spectune.planner.trace import TraceHeader, TraceStep
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import TreePolicy
 from spectune.specs.workload import Workload
@@ -105,65 +102,3 @@ def fit_retrieval_scale(
         return retrieval_chain_tokens(RetrievalProfile(rho, np.asarray(match_probs)), length)
 
     return bisect(f, target_tokens, 0.0, 2.0, tol=1e-4)
-
-
-def workload_from_trace(
-    header: TraceHeader,
-    steps: Sequence[TraceStep],
-    name: str,
-    *,
-    width: int = 8,
-    bins: int = 10,
-    source: str = "",
-) -> Workload:
-    """A Workload fitted from recorded steps: the empirical positional table (how often the
-    rank-r model child was the target's token, per depth) as a positional profile, plus the
-    confidence parameters (mean top-1 draft probability per depth, and a calibration curve of
-    the hit rate by draft-probability bin, capped at the diagonal) so that the confidence model
-    can be chosen by editing `acceptance`."""
-    replay = TraceReplay(steps)
-    depth = min(header.max_depth, replay.max_level)
-    table = replay.positional_table(depth, width)
-    confs, hits, top1 = [], [], []
-    for lvl in range(1, depth + 1):
-        bank = replay.candidate_bank(lvl, width)
-        live = bank.conf > 0
-        confs.append(bank.conf[live])
-        hits.append(bank.accept[live])
-        top1.append(float(bank.conf[:, 0].mean()))
-    conf = np.concatenate(confs)
-    hit = np.concatenate(hits)
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    xs, ys = [0.0], [0.0]
-    for lo, hi in itertools.pairwise(edges):
-        sel = (conf >= lo) & (conf < hi if hi < 1 else conf <= hi)
-        if sel.sum() >= 5:
-            x = float(conf[sel].mean())
-            if x > xs[-1] + 1e-6 and x < 1.0:
-                xs.append(x)
-                ys.append(min(float(hit[sel].mean()), x))
-    xs.append(1.0)
-    ys.append(min(1.0, max(ys[-1], ys[-1])) if len(ys) > 1 else 1.0)
-    ys = list(np.minimum(np.maximum.accumulate(ys), xs))
-    rows = []
-    for d in range(depth):
-        row = [float(v) for v in table[d]]
-        s = sum(row)
-        rows.append(tuple(v / s for v in row) if s > 1 else tuple(row))
-    return Workload(
-        name=name,
-        acceptance="positional",
-        temperature=header.temperature,
-        accept_by_rank=tuple(rows),
-        depth_decay=1.0,
-        confidence_mean=tuple(float(np.clip(t, 1e-3, 0.999)) for t in top1),
-        calibration_x=tuple(xs),
-        calibration_y=tuple(ys),
-        source=source
-        or f"trace: model {header.model}, drafter {header.drafter}, prompts "
-        f"{header.prompt_set}, {len(steps)} steps",
-        fitted=f"spectune.planner.acceptance.fit.workload_from_trace: empirical rank hit rates "
-        f"per depth (ranks < {width}, depths <= {depth}); calibration = hit rate per draft-"
-        f"probability bin ({bins} bins, capped at the diagonal); confidence_mean = mean top-1 "
-        "draft probability per depth",
-    )
