@@ -286,7 +286,7 @@ def test_workload_data_folder(tmp_path: Path) -> None:
         _load_data_dir(tmp_path)
 
 
-def test_workload_from_trace_recovers_the_profile() -> None:
+def test_fit_workload_recovers_the_profile() -> None:
     truth = PositionalAcceptance([[0.6, 0.2, 0.1]])
     steps = synthetic_trace(truth, 150, seed=2)
     header = TraceHeader("m", "d", "p", max_depth=4, max_topk=3)
