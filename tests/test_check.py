@@ -179,21 +179,25 @@ def test_fit_recovers_a_known_calibration() -> None:
 
 
 def _phase_doc(
-    cm: CostModel, shapes: list[tuple[int, int, int, int]], c: int = 4096
+    cm: CostModel,
+    shapes: list[tuple[int, int, int, int]],
+    c: int = 4096,
+    builder: str = "dynamic-topk",
 ) -> dict[str, Any]:
-    """A measurement whose per-phase times are the cost model's own, run by run (b, d, k, n)."""
+    """A measurement whose per-phase times are the cost model's own, run by run (b, d, k, n),
+    every run's trees built by `builder`."""
     runs = []
     for b, d, k, n in shapes:
-        over = _scalar(cm.step_overhead_time(b, n)) * 1e3
+        over = _scalar(cm.step_overhead_time(b, n, builder=builder)) * 1e3
         ph = {
-            "draft": _scalar(cm.draft_time(b, d, k, c)) * 1e3,
+            "draft": _scalar(cm.draft_time(b, d, k, c, builder=builder)) * 1e3,
             "tree": over,
             "accept": 0.0,
             "compact": 0.0,
             "overhead": 0.0,
             "extend": _scalar(cm.draft_extend_time(b, d + 1, c)) * 1e3,
             "verify": _scalar(cm.verify_time(b, n, c)) * 1e3,
-            "step": _scalar(cm.spec_step_time(b, d, k, n, c, d + 1)) * 1e3,
+            "step": _scalar(cm.spec_step_time(b, d, k, n, c, d + 1, builder=builder)) * 1e3,
         }
         runs.append(
             {
@@ -207,7 +211,7 @@ def _phase_doc(
                     "overhead": _scalar(cm.step_overhead_time(b, 1)) * 1e3,
                 },
                 "policy": {
-                    "builder": "dynamic-topk",
+                    "builder": builder,
                     "depth": d,
                     "topk": k,
                     "budget": n,
@@ -259,6 +263,39 @@ def test_fit_recovers_a_known_draft_step_cost() -> None:
     assert cal.draft_step_s == pytest.approx(60e-6, rel=0.05)
     assert cal.tree_build_per_node_s == pytest.approx(0.05e-6, rel=1e-6)
     assert report["mape_draft_after"] < 0.01 and report["mape_step_after"] < 0.01
+
+
+def test_fit_recovers_a_known_static_draft_step_cost() -> None:
+    """Static-builder runs made with a 35 us fixed cost per draft step and a 40 us fixed tree
+    cost, beside dynamic runs at 80 us and 150 us, are fitted back to both builders' figures
+    (the static per-step cost from a start of 20 us)."""
+    from spectune.executor.fit import _calibration, _overheads, fit_calibration
+
+    truth = _calibration([0.7, 0.5, 0.3, 0.4, 5.0, 0.75, 300.0, 80.0], HW, Calibration())
+    truth = dataclasses.replace(
+        truth,
+        tree_build_s=150e-6,
+        tree_build_per_node_s=0.05e-6,
+        static_draft_step_s=35e-6,
+        static_tree_build_s=40e-6,
+    )
+    cm = _cm(truth)
+    docs = [_phase_doc(cm, SHAPES), _phase_doc(cm, SHAPES, builder="static")]
+    over = _overheads(docs)
+    assert over["static_tree_build_s"] == pytest.approx(40e-6, rel=1e-6)
+    assert over["tree_build_s"] == pytest.approx(150e-6, rel=1e-6)
+    assert "static_tree_build_s" not in _overheads(docs[:1])  # nothing measured: default stays
+    verify = [
+        {"batch": b, "tokens": n, "context": c, "seconds": _scalar(cm.verify_time(b, n, c))}
+        for b in (1, 64)
+        for n in (1, 64)
+        for c in (512, 4096)
+    ]
+    run = {"hardware": HW, "target": TARGET, "drafter": DRAFTER, "verify": verify}
+    cal, report = fit_calibration(run, docs, max_nfev=40)
+    assert cal.static_draft_step_s == pytest.approx(35e-6, rel=0.05)
+    assert cal.draft_step_s == pytest.approx(80e-6, rel=0.05)
+    assert report["mape_step_after"] < 0.01
 
 
 def _scalar(x: object) -> float:

@@ -379,6 +379,37 @@ def test_draft_step_and_tree_node_costs_by_hand() -> None:
     assert float(step) == pytest.approx(5 * 80 * us)
 
 
+def test_static_builder_fixed_costs_by_hand() -> None:
+    """The static builder's own per-step and tree costs, worked by hand, and the uncalibrated
+    estimate (half the dynamic per-step cost, the dynamic tree cost)."""
+    us = 1e-6
+    cal = Calibration(
+        draft_step_s=80 * us,
+        static_draft_step_s=40 * us,
+        tree_build_s=100 * us,
+        static_tree_build_s=15 * us,
+        tree_build_per_node_s=0.05 * us,
+        step_overhead_s=10 * us,
+        per_request_overhead_s=1 * us,
+    )
+    target, head = model_preset("llama-3.1-8b"), model_preset("eagle3-llama-3.1-8b")
+    cm = CostModel(H100, target, head, calibration=cal)
+    dyn = cm.spec_step_time(8, 5, 4, 8, 4096, 3.0)
+    sta = cm.spec_step_time(8, 5, 4, 8, 4096, 3.0, builder="static")
+    # 5 draft steps x (80 - 40) us + tree (100 - 15) us = 285 us less per iteration
+    assert float(dyn - sta) == pytest.approx(285 * us)
+    # B=8, 8-node static trees: 10 fixed + 8 x 1 per request + 15 tree + 8 x 8 x 0.05 = 36.2 us
+    assert float(cm.step_overhead_time(8, 8, builder="static")) == pytest.approx(36.2 * us)
+    assert float(cm.draft_time(1, 5, 4, 4096, builder="static")) == pytest.approx(
+        float(cm.draft_time(1, 5, 4, 4096)) - 5 * 40 * us
+    )
+    plain = Calibration(draft_step_s=80 * us, tree_build_s=100 * us)
+    assert plain.draft_step_cost_s("static") == pytest.approx(40 * us)  # STATIC_STEP_FRACTION
+    assert plain.tree_build_cost_s("static") == pytest.approx(100 * us)
+    with pytest.raises(SpecError, match="builder"):
+        cm.draft_time(1, 5, 4, 4096, builder="sequoia")
+
+
 def test_calibration_file_errors_name_field_and_file(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"launch_s": "fast"}))

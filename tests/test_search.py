@@ -54,7 +54,15 @@ class FakeCost:
         return 0.010 + 2e-5 * batch + 1e-9 * batch * context
 
     def spec_step_time(
-        self, batch: int, depth: int, topk: int, budget: float, context: int, accepted: float
+        self,
+        batch: int,
+        depth: int,
+        topk: int,
+        budget: float,
+        context: int,
+        accepted: float,
+        *,
+        builder: str = "dynamic-topk",
     ) -> float:
         verify = 0.010 + 2e-5 * batch * budget + 1e-9 * batch * context
         draft = depth * (0.0004 + 2e-6 * batch * topk)

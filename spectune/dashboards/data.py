@@ -192,10 +192,12 @@ def what_if(scenario: Scenario, policy: TreePolicy | None, batch: int, context: 
         tokens = obj.tree_tokens(policy)
         expected = obj.expected_tokens(policy)
         phases = {
-            "draft": _f(cm.draft_time(batch, policy.depth, policy.topk, context)),
+            "draft": _f(
+                cm.draft_time(batch, policy.depth, policy.topk, context, builder=policy.builder)
+            ),
             "verify": _f(cm.verify_time(batch, tokens, context)),
             "draft extend": _f(cm.draft_extend_time(batch, expected, context)),
-            "overhead": _f(cm.step_overhead_time(batch, tokens)),
+            "overhead": _f(cm.step_overhead_time(batch, tokens, builder=policy.builder)),
         }
         if policy.graft_budget > 0:
             phases["retrieval"] = _f(cm.retrieval_time(batch))
@@ -232,11 +234,11 @@ def _draft_steps(cm: CostModel, policy: TreePolicy, batch: int, context: int) ->
         steps[f"{policy.depth - 1} later steps ({policy.topk} tokens/seq each)"] = (
             policy.depth - 1
         ) * later
-    if policy.depth > 0 and cm.calibration.draft_step_s > 0:
-        # top-k, frontier sort and pool bookkeeping: a fixed cost per step (CostModel.draft_time)
-        steps[f"top-k / sort / pool x {policy.depth} steps"] = (
-            policy.depth * cm.calibration.draft_step_s
-        )
+    fixed = cm.calibration.draft_step_cost_s(policy.builder)
+    if policy.depth > 0 and fixed > 0:
+        # top-k, frontier sort and pool bookkeeping: a fixed cost per step of this builder
+        # (CostModel.draft_time)
+        steps[f"top-k / sort / pool x {policy.depth} steps"] = policy.depth * fixed
     return steps
 
 

@@ -6,7 +6,8 @@ none: the cost model's defaults) configures CostModel(hardware, target, drafter)
 - verify latency: CostModel.verify_time(batch, tree tokens, context) vs the measured verify phase
   (and the baseline's verify at 1 token);
 - speedup: predicted = tokens_per_step_measured / spec_step_time(batch, depth, topk, tree tokens,
-  context, depth + 1) x ar_step_time(batch, context) vs the measured speedup. The measured
+  context, depth + 1, builder=the run's policy builder) x ar_step_time(batch, context) vs the
+  measured speedup. The measured
   accepted length is used on both sides, so the check tests the timing model (acceptance is
   checked separately, against the acceptance model, by the executor's tests); draft extend is
   priced over depth + 1 tokens because the executor pads it so (graph-captured, as engines do).
@@ -151,7 +152,7 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
         res.verify.append(
             Row(name, f"verify {label} N={n}", _scalar(cm.verify_time(b, n, c)), ph["verify"] / 1e3)
         )
-        spec_pred = _scalar(cm.spec_step_time(b, d, k, n, c, d + 1))
+        spec_pred = _scalar(cm.spec_step_time(b, d, k, n, c, d + 1, builder=pol["builder"]))
         pred_speedup = r["tokens_per_step"] / spec_pred * ar_pred
         res.speedup.append(Row(name, f"speedup {label}", pred_speedup, r["speedup"]))
 

@@ -7,11 +7,13 @@ least-squares fit minimises the log-ratio of predicted to measured seconds over
 - the phases of measured speculative runs (verify over the tree, drafting, draft extend).
 Parameters: weight/attention/elementwise bandwidth efficiencies, attention FLOP efficiency,
 the per-kernel launch cost inside a graph, the fixed cost of each draft step beyond the
-drafter's forward (top-k, frontier sort, pool bookkeeping: draft_step_s), and the GEMM
+drafter's forward (top-k, frontier sort, pool bookkeeping: draft_step_s; and
+static_draft_step_s when static-builder runs are among the measurements), and the GEMM
 efficiency curve
 eff(M) = e_max * (1 - exp(-M / m0)) tabulated on a grid (M / eff grows with M, as Calibration
 requires). The fixed per-step costs (step overhead, per-request cost, tree building: fixed and
-per tree node) come from a linear fit of the non-forward phases. Graph batch sizes are every
+per tree node, and the static builder's fixed tree cost when measured) come from a linear fit
+of the non-forward phases. Each run is priced with its policy's builder. Graph batch sizes are every
 batch up to 256, because the executor captures a graph at each measured batch exactly (no
 padding).
 """
@@ -40,18 +42,27 @@ PARAMS = (
     ("gemm_m0", 1.0, 4096.0, 256.0),
     ("draft_step_us", 0.0, 500.0, 40.0),
 )
+# fitted only when static-builder runs are measured (otherwise nothing constrains it)
+STATIC_PARAM = ("static_draft_step_us", 0.0, 500.0, 20.0)
 
 
-def _calibration(x: Sequence[float] | np.ndarray, hardware: str, base: Calibration) -> Calibration:
-    p = dict(zip((n for n, *_ in PARAMS), x, strict=True))
+def _calibration(
+    x: Sequence[float] | np.ndarray,
+    hardware: str,
+    base: Calibration,
+    params: Sequence[tuple[str, float, float, float]] = PARAMS,
+) -> Calibration:
+    p = dict(zip((n for n, *_ in params), x, strict=True))
     grid = np.asarray(GEMM_GRID)
     eff = p["gemm_emax"] * -np.expm1(-grid / p["gemm_m0"])
     eff = np.clip(eff, 1e-4, 1.0)
     per = np.maximum.accumulate(grid / eff)  # enforce M/eff non-decreasing exactly
     eff = grid / per
+    static = p.get("static_draft_step_us")
     return dataclasses.replace(
         base,
         hardware=hardware,
+        static_draft_step_s=base.static_draft_step_s if static is None else float(static) * 1e-6,
         weight_bw_efficiency=float(p["weight_bw_efficiency"]),
         attention_bw_efficiency=float(p["attention_bw_efficiency"]),
         attention_flops_efficiency=float(p["attention_flops_efficiency"]),
@@ -83,6 +94,7 @@ def _rows(
         c = doc["context"]
         for r in doc["runs"]:
             ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
+            builder = pol["builder"] if pol is not None else None
             if "ar_phases_ms" in r:
                 rows.append(
                     (
@@ -107,6 +119,7 @@ def _rows(
                         "topk": pol["topk"],
                         "tokens": r["nodes"],
                         "context": c,
+                        "builder": builder,
                     },
                     ph["step"] / 1e3,
                 )
@@ -114,7 +127,13 @@ def _rows(
             rows.append(
                 (
                     "draft",
-                    {"batch": b, "depth": pol["depth"], "topk": pol["topk"], "context": c},
+                    {
+                        "batch": b,
+                        "depth": pol["depth"],
+                        "topk": pol["topk"],
+                        "context": c,
+                        "builder": builder,
+                    },
                     ph["draft"] / 1e3,
                 )
             )
@@ -137,13 +156,21 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
     if kind == "gemm":
         return _scalar(gemm_time(cm.rates, a["m"], a["n"], a["k"], float(cm.target.dtype_bytes)))
     if kind == "draft":
-        return _scalar(cm.draft_time(a["batch"], a["depth"], a["topk"], a["context"]))
+        return _scalar(
+            cm.draft_time(a["batch"], a["depth"], a["topk"], a["context"], builder=a["builder"])
+        )
     if kind == "extend":
         return _scalar(cm.draft_extend_time(a["batch"], a["accepted"], a["context"]))
     if kind == "step":  # draft extend over depth + 1 tokens: the executor pads it so
         return _scalar(
             cm.spec_step_time(
-                a["batch"], a["depth"], a["topk"], a["tokens"], a["context"], a["depth"] + 1
+                a["batch"],
+                a["depth"],
+                a["topk"],
+                a["tokens"],
+                a["context"],
+                a["depth"] + 1,
+                builder=a["builder"],
             )
         )
     if kind == "ar":
@@ -192,6 +219,7 @@ def fit_calibration(
             per_request_overhead_s=over["per_request_overhead_s"],
             tree_build_s=over["tree_build_s"],
             tree_build_per_node_s=over["tree_build_per_node_s"],
+            static_tree_build_s=over.get("static_tree_build_s", base.static_tree_build_s),
         )
     rows = _rows(run, measurements)
     if not rows:
@@ -201,20 +229,23 @@ def fit_calibration(
     rows = [rows[i] for i in keep]
     meas = meas[keep]
     w = np.sqrt(np.array([WEIGHTS[k] for k, _, _ in rows]))
+    static = any(a.get("builder") == "static" for _, a, _ in rows)
+    params = (*PARAMS, STATIC_PARAM) if static else PARAMS
 
     def model(x: Sequence[float] | np.ndarray) -> np.ndarray:
-        cm = CostModel(hw, target, drafter, calibration=_calibration(x, hw.name, base))
+        cal = _calibration(x, hw.name, base, params)
+        cm = CostModel(hw, target, drafter, calibration=cal)
         return np.array([predict_row(cm, k, a) for k, a, _ in rows])
 
     def resid(x: np.ndarray) -> np.ndarray:
         return w * np.log(model(x) / meas)
 
-    lo = np.array([p[1] for p in PARAMS])
-    hi = np.array([p[2] for p in PARAMS])
-    x0 = np.array([p[3] for p in PARAMS])
+    lo = np.array([p[1] for p in params])
+    hi = np.array([p[2] for p in params])
+    x0 = np.array([p[3] for p in params])
     start = model(x0)
     sol = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac", max_nfev=max_nfev)
-    cal = _calibration(sol.x, hw.name, base)
+    cal = _calibration(sol.x, hw.name, base, params)
     cal = dataclasses.replace(
         cal,
         source=f"spectune calibrate on {run.get('gpu', hw.name)}: least-squares fit of "
@@ -223,7 +254,7 @@ def fit_calibration(
     end = model(sol.x)
     report: dict[str, Any] = {
         "rows": len(rows),
-        "params": dict(zip((p[0] for p in PARAMS), sol.x.tolist(), strict=True)),
+        "params": dict(zip((p[0] for p in params), sol.x.tolist(), strict=True)),
     }
     for kind in WEIGHTS:
         sel = np.array([k == kind for k, _, _ in rows])
@@ -234,31 +265,39 @@ def fit_calibration(
 
 
 def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """step_overhead_s, per_request_overhead_s, tree_build_s and tree_build_per_node_s by
-    non-negative least squares over the non-forward phases, one row per run:
+    """step_overhead_s, per_request_overhead_s, tree_build_s and tree_build_per_node_s (and
+    static_tree_build_s when static-builder runs are measured) by non-negative least squares
+    over the non-forward phases, one row per run:
         speculation off: overhead                      = fixed + per_request * B
         on:              tree + accept + compact + ovh = fixed + per_request * B
-                                                         + tree_build + per_node * B * N
-    (N: verified tree nodes per sequence, root included; the cost model's step_overhead_time)."""
+                                                         + tree_build[builder] + per_node * B * N
+    (N: verified tree nodes per sequence, root included; the cost model's step_overhead_time;
+    the per-node cost is shared by both builders, the fixed tree cost is each builder's own)."""
     a_rows, y = [], []
     for doc in measurements:
         for r in doc["runs"]:
-            ph, b = r["phases_ms"], r["batch"]
+            ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
             if "ar_phases_ms" in r:
-                a_rows.append([1.0, b, 0.0, 0.0])
+                a_rows.append([1.0, b, 0.0, 0.0, 0.0])
                 y.append(r["ar_phases_ms"]["overhead"] / 1e3)
-            if r["policy"] is None:
-                a_rows.append([1.0, b, 0.0, 0.0])
+            if pol is None:
+                a_rows.append([1.0, b, 0.0, 0.0, 0.0])
                 y.append(ph["overhead"] / 1e3)
             else:
-                a_rows.append([1.0, b, 1.0, b * r["nodes"]])
+                static = pol["builder"] == "static"
+                a_rows.append([1.0, b, float(not static), b * r["nodes"], float(static)])
                 y.append((ph["tree"] + ph["accept"] + ph["compact"] + ph["overhead"]) / 1e3)
     if len(y) < 4:
         return {}
     from scipy.optimize import nnls
 
-    coef, _ = nnls(np.array(a_rows), np.array(y))
-    names = ("step_overhead_s", "per_request_overhead_s", "tree_build_s", "tree_build_per_node_s")
+    a = np.array(a_rows)
+    names = ["step_overhead_s", "per_request_overhead_s", "tree_build_s", "tree_build_per_node_s"]
+    if a[:, 4].any():
+        names.append("static_tree_build_s")
+    else:  # no static run: nothing to fit its fixed cost from (Calibration's default stands)
+        a = a[:, :4]
+    coef, _ = nnls(a, np.array(y))
     return {name: float(c) for name, c in zip(names, coef, strict=True)}
 
 

@@ -11,7 +11,7 @@ executor's measurements), defaulting to the HardwareSpec's public figures. Phase
 speculative iteration (interfaces.md):
 
     spec_step = draft (first step over 1 token/seq, then depth-1 steps over topk tokens/seq,
-                     + a fixed top-k/sort/pool cost per step)
+                     + a fixed top-k/sort/pool cost per step, per tree builder)
               + verify (target over `budget` tree tokens/seq, logits at every tree node)
               + draft_extend (drafter over the accepted tokens)
               + step overhead (scheduler, sampling, tree building: fixed + per tree node)
@@ -165,10 +165,17 @@ class CostModel:
         return _total(self._drafter.forward(shape, from_target=from_target))
 
     def draft_time(
-        self, batch: ArrayLike, depth: ArrayLike, topk: ArrayLike, context: ArrayLike
+        self,
+        batch: ArrayLike,
+        depth: ArrayLike,
+        topk: ArrayLike,
+        context: ArrayLike,
+        *,
+        builder: str = "dynamic-topk",
     ) -> F64:
         """Seconds of the whole drafting phase: one step over 1 token/seq (fed by the target),
-        then depth-1 steps over topk tokens/seq. Zero where depth is 0. Without a model drafter
+        then depth-1 steps over topk tokens/seq, plus the `builder`'s fixed cost per step
+        (Calibration.draft_step_cost_s). Zero where depth is 0. Without a model drafter
         (retrieval drafting) it is the retrieval lookup cost."""
         d = _arr("depth", depth)
         k = _arr("topk", topk)
@@ -179,8 +186,9 @@ class CostModel:
         rest = self.draft_step_time(batch, k, context)
         # each of the d steps also selects its top-k children, sorts the k*k candidates into
         # the next frontier and records them in the pool: a chain of small latency-bound
-        # kernels, a fixed cost per step (Calibration.draft_step_s)
-        bookkeeping = d * self.calibration.draft_step_s
+        # kernels, a fixed cost per step (Calibration.draft_step_s); a static shape skips the
+        # frontier sort and pool rerank (Calibration.static_draft_step_s)
+        bookkeeping = d * self.calibration.draft_step_cost_s(builder)
         return np.where(d > 0, first + np.maximum(d - 1, 0) * rest + bookkeeping, 0.0)
 
     def draft_extend_time(self, batch: ArrayLike, accepted: ArrayLike, context: ArrayLike) -> F64:
@@ -195,15 +203,18 @@ class CostModel:
         return np.where(a > 0, t, 0.0)
 
     # ---- fixed costs ---------------------------------------------------------------------------
-    def step_overhead_time(self, batch: ArrayLike, tree_tokens: ArrayLike) -> F64:
+    def step_overhead_time(
+        self, batch: ArrayLike, tree_tokens: ArrayLike, *, builder: str = "dynamic-topk"
+    ) -> F64:
         """Seconds per iteration outside the forward passes: fixed scheduler/sampling cost, a
         per-request cost, and tree building where tree_tokens > 1 (speculating): a fixed part
-        plus a part per tree node of every sequence (batch x tree_tokens: the pool sort, node
-        gathers and ancestor-mask rows grow with the tree)."""
+        that depends on the `builder` (Calibration.tree_build_cost_s) plus a part per tree node
+        of every sequence (batch x tree_tokens: the pool sort, node gathers and ancestor-mask
+        rows grow with the tree)."""
         b = _arr("batch", batch)
         n = _arr("tree_tokens", tree_tokens)
         cal = self.calibration
-        tree = cal.tree_build_s + cal.tree_build_per_node_s * b * n
+        tree = cal.tree_build_cost_s(builder) + cal.tree_build_per_node_s * b * n
         return _f64(
             cal.step_overhead_s + cal.per_request_overhead_s * b + np.where(n > 1, tree, 0.0)
         )
@@ -221,14 +232,17 @@ class CostModel:
         budget: ArrayLike,
         context: ArrayLike,
         accepted: ArrayLike,
+        *,
+        builder: str = "dynamic-topk",
     ) -> F64:
         """Seconds of one speculative iteration: draft + verify of `budget` tree tokens per
-        sequence (root included) + draft extend of `accepted` tokens + step overhead."""
+        sequence (root included) + draft extend of `accepted` tokens + step overhead, with the
+        fixed costs of the tree `builder` ('static' or 'dynamic-topk')."""
         return _f64(
-            self.draft_time(batch, depth, topk, context)
+            self.draft_time(batch, depth, topk, context, builder=builder)
             + self.verify_time(batch, budget, context)
             + self.draft_extend_time(batch, accepted, context)
-            + self.step_overhead_time(batch, budget)
+            + self.step_overhead_time(batch, budget, builder=builder)
         )
 
     def ar_step_time(self, batch: ArrayLike, context: ArrayLike) -> F64:

@@ -157,7 +157,9 @@ class ClosedFormObjective:
             return t + self.turnover_times(None, b, context, 1.0)
         accepted = self.expected_tokens(policy)
         tokens = self.tree_tokens(policy)
-        t = cm.spec_step_time(b, policy.depth, policy.topk, tokens, context, accepted)
+        t = cm.spec_step_time(
+            b, policy.depth, policy.topk, tokens, context, accepted, builder=policy.builder
+        )
         t = np.broadcast_to(np.asarray(t, dtype=np.float64), b.shape)
         if policy.graft_budget > 0 and hasattr(cm, "retrieval_time"):
             t = t + np.asarray(cm.retrieval_time(b), dtype=np.float64)

@@ -42,9 +42,11 @@ class CostModelLike(Protocol):
     def ragged_forward_time(
         self, new_tokens: Any, context: Any, *, cuda_graph: bool = ...
     ) -> Any: ...
-    def draft_time(self, batch: Any, depth: Any, topk: Any, context: Any) -> Any: ...
+    def draft_time(
+        self, batch: Any, depth: Any, topk: Any, context: Any, *, builder: str = ...
+    ) -> Any: ...
     def draft_extend_time(self, batch: Any, accepted: Any, context: Any) -> Any: ...
-    def step_overhead_time(self, batch: Any, tree_tokens: Any) -> Any: ...
+    def step_overhead_time(self, batch: Any, tree_tokens: Any, *, builder: str = ...) -> Any: ...
     def ar_step_time(self, batch: Any, context: Any) -> Any: ...
     def retrieval_time(self, batch: Any) -> Any: ...
 
@@ -194,7 +196,10 @@ class StepPricer:
         fwd = self._ctx_table(
             ("fwd", batch), ci, lambda c: self.cost.verify_time(batch, t[:, None], c[None, :])
         )
-        cost = StepCost(forward_s=_lerp(fwd, per_tree), overhead_s=self._overhead(batch, per_tree))
+        cost = StepCost(
+            forward_s=_lerp(fwd, per_tree),
+            overhead_s=self._overhead(batch, per_tree, policy.builder),
+        )
         if self.has_drafter:
             a = t.copy()
             a[0] = 0.0
@@ -212,27 +217,38 @@ class StepPricer:
         return cost
 
     def _drafting(self, batch: int, policy: TreePolicy, ci: int) -> float:
-        d, k = policy.depth, policy.topk
-        return float(
-            self._ctx_table(
-                ("draft", batch, d, k), ci, lambda c: self.cost.draft_time(batch, d, k, c)
-            )
+        key, price = self._draft_table(batch, policy)
+        return float(self._ctx_table(key, ci, price))
+
+    def _draft_table(
+        self, batch: int, policy: TreePolicy
+    ) -> tuple[tuple[Any, ...], Callable[[np.ndarray], Any]]:
+        """(table key, pricer over contexts) of the drafting phase of `policy` at `batch`."""
+        d, k, builder = policy.depth, policy.topk, policy.builder
+        return ("draft", batch, d, k, builder), lambda c: self.cost.draft_time(
+            batch, d, k, c, builder=builder
         )
 
-    def _overhead(self, batch: int, per_seq: float) -> float:
+    def _overhead(self, batch: int, per_seq: float, builder: str = "dynamic-topk") -> float:
         """Step overhead of `batch` sequences verifying `per_seq` tokens each (mean): a constant
-        without a tree, affine in the tree tokens with one (fixed tree-building cost plus a cost
-        per node), so two points per batch size price every tree size."""
+        without a tree, affine in the tree tokens with one (the `builder`'s fixed tree-building
+        cost plus a cost per node), so two points per batch size price every tree size."""
         if per_seq <= 1.0:
             return self._scalar(("ovh", batch, 1), lambda: self.cost.step_overhead_time(batch, 1))
-        two = self._scalar(("ovh", batch, 2), lambda: self.cost.step_overhead_time(batch, 2))
-        three = self._scalar(("ovh", batch, 3), lambda: self.cost.step_overhead_time(batch, 3))
+        two = self._scalar(
+            ("ovh", batch, 2, builder),
+            lambda: self.cost.step_overhead_time(batch, 2, builder=builder),
+        )
+        three = self._scalar(
+            ("ovh", batch, 3, builder),
+            lambda: self.cost.step_overhead_time(batch, 3, builder=builder),
+        )
         return two + (three - two) * (per_seq - 2.0)
 
-    def _overhead_many(self, batch: int, per_seq: np.ndarray) -> np.ndarray:
+    def _overhead_many(self, batch: int, per_seq: np.ndarray, builder: str) -> np.ndarray:
         """float64[K]: _overhead over K iterations (all with a tree)."""
-        two = self._overhead(batch, 2.0)
-        return two + (self._overhead(batch, 3.0) - two) * (per_seq - 2.0)
+        two = self._overhead(batch, 2.0, builder)
+        return two + (self._overhead(batch, 3.0, builder) - two) * (per_seq - 2.0)
 
     def _scalar(self, key: tuple[Any, ...], fn: Callable[[], Any]) -> float:
         v = self._scalars.get(key)
@@ -270,9 +286,9 @@ class StepPricer:
         forward = _lerp_rows(fwd, per_tree, ci)
         k = ci.size
         overhead = (
-            self._overhead_many(batch, per_tree)
+            self._overhead_many(batch, per_tree, policy.builder)
             if float(per_tree.min()) > 1.0
-            else np.array([self._overhead(batch, float(x)) for x in per_tree])
+            else np.array([self._overhead(batch, float(x), policy.builder) for x in per_tree])
         )
         if policy.graft_budget:
             overhead += self._scalar(("retr", batch), lambda: self.cost.retrieval_time(batch))
@@ -287,11 +303,8 @@ class StepPricer:
                 lambda c: self.cost.draft_extend_time(batch, a[:, None], c[None, :]),
             )
             extend = _lerp_rows(ext, per_ext, ci)
-            d, kk = policy.depth, policy.topk
-            dr = self._ctx_full(
-                ("draft", batch, d, kk), top, lambda c: self.cost.draft_time(batch, d, kk, c)
-            )
-            draft = dr[ci]
+            key, price = self._draft_table(batch, policy)
+            draft = self._ctx_full(key, top, price)[ci]
         return draft, forward, extend, overhead
 
     # ---- iterations with prefill chunks ---------------------------------------------------------
@@ -340,7 +353,8 @@ class StepPricer:
             )
         else:
             fwd = self._surrogate("target", b, t_dec + t_pre, kv_dec + kv_pre) + self.eager_s
-        cost = StepCost(forward_s=fwd, overhead_s=self._overhead(b, (t_dec + bp) / b))
+        builder = policy.builder if policy is not None else "dynamic-topk"
+        cost = StepCost(forward_s=fwd, overhead_s=self._overhead(b, (t_dec + bp) / b, builder))
         if policy is not None:
             if self.has_drafter:
                 if bd:

@@ -21,6 +21,7 @@ from typing import Any
 
 from spectune.specs.errors import SpecError
 from spectune.specs.io import from_mapping, help_field, read_mapping, write_json_atomic
+from spectune.specs.policy import BUILDERS
 
 US = 1e-6  # seconds in one microsecond
 
@@ -30,6 +31,11 @@ US = 1e-6  # seconds in one microsecond
 SGLANG_GRAPH_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, *range(16, 257, 8))
 
 SCHEMA = "spectune.calibration/v1"
+
+# Uncalibrated static draft-step cost as a fraction of the dynamic one: the static step runs
+# the per-row top-k (~4 kernels) and the slot gathers, not the k*k frontier sort and the pool
+# scatters, about half of the ~15 kernels of an EAGLE-2 step (measurements/h200: ~40 vs ~80 us)
+STATIC_STEP_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,20 @@ class Calibration:
         "count and durations of one draft step in the H200 profile (measurements/h200/"
         "bench-log.txt)",
     )
+    static_draft_step_s: float | None = help_field(
+        None,
+        help="draft_step_s of the static (Sequoia) builder, s: its step keeps the per-row top-k "
+        "and the gathers into the fixed shape's slots but has no k*k frontier sort or pool "
+        "rerank; None: STATIC_STEP_FRACTION x draft_step_s (an estimate: about half the "
+        "dynamic step's ~15 kernels remain)",
+    )
+    static_tree_build_s: float | None = help_field(
+        None,
+        help="tree_build_s of the static builder, s: its mask and positions are precomputed "
+        "per shape, so only the drafted tokens are written into the slots (the fixed cost still "
+        "holds acceptance and KV compaction); None: tree_build_s (no saving assumed until "
+        "measured)",
+    )
     retrieval_per_request_s: float = help_field(
         20.0 * US,
         help="CPU time of one retrieval-drafter lookup (n-gram / suffix match) per request, s",
@@ -177,6 +197,8 @@ class Calibration:
             "tree_build_s",
             "tree_build_per_node_s",
             "draft_step_s",
+            "static_draft_step_s",
+            "static_tree_build_s",
             "retrieval_per_request_s",
         )
         for name in times:
@@ -211,6 +233,22 @@ class Calibration:
                     "refit or smooth the curve"
                 )
 
+    # ---- per-builder fixed costs ------------------------------------------------------------
+    def draft_step_cost_s(self, builder: str = "dynamic-topk") -> float:
+        """Fixed seconds of one drafting step beyond the drafter forward, for a TreePolicy
+        builder ('static' or 'dynamic-topk')."""
+        if _builder(builder) == "static":
+            if self.static_draft_step_s is not None:
+                return self.static_draft_step_s
+            return STATIC_STEP_FRACTION * self.draft_step_s
+        return self.draft_step_s
+
+    def tree_build_cost_s(self, builder: str = "dynamic-topk") -> float:
+        """Fixed seconds of building the draft trees of one iteration, for a builder."""
+        if _builder(builder) == "static" and self.static_tree_build_s is not None:
+            return self.static_tree_build_s
+        return self.tree_build_s
+
     # ---- files -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -231,6 +269,12 @@ class Calibration:
         if schema != SCHEMA:
             raise SpecError(f"{Path(path)}: schema {schema!r} is not {SCHEMA!r}")
         return from_mapping(cls, data, str(Path(path)))
+
+
+def _builder(builder: str) -> str:
+    if builder not in BUILDERS:
+        raise SpecError(f"builder must be one of {', '.join(BUILDERS)}, got {builder!r}")
+    return builder
 
 
 def load_calibration(path: str | os.PathLike[str]) -> Calibration:
