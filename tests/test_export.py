@@ -274,9 +274,6 @@ def test_export_command_writes_files_and_says_approximations(
 def test_engine_shape_fit_uses_the_objective() -> None:
     """With an objective, engines with one global shape get the shape that loses least over
     the batch ranges, and TensorRT-LLM's depths never exceed the batch-1 depth."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
     from test_search import fake_objective
 
     from spectune.planner.export import fit_engine_shape

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +163,6 @@ def test_plan_writes_a_loadable_policy_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`spectune plan` end to end, on the small analytic objective of test_search."""
-    sys.path.insert(0, str(Path(__file__).parent))
     from test_search import fake_objective
 
     import spectune.cli.plan as plan_cli
@@ -208,7 +206,6 @@ def test_plan_rejects_bad_arguments(tmp_path: Path) -> None:
 def test_plan_multi_objective_prints_the_front(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    sys.path.insert(0, str(Path(__file__).parent))
     from test_search import fake_objective
 
     import spectune.cli.plan as plan_cli
