@@ -27,6 +27,7 @@ balanced.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -57,6 +58,11 @@ class TreeAttentionConfig:
     # merging program walks S partials serially: B=1 ctx 4096 N 16 32 us fused vs 16 us).
     fuse_merge: bool = False
     min_chunk: int = MIN_CHUNK
+    # Programmatic dependent launch (Hopper+, CUDA only): the merge kernel is launched while the
+    # attention kernel still runs and waits on it in-kernel (griddepcontrol), and the attention
+    # kernel itself may start while the previous kernel drains (it waits before its first read).
+    # Saves launch gaps on short, latency-bound calls (batch 1). Ignored where unsupported.
+    pdl: bool = False
 
 
 @lru_cache(maxsize=8)
@@ -105,7 +111,11 @@ def _tree_attention_kernel(
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TREE_BLOCK: tl.constexpr,
     DIRECT: tl.constexpr, DOT_PREC: tl.constexpr, EVEN_D: tl.constexpr, FUSE_MERGE: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
+    if PDL:  # let the merge launch now; wait for the previous kernel's writes before reading
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     pid_m = tl.program_id(0)
     pid_sh = tl.program_id(1)
     b = tl.program_id(2)
@@ -228,9 +238,11 @@ def _tree_attention_kernel(
 @triton.jit
 def _merge_splits_kernel(
     O_PART, LSE_PART, OUT, num_splits, num_q_heads, stride_ps, stride_ls, stride_ot, stride_oh,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (tree token, query head): out = sum_s w_s o_s / sum_s w_s, w_s = 2^lse_s."""
+    if PDL:  # launched early (programmatic dependent launch): wait for the partials
+        tl.extra.cuda.gdc_wait()
     qh = tl.program_id(0).to(tl.int64)
     t = qh // num_q_heads
     h = qh % num_q_heads
@@ -307,6 +319,17 @@ def _tickets(device: torch.device, n: int) -> torch.Tensor:
         buf = torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device)
         _TICKETS[device] = buf
     return buf
+
+
+@lru_cache(maxsize=8)
+def pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch: a CUDA device of compute capability 9.0+ and a Triton
+    with griddepcontrol (not the interpreter)."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    if not hasattr(tl.extra.cuda, "gdc_wait"):
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def resident_programs(cfg: TreeAttentionConfig, head_dim: int, elem_bytes: int) -> int:
@@ -431,6 +454,8 @@ def tree_attention(
         lse_part = torch.empty((splits, total_q * hq), device=q.device, dtype=torch.float32)
         stride_ps, stride_ls = o_part.stride(0), lse_part.stride(0)
     fuse = cfg.fuse_merge and not direct
+    pdl = cfg.pdl and pdl_supported(q.device)
+    launch = {"launch_pdl": True} if pdl else {}
     sem = _tickets(q.device, batch * hkv * m_blocks) if fuse else qo_indptr
     grid = (m_blocks, splits * hkv, batch)
     _tree_attention_kernel[grid](
@@ -440,14 +465,14 @@ def tree_attention(
         stride_ps, stride_ls, hkv, hq, splits, chunk, scale * LOG2E,
         G=group, HEAD_DIM=dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         TREE_BLOCK=cfg.tree_block, DIRECT=direct, EVEN_D=block_d == dim, FUSE_MERGE=fuse,
-        DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )  # fmt: skip
     if not direct and not fuse:
         block_s = triton.next_power_of_2(splits)
         warps = max(1, min(4, block_s * block_d // 1024))
         _merge_splits_kernel[(total_q * hq,)](
             o_part, lse_part, out, splits, hq, stride_ps, stride_ls, out.stride(0), out.stride(1),
-            HEAD_DIM=dim, BLOCK_D=block_d, BLOCK_S=block_s, num_warps=warps,
+            HEAD_DIM=dim, BLOCK_D=block_d, BLOCK_S=block_s, PDL=pdl, num_warps=warps, **launch,
         )  # fmt: skip
     return out

@@ -1,0 +1,171 @@
+"""Where batch-1 tree attention spends its time (issue 9's latency-bound shapes), one GPU process.
+
+Batch 1, context 4096, 16 and 64 tree tokens at Llama-3.1-8B's attention shape (bf16). Timing
+is bench_kernels.gpu_us: CUDA-graph replays with a read-only 128 MiB L2 flush before each call,
+flush-only graph subtracted. Measured beside the kernel, in the same process:
+- an empty Triton kernel (what one extra launch in a graph costs under this method);
+- a Triton streaming read of the same K/V bytes at several program counts (what reading
+  16.8 MB from a cold L2 can take on this card: the practical floor, vs bytes / copy bw);
+- the merge kernel alone on the partials of the chosen split count;
+- tree_attention over a sweep of tiles x split counts, with and without programmatic dependent
+  launch (pdl).
+
+    PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/probe_batch1.py --out $OUT/probe.json
+
+Prints a short table last; the JSON holds every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from bench_kernels import copy_bandwidth, gpu_us, log, rel_err
+
+from spectune.kernels import (
+    TreeAttentionConfig,
+    make_tree_attention_inputs,
+    reference_tree_attention,
+    tree_attention,
+)
+from spectune.kernels.tree_attention import _merge_splits_kernel
+
+HQ, HKV, DIM = 32, 8, 128
+
+
+@triton.jit
+def _empty_kernel(X):
+    pass
+
+
+@triton.jit
+def _read_kernel(X, OUT, n_per_prog, BLOCK: tl.constexpr):
+    """Each program sums its contiguous n_per_prog elements (a pure HBM read)."""
+    pid = tl.program_id(0)
+    base = X + pid.to(tl.int64) * n_per_prog
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n_per_prog, BLOCK):
+        acc += tl.load(base + start + tl.arange(0, BLOCK)).to(tl.float32)
+    tl.store(OUT + pid, tl.sum(acc, 0))
+
+
+def read_us(buf: torch.Tensor, programs: int, block: int, warps: int) -> float | None:
+    n = buf.numel() // programs // block * block
+    out = torch.empty(programs, device=buf.device, dtype=torch.float32)
+    return gpu_us(
+        lambda: _read_kernel[(programs,)](buf, out, n, BLOCK=block, num_warps=warps, num_stages=4)
+    )
+
+
+def probe(n: int, bw: float) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """Every measurement of one tree size; returns (JSON row, summary line data)."""
+    inp = make_tree_attention_inputs([4096], [n], HQ, HKV, DIM, torch.bfloat16, "cuda", seed=n)
+    kv = torch.cat([inp.k_cache.reshape(-1), inp.v_cache.reshape(-1)])
+    reads = []
+    for programs, block, warps in (
+        (132, 4096, 4),
+        (264, 4096, 4),
+        (528, 2048, 4),
+        (1056, 1024, 4),
+        (264, 8192, 8),
+    ):
+        t = read_us(kv, programs, block, warps)
+        reads.append({"programs": programs, "block": block, "warps": warps, "us": t})
+    best_read = min(r["us"] for r in reads if r["us"] is not None)
+    log(f"N={n}: KV {inp.kv_bytes / 1e6:.1f} MB, floor {inp.kv_bytes / bw * 1e6:.2f} us, "
+        f"best streaming read {best_read:.2f} us")  # fmt: skip
+    ref = reference_tree_attention(*[t.float() if t.is_floating_point() else t for t in inp.args()])
+    rows = []
+    tiles = (
+        [(16, 64, 4, 4), (32, 64, 4, 4), (64, 64, 4, 4), (64, 64, 4, 3), (64, 128, 4, 3),
+         (32, 128, 4, 3), (64, 32, 4, 4), (16, 128, 4, 3)]
+        if n == 16
+        else [(64, 64, 4, 4), (64, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3),
+              (64, 128, 4, 3), (128, 64, 8, 4)]
+    )  # fmt: skip
+    for bm, bn, w, st in tiles:
+        for splits in (None, 4, 8, 12, 16, 24, 32, 48, 64):
+            for pdl in (False, True):
+                cfg = TreeAttentionConfig(
+                    block_m=bm, block_n=bn, num_warps=w, num_stages=st, pdl=pdl
+                )
+
+                def fn(cfg: TreeAttentionConfig = cfg, s: int | None = splits) -> Any:
+                    return tree_attention(
+                        *inp.args(), max_q_len=n, max_kv_len=4096 + n, config=cfg,
+                        num_splits=s,
+                    )  # fmt: skip
+
+                try:
+                    err = rel_err(fn(), ref)
+                    t = gpu_us(fn)
+                except Exception as exc:  # a tile that does not compile
+                    rows.append({"cfg": [bm, bn, w, st], "splits": splits, "pdl": pdl,
+                                 "error": repr(exc)[:200]})  # fmt: skip
+                    continue
+                rows.append({"cfg": [bm, bn, w, st], "splits": splits, "pdl": pdl,
+                             "us": t, "rel_err": err})  # fmt: skip
+    ok = sorted((r for r in rows if r.get("us") is not None), key=lambda r: r["us"])
+    best = ok[0]
+    # the merge alone on partials of the best split count
+    s = best["splits"] or 32
+    total = n * HQ
+    o_part = torch.randn((s, total, DIM), device="cuda")
+    lse = torch.randn((s, total), device="cuda")
+    out = torch.empty((n, HQ, DIM), device="cuda", dtype=torch.bfloat16)
+    bs = triton.next_power_of_2(s)
+    merge = gpu_us(
+        lambda: _merge_splits_kernel[(total,)](
+            o_part, lse, out, s, HQ, o_part.stride(0), lse.stride(0), out.stride(0),
+            out.stride(1), HEAD_DIM=DIM, BLOCK_D=DIM, BLOCK_S=bs, PDL=False,
+            num_warps=max(1, min(4, bs * DIM // 1024)),
+        )
+    )  # fmt: skip
+    row = (
+        {"tree_tokens": n, "kv_bytes": inp.kv_bytes, "floor_us": inp.kv_bytes / bw * 1e6,
+         "reads": reads, "merge_alone_us": merge, "configs": rows}
+    )  # fmt: skip
+    dflt = next(r for r in rows if r["cfg"] == list(tiles[0]) and r["splits"] is None
+                and not r["pdl"])  # fmt: skip
+    log(f"N={n}: best {best}")
+    return row, (n, inp.kv_bytes / bw * 1e6, best_read, merge, dflt.get("us"), ok[:5])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "probe.json"))
+    args = ap.parse_args()
+    card = torch.cuda.get_device_name()
+    bw = copy_bandwidth()
+    log(f"{card}: copy {bw / 1e12:.2f} TB/s")
+    doc: dict[str, Any] = {"card": card, "copy_bytes_per_s": bw, "rows": []}
+    x = torch.zeros(1, device="cuda")
+    doc["empty_kernel_us"] = gpu_us(lambda: _empty_kernel[(1,)](x))
+    doc["empty_kernel_132_us"] = gpu_us(lambda: _empty_kernel[(132,)](x))
+    log(f"empty kernel {doc['empty_kernel_us']:.2f} us")
+    summary = []
+    for n in (16, 64):
+        row, line = probe(n, bw)
+        doc["rows"].append(row)
+        summary.append(line)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(args.out + ".tmp", args.out)
+    print(f"\n{card}; empty kernel {doc['empty_kernel_us']:.2f} us (132 programs "
+          f"{doc['empty_kernel_132_us']:.2f})")  # fmt: skip
+    for n, floor, rd, merge, d, top in summary:
+        print(f"N={n}: floor {floor:.2f} us, streaming read {rd:.2f} us, merge alone "
+              f"{merge:.2f} us, first tile default splits {d}")  # fmt: skip
+        for r in top:
+            print(f"   {r['cfg']} splits={r['splits']} pdl={r['pdl']}: {r['us']:.2f} us "
+                  f"(err {r['rel_err']:.1e})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
