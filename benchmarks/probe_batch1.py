@@ -82,17 +82,24 @@ def probe(n: int, bw: float) -> tuple[dict[str, Any], tuple[Any, ...]]:
     ref = reference_tree_attention(*[t.float() if t.is_floating_point() else t for t in inp.args()])
     rows = []
     tiles = (
-        [(16, 64, 4, 4), (32, 64, 4, 4), (64, 64, 4, 4), (64, 64, 4, 3), (64, 128, 4, 3),
-         (32, 128, 4, 3), (64, 32, 4, 4), (16, 128, 4, 3)]
+        [(64, 64, 4, 3), (64, 64, 4, 4), (64, 128, 4, 3), (64, 64, 8, 3), (64, 128, 8, 3),
+         (32, 64, 4, 3)]
         if n == 16
-        else [(64, 64, 4, 4), (64, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3),
-              (64, 128, 4, 3), (128, 64, 8, 4)]
+        else [(64, 64, 4, 3), (64, 128, 4, 3), (128, 64, 8, 3), (64, 64, 8, 3), (128, 128, 8, 2)]
     )  # fmt: skip
+    split_counts = (None, 4, 6, 8, 10, 12, 16, 24, 32) if n == 16 else (None, 2, 3, 4, 6, 8, 12)
+    variants = {  # name -> config switches
+        "sep": {},
+        "sep+pdl": {"pdl": True},
+        "sep+pdl+half": {"pdl": True, "half_partials": True},
+        "fused": {"fuse_merge": True},
+        "fused+half": {"fuse_merge": True, "half_partials": True},
+    }
     for bm, bn, w, st in tiles:
-        for splits in (None, 4, 8, 12, 16, 24, 32, 48, 64):
-            for pdl in (False, True):
+        for splits in split_counts:
+            for name, switches in variants.items():
                 cfg = TreeAttentionConfig(
-                    block_m=bm, block_n=bn, num_warps=w, num_stages=st, pdl=pdl
+                    block_m=bm, block_n=bn, num_warps=w, num_stages=st, **switches
                 )
 
                 def fn(cfg: TreeAttentionConfig = cfg, s: int | None = splits) -> Any:
@@ -101,15 +108,14 @@ def probe(n: int, bw: float) -> tuple[dict[str, Any], tuple[Any, ...]]:
                         num_splits=s,
                     )  # fmt: skip
 
+                key = {"cfg": [bm, bn, w, st], "splits": splits, "variant": name}
                 try:
                     err = rel_err(fn(), ref)
                     t = gpu_us(fn)
                 except Exception as exc:  # a tile that does not compile
-                    rows.append({"cfg": [bm, bn, w, st], "splits": splits, "pdl": pdl,
-                                 "error": repr(exc)[:200]})  # fmt: skip
+                    rows.append({**key, "error": repr(exc)[:200]})
                     continue
-                rows.append({"cfg": [bm, bn, w, st], "splits": splits, "pdl": pdl,
-                             "us": t, "rel_err": err})  # fmt: skip
+                rows.append({**key, "us": t, "rel_err": err})
     ok = sorted((r for r in rows if r.get("us") is not None), key=lambda r: r["us"])
     best = ok[0]
     # the merge alone on partials of the best split count
@@ -131,9 +137,13 @@ def probe(n: int, bw: float) -> tuple[dict[str, Any], tuple[Any, ...]]:
          "reads": reads, "merge_alone_us": merge, "configs": rows}
     )  # fmt: skip
     dflt = next(r for r in rows if r["cfg"] == list(tiles[0]) and r["splits"] is None
-                and not r["pdl"])  # fmt: skip
-    log(f"N={n}: best {best}")
-    return row, (n, inp.kv_bytes / bw * 1e6, best_read, merge, dflt.get("us"), ok[:5])
+                and r["variant"] == "sep")  # fmt: skip
+    for name in variants:
+        mine = [r for r in ok if r["variant"] == name]
+        if mine:
+            log(f"N={n}: best {name}: {mine[0]['cfg']} splits={mine[0]['splits']} "
+                f"{mine[0]['us']:.2f} us")  # fmt: skip
+    return row, (n, inp.kv_bytes / bw * 1e6, best_read, merge, dflt.get("us"), ok[:6])
 
 
 def main() -> None:
@@ -163,7 +173,7 @@ def main() -> None:
         print(f"N={n}: floor {floor:.2f} us, streaming read {rd:.2f} us, merge alone "
               f"{merge:.2f} us, first tile default splits {d}")  # fmt: skip
         for r in top:
-            print(f"   {r['cfg']} splits={r['splits']} pdl={r['pdl']}: {r['us']:.2f} us "
+            print(f"   {r['cfg']} splits={r['splits']} {r['variant']}: {r['us']:.2f} us "
                   f"(err {r['rel_err']:.1e})")  # fmt: skip
 
 

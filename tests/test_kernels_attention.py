@@ -70,6 +70,22 @@ def test_fused_and_separate_merge_agree() -> None:
     assert all(int(t.abs().sum()) == 0 for t in _TICKETS.values())  # counters left at zero
 
 
+def test_half_partials_fp16() -> None:
+    """Partials stored in q's dtype (fp16 here), merged by either path: within fp16 rounding."""
+    inp = make_tree_attention_inputs(
+        [70, 20], [9, 30], num_q_heads=4, num_kv_heads=2, head_dim=16, dtype=torch.float16, seed=6
+    )
+    ref = reference_tree_attention(*[t.float() if t.is_floating_point() else t for t in inp.args()])
+    for fuse in (True, False):
+        cfg = TreeAttentionConfig(
+            block_m=32, block_n=16, tree_block=16, min_chunk=16, fuse_merge=fuse,
+            half_partials=True,
+        )  # fmt: skip
+        out = run(inp, config=cfg, num_splits=4)
+        assert out.dtype == torch.float16
+        assert rel_err(out, ref) < 5e-3
+
+
 def test_small_tiles_and_odd_head_dim() -> None:
     """Head dim 24 (padded to 32), one query head per KV head, several prefix blocks per split."""
     inp = make_tree_attention_inputs(

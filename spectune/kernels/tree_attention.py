@@ -63,6 +63,10 @@ class TreeAttentionConfig:
     # kernel itself may start while the previous kernel drains (it waits before its first read).
     # Saves launch gaps on short, latency-bound calls (batch 1). Ignored where unsupported.
     pdl: bool = False
+    # Partial outputs of the splits stored in q's dtype instead of float32 (the LSE stays
+    # float32): halves the partial traffic, which grows with splits x rows (at batch 1, N = 64
+    # each split writes as many bytes as 1/8 of the KV it read). Adds one rounding per split.
+    half_partials: bool = False
 
 
 @lru_cache(maxsize=8)
@@ -111,7 +115,7 @@ def _tree_attention_kernel(
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TREE_BLOCK: tl.constexpr,
     DIRECT: tl.constexpr, DOT_PREC: tl.constexpr, EVEN_D: tl.constexpr, FUSE_MERGE: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     if PDL:  # let the merge launch now; wait for the previous kernel's writes before reading
         tl.extra.cuda.gdc_launch_dependents()
@@ -197,10 +201,11 @@ def _tree_attention_kernel(
         o_ptrs = OUT + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :]
         tl.store(o_ptrs, o.to(OUT.dtype.element_ty), mask=out_mask)
     else:
-        # partials: O_PART float32[S, total_q * Hq, BLOCK_D], LSE_PART float32[S, total_q * Hq]
+        # partials: O_PART float32 (or q's dtype)[S, total_q * Hq, BLOCK_D],
+        # LSE_PART float32[S, total_q * Hq]
         qh = q_rows * num_q_heads + head
         p_ptrs = O_PART + split * stride_ps + qh[:, None] * BLOCK_D + d[None, :]
-        tl.store(p_ptrs, o, mask=out_mask)
+        tl.store(p_ptrs, o.to(O_PART.dtype.element_ty), mask=out_mask)
         lse = tl.where(l_i > 0.0, m_i + tl.log2(l_safe), float("-inf"))
         tl.store(LSE_PART + split * stride_ls + qh, lse, mask=row_ok)
         if FUSE_MERGE:
@@ -211,10 +216,19 @@ def _tree_attention_kernel(
             arrived = tl.atomic_add(ticket, 1, sem="acq_rel", scope="gpu")
             if arrived == num_splits - 1:
                 tl.atomic_xchg(ticket, 0)  # leave the counter at zero for the next call
-                m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-                w_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
+                # weights first (one load of every split's LSE), then the partials: the loads
+                # of the loop carry no dependency, so they can be in flight together
+                s_idx = tl.arange(0, BLOCK_S)
+                lse_all = tl.load(
+                    LSE_PART + s_idx[:, None] * stride_ls + qh[None, :],
+                    mask=(s_idx[:, None] < num_splits) & row_ok[None, :],
+                    other=float("-inf"), cache_modifier=".cg",
+                )  # fmt: skip
+                m = tl.max(lse_all, 0)
+                m_ref = tl.where(m == float("-inf"), 0.0, m)
+                w_sum = tl.sum(tl.exp2(lse_all - m_ref[None, :]), 0)
                 merged = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-                for s in range(0, num_splits):
+                for s in tl.range(0, num_splits, num_stages=3):
                     lse_s = tl.load(
                         LSE_PART + s * stride_ls + qh, mask=row_ok, other=float("-inf"),
                         cache_modifier=".cg",
@@ -223,13 +237,7 @@ def _tree_attention_kernel(
                         O_PART + s * stride_ps + qh[:, None] * BLOCK_D + d[None, :],
                         mask=out_mask, other=0.0, cache_modifier=".cg",
                     )  # fmt: skip
-                    m_new = tl.maximum(m, lse_s)
-                    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-                    c_old = tl.exp2(m - m_ref)
-                    w = tl.exp2(lse_s - m_ref)
-                    merged = merged * c_old[:, None] + o_s * w[:, None]
-                    w_sum = w_sum * c_old + w
-                    m = m_new
+                    merged += o_s.to(tl.float32) * tl.exp2(lse_s - m_ref)[:, None]
                 merged = merged / tl.where(w_sum > 0.0, w_sum, 1.0)[:, None]
                 o_ptrs = OUT + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :]
                 tl.store(o_ptrs, merged.to(OUT.dtype.element_ty), mask=out_mask)
@@ -259,7 +267,7 @@ def _merge_splits_kernel(
         mask=s_ok[:, None] & (d[None, :] < HEAD_DIM),
         other=0.0,
     )
-    out = tl.sum(o * w[:, None], 0) / tl.where(w_sum > 0.0, w_sum, 1.0)
+    out = tl.sum(o.to(tl.float32) * w[:, None], 0) / tl.where(w_sum > 0.0, w_sum, 1.0)
     tl.store(
         OUT + t * stride_ot + h * stride_oh + d, out.to(OUT.dtype.element_ty), mask=d < HEAD_DIM
     )
@@ -450,7 +458,8 @@ def tree_attention(
         o_part = lse_part = out  # unused
         stride_ps = stride_ls = 0
     else:
-        o_part = torch.empty((splits, total_q * hq, block_d), device=q.device, dtype=torch.float32)
+        part_dtype = q.dtype if cfg.half_partials else torch.float32
+        o_part = torch.empty((splits, total_q * hq, block_d), device=q.device, dtype=part_dtype)
         lse_part = torch.empty((splits, total_q * hq), device=q.device, dtype=torch.float32)
         stride_ps, stride_ls = o_part.stride(0), lse_part.stride(0)
     fuse = cfg.fuse_merge and not direct
@@ -465,6 +474,7 @@ def tree_attention(
         stride_ps, stride_ls, hkv, hq, splits, chunk, scale * LOG2E,
         G=group, HEAD_DIM=dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         TREE_BLOCK=cfg.tree_block, DIRECT=direct, EVEN_D=block_d == dim, FUSE_MERGE=fuse,
+        BLOCK_S=triton.next_power_of_2(splits),
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )  # fmt: skip
