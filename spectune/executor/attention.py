@@ -14,6 +14,7 @@ it exposes `tree_attention`; this module is the fallback and the CPU path.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import torch
@@ -517,3 +518,242 @@ def tune_attention(
     else:
         _TUNED[key] = best
     return rows
+
+
+# ---- ragged verify of pruned trees ---------------------------------------------------------------
+#: a pruned batch's T verify tokens are padded up to a multiple of this (one CUDA graph per
+#: bucket). The cost model charges weight GEMMs at B x (mean tree tokens) with no token
+#: rounding, so the rounding is kept fine; 16 also keeps every bucket's integer arguments
+#: divisible by 16 (one Triton specialisation for all buckets).
+TOKEN_BUCKET = 16
+
+
+def token_bucket(total: int, cap: int) -> int:
+    """Verify tokens a step of `total` kept tokens runs at: the next multiple of TOKEN_BUCKET,
+    at most `cap` (itself a multiple)."""
+    return min(-(-max(total, 1) // TOKEN_BUCKET) * TOKEN_BUCKET, cap)
+
+
+@triton.jit
+def _rope_scatter_kernel(
+    x_ptr, pos_ptr, dst_ptr, cos_ptr, sin_ptr, kv_ptr, row_stride, HQ, HK, s_kv, s_slot, s_h,
+    HALF: tl.constexpr,
+):  # fmt: skip
+    """One (token, head) per program: RoPE on q and k heads (q written back), k and v stored at
+    flat cache slot dst[t] (none when dst[t] < 0: a padding token)."""
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    d = tl.arange(0, HALF)
+    base = x_ptr + t * row_stride + h * 2 * HALF
+    x1 = tl.load(base + d)
+    x2 = tl.load(base + HALF + d)
+    slot = tl.load(dst_ptr + t)
+    keep = (d.to(tl.int64) + slot) >= d  # slot >= 0, as a [HALF] mask
+    row = kv_ptr + tl.maximum(slot, 0).to(tl.int64) * s_slot
+    if h < HQ + HK:
+        pos = tl.load(pos_ptr + t)
+        c = tl.load(cos_ptr + pos * HALF + d)
+        s = tl.load(sin_ptr + pos * HALF + d)
+        y1 = (x1.to(tl.float32) * c - x2.to(tl.float32) * s).to(x_ptr.dtype.element_ty)
+        y2 = (x2.to(tl.float32) * c + x1.to(tl.float32) * s).to(x_ptr.dtype.element_ty)
+        if h < HQ:
+            tl.store(base + d, y1)
+            tl.store(base + HALF + d, y2)
+        else:
+            dst = row + (h - HQ) * s_h
+            tl.store(dst + d, y1, mask=keep)
+            tl.store(dst + HALF + d, y2, mask=keep)
+    else:
+        dst = row + s_kv + (h - HQ - HK) * s_h
+        tl.store(dst + d, x1, mask=keep)
+        tl.store(dst + HALF + d, x2, mask=keep)
+
+
+def rope_scatter_(
+    qkv: torch.Tensor,
+    hq: int,
+    hk: int,
+    pos: torch.Tensor,
+    dst: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kv: torch.Tensor,
+    use_triton: bool | None = None,
+) -> None:
+    """RoPE on the q and k heads of qkv: [T, (hq + 2*hk) * D] (q in place) and K/V of token t into
+    flat slot dst[t] of kv: [2, B, cap, hk, D] (slot = b * cap + position; dst < 0: not stored).
+    pos, dst: int64[T]. Bytes: read qkv once, write q back and K/V of the stored tokens."""
+    b, cap = kv.shape[1], kv.shape[2]
+    if kv.stride(1) != cap * kv.stride(2) or kv.stride(-1) != 1 or qkv.stride(-1) != 1:
+        raise ValueError("rope_scatter_ needs a [2, B, cap, KVH, D] cache with flat slots")
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    if qkv.is_cuda or interpreted if use_triton is None else use_triton:
+        _rope_scatter_kernel[(qkv.shape[0], hq + 2 * hk)](
+            qkv, pos, dst, cos, sin, kv, qkv.stride(0), hq, hk,
+            kv.stride(0), kv.stride(2), kv.stride(3), HALF=cos.shape[1], num_warps=1,
+        )  # fmt: skip
+        return
+    from spectune.executor.fused import reference_rope_
+
+    d = kv.shape[-1]
+    reference_rope_(qkv, hq + hk, pos, cos, sin)
+    ok = dst >= 0  # the torch path (CPU tests) may sync with the host
+    flat = kv.view(2, b * cap, hk, d)
+    flat[:, dst[ok]] = qkv[:, hq * d :].view(-1, 2, hk, d)[ok].transpose(0, 1)
+
+
+class RaggedLayout:
+    """Packed verify of B pruned trees: sequence b's counts[b] kept nodes (compacted to the front
+    of its [N] row by tree_build.prune_tree) become rows qo[b] .. qo[b+1]-1 of T = sum(counts)
+    tokens, each with its position (context + depth), cache slot (b * capacity + context +
+    local index: the kernels' "tree K/V in the last N_b slots") and ancestor bitmask row.
+
+    The buffers hold B*N (+ bucket padding) rows so that `set_trees` is fixed-shape (one CUDA
+    graph); rows past T are padding: token 0, position `context`, no cache slot (not stored),
+    empty mask. A verify at bucket T_b >= T reads the first T_b rows through `view(T_b)`, which
+    adds a scratch sequence B owning rows T .. T_b-1 with no prefix, so padding attends to
+    nothing real and writes nothing (see RaggedView). `dest` maps each row back to its [B, N]
+    slot (b * N + i; padding -> the sink B * N) for scattering outputs to the padded layout.
+    """
+
+    def __init__(
+        self, batch: int, nodes: int, context: int, capacity: int, device: torch.device
+    ) -> None:
+        self.batch, self.nodes, self.context, self.capacity = batch, nodes, context, capacity
+        self.device = device
+        self.max_tokens = token_bucket(batch * nodes, 1 << 62)
+        size = self.max_tokens + 1  # + the sink row that dropped slots scatter into
+        self.sink = self.max_tokens
+        i64: dict[str, Any] = {"dtype": torch.int64, "device": device}
+        self.tokens = torch.zeros(size, **i64)
+        self.pos = torch.full((size,), context, **i64)
+        self.dst = torch.full((size,), -1, **i64)
+        self.dest = torch.full((size,), batch * nodes, **i64)
+        self.max_q_len = max(nodes, TOKEN_BUCKET)  # a scratch sequence holds < TOKEN_BUCKET rows
+        words = (self.max_q_len + 63) // 64
+        self.bitmask = torch.zeros((size, words), **i64)
+        self.qo = torch.zeros(batch + 1, dtype=torch.int32, device=device)
+        self.kv_lens = torch.zeros(batch, dtype=torch.int32, device=device)
+        self.total = torch.zeros((), **i64)
+        j = torch.arange(words * 64, device=device)
+        self._bit = torch.where(
+            j % 64 == 63, torch.iinfo(torch.int64).min, 1 << (j % 64).clamp(max=62)
+        ).view(words, 64)
+        ar = torch.arange(nodes, device=device)
+        self._local = ar.expand(batch, nodes)
+        self._slot = torch.arange(batch, device=device)[:, None] * capacity + context + ar
+        self._bn = torch.arange(batch * nodes, device=device).view(batch, nodes)
+        self._views: dict[int, RaggedView] = {}
+
+    def set_trees(
+        self, tokens: torch.Tensor, depth: torch.Tensor, mask: torch.Tensor, counts: torch.Tensor
+    ) -> None:
+        """Pack the first counts[b] nodes of each row (no host sync; fixed shapes).
+
+        tokens, depth: int64[B, N]; mask: bool[B, N, N] ancestor matrix; counts: int64[B] >= 1."""
+        b, n = tokens.shape
+        words = self.bitmask.shape[1]
+        ends = torch.cumsum(counts, 0)
+        self.qo[1:].copy_(ends)
+        self.total.copy_(ends[-1])
+        self.kv_lens.copy_(self.context + counts)
+        live = self._local < counts[:, None]
+        row = torch.where(live, (ends - counts)[:, None] + self._local, self.sink).view(-1)
+        for buf, fill in ((self.tokens, 0), (self.pos, self.context), (self.dst, -1)):
+            buf.fill_(fill)
+        self.dest.fill_(b * n)
+        self.bitmask.zero_()
+        self.tokens.scatter_(0, row, tokens.reshape(-1))
+        self.pos.scatter_(0, row, (self.context + depth).reshape(-1))
+        self.dst.scatter_(0, row, self._slot.reshape(-1))
+        self.dest.scatter_(0, row, self._bn.reshape(-1))
+        full = torch.zeros((b * n, words * 64), dtype=torch.int64, device=mask.device)
+        full[:, :n] = mask.reshape(b * n, n).long()
+        bits = (full.view(b * n, words, 64) * self._bit).sum(-1)  # distinct bits: sum = OR
+        self.bitmask.scatter_(0, row[:, None].expand(b * n, words), bits)
+        # the sink row took every dropped slot's values: reset it to padding
+        self.tokens[self.sink] = 0
+        self.pos[self.sink] = self.context
+        self.dst[self.sink] = -1
+        self.bitmask[self.sink] = 0
+
+    def bucket(self, total: int) -> int:
+        return token_bucket(total, self.max_tokens)
+
+    def view(self, tokens: int) -> RaggedView:
+        """The kernel arguments of a verify over the first `tokens` rows (a bucket); built once
+        per bucket, outside any CUDA-graph capture."""
+        v = self._views.get(tokens)
+        if v is None:
+            v = RaggedView(self, tokens)
+            self._views[tokens] = v
+        return v
+
+
+class RaggedView:
+    """One token bucket T_b of a RaggedLayout: qo_indptr int32[B+2] (the B sequences, then the
+    scratch sequence of the T_b - T padding rows), kv_indptr int32[B+2] (sequence b at slot
+    b * capacity; the scratch at 0 with kv_len = its own rows and no prefix: its rows see only
+    their own, all-zero, mask words, so they read nothing and output 0), kv_lens int32[B+1]."""
+
+    def __init__(self, layout: RaggedLayout, tokens: int) -> None:
+        b, dev = layout.batch, layout.device
+        self.layout, self.tokens, self.batch = layout, tokens, b
+        self.qo = torch.full((b + 2,), tokens, dtype=torch.int32, device=dev)
+        self.kv_indptr = torch.zeros(b + 2, dtype=torch.int32, device=dev)
+        self.kv_indptr[: b + 1] = torch.arange(b + 1, dtype=torch.int32, device=dev) * (
+            layout.capacity
+        )
+        self.kv_indptr[b] = 0
+        self.kv_lens = torch.zeros(b + 1, dtype=torch.int32, device=dev)
+
+    def prepare(self) -> None:
+        """Copy this step's offsets in (device ops: part of the bucket's graph)."""
+        lay, b = self.layout, self.batch
+        self.qo[: b + 1].copy_(lay.qo)
+        self.kv_lens[:b].copy_(lay.kv_lens)
+        self.kv_lens[b:].copy_(self.tokens - lay.qo[b:])
+
+    def store(
+        self,
+        qkv: torch.Tensor,
+        hq: int,
+        hk: int,
+        pos: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        kv: torch.Tensor,
+    ) -> None:
+        """RoPE + K/V store of the T_b rows into their cache slots (padding: none)."""
+        rope_scatter_(qkv, hq, hk, pos, self.layout.dst[: self.tokens], *rope, kv)
+
+    def attend(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        """q: [1, T_b, Hq, D]; kv: [2, B, capacity, KVH, D] -> [1, T_b, Hq, D]."""
+        lay = self.layout
+        t, hq, d = q.shape[1], q.shape[2], q.shape[3]
+        kvh = kv.shape[3]
+        args = (
+            q.reshape(t, hq, d),
+            kv[0].reshape(self.batch * lay.capacity, kvh, d),
+            kv[1].reshape(self.batch * lay.capacity, kvh, d),
+            self.qo,
+            self.kv_indptr,
+            lay.bitmask[:t],
+            self.kv_lens,
+        )
+        interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+        if q.is_cuda or interpreted:
+            from spectune.kernels.tree_attention import tree_attention as kernel_tree_attention
+
+            config, splits = _TUNED.get((self.batch, lay.nodes, lay.context), (None, None))
+            out = kernel_tree_attention(
+                *args,
+                max_q_len=lay.max_q_len,
+                max_kv_len=lay.context + lay.nodes,
+                config=config,
+                num_splits=splits,
+            )
+        else:  # CPU without the interpreter: the kernels' torch reference (host syncs)
+            from spectune.kernels.tree_attention_reference import reference_tree_attention as ref
+
+            out = ref(*args).to(q.dtype)
+        return out.view(1, t, hq, d)

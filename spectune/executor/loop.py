@@ -13,27 +13,43 @@ The context is held at C from step to step (the compacted tokens are overwritten
 tree), so every step is measured at the requested context. All state between phases lives in
 persistent buffers, so each phase is one CUDA graph, captured once per (batch, policy), and
 nothing syncs with the host inside a step.
+
+Pruned policies (prune_threshold > 0, dynamic-depth pruning) verify only the kept nodes, as the
+cost model prices them (mean kept tokens per sequence):
+    tree      the same selection, then tree_build.prune_tree drops nodes whose path draft
+              probability < threshold and compacts each row; the kept nodes of all sequences are
+              packed into T = sum(counts) rows (attention.RaggedLayout), still one graph
+    verify    reads T (the step's one host sync, timed in this phase, as engines do one per
+              step), then replays the verify graph of the token bucket >= T (multiples of
+              attention.TOKEN_BUCKET, captured lazily per bucket; padding rows form a scratch
+              sequence that reads and writes no real K/V); argmax and EAGLE-3 features are
+              scattered back to the [B, N] layout, where pruned slots hold a token that never
+              matches (tree_build.PRUNED), so accept / compact / extend run unchanged.
+Grafting is not run: it fills freed slots with retrieved continuations and the executor has no
+retrieval drafter.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from spectune.executor.attention import KernelLayout
+from spectune.executor.attention import TOKEN_BUCKET, KernelLayout, RaggedLayout
 from spectune.executor.drafter import Drafter, Eagle3Head
 from spectune.executor.model import Decoder, KVCache
 from spectune.executor.static_draft import StaticPlan
 from spectune.executor.synthetic import SyntheticAcceptance, draw_target_tokens
 from spectune.executor.timing import PhaseTimer
 from spectune.executor.tree_build import (
+    PRUNED,
     TreeBatch,
     pool_levels,
     pool_size,
+    prune_tree,
     select_tree,
     stable_topk,
     tree_size,
@@ -42,16 +58,26 @@ from spectune.specs import SpecError, TreePolicy
 
 SPEC_PHASES = ("draft", "tree", "verify", "accept", "compact", "extend")
 AR_PHASES = ("verify",)
+PRUNED_WARMUP = 6  # warm-up steps of a pruned run: enough totals T to pre-capture their buckets
 
 
 @dataclass(frozen=True)
 class PhaseResult:
-    """Median seconds per phase (+ 'overhead', 'step') and accepted draft tokens per step."""
+    """Median seconds per phase (+ 'overhead', 'step'), accepted draft tokens per step and,
+    for pruned trees, the tokens verified per sequence per step."""
 
     phases_s: dict[str, float]
     accepted: list[float]  # mean accepted draft tokens per sequence, one entry per timed step
     batch: int
-    nodes: int
+    nodes: int  # tree slots per sequence (the budget, or the whole pool if smaller)
+    verified: list[float] = field(default_factory=list)  # mean kept tokens/seq per step (pruned)
+
+    @property
+    def verified_mean(self) -> float:
+        """Mean tokens verified per sequence per step (root included): `nodes` unless pruned."""
+        if not self.verified:
+            return float(self.nodes)
+        return sum(self.verified) / len(self.verified)
 
     @property
     def tokens_per_step(self) -> float:
@@ -101,11 +127,20 @@ def _walk_kernel_works(device: torch.device) -> bool:
 
 
 class _Graphs:
-    """Each phase function as a CUDA graph (one memory pool), or itself when not on CUDA."""
+    """Each phase function as a CUDA graph (one memory pool), or itself when not on CUDA; the
+    phases at indices `eager` stay Python (they sync with the host and replay graphs of their
+    own, captured into `pool`)."""
 
-    def __init__(self, fns: list[Callable[[], None]], device: torch.device, use_graphs: bool):
+    def __init__(
+        self,
+        fns: list[Callable[[], None]],
+        device: torch.device,
+        use_graphs: bool,
+        eager: Collection[int] = (),
+    ):
         self.fns = fns
-        self.graphs: list[torch.cuda.CUDAGraph] = []
+        self.graphs: list[torch.cuda.CUDAGraph | None] = []
+        self.pool: Any = None
         if device.type != "cuda" or not use_graphs:
             return
         side = torch.cuda.Stream()
@@ -117,21 +152,32 @@ class _Graphs:
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         pool = torch.cuda.graph_pool_handle()
-        for fn in fns:
+        self.pool = pool
+        for i, fn in enumerate(fns):
+            if i in eager:
+                self.graphs.append(None)
+                continue
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=pool):
                 fn()
             self.graphs.append(g)
         torch.cuda.synchronize()
 
+    @property
+    def captured(self) -> bool:
+        return bool(self.graphs)
+
     def phases(self) -> list[Callable[[], None]]:
         if self.graphs:
-            return [g.replay for g in self.graphs]
+            return [
+                fn if g is None else g.replay for fn, g in zip(self.fns, self.graphs, strict=True)
+            ]
         return self.fns
 
 
 class SpecRunner:
-    """Speculative decoding of `batch` sequences at `context` with `policy` (dynamic top-k)."""
+    """Speculative decoding of `batch` sequences at `context` with `policy` (dynamic top-k or
+    static; with or without pruning; no grafting)."""
 
     def __init__(
         self,
@@ -147,10 +193,14 @@ class SpecRunner:
         use_graphs: bool = True,
         use_kernels: bool = True,
     ):
-        if policy.prune_threshold > 0 or policy.graft_budget > 0:
+        if policy.graft_budget > 0:
             raise SpecError(
-                "the executor runs trees without pruning or grafting (prune_threshold 0, graft_budget 0)"
+                f"graft_budget {policy.graft_budget}: the executor cannot graft (grafting fills "
+                "pruned slots with retrieved n-gram/suffix continuations and the executor has no "
+                "retrieval drafter); run the policy with graft_budget 0, or plan without "
+                "grafting (PolicySpace graft=(0, 0), as spectune.executor.planned does)"
             )
+        self.prune = float(policy.prune_threshold)
         self.target, self.drafter, self.policy = target, drafter, policy
         self.batch, self.context = batch, context
         self.tcache, self.dcache = target_cache, draft_cache
@@ -219,10 +269,27 @@ class SpecRunner:
                 torch.full((b, lv.nodes.numel()), context + i, **i64)
                 for i, lv in enumerate(st.levels)
             ]
+        self.drafted = self.tree  # the tree drafting writes (static: the full shape)
+        self.ragged: RaggedLayout | None = None
+        if self.prune > 0:
+            if self.static is not None:  # draft the full shape (+ path log-probs), verify a cut
+                t0 = self.tree
+                self.drafted = TreeBatch(
+                    t0.parents.clone(), t0.tokens.clone(), t0.depth.clone(), t0.accept.clone(),
+                    t0.lo.clone(), t0.mask.clone(), torch.zeros((b, n), **f32),
+                )  # fmt: skip
+            self.counts = torch.full((b,), n, **i64)
+            self.ragged = RaggedLayout(b, n, context, target_cache.capacity, dev)
+            self.ragged.set_trees(self.tree.tokens, self.tree.depth, self.tree.mask, self.counts)
+            self._bucket_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+            self._totals: list[int] = []  # T of every verify so far (host ints: already synced)
         self.target_tok = torch.zeros((b, n), **i64)
-        self.argmax_tok = torch.zeros((b, n), **i64)
+        # [B*N + 1]: the last entry is the sink that packed padding rows scatter into
+        self.argmax_flat = torch.zeros((b * n + 1,), **i64)
+        self.argmax_tok = self.argmax_flat[: b * n].view(b, n)
         h3 = 3 * target.spec.hidden if self.eagle else 1
-        self.hidden3 = torch.zeros((b, n, h3), dtype=target.dtype, device=dev)
+        self.hidden3_flat = torch.zeros((b * n + 1, h3), dtype=target.dtype, device=dev)
+        self.hidden3 = self.hidden3_flat[: b * n].view(b, n, h3)
         self.num_acc = torch.zeros((b,), **i64)
         self.path = torch.zeros((b, d + 1), **i64)
         self.path32 = torch.zeros((b, d + 1), dtype=torch.int32, device=dev)  # kernels' dtype
@@ -232,6 +299,7 @@ class SpecRunner:
             [self.draft, self.build, self.verify, self.accept, self.compact, self.extend],
             dev,
             use_graphs,
+            eager=(2,) if self.ragged is not None else (),
         )
 
     # ---- phases ----------------------------------------------------------------------------------
@@ -299,7 +367,7 @@ class SpecRunner:
     def _draft_static(self, st: StaticPlan) -> None:
         """Draft a fixed shape level by level: the rank-r child of each drafted node takes its
         r-th most probable token and the r-th entry of the node's bank row."""
-        b, c, dev, t = self.batch, self.context, self.device, self.tree
+        b, c, dev, t = self.batch, self.context, self.device, self.drafted
         t.tokens[:, 0] = self.root_token
         prev = self.root_hidden[:, None]
         mask_all = st.slot_mask.expand(b, st.slots, st.slots)
@@ -312,13 +380,21 @@ class SpecRunner:
                 tokens, hidden, self.static_pos[i], self.dcache, c, lv.slot0, mask
             )
             top = self._topk_tokens(hid, lv.width)  # [B, W, width]
-            _, acc, lo = self.syn.children(i + 1, self.syn.draw_rows(i + 1, (b, w), dev), lv.width)
+            logc, acc, lo = self.syn.children(
+                i + 1, self.syn.draw_rows(i + 1, (b, w), dev), lv.width
+            )
             t.tokens[:, lv.children] = top.reshape(b, -1)[:, lv.pick]
             t.accept[:, lv.children] = acc.reshape(b, -1)[:, lv.pick]
             t.lo[:, lv.children] = lo.reshape(b, -1)[:, lv.pick]
+            if t.score is not None:  # pruning: path log-prob = parent's + own draft log-prob
+                own = logc.reshape(b, -1)[:, lv.pick]
+                t.score[:, lv.children] = t.score[:, lv.child_parents] + own
             prev = hid
 
     def build(self) -> None:
+        if self.ragged is not None:
+            self._build_pruned(self.ragged)
+            return
         if self.static is not None:  # the shape is fixed; only the kernels' mask words are set
             if self.layout is not None:
                 self.layout.set_mask(self.tree.mask)
@@ -339,7 +415,33 @@ class SpecRunner:
         if self.layout is not None:
             self.layout.set_mask(self.tree.mask)
 
+    def _build_pruned(self, lay: RaggedLayout) -> None:
+        """Select (dynamic) or take the drafted shape (static), prune, compact, pack."""
+        if self.static is not None:
+            full = self.drafted
+        else:
+            full = select_tree(
+                self.pool_token,
+                self.pool_parent,
+                self.pool_score,
+                self.pool_accept,
+                self.pool_lo,
+                self.pool_level,
+                self.root_token,
+                self.nodes,
+                self.policy.depth,
+                with_score=True,
+            )
+        t, counts = prune_tree(full, self.prune)
+        for name in ("parents", "tokens", "depth", "accept", "lo", "mask"):
+            getattr(self.tree, name).copy_(getattr(t, name))
+        self.counts.copy_(counts)
+        lay.set_trees(self.tree.tokens, self.tree.depth, self.tree.mask, self.counts)
+
     def verify(self) -> None:
+        if self.ragged is not None:
+            self._verify_ragged(self.ragged)
+            return
         t = self.tree
         hidden, captured = self.target.forward(
             t.tokens,
@@ -355,6 +457,70 @@ class SpecRunner:
         self.target_tok.copy_(draw_target_tokens(t.parents, t.tokens, t.accept, t.lo, self.other))
         if captured:
             self.hidden3.copy_(torch.cat(captured, dim=-1))
+
+    def _verify_ragged(self, lay: RaggedLayout) -> None:
+        """Read T (one host sync), then run the verify of its token bucket (a CUDA graph)."""
+        total = int(lay.total.item())
+        self._totals.append(total)
+        tokens = lay.bucket(total)
+        if not self.graphs.captured:
+            self.verify_packed(tokens)
+            return
+        g = self._bucket_graphs.get(tokens)
+        if g is None:
+            g = self._capture_bucket(tokens)
+        g.replay()
+
+    def _capture_bucket(self, tokens: int) -> torch.cuda.CUDAGraph:
+        """The verify graph of one token bucket, in the phases' memory pool (one warm-up run
+        first: Triton compiles and allocator growth stay outside the capture)."""
+        assert self.ragged is not None
+        self.ragged.view(tokens)
+        cur = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        side.wait_stream(cur)
+        with torch.cuda.stream(side):
+            self.verify_packed(tokens)
+        cur.wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=self.graphs.pool):
+            self.verify_packed(tokens)
+        self._bucket_graphs[tokens] = g
+        return g
+
+    def verify_packed(self, tokens: int) -> None:
+        """Target forward over the first `tokens` packed rows (kept nodes, then padding), LM
+        head + argmax on each, results scattered to the [B, N] layout; target tokens drawn."""
+        lay = self.ragged
+        assert lay is not None
+        view = lay.view(tokens)
+        view.prepare()
+        hidden, captured = self.target.forward_ragged(
+            lay.tokens[:tokens], lay.pos[:tokens], self.tcache, view, capture=self.capture_layers
+        )
+        dest = lay.dest[:tokens]
+        self.argmax_flat.fill_(PRUNED)
+        self.argmax_flat.scatter_(0, dest, self.target.lm_head(hidden).argmax(dim=-1))
+        t = self.tree
+        self.target_tok.copy_(draw_target_tokens(t.parents, t.tokens, t.accept, t.lo, self.other))
+        if captured:
+            self.hidden3_flat.index_copy_(0, dest, torch.cat(captured, dim=-1))
+
+    def _precapture(self) -> None:
+        """Capture the verify graphs of the token buckets around the totals seen in warm-up,
+        so that few captures fall inside the timed steps (those that do are rare outliers the
+        per-phase medians ignore)."""
+        assert self.ragged is not None
+        if not self._totals or not self.graphs.captured:
+            return
+        lo, hi = min(self._totals), max(self._totals)
+        spread = max(2 * TOKEN_BUCKET, hi - lo)
+        first = self.ragged.bucket(max(lo - spread, 1))
+        last = self.ragged.bucket(hi + spread)
+        for tokens in range(first, last + 1, TOKEN_BUCKET):
+            if tokens not in self._bucket_graphs:
+                self._capture_bucket(tokens)
+        torch.cuda.synchronize()
 
     def accept(self) -> None:
         t, b, d = self.tree, self.batch, self.policy.depth
@@ -417,19 +583,29 @@ class SpecRunner:
 
     # ---- timing ----------------------------------------------------------------------------------
     def run(self, steps: int, warmup: int = 3) -> PhaseResult:
+        """Time `steps` steps after `warmup` (pruned trees: at least PRUNED_WARMUP, then the
+        verify graphs of the token buckets seen are captured before timing)."""
         fns = self.graphs.phases()
+        if self.ragged is not None:
+            warmup = max(warmup, PRUNED_WARMUP)
         for _ in range(warmup):
             for fn in fns:
                 fn()
+        if self.ragged is not None:
+            self._precapture()
         hist = torch.zeros((steps, self.batch), dtype=torch.int64, device=self.device)
+        kept = torch.zeros((steps, self.batch), dtype=torch.int64, device=self.device)
         timer = PhaseTimer(SPEC_PHASES, steps, self.device)
 
         def record(step: int) -> None:
             hist[step].copy_(self.num_acc)
+            if self.ragged is not None:
+                kept[step].copy_(self.counts)
 
         timer.run(fns, after_step=record)
         accepted = hist.float().mean(dim=1).tolist()
-        return PhaseResult(timer.medians_s(), accepted, self.batch, self.nodes)
+        verified = kept.float().mean(dim=1).tolist() if self.ragged is not None else []
+        return PhaseResult(timer.medians_s(), accepted, self.batch, self.nodes, verified)
 
 
 class ARRunner:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from spectune.executor.attention import KernelLayout, tree_attention
+from spectune.executor.attention import KernelLayout, RaggedView, tree_attention
 from spectune.executor.fused import add_rmsnorm, rope_store_, rope_tables
 from spectune.executor.gemm import linear, linear_gated
 from spectune.specs import ModelSpec, SpecError
@@ -110,27 +110,33 @@ def layer_forward(
     context: int,
     slot: int,
     span: int,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None,
     rope: tuple[torch.Tensor, torch.Tensor],
-    kernel: KernelLayout | None = None,
+    kernel: KernelLayout | RaggedView | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One pre-norm decoder layer. h: [B, N, in_width] its normed input; residual: [B, N, hidden]
     the residual stream (updated in place: += attention output).
 
     kv: [2, B, cap, KVH, D] this layer's cache; the N new K/V go to [context+slot, +N); attention
     sees the prefix [0, context) fully and keys [context, context+span) through mask: bool[B, N, span].
-    kernel: when given (verify passes, slot 0, span N), spectune.kernels' Triton tree attention.
+    kernel: when given (verify passes, slot 0, span N), spectune.kernels' Triton tree attention;
+    a RaggedView (packed pruned trees: h is [1, T, .], kv holds the B sequences) also places
+    each token's K/V in its own sequence's slot.
     Returns (the MLP output [B, N, hidden], to be added to the residual by the caller's fused
     add+norm, and the residual stream).
     """
     b, n, _ = h.shape
     hq, hk, d = spec.heads, spec.kv_heads, spec.head_dim
     qkv = linear(h.view(b * n, -1), w.wqkv)  # [B*N, (Hq+2Hk)*D]
-    rope_store_(qkv, hq, hk, pos.reshape(-1), *rope, kv, context + slot)
+    if isinstance(kernel, RaggedView):
+        kernel.store(qkv, hq, hk, pos.reshape(-1), rope, kv)
+    else:
+        rope_store_(qkv, hq, hk, pos.reshape(-1), *rope, kv, context + slot)
     q = qkv[:, : hq * d].view(b, n, hq, d)
     if kernel is not None:
         attn = kernel.attend(q, kv)
     else:
+        assert mask is not None, "the torch attention path needs the tree mask"
         attn = tree_attention(
             q,
             kv[0, :, :context].transpose(1, 2),
@@ -204,6 +210,43 @@ class Decoder:
             raise SpecError(
                 f"cache capacity {cache.capacity} < context {context} + {span} new keys"
             )
+        return self._layers(tokens, pos, cache, b, context, slot, span, mask, capture, kernel)
+
+    def forward_ragged(
+        self,
+        tokens: torch.Tensor,
+        pos: torch.Tensor,
+        cache: KVCache,
+        ragged: RaggedView,
+        capture: tuple[int, ...] = (),
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """A verify over packed trees: tokens, pos int64[T] (T = ragged.tokens, the sequences'
+        kept nodes then padding), K/V to the slots ragged's layout names, attention by the
+        kernels' ragged tree attention. Returns (hidden [T, hidden], captured [T, hidden] each)."""
+        lay = ragged.layout
+        if lay.context + lay.nodes > cache.capacity:
+            raise SpecError(
+                f"cache capacity {cache.capacity} < context {lay.context} + {lay.nodes} new keys"
+            )
+        x, cap = self._layers(
+            tokens[None], pos[None], cache, ragged.batch, lay.context, 0, 0, None, capture, ragged
+        )
+        return x[0], [c[0] for c in cap]
+
+    def _layers(
+        self,
+        tokens: torch.Tensor,
+        pos: torch.Tensor,
+        cache: KVCache,
+        rows: int,
+        context: int,
+        slot: int,
+        span: int,
+        mask: torch.Tensor | None,
+        capture: tuple[int, ...],
+        kernel: KernelLayout | RaggedView | None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Every layer over tokens [B', N'] (cache rows 0..rows-1) -> (hidden, captured)."""
         residual = torch.nn.functional.embedding(tokens, self.embed)  # fresh tensor: the stream
         x = add_rmsnorm(residual, None, self.layers[0].norm_attn)
         captured: dict[int, torch.Tensor] = {}
@@ -213,7 +256,7 @@ class Decoder:
                 residual,
                 w,
                 self.spec,
-                cache.layer(i, b),
+                cache.layer(i, rows),
                 pos,
                 context,
                 slot,

@@ -5,7 +5,8 @@ acceptance model's mean positional table), so the executor verifies exactly the 
 priced. Every node of depth l that has children is drafted at step l (W_l of them); its rank-r
 child takes the drafter's r-th most probable token, and, as for dynamic trees, its draft
 confidence and conditional acceptance come from one bank row of the acceptance model per
-drafted node (synthetic.py). Parents, depths, the ancestor mask and all gather indices are
+drafted node (synthetic.py); with pruning on, each node's path log-prob is summed along too
+(the planner's static_pool does the same) and tree_build.prune_tree cuts the shape per step. Parents, depths, the ancestor mask and all gather indices are
 static tensors built once, so a step is a fixed sequence of kernels (one CUDA graph per phase).
 """
 
@@ -27,7 +28,8 @@ class StaticLevel:
     from_prev: int64[W_l] position of each node's parent among the previous step's nodes
     width: children per drafted node needed at this step (max rank + 1)
     children: int64[C_l] tree indices of the children; pick: int64[C_l] = parent position *
-        width + rank, the flat index into that step's [W_l, width] top-k / bank tensors
+        width + rank, the flat index into that step's [W_l, width] top-k / bank tensors;
+    child_parents: int64[C_l] tree index of each child's parent (path log-probs for pruning)
     """
 
     nodes: torch.Tensor
@@ -36,6 +38,7 @@ class StaticLevel:
     width: int
     children: torch.Tensor
     pick: torch.Tensor
+    child_parents: torch.Tensor
 
 
 class StaticPlan:
@@ -68,6 +71,7 @@ class StaticPlan:
             self.levels.append(StaticLevel(
                 torch.tensor(nodes, device=device), torch.tensor(from_prev, device=device), len(slots),
                 width, torch.tensor(kids, device=device), torch.tensor(pick, device=device),
+                torch.tensor(tree.parents[kids].astype(np.int64), device=device),
             ))  # fmt: skip
             slots.extend(int(v) for v in nodes)
             prev = nodes

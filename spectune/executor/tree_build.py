@@ -8,6 +8,13 @@ numpy reference's stable order), which is closed under parents because a child's
 log-prob never exceeds its parent's, and lays the kept nodes out as a tree batch: node 0 the
 root, kept nodes in pool order. Everything is batched tensor work: no host sync, no per-node loop.
 
+Dynamic-depth pruning (`prune_tree`, both builders) then drops every node whose path draft
+probability is below the policy's prune_threshold (root always kept), as the planner's
+trees.build._choose does (`keep &= lp >= log(p)`). A child's path log-prob never exceeds its
+parent's, so the kept set stays closed under parents; it is compacted to the front of each row
+(kept nodes in their old order, so parents still precede children) and the freed slots become
+inert placeholders (PRUNED token, child of the root, acceptance 0) that never match a target.
+
 Pool (per sequence, P = k + (depth-1) * k * k entries):
     token int64[B, P], parent int64[B, P] (pool index, -1 = root), score float32[B, P]
     (cumulative log-prob), accept / lo float32[B, P] (synthetic acceptance of the node),
@@ -16,10 +23,14 @@ Pool (per sequence, P = k + (depth-1) * k * k entries):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+#: token of a pruned slot: no target token (all >= 0) equals it, so it is never accepted
+PRUNED = -1
 
 
 def pool_size(depth: int, topk: int) -> int:
@@ -51,7 +62,8 @@ class TreeBatch:
 
     parents int64[B, N] (root -1); tokens int64[B, N]; depth int64[B, N];
     accept, lo float32[B, N] (synthetic acceptance; root 1, 0); mask bool[B, N, N] (ancestor
-    matrix: [b, i, j] when j is i or an ancestor of i)
+    matrix: [b, i, j] when j is i or an ancestor of i); score float32[B, N] (path draft log-prob,
+    root 0) where pruning needs it, else None
     """
 
     parents: torch.Tensor
@@ -60,6 +72,7 @@ class TreeBatch:
     accept: torch.Tensor
     lo: torch.Tensor
     mask: torch.Tensor
+    score: torch.Tensor | None = None
 
 
 def ancestor_mask(parents: torch.Tensor, max_depth: int) -> torch.Tensor:
@@ -89,10 +102,12 @@ def select_tree(
     root_token: torch.Tensor,
     nodes: int,
     max_depth: int,
+    with_score: bool = False,
 ) -> TreeBatch:
     """Keep the nodes-1 best pool entries of each sequence and lay them out as trees.
 
-    pool_*: [B, P] (pool_level int64[P]); root_token int64[B]; nodes: N <= P + 1.
+    pool_*: [B, P] (pool_level int64[P]); root_token int64[B]; nodes: N <= P + 1;
+    with_score: also return each node's path log-prob (TreeBatch.score; pruning reads it).
     """
     b, p = pool_score.shape
     dev = pool_score.device
@@ -110,7 +125,67 @@ def select_tree(
     ones = torch.ones((b, 1), dtype=pool_accept.dtype, device=dev)
     accept = torch.cat((ones, torch.gather(pool_accept, 1, keep)), dim=1)
     lo = torch.cat((ones * 0, torch.gather(pool_lo, 1, keep)), dim=1)
-    return TreeBatch(parents, tokens, depth, accept, lo, ancestor_mask(parents, max_depth))
+    score = None
+    if with_score:
+        score = torch.cat((ones * 0, torch.gather(pool_score, 1, keep)), dim=1)
+    return TreeBatch(parents, tokens, depth, accept, lo, ancestor_mask(parents, max_depth), score)
+
+
+def prune_tree(tree: TreeBatch, threshold: float) -> tuple[TreeBatch, torch.Tensor]:
+    """Drop the nodes whose path draft probability is below `threshold` (> 0) and compact.
+
+    tree: B trees of N nodes with tree.score set. Returns (the pruned trees, still [B, N]: row b
+    holds its counts[b] kept nodes first, in their old order, then placeholders: PRUNED token,
+    parent 0, depth 1, accept 0, mask self + root), counts int64[B] (kept nodes, root included)).
+    The comparison is made in float64 against log(threshold), as the planner's numpy builder
+    does on its float64 path log-probs."""
+    assert tree.score is not None, "prune_tree needs the nodes' path log-probs (tree.score)"
+    b, n = tree.parents.shape
+    dev = tree.parents.device
+    kept = tree.score.double() >= math.log(threshold)
+    kept[:, 0] = True
+    counts = kept.sum(dim=1)
+    # kept first, old order within each group: a stable sort of the 0/1 "dropped" flag
+    idx = torch.sort((~kept).to(torch.int8), dim=1, stable=True).indices  # new slot -> old node
+    new_of_old = torch.empty_like(idx)
+    ar = torch.arange(n, device=dev).expand(b, n)
+    new_of_old.scatter_(1, idx, ar)
+    live = ar < counts[:, None]  # [B, N] new slot holds a kept node
+    par_old = torch.gather(tree.parents, 1, idx)
+    par_new = torch.where(par_old >= 0, torch.gather(new_of_old, 1, par_old.clamp(min=0)), -1)
+    parents = torch.where(live, par_new, 0)
+    parents[:, 0] = -1
+    tokens = torch.where(live, torch.gather(tree.tokens, 1, idx), PRUNED)
+    depth = torch.where(live, torch.gather(tree.depth, 1, idx), 1)
+    zero = torch.zeros((), dtype=tree.accept.dtype, device=dev)
+    accept = torch.where(live, torch.gather(tree.accept, 1, idx), zero)
+    lo = torch.where(live, torch.gather(tree.lo, 1, idx), zero)
+    score = torch.where(live, torch.gather(tree.score, 1, idx), zero)
+    rows = torch.gather(tree.mask, 1, idx[:, :, None].expand(b, n, n))
+    mask = torch.gather(rows, 2, idx[:, None, :].expand(b, n, n))  # ancestors of kept are kept
+    eye = torch.eye(n, dtype=torch.bool, device=dev)
+    placeholder = eye.clone()
+    placeholder[:, 0] = True
+    mask = torch.where(live[:, :, None], mask, placeholder)
+    return TreeBatch(parents, tokens, depth, accept, lo, mask, score), counts
+
+
+def reference_prune(
+    parents: np.ndarray, score: np.ndarray, threshold: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """numpy, one tree at a time (tests only): (kept bool[B, N] over the old nodes, compacted
+    parents int64[B, N] laid out as prune_tree does: kept nodes first, placeholders parent 0)."""
+    b, n = parents.shape
+    kept = score.astype(np.float64) >= np.log(threshold)
+    kept[:, 0] = True
+    out = np.zeros((b, n), dtype=np.int64)
+    for i in range(b):
+        old = np.flatnonzero(kept[i])
+        where = {int(o): j for j, o in enumerate(old)}
+        out[i, 0] = -1
+        for j, o in enumerate(old[1:], start=1):
+            out[i, j] = where[int(parents[i, o])]
+    return kept, out
 
 
 def reference_select_tree(
