@@ -4,7 +4,9 @@ For each measurement document (schema spectune.measurement/v1) in a folder, the 
 committed beside it for the same GPU (a spectune.calibration/v1 file whose `hardware` matches;
 none: the cost model's defaults) configures CostModel(hardware, target, drafter). Per run:
 - verify latency: CostModel.verify_time(batch, tree tokens, context) vs the measured verify phase
-  (and the baseline's verify at 1 token);
+  (and the baseline's verify at 1 token); for a pruned policy the tree tokens are the measured
+  mean verified per sequence (`verified_mean`), or, in a document without it, the planner's
+  mean kept tokens (ClosedFormObjective.tree_tokens for the document's workload);
 - speedup: predicted = tokens_per_step_measured / spec_step_time(batch, depth, topk, tree tokens,
   context, depth + 1, builder=the run's policy builder) x ar_step_time(batch, context) vs the
   measured speedup. The measured
@@ -132,6 +134,7 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
     validate_measurement(doc, name)
     c = doc["context"]
     seen_ar: set[int] = set()
+    planned: dict[str, Any] = {}  # the planner's objective, built once if a run needs it
     for r in doc["runs"]:
         b, pol, ph = r["batch"], r["policy"], r["phases_ms"]
         ar_pred = _scalar(cm.ar_step_time(b, c))
@@ -147,14 +150,42 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
             )
         if pol is None:
             continue
-        n, d, k = r["nodes"], pol["depth"], pol["topk"]
+        n, d, k = _tree_tokens(doc, r, planned), pol["depth"], pol["topk"]
         label = f"B={b} {r['label']} {d}/{k}/{pol['budget']}"
+        if pol.get("prune_threshold", 0.0) > 0:
+            label += f"/p{pol['prune_threshold']:g}"
         res.verify.append(
-            Row(name, f"verify {label} N={n}", _scalar(cm.verify_time(b, n, c)), ph["verify"] / 1e3)
+            Row(
+                name,
+                f"verify {label} N={n:g}",
+                _scalar(cm.verify_time(b, n, c)),
+                ph["verify"] / 1e3,
+            )
         )
         spec_pred = _scalar(cm.spec_step_time(b, d, k, n, c, d + 1, builder=pol["builder"]))
         pred_speedup = r["tokens_per_step"] / spec_pred * ar_pred
         res.speedup.append(Row(name, f"speedup {label}", pred_speedup, r["speedup"]))
+
+
+def _tree_tokens(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, Any]) -> float:
+    """Tokens a run verified per sequence: its tree slots, or for a pruned policy the measured
+    mean (else the planner's tree_tokens for the document's workload)."""
+    pol = run["policy"]
+    if pol.get("prune_threshold", 0.0) <= 0:
+        return float(run["nodes"])
+    if run.get("verified_mean") is not None:
+        return float(run["verified_mean"])
+    if "objective" not in planned:
+        from spectune.planner.objective import closed_form_objective
+
+        if not doc.get("workload"):
+            raise SpecError("a pruned run without 'verified_mean' needs the document's workload")
+        planned["objective"] = closed_form_objective(
+            doc["target"], doc["drafter"], doc["hardware"], doc["workload"]
+        )
+    from spectune.specs import TreePolicy
+
+    return float(planned["objective"].tree_tokens(TreePolicy(**pol)))
 
 
 def format_check(res: CheckResult, speedup_tol: float, mape_tol: float) -> str:

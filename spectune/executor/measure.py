@@ -7,7 +7,9 @@ KV cache serve every run (allocated once at the largest batch), so an 8B run fit
 Measurement JSON (schema spectune.measurement/v1; spectune.executor.check reads it without torch):
     {"schema", "gpu": device name, "hardware": HardwareSpec preset, "target", "drafter",
      "workload", "context", "steps", "attention": backend, "created",
-     "runs": [{"batch", "label", "policy": TreePolicy dict | null, "nodes": tree tokens,
+     "runs": [{"batch", "label", "policy": TreePolicy dict | null, "nodes": tree slots,
+               "verified_mean": tokens verified per sequence per step, root included (= nodes
+               unless the policy prunes; optional in older documents),
                "phases_ms": {draft, tree, verify, accept, compact, extend, overhead, step},
                "accepted_mean": accepted draft tokens per step, "tokens_per_step",
                "tokens_per_s", "ar_step_ms", "ar_tokens_per_s", "speedup"}]}
@@ -59,17 +61,19 @@ def run_record(spec: RunSpec, spec_res: Any, ar_res: Any) -> dict[str, Any]:
         phases["verify"] = ar_res.phases_s["verify"] * 1e3
         phases["overhead"] = ar_res.phases_s["overhead"] * 1e3
         phases["step"] = ar_ms
-        acc, tps, nodes = 0.0, ar_tps, 1
+        acc, tps, nodes, verified = 0.0, ar_tps, 1, 1.0
     else:
         phases = {k: spec_res.phases_s.get(k, 0.0) * 1e3 for k in PHASE_KEYS}
         acc = spec_res.tokens_per_step - 1.0
         tps = spec_res.tokens_per_s
         nodes = spec_res.nodes
+        verified = float(getattr(spec_res, "verified_mean", nodes))
     return {
         "batch": spec.batch,
         "label": spec.label,
         "policy": dataclasses.asdict(spec.policy) if spec.policy else None,
         "nodes": nodes,
+        "verified_mean": verified,
         "phases_ms": phases,
         "accepted_mean": acc,
         "tokens_per_step": acc + 1.0,
@@ -136,6 +140,9 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
         for key in ("batch", "nodes", "accepted_mean", "tokens_per_s", "ar_step_ms", "speedup"):
             if not isinstance(r.get(key), int | float) or isinstance(r.get(key), bool):
                 raise SpecError(f"{w}: field {key!r} must be a number")
+        v = r.get("verified_mean")
+        if v is not None and (not isinstance(v, int | float) or isinstance(v, bool) or v < 1):
+            raise SpecError(f"{w}: field 'verified_mean' must be a number >= 1")
         ph = r.get("phases_ms")
         if not isinstance(ph, dict) or any(
             not isinstance(ph.get(k), int | float) for k in PHASE_KEYS
@@ -154,16 +161,19 @@ def format_table(doc: dict[str, Any]) -> str:
         f"context {doc['context']}, workload {doc.get('workload', '')}, attention {doc.get('attention', '')}"
     )
     cols = (
-        f"{'batch':>5} {'policy':<24} {'N':>4} {'draft':>7} {'tree':>6} {'verify':>7} {'acc+cmp':>7} "
+        f"{'batch':>5} {'policy':<24} {'N':>5} {'draft':>7} {'tree':>6} {'verify':>7} {'acc+cmp':>7} "
         f"{'extend':>6} {'ovh':>5} {'step ms':>8} {'acc':>5} {'tok/s':>9} {'AR tok/s':>9} {'speedup':>7}"
     )
     lines = [head, cols]
     for r in doc["runs"]:
         p = r["policy"]
         name = "off" if p is None else f"{r['label']}:{p['depth']}/{p['topk']}/{p['budget']}"
+        if p is not None and p.get("prune_threshold", 0.0) > 0:
+            name += f"/p{p['prune_threshold']:g}"
         ph = r["phases_ms"]
+        nodes = r.get("verified_mean", r["nodes"])  # tokens verified per sequence
         lines.append(
-            f"{r['batch']:>5} {name:<24.24} {r['nodes']:>4} {ph['draft']:>7.2f} {ph['tree']:>6.2f} "
+            f"{r['batch']:>5} {name:<24.24} {nodes:>5.1f} {ph['draft']:>7.2f} {ph['tree']:>6.2f} "
             f"{ph['verify']:>7.2f} {ph['accept'] + ph['compact']:>7.2f} {ph['extend']:>6.2f} "
             f"{ph['overhead']:>5.2f} {ph['step']:>8.2f} {r['accepted_mean']:>5.2f} "
             f"{r['tokens_per_s']:>9.0f} {r['ar_tokens_per_s']:>9.0f} {r['speedup']:>7.2f}"

@@ -2,9 +2,12 @@
 
 To measure "the planned policy" on a GPU the executor needs the plan made with the calibration
 fitted on that GPU (planner.objective.closed_form_objective with it, as `spectune plan
---calibration FILE` builds, but without prefill turnover) and restricted to the trees it runs (dynamic top-k and
-static, no pruning, no grafting). This module runs the planner's own search with that space
-and writes an ordinary PolicyTable, one bucket per measured batch size.
+--calibration FILE` builds, but without prefill turnover) and restricted to the trees it runs:
+dynamic top-k and static, with or without dynamic-depth pruning (the executor verifies only the
+kept nodes, as the cost model prices them), never grafting (grafting fills pruned slots with
+retrieved n-gram/suffix continuations, and the executor has no retrieval drafter, so
+SpecRunner rejects graft_budget > 0). This module runs the planner's own search with that
+space and writes an ordinary PolicyTable, one bucket per measured batch size.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def plan_table(
         calibration=calibration,
         turnover=False,
     )
-    space = PolicySpace(builders=builders, budget=(2, 128), allow_prune=False, graft=(0, 0))
+    space = PolicySpace(builders=builders, budget=(2, 128), allow_prune=True, graft=(0, 0))
     settings = SearchSettings(trials=trials, seed=seed, space=space)
     if min_gain is not None:  # the planner's margin before it leaves an engine default
         settings = dataclasses.replace(settings, min_gain=min_gain)
@@ -68,6 +71,6 @@ def plan_table(
         "trials": trials,
         "seed": seed,
         "min_gain": settings.min_gain,
-        "space": f"{', '.join(builders)}; no prune, no graft (what the executor runs)",
+        "space": f"{', '.join(builders)}; prune allowed, no graft (what the executor runs)",
     }
     return build_table(results, closed, scenario, provenance)
