@@ -361,9 +361,10 @@ def test_static_tree_is_the_planner_shape_and_accepts_as_predicted() -> None:
     assert abs(total / count + 1 - shape.expected_tokens) < 0.06
 
 
-def test_prune_and_graft_are_rejected_clearly() -> None:
-    with pytest.raises(SpecError, match="pruning or grafting"):
-        _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, 0.1, 0))
+def test_graft_is_rejected_clearly_and_prune_is_run() -> None:
+    with pytest.raises(SpecError, match="cannot graft"):
+        _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, 0.0, 4))
+    assert _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, 0.1, 0)).ragged is not None
 
 
 # ---- GPU ---------------------------------------------------------------------------------------------
