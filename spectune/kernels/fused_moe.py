@@ -158,7 +158,7 @@ class MoEAlignment:
 @triton.jit
 def _moe_align_kernel(
     ids_ptr, sorted_ptr, block_expert_ptr, num_padded_ptr, cursor_ptr, pairs, n_blocks, E,
-    BLOCK_M: tl.constexpr, E_P2: tl.constexpr, CHUNK: tl.constexpr,
+    BLOCK_M: tl.constexpr, E_P2: tl.constexpr, CHUNK: tl.constexpr, CHUNK_B: tl.constexpr,
 ):  # fmt: skip
     ex = tl.arange(0, E_P2)
     counts = tl.zeros((E_P2,), dtype=tl.int32)
@@ -173,8 +173,8 @@ def _moe_align_kernel(
     tl.store(cursor_ptr + ex, ends - padded, mask=ex < E)
     tl.store(num_padded_ptr, total)
     blk_end = ends // BLOCK_M  # one past each expert's last block
-    for b0 in range(0, n_blocks, CHUNK):
-        b = b0 + tl.arange(0, CHUNK)
+    for b0 in range(0, n_blocks, CHUNK_B):  # [CHUNK_B, E_P2] compares per step
+        b = b0 + tl.arange(0, CHUNK_B)
         owner = tl.sum((blk_end[None, :] <= b[:, None]).to(tl.int32), axis=1)
         owner = tl.where(b * BLOCK_M < total, owner, -1)
         tl.store(block_expert_ptr + b, owner, mask=b < n_blocks)
@@ -228,7 +228,8 @@ def moe_align(
     cursor = torch.empty((experts,), dtype=torch.int32, device=dev)
     _moe_align_kernel[(1,)](
         ids, sorted_ids, block_expert, num_padded, cursor, pairs, blocks, experts,
-        BLOCK_M=block_m, E_P2=triton.next_power_of_2(experts), CHUNK=1024, num_warps=8,
+        BLOCK_M=block_m, E_P2=triton.next_power_of_2(experts), CHUNK=1024, CHUNK_B=64,
+        num_warps=8,
     )  # fmt: skip
     return MoEAlignment(sorted_ids, block_expert, num_padded, block_m)
 
