@@ -26,11 +26,12 @@ from typing import Any
 import torch
 
 from spectune.executor.attention import KernelLayout, kernels_ready, tune_attention
-from spectune.executor.gemm import autotune, set_plan
+from spectune.executor.gemm import autotune, linear, set_plan
 from spectune.executor.measure import gpu_hardware_name
 from spectune.executor.moe import (
     MoEDecoder,
     MoELayerWeights,
+    moe_config,
     moe_ffn_roofline,
     moe_floor_bytes,
     moe_rows,
@@ -38,7 +39,13 @@ from spectune.executor.moe import (
     tune_moe,
 )
 from spectune.executor.timing import PhaseTimer, graph_time
-from spectune.kernels.fused_moe import moe_combine, reference_moe, route_topk
+from spectune.kernels.fused_moe import (
+    moe_align,
+    moe_combine,
+    moe_expert_rows,
+    reference_moe,
+    route_topk,
+)
 from spectune.planner.costmodel import CostModel
 from spectune.specs import hardware_preset, load_calibration, load_model, write_json_atomic
 
@@ -83,6 +90,32 @@ def _verify_seconds(
     return graph_time(fwd, dev, reps)
 
 
+def _part_seconds(m: MoEDecoder, layers: list[MoELayerWeights], x: torch.Tensor) -> dict:
+    """Seconds per layer of each step of the fused MoE FFN (graph replays over `layers`)."""
+    spec, dev, k = m.spec, m.device, m.spec.experts_topk
+    cfg = moe_config(spec, x.shape[0])
+    routed = [route_topk(linear(x, w.router), k) for w in layers]
+    aligns = [moe_align(ids, spec.experts, cfg.block_m) for ids, _ in routed]
+    rows = [
+        moe_expert_rows(x, w.w_gate_up, w.w_down, ids, wt, al, cfg)
+        for w, (ids, wt), al in zip(layers, routed, aligns, strict=True)
+    ]
+    res = torch.zeros_like(x)
+    steps = {
+        "router+topk": lambda: [route_topk(linear(x, w.router), k) for w in layers],
+        "align": lambda: [moe_align(ids, spec.experts, cfg.block_m) for ids, _ in routed],
+        "gate_up+down": lambda: [
+            moe_expert_rows(x, w.w_gate_up, w.w_down, ids, wt, al, cfg)
+            for w, (ids, wt), al in zip(layers, routed, aligns, strict=True)
+        ],
+        "combine+norm": lambda: [
+            moe_combine(r.view(x.shape[0], k, -1), res, w.norm_mlp)
+            for w, r in zip(layers, rows, strict=True)
+        ],
+    }
+    return {name: graph_time(fn, dev, 10) / len(layers) for name, fn in steps.items()}
+
+
 def _kernel_vs_reference(m: MoEDecoder, tokens: list[int], deadline: float) -> list[dict]:
     """The MoE FFN (router to combine) by the fused kernels (graph replays over 4 layers in
     turn) vs reference_moe (fp32 expert loop, eager, CUDA events) at each T."""
@@ -101,8 +134,9 @@ def _kernel_vs_reference(m: MoEDecoder, tokens: list[int], deadline: float) -> l
                 moe_combine(moe_rows(x, w, spec), res, w.norm_mlp)
 
         fused_s = graph_time(fused, dev, 10) / len(layers)
+        parts = _part_seconds(m, layers, x)
         w = layers[0]
-        ids, weights = route_topk(torch.nn.functional.linear(x, w.router), spec.experts_topk)
+        ids, weights = route_topk(linear(x, w.router), spec.experts_topk)
         ref_out = reference_moe(x, w.w_gate_up, w.w_down, ids, weights)
         got = moe_combine(moe_rows(x, w, spec)).float()
         rel = float((got - ref_out).abs().max() / ref_out.abs().max())
@@ -124,6 +158,7 @@ def _kernel_vs_reference(m: MoEDecoder, tokens: list[int], deadline: float) -> l
                 "experts_touched": touched,
                 "experts_expected": roof["experts"],
                 "fused_s": fused_s,
+                "parts_s": parts,
                 "reference_s": ref_s,
                 "speedup": ref_s / fused_s,
                 "fused_gb_s": real_bytes / fused_s / 1e9,
