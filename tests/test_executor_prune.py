@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -352,3 +353,46 @@ def test_pruned_accepted_lengths_and_tree_size_match_the_planner(policy: TreePol
 def test_graft_is_rejected_with_the_reason() -> None:
     with pytest.raises(SpecError, match="no retrieval drafter"):
         _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, 0.1, 2))
+
+
+# ---- measurement + check ------------------------------------------------------------------------
+def test_check_prices_pruned_runs_at_the_measured_tree_size(tmp_path: Path) -> None:
+    """run_record writes verified_mean; check prices a pruned run's verify at it, and falls back
+    to the planner's tree_tokens for a document without it."""
+    import json
+
+    from spectune.executor.check import check_folder
+    from spectune.executor.loop import PhaseResult
+    from spectune.executor.measure import RunSpec, measurement_doc, run_record
+    from spectune.planner.costmodel import CostModel
+    from spectune.planner.objective import closed_form_objective
+    from spectune.specs import load_hardware, load_model
+
+    pol = TreePolicy("dynamic-topk", 6, 10, 32, 0.05)
+    ph = {k: 1e-3 for k in ("draft", "tree", "verify", "accept", "compact", "extend", "overhead")}
+    ph["step"] = 0.02
+    res = PhaseResult(ph, [3.0, 3.0], 8, 32, [17.0, 18.0])
+    ar = PhaseResult({"verify": 6e-3, "overhead": 0.0, "step": 7e-3}, [0.0], 8, 1)
+    rec = run_record(RunSpec(8, pol, "p"), res, ar)
+    assert rec["verified_mean"] == 17.5 and rec["nodes"] == 32
+    dense = run_record(RunSpec(8, TreePolicy("dynamic-topk", 6, 10, 32), "d"), res, ar)
+    kw = dict(gpu="x", hardware="h200", target="llama-3.1-8b", drafter="eagle3-llama-3.1-8b")
+    doc = measurement_doc(
+        **kw, workload="mt-bench", context=4096, steps=2, attention="a", runs=[rec, dense]
+    )
+    (tmp_path / "m.json").write_text(json.dumps(doc))
+    cm = CostModel(load_hardware("h200"), load_model(kw["target"]), load_model(kw["drafter"]))
+    got = check_folder(tmp_path)
+    verify = {r.what: r.predicted for r in got.verify}
+    assert verify["verify B=8 p 6/10/32/p0.05 N=17.5"] == pytest.approx(
+        float(cm.verify_time(8, 17.5, 4096))
+    )
+    assert verify["verify B=8 d 6/10/32 N=32"] == pytest.approx(float(cm.verify_time(8, 32, 4096)))
+    del doc["runs"][0]["verified_mean"]
+    (tmp_path / "m.json").write_text(json.dumps(doc))
+    n = closed_form_objective(kw["target"], kw["drafter"], "h200", "mt-bench").tree_tokens(pol)
+    assert 1 < n < 32
+    rows = {r.what: r.predicted for r in check_folder(tmp_path).verify}
+    assert rows[f"verify B=8 p 6/10/32/p0.05 N={n:g}"] == pytest.approx(
+        float(cm.verify_time(8, n, 4096))
+    )

@@ -295,12 +295,14 @@ class SpecRunner:
         self.path32 = torch.zeros((b, d + 1), dtype=torch.int32, device=dev)  # kernels' dtype
         self.num_acc32 = torch.zeros((b,), dtype=torch.int32, device=dev)
         self.other = target.spec.vocab - 1  # a token no draft holds (drafts skip the last id)
+        self._bucket_graphs_on = False  # the phases' warm-up runs the ragged verify eagerly
         self.graphs = _Graphs(
             [self.draft, self.build, self.verify, self.accept, self.compact, self.extend],
             dev,
             use_graphs,
             eager=(2,) if self.ragged is not None else (),
         )
+        self._bucket_graphs_on = self.graphs.captured
 
     # ---- phases ----------------------------------------------------------------------------------
     def _topk_tokens(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
@@ -463,7 +465,7 @@ class SpecRunner:
         total = int(lay.total.item())
         self._totals.append(total)
         tokens = lay.bucket(total)
-        if not self.graphs.captured:
+        if not self._bucket_graphs_on:
             self.verify_packed(tokens)
             return
         g = self._bucket_graphs.get(tokens)
@@ -511,7 +513,7 @@ class SpecRunner:
         so that few captures fall inside the timed steps (those that do are rare outliers the
         per-phase medians ignore)."""
         assert self.ragged is not None
-        if not self._totals or not self.graphs.captured:
+        if not self._totals or not self._bucket_graphs_on:
             return
         lo, hi = min(self._totals), max(self._totals)
         spread = max(2 * TOKEN_BUCKET, hi - lo)

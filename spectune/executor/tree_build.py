@@ -145,11 +145,14 @@ def prune_tree(tree: TreeBatch, threshold: float) -> tuple[TreeBatch, torch.Tens
     kept = tree.score.double() >= math.log(threshold)
     kept[:, 0] = True
     counts = kept.sum(dim=1)
-    # kept first, old order within each group: a stable sort of the 0/1 "dropped" flag
-    idx = torch.sort((~kept).to(torch.int8), dim=1, stable=True).indices  # new slot -> old node
-    new_of_old = torch.empty_like(idx)
+    # kept first, old order within each group (a stable partition, no sort)
+    kept_l = kept.long()
+    new_of_old = torch.where(
+        kept, torch.cumsum(kept_l, 1) - 1, counts[:, None] + torch.cumsum(1 - kept_l, 1) - 1
+    )
     ar = torch.arange(n, device=dev).expand(b, n)
-    new_of_old.scatter_(1, idx, ar)
+    idx = torch.empty_like(new_of_old)  # new slot -> old node
+    idx.scatter_(1, new_of_old, ar)
     live = ar < counts[:, None]  # [B, N] new slot holds a kept node
     par_old = torch.gather(tree.parents, 1, idx)
     par_new = torch.where(par_old >= 0, torch.gather(new_of_old, 1, par_old.clamp(min=0)), -1)
