@@ -396,3 +396,25 @@ def test_check_prices_pruned_runs_at_the_measured_tree_size(tmp_path: Path) -> N
     assert rows[f"verify B=8 p 6/10/32/p0.05 N={n:g}"] == pytest.approx(
         float(cm.verify_time(8, n, 4096))
     )
+
+
+# ---- GPU ------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_gpu_pruned_session_graphs() -> None:
+    """Pruned dynamic and static policies through the graph-captured session: bucket graphs
+    captured lazily, verified tokens recorded."""
+    from test_executor import HEAD
+
+    from spectune.executor.session import Session, SessionConfig, measure_runs
+
+    s = Session(TARGET, HEAD, SessionConfig(8, 256, 16, autotune_gemm=False), "cuda")
+    runs = [
+        (5, TreePolicy("dynamic-topk", 3, 3, 10, 0.1), "p"),
+        (5, TreePolicy("static", 3, 3, 10, 0.1), "s"),
+        (5, TreePolicy("dynamic-topk", 3, 3, 10), "d"),
+    ]
+    recs = measure_runs(s, runs, 256, MODEL, 6, 2)
+    assert 1.0 <= recs[0]["verified_mean"] <= 10.0
+    assert 1.0 <= recs[1]["verified_mean"] <= 10.0
+    assert recs[2]["verified_mean"] == recs[2]["nodes"] == 10
+    assert all(r["tokens_per_step"] >= 1.0 for r in recs)
