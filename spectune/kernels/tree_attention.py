@@ -41,6 +41,10 @@ SM_SMEM_BYTES = 233472  # Hopper: shared memory per SM (228 KiB); 1 KiB of it is
 # Split-chooser costs in "key" units (the time one program takes per prefix key at full occupancy):
 PROGRAM_OVERHEAD_KEYS = 48  # Q load, pipeline fill, epilogue of one program
 MERGE_OVERHEAD_KEYS = 64  # the merge launch
+# What one split's partials cost beyond their bytes (writes, the merge's reads, its programs):
+# fitted to the batch-1 ctx 4096 split sweep of benchmarks/probe_batch1.py (H200, run 7 in
+# KERNELS_NOTES.md), where each extra split cost ~12x its partial bytes at copy bandwidth.
+PARTIAL_COST_SCALE = 12.0
 
 
 @dataclass(frozen=True)
@@ -81,13 +85,18 @@ def default_config(rows_per_group: int, device: torch.device) -> TreeAttentionCo
         return TreeAttentionConfig(block_m=bm, block_n=32, tree_block=32, num_warps=4, min_chunk=32)
     # measured on an H200 (benchmarks/KERNELS_NOTES.md): memory-bound rows <= 64 like 64-key
     # blocks, compute-bound rows >= 128 like 128 x 128 tiles on 8 warps
+    # pdl: programmatic dependent launch of the merge, 0.5-1 us less at split launches (probe)
     if rows_per_group <= 16:
-        return TreeAttentionConfig(block_m=16, block_n=64, num_warps=4, num_stages=4)
+        return TreeAttentionConfig(block_m=16, block_n=64, num_warps=4, num_stages=4, pdl=True)
     if rows_per_group <= 32:
-        return TreeAttentionConfig(block_m=32, block_n=64, num_warps=4, num_stages=4)
+        return TreeAttentionConfig(block_m=32, block_n=64, num_warps=4, num_stages=4, pdl=True)
     if rows_per_group <= 64:
-        return TreeAttentionConfig(block_m=64, block_n=64, num_warps=4, num_stages=4)
-    return TreeAttentionConfig(block_m=128, block_n=128, num_warps=8, num_stages=3)
+        return TreeAttentionConfig(block_m=64, block_n=64, num_warps=4, num_stages=4, pdl=True)
+    # half partials: at batch 1, N = 64 they took the best split launch from 21.2 to 19.6 us
+    # (probe_batch1.py, H200); direct launches (one split) have no partials
+    return TreeAttentionConfig(
+        block_m=128, block_n=128, num_warps=8, num_stages=3, pdl=True, half_partials=True
+    )
 
 
 @triton.jit
@@ -373,8 +382,8 @@ def choose_splits(
     prefix = max(max_prefix, 1)
     max_splits = max(1, min(512, prefix // cfg.min_chunk))
     candidates = {1, max_splits}
-    for k in range(1, 9):
-        full = k * slots // per_split
+    for k in (0.25, 0.5, 1, 2, 3, 4, 5, 6, 7, 8):  # fractions: fewer programs than slots
+        full = int(k * slots) // per_split
         candidates.update((full - 1, full, full + 1))
     best: tuple[float, int, int] | None = None
     for want in sorted(c for c in candidates if 1 <= c <= max_splits):
@@ -444,7 +453,11 @@ def tree_attention(
     if num_splits is None:
         slots = sms * resident_programs(cfg, dim, q.element_size())
         # partials: write + read of float32 rows, in units of one program's K/V bytes per key
-        partial = 8.0 * total_q * hq * dim / (2 * dim * q.element_size() * slots)
+        part_bytes = 2 if cfg.half_partials else 4
+        partial = (
+            PARTIAL_COST_SCALE * 2 * part_bytes * total_q * hq * dim
+            / (2 * dim * q.element_size() * slots)
+        )  # fmt: skip
         splits, chunk = choose_splits(
             batch, hkv, m_blocks, max_prefix, max_q_len, cfg, slots, partial
         )
