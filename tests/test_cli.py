@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +36,30 @@ def test_missing_optional_dependency_breaks_only_its_command() -> None:
     assert proc.returncode == 2, proc.stderr
     assert "needs 'optuna'" in proc.stderr
     assert '"hardware"' in proc.stdout
+
+
+def test_execute_bad_acceptance_trace_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The trace is read and checked before any GPU work: a malformed one is a clear exit 2."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"schema": "nope"}\n')
+    assert main(["execute", "--policy", "dynamic-topk:5,4,8", "--acceptance-trace", str(bad)]) == 2
+    assert "bad.jsonl" in capsys.readouterr().err
+
+
+def test_trace_replay_drives_synthetic_acceptance() -> None:
+    """A recorded trace's candidate banks load as the executor's synthetic acceptance tables."""
+    torch = pytest.importorskip("torch")
+    from spectune.executor.synthetic import SyntheticAcceptance
+    from spectune.planner.acceptance import TraceReplay
+    from spectune.planner.trace import read_trace
+
+    path = Path(__file__).resolve().parent.parent / "data" / "traces" / "smollm2-mtbench.jsonl.gz"
+    _, steps = read_trace(path)
+    syn = SyntheticAcceptance(TraceReplay(steps), depth=4, topk=4, device="cpu")
+    logc, acc, lo = syn.children(1, syn.draw_rows(1, (64,), "cpu"), 4)
+    assert logc.shape == acc.shape == lo.shape == (64, 4)
+    assert set(torch.unique(acc).tolist()) <= {0.0, 1.0}  # recorded 0/1 outcomes
+    assert float(acc.sum(-1).max()) <= 1.0  # siblings are exclusive: at most one matches
+    assert 0.0 < float(acc[:, 0].mean()) < 1.0

@@ -3,6 +3,13 @@ measurement JSON: per-phase ms, accepted lengths, tokens/s with and without spec
 
     spectune execute --policy policy.json --batch 1,8,32,64 --context 4096 --out run.json
     spectune execute --policy dynamic-topk:5,4,8 --also dynamic-topk:7,10,60 --batch 1,64
+    spectune execute --policy dynamic-topk:5,4,8 --acceptance-trace data/traces/smollm2-mtbench.jsonl.gz
+
+Acceptance is synthetic (random weights): drawn from the workload's acceptance model, or with
+--acceptance-trace from a recorded trace (spectune.trace/v1): the candidate banks are the
+recorded steps' draft probabilities of each expanded node's children with their 0/1 outcome
+against the target's token (planner.acceptance.TraceReplay), so each drafted node replays one
+recorded node's children.
 """
 
 from __future__ import annotations
@@ -38,6 +45,14 @@ def run(args: argparse.Namespace) -> int:
     drafter = load_model(args.drafter or (table.drafter if table else DEFAULT_DRAFTER))
     workload = args.workload or (table.workload if table and table.workload else DEFAULT_WORKLOAD)
     also = [TreePolicy.parse(a) for a in args.also]
+    replay = None
+    if args.acceptance_trace:  # read (and validate) before the GPU work starts
+        from spectune.planner.acceptance import TraceReplay
+        from spectune.planner.trace import read_trace
+
+        _, trace_steps = read_trace(args.acceptance_trace)
+        replay = TraceReplay(trace_steps)
+        workload = f"trace:{Path(args.acceptance_trace).name}"
 
     runs: list[tuple[int, TreePolicy | None, str]] = []
     for b in batches:
@@ -56,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     device = require_cuda()
     gpu = torch.cuda.get_device_name(device)
     hardware = args.hardware or gpu_hardware_name(gpu)
-    acc = acceptance_model(workload)
+    acc = replay if replay is not None else acceptance_model(workload)
     cfg = SessionConfig(max(batches), context, max([1, *budgets]), use_kernels=not args.no_kernels)
     session = Session(target, drafter, cfg, device)
     recs = measure_runs(session, runs, context, acc, steps, args.warmup)
@@ -106,6 +121,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--workload", default=None, help="workload driving synthetic acceptance")
     p.add_argument(
+        "--acceptance-trace",
+        default=None,
+        metavar="TRACE",
+        help="drive acceptance by a recorded trace (JSONL[.gz], spectune.trace/v1) instead",
+    )
+    p.add_argument(
         "--hardware", default=None, help="HardwareSpec preset of this GPU (default: from its name)"
     )
     p.add_argument("--steps", type=int, default=40, help="timed steps per run (default 40)")
@@ -126,4 +147,6 @@ def _command(args: argparse.Namespace) -> str:
         f"--steps {args.steps}",
     ]
     parts += [f"--also {a}" for a in args.also]
+    if args.acceptance_trace:
+        parts.append(f"--acceptance-trace {args.acceptance_trace}")
     return " ".join(parts)

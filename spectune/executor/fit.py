@@ -46,6 +46,11 @@ PARAMS = (
 STATIC_PARAM = ("static_draft_step_us", 0.0, 500.0, 20.0)
 
 
+def _tokens(run: dict) -> float:
+    """Tokens verified per sequence: the measured mean of a pruned run, else the tree size."""
+    return float(run.get("verified_mean", run["nodes"]))
+
+
 def _calibration(
     x: Sequence[float] | np.ndarray,
     hardware: str,
@@ -108,7 +113,7 @@ def _rows(
                 rows.append(("verify", {"batch": b, "tokens": 1, "context": c}, ph["verify"] / 1e3))
                 continue
             rows.append(
-                ("verify", {"batch": b, "tokens": r["nodes"], "context": c}, ph["verify"] / 1e3)
+                ("verify", {"batch": b, "tokens": _tokens(r), "context": c}, ph["verify"] / 1e3)
             )
             rows.append(
                 (
@@ -117,7 +122,7 @@ def _rows(
                         "batch": b,
                         "depth": pol["depth"],
                         "topk": pol["topk"],
-                        "tokens": r["nodes"],
+                        "tokens": _tokens(r),
                         "context": c,
                         "builder": builder,
                     },
@@ -285,7 +290,7 @@ def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
                 y.append(ph["overhead"] / 1e3)
             else:
                 static = pol["builder"] == "static"
-                a_rows.append([1.0, b, float(not static), b * r["nodes"], float(static)])
+                a_rows.append([1.0, b, float(not static), b * _tokens(r), float(static)])
                 y.append((ph["tree"] + ph["accept"] + ph["compact"] + ph["overhead"]) / 1e3)
     if len(y) < 4:
         return {}
