@@ -672,10 +672,13 @@ class RaggedLayout:
         bits = (full.view(b * n, words, 64) * self._bit).sum(-1)  # distinct bits: sum = OR
         self.bitmask.scatter_(0, row[:, None].expand(b * n, words), bits)
         # the sink row took every dropped slot's values: reset it to padding
-        self.tokens[self.sink] = 0
-        self.pos[self.sink] = self.context
-        self.dst[self.sink] = -1
-        self.bitmask[self.sink] = 0
+        # (slice fills, not `buf[i] = x`: a Python scalar assignment copies from the host,
+        # which CUDA-graph capture forbids)
+        s = slice(self.sink, self.sink + 1)
+        self.tokens[s].fill_(0)
+        self.pos[s].fill_(self.context)
+        self.dst[s].fill_(-1)
+        self.bitmask[s].zero_()
 
     def bucket(self, total: int) -> int:
         return token_bucket(total, self.max_tokens)
