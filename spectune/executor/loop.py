@@ -473,17 +473,21 @@ class SpecRunner:
             g = self._capture_bucket(tokens)
         g.replay()
 
-    def _capture_bucket(self, tokens: int) -> torch.cuda.CUDAGraph:
+    def _capture_bucket(self, tokens: int, warm: bool = True) -> torch.cuda.CUDAGraph:
         """The verify graph of one token bucket, in the phases' memory pool (one warm-up run
-        first: Triton compiles and allocator growth stay outside the capture)."""
+        first: Triton compiles and allocator growth stay outside the capture). `warm=False`
+        for a bucket smaller than the step now in the layout: running it would read rows past
+        the bucket (the layout's indptr covers all of this step's T rows); capture records
+        without running, and every bucket shares the kernels' one compile."""
         assert self.ragged is not None
         self.ragged.view(tokens)
         cur = torch.cuda.current_stream()
-        side = torch.cuda.Stream()
-        side.wait_stream(cur)
-        with torch.cuda.stream(side):
-            self.verify_packed(tokens)
-        cur.wait_stream(side)
+        if warm:
+            side = torch.cuda.Stream()
+            side.wait_stream(cur)
+            with torch.cuda.stream(side):
+                self.verify_packed(tokens)
+            cur.wait_stream(side)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, pool=self.graphs.pool):
             self.verify_packed(tokens)
@@ -519,9 +523,10 @@ class SpecRunner:
         spread = max(2 * TOKEN_BUCKET, hi - lo)
         first = self.ragged.bucket(max(lo - spread, 1))
         last = self.ragged.bucket(hi + spread)
-        for tokens in range(first, last + 1, TOKEN_BUCKET):
+        now = self.ragged.bucket(int(self.ragged.total.item()))  # the step in the layout
+        for tokens in (now, *range(first, last + 1, TOKEN_BUCKET)):  # warm `now` first
             if tokens not in self._bucket_graphs:
-                self._capture_bucket(tokens)
+                self._capture_bucket(tokens, warm=tokens >= now)
         torch.cuda.synchronize()
 
     def accept(self) -> None:
