@@ -25,5 +25,11 @@ else
         --also dynamic-topk:6,8,32 --batch 1,8,32 --context 4096 --steps 60 \
         --acceptance-trace data/traces/smollm2-mtbench.jsonl.gz \
         --out "$OUT/execute-trace.json" 2>&1 | tee "$OUT/execute-trace-log.txt"
+    # what the ragged (pruned) path costs by itself: a threshold of 1e-9 prunes nothing, so
+    # it verifies the same tokens as the dense run through the ragged path
+    python -m spectune execute --policy static:5,5,87 --also static:5,5,87,1e-09,0 \
+        --also static:5,5,87,0.01,0 --also dynamic-topk:6,10,32 \
+        --also dynamic-topk:6,10,32,1e-09,0 --batch 1,8,32 --context 4096 --steps 60 \
+        --out "$OUT/execute-ragged.json" 2>&1 | tee "$OUT/execute-ragged-log.txt"
     python benchmarks/bench_executor_prune.py --out "$OUT" 2>&1 | tee "$OUT/prune-log.txt"
 fi
