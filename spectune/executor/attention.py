@@ -754,6 +754,7 @@ class RaggedView:
                 max_kv_len=lay.context + lay.nodes,
                 config=config,
                 num_splits=splits,
+                split_batch=self.batch,  # the scratch (padding) sequence does not count
             )
         else:  # CPU without the interpreter: the kernels' torch reference (host syncs)
             from spectune.kernels.tree_attention_reference import reference_tree_attention as ref

@@ -414,6 +414,7 @@ def tree_attention(
     num_splits: int | None = None,
     config: TreeAttentionConfig | None = None,
     out: torch.Tensor | None = None,
+    split_batch: int | None = None,
 ) -> torch.Tensor:
     """Attention of every tree token over its sequence's prefix and its tree ancestors.
 
@@ -425,6 +426,9 @@ def tree_attention(
     kv_lens:   int32[B] used slots (prefix + N_b; tree K/V last); default diff(kv_indptr)
     max_q_len / max_kv_len: host-side bounds of N_b and kv_lens (pass them to avoid a device
         sync, e.g. under CUDA-graph capture)
+    split_batch: sequences the split count is chosen for (default: all B); a caller whose
+        last sequence only holds padding rows passes B - 1, so the padding does not halve the
+        splits of a batch-1 call
     returns    [total_q, num_q_heads, head_dim] in q's dtype (written into `out` if given)
     """
     if kv_lens is None:
@@ -459,7 +463,7 @@ def tree_attention(
             / (2 * dim * q.element_size() * slots)
         )  # fmt: skip
         splits, chunk = choose_splits(
-            batch, hkv, m_blocks, max_prefix, max_q_len, cfg, slots, partial
+            split_batch or batch, hkv, m_blocks, max_prefix, max_q_len, cfg, slots, partial
         )
     else:
         splits = max(1, num_splits)
