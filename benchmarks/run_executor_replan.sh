@@ -3,8 +3,9 @@
 # device from the repo root). Part A: GPU tests, the re-planned table (min_gain 0, pruning
 # allowed) beside the engine defaults at B 1/8/32/64, and a longer repeat at B 32/64 (the
 # planned-vs-default margin there is a few %, so it needs more steps than the usual 40).
-# Part B: recorded-trace acceptance and the pruned-tree benchmark.
-#     OUT=... bash benchmarks/run_executor_replan.sh A|B
+# Part B: recorded-trace acceptance and the pruned-tree benchmark. Part C: the ragged-path
+# overhead runs alone.
+#     OUT=... bash benchmarks/run_executor_replan.sh A|B|C
 set -uo pipefail
 OUT=${OUT:-out}
 M=measurements/h200-replan
@@ -20,6 +21,12 @@ if [ "$part" = A ]; then
     python -m spectune execute --policy $M/policy-planned-nomargin.json --batch 32,64 \
         --context 4096 --also dynamic-topk:5,4,8 --also dynamic-topk:4,2,8 --steps 300 \
         --out "$OUT/execute-repeat.json" 2>&1 | tee -a "$OUT/execute-log.txt"
+elif [ "$part" = C ]; then
+    # the ragged path again after its padding sequence stopped counting toward the split choice
+    python -m spectune execute --policy static:5,5,87 --also static:5,5,87,1e-09,0 \
+        --also static:5,5,87,0.01,0 --also dynamic-topk:6,10,32 \
+        --also dynamic-topk:6,10,32,1e-09,0 --batch 1,8,32 --context 4096 --steps 60 \
+        --out "$OUT/execute-ragged.json" 2>&1 | tee "$OUT/execute-ragged-log.txt"
 else
     python -m spectune execute --policy dynamic-topk:5,4,8 --also dynamic-topk:4,4,16 \
         --also dynamic-topk:6,8,32 --batch 1,8,32 --context 4096 --steps 60 \
