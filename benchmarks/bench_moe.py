@@ -188,6 +188,13 @@ def main() -> None:
     ap.add_argument("--kernel-tokens", default="1,16,64,256,1024,4096")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=180.0, help="no new grid shape after this")
+    ap.add_argument(
+        "--routing",
+        default="independent",
+        choices=("independent", "hidden"),
+        help="independent: each token picks k experts uniformly (the cost model's expert union; "
+        "default); hidden: the router over random-weight hidden states (tokens route alike)",
+    )
     ap.add_argument("--no-tune", action="store_true", help="skip GEMM/attention/MoE tuning")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run (use a tiny --model JSON)")
     args = ap.parse_args()
@@ -202,10 +209,12 @@ def main() -> None:
     hw = hardware_preset(hw_name)
     spec = load_model(args.model)
     batches, tokens, contexts = _ints(args.batches), _ints(args.tokens), _ints(args.contexts)
-    doc: dict[str, Any] = {"gpu": gpu, "hardware": hw_name, "model": spec.name, "rows": []}
+    doc: dict[str, Any] = {
+        "gpu": gpu, "hardware": hw_name, "model": spec.name, "routing": args.routing, "rows": [],
+    }  # fmt: skip
 
     dtype = torch.bfloat16 if cuda else torch.float32
-    m = MoEDecoder(spec, dev, dtype, max_pos=max(contexts) + max(tokens) + 64)
+    m = MoEDecoder(spec, dev, dtype, max_pos=max(contexts) + max(tokens) + 64, routing=args.routing)
     doc["weights_gb"] = sum(t.numel() * t.element_size() for t in _tensors(m)) / 1e9
     doc["build_s"] = time.time() - t0
     print(

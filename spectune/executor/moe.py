@@ -157,14 +157,32 @@ def moe_config(spec: ModelSpec, tokens: int) -> MoEConfig:
     return _TUNED.get(tokens) or default_config(tokens, spec.experts, spec.experts_topk)
 
 
+ROUTINGS = ("hidden", "independent")
+
+
 def moe_rows(
-    x: torch.Tensor, w: MoELayerWeights, spec: ModelSpec, use_triton: bool | None = None
+    x: torch.Tensor,
+    w: MoELayerWeights,
+    spec: ModelSpec,
+    use_triton: bool | None = None,
+    routing: str = "hidden",
 ) -> torch.Tensor:
     """x: [T, h] (the post-attention normed hidden) -> the weighted expert outputs [T, k, h]:
-    router GEMM, route_topk, moe_align and the two grouped GEMMs (5 launches on the GPU)."""
+    router GEMM, route_topk, moe_align and the two grouped GEMMs (5 launches on the GPU).
+
+    routing "hidden": top-k of the router GEMM over the hidden states (random weights make the
+    tokens of one step route alike, so fewer experts are touched than real text touches);
+    "independent": the router GEMM still runs, but its logits are replaced by fresh Gaussian
+    logits per token (CUDA-graph safe), so each token picks k experts independently and
+    uniformly: the expert union the cost model assumes."""
     t, k = x.shape[0], spec.experts_topk
     cfg = moe_config(spec, t)
-    ids, weights = route_topk(linear(x, w.router), k, use_triton=use_triton)
+    logits = linear(x, w.router)
+    if routing == "independent":
+        logits = torch.randn_like(logits)
+    elif routing != "hidden":
+        raise SpecError(f"routing {routing!r} is not one of {ROUTINGS}")
+    ids, weights = route_topk(logits, k, use_triton=use_triton)
     align = None
     if x.is_cuda if use_triton is None else use_triton:
         align = moe_align(ids, spec.experts, cfg.block_m, use_triton=True)
@@ -217,7 +235,8 @@ def _attention(
 class MoEDecoder(Decoder):
     """An MoE decoder at the shape of `spec` with random weights (dense layers, if the spec has
     leading ones, run model.layer_forward). forward / forward_ragged / lm_head as model.Decoder's.
-    use_triton: the fused MoE kernels (default: on CUDA tensors; the interpreter on CPU)."""
+    use_triton: the fused MoE kernels (default: on CUDA tensors; the interpreter on CPU).
+    routing: "hidden" (router over the hidden states) or "independent" (moe_rows)."""
 
     def __init__(
         self,
@@ -227,7 +246,11 @@ class MoEDecoder(Decoder):
         seed: int = 0,
         max_pos: int = 1 << 17,
         use_triton: bool | None = None,
+        routing: str = "hidden",
     ):
+        if routing not in ROUTINGS:
+            raise SpecError(f"routing {routing!r} is not one of {ROUTINGS}")
+        self.routing = routing
         if not spec.is_moe or spec.is_mla or spec.is_draft_head or spec.shared_experts:
             raise SpecError(f"{spec.name}: MoEDecoder runs GQA MoE decoders without shared experts")
         self.spec = spec
@@ -279,7 +302,7 @@ class MoEDecoder(Decoder):
             args = (self.spec, cache.layer(i, rows), pos, context, slot, span, mask, self.rope)
             if isinstance(w, MoELayerWeights):
                 h2 = _attention(x, residual, w, *args, kernel)
-                mlp_rows = moe_rows(h2.view(b * n, -1), w, self.spec, self.use_triton)
+                mlp_rows = moe_rows(h2.view(b * n, -1), w, self.spec, self.use_triton, self.routing)
                 # residual += sum of the k weighted rows; x = norm(residual) (one kernel)
                 x = moe_combine(mlp_rows, residual, nxt, use_triton=self.use_triton)
                 x = x.view(b, n, -1)
