@@ -122,6 +122,22 @@ def test_ffn_equals_expert_loop(tri: bool) -> None:
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def test_independent_routing_spreads_tokens_over_experts() -> None:
+    """Identical hidden states all route alike ("hidden"); "independent" routing draws fresh
+    logits per token, so the same rows touch many experts (the cost model's expert union)."""
+    w = MoEDecoder(TINY, "cpu", torch.float32, seed=4, use_triton=False, max_pos=64).layers[0]
+    assert isinstance(w, MoELayerWeights)
+    x = torch.randn(1, 64).expand(64, 64).contiguous()
+    ids_hidden, _ = route_topk(linear(x, w.router), 2, use_triton=False)
+    assert torch.unique(ids_hidden).numel() == 2
+    torch.manual_seed(1)
+    rows = moe_rows(x, w, TINY, use_triton=False, routing="independent")
+    assert rows.shape == (64, 2, 64) and torch.isfinite(rows).all()
+    assert len({tuple(r.flatten().tolist()[:3]) for r in rows.unbind(0)}) > 8
+    with pytest.raises(SpecError, match="routing"):
+        MoEDecoder(TINY, "cpu", torch.float32, routing="skewed")
+
+
 def test_aliased_cache_shares_layers() -> None:
     m = MoEDecoder(TINY_DENSE_FIRST, "cpu", torch.float32, max_pos=256)
     cache = m.new_cache(2, 64, kv_layers=2)
