@@ -78,8 +78,11 @@ def _num_sms(device_index: int) -> int:
     return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
 
 
-def default_config(rows_per_group: int, device: torch.device) -> TreeAttentionConfig:
-    """A sensible config for G*N packed rows; GPU configs were swept in benchmarks/bench_kernels.py."""
+def default_config(
+    rows_per_group: int, device: torch.device, groups: int | None = None
+) -> TreeAttentionConfig:
+    """A sensible config for G*N packed rows over `groups` (sequence, KV head) pairs; GPU
+    configs were swept in benchmarks/bench_kernels.py and probe_batch1.py."""
     if device.type != "cuda":  # the interpreter: small tiles keep numpy work small
         bm = 16 if rows_per_group <= 16 else 32
         return TreeAttentionConfig(block_m=bm, block_n=32, tree_block=32, num_warps=4, min_chunk=32)
@@ -93,7 +96,14 @@ def default_config(rows_per_group: int, device: torch.device) -> TreeAttentionCo
     if rows_per_group <= 64:
         return TreeAttentionConfig(block_m=64, block_n=64, num_warps=4, num_stages=4, pdl=True)
     # half partials: at batch 1, N = 64 they took the best split launch from 21.2 to 19.6 us
-    # (probe_batch1.py, H200); direct launches (one split) have no partials
+    # (probe_batch1.py, H200); direct launches (one split) have no partials.
+    # Few (sequence, KV head) groups (batch 1: 8): 64-row tiles give the splits more programs;
+    # best at B=1 x N=64 for ctx 4096 (21.9 vs 23.2 us) and 32768 (77.6 vs 78.4), while B >= 8
+    # prefers 128 x 128 on 8 warps (run 5, kernels_h200.json)
+    if groups is not None and groups <= 16:
+        return TreeAttentionConfig(
+            block_m=64, block_n=64, num_warps=4, num_stages=3, pdl=True, half_partials=True
+        )
     return TreeAttentionConfig(
         block_m=128, block_n=128, num_warps=8, num_stages=3, pdl=True, half_partials=True
     )
@@ -448,7 +458,7 @@ def tree_attention(
         out = torch.empty_like(q)
     if total_q == 0 or batch == 0:
         return out
-    cfg = config or default_config(group * max_q_len, q.device)
+    cfg = config or default_config(group * max_q_len, q.device, (split_batch or batch) * hkv)
     if cfg.block_n % cfg.tree_block or 64 % cfg.tree_block:
         raise ValueError("tree_block must divide 64 and block_n")
     m_blocks = triton.cdiv(group * max_q_len, cfg.block_m)
