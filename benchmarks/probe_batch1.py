@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from functools import partial
 from typing import Any
 
 import torch
@@ -146,12 +147,51 @@ def probe(n: int, bw: float) -> tuple[dict[str, Any], tuple[Any, ...]]:
     return row, (n, inp.kv_bytes / bw * 1e6, best_read, merge, dflt.get("us"), ok[:6])
 
 
+def _default_call(inp: Any, max_q: int, max_kv: int) -> torch.Tensor:
+    return tree_attention(*inp.args(), max_q_len=max_q, max_kv_len=max_kv)
+
+
+def defaults(bw: float) -> list[dict[str, Any]]:
+    """The default config (no sweep) at issue 9's 12 shapes, beside run 5's default times."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "results", "kernels_h200.json")) as f:
+        run5 = {(r["batch"], r["ctx"], r["tree_tokens"]): r for r in json.load(f)["attention"]}
+    rows = []
+    for b, c, n in [(b, c, n) for b in (1, 8, 32) for c in (4096, 32768) for n in (16, 64)]:
+        inp = make_tree_attention_inputs([c] * b, [n] * b, HQ, HKV, DIM, torch.bfloat16, "cuda")
+        t = gpu_us(partial(_default_call, inp, n, c + n))
+        old = run5.get((b, c, n), {})
+        goal = (
+            inp.kv_bytes / bw / 0.7 * 1e6 if inp.kv_bytes >= 128e6 else inp.kv_bytes / bw * 1e6 + 5
+        )
+        rows.append({"batch": b, "ctx": c, "tree_tokens": n, "default_us": t,
+                     "run5_default_us": old.get("ours_default_us"), "goal_us": goal,
+                     "bw_frac": inp.kv_bytes / (t * 1e-6) / bw if t else None})  # fmt: skip
+        del inp
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "probe.json"))
+    ap.add_argument(
+        "--defaults", action="store_true", help="only time the default config at the 12 shapes"
+    )
     args = ap.parse_args()
     card = torch.cuda.get_device_name()
     bw = copy_bandwidth()
+    if args.defaults:
+        rows = defaults(bw)
+        with open(args.out + ".tmp", "w") as f:
+            json.dump({"card": card, "copy_bytes_per_s": bw, "defaults": rows}, f, indent=1)
+        os.replace(args.out + ".tmp", args.out)
+        print(f"{card}: default config (us), run 5 default, goal, % copy bw")
+        for r in rows:
+            print(f"B={r['batch']:<3} ctx={r['ctx']:<6} N={r['tree_tokens']:<3} "
+                  f"{r['default_us']:8.1f} {r['run5_default_us'] or float('nan'):8.1f} "
+                  f"{r['goal_us']:8.1f} {100 * (r['bw_frac'] or 0):5.0f}%")  # fmt: skip
+        return
     log(f"{card}: copy {bw / 1e12:.2f} TB/s")
     doc: dict[str, Any] = {"card": card, "copy_bytes_per_s": bw, "rows": []}
     x = torch.zeros(1, device="cuda")
