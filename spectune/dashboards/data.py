@@ -145,7 +145,7 @@ class WhatIf:
     context: int
     tree_tokens: float  # tokens verified per sequence, root included (mean when pruning)
     expected_tokens: float  # tokens emitted per sequence per step (accepted + bonus)
-    phases_s: Mapping[str, float]  # draft, verify, extend, overhead, retrieval; sum = step_s
+    phases_s: Mapping[str, float]  # draft, verify, extend, overhead, options; sum = step_s
     verify_breakdown_s: Mapping[str, float]  # operator classes of the verify pass
     draft_steps_s: Mapping[str, float]  # the drafting phase by step; sums to phases_s["draft"]
     step_s: float
@@ -199,8 +199,11 @@ def what_if(scenario: Scenario, policy: TreePolicy | None, batch: int, context: 
             "draft extend": _f(cm.draft_extend_time(batch, expected, context)),
             "overhead": _f(cm.step_overhead_time(batch, tokens, builder=policy.builder)),
         }
+        # the policy's options (CostModel.option_time), each its own phase
         if policy.graft_budget > 0:
             phases["retrieval"] = _f(cm.retrieval_time(batch))
+        if policy.prune_threshold > 0:
+            phases["pruning"] = _f(cm.prune_time(batch))
     verify_parts = {k: _f(v) for k, v in cm.verify_breakdown(batch, tokens, context).items()}
     draft_steps = {} if policy is None else _draft_steps(cm, policy, batch, context)
     step = obj.step_time(policy, batch, context)

@@ -7,9 +7,10 @@ none: the cost model's defaults) configures CostModel(hardware, target, drafter)
   (and the baseline's verify at 1 token); for a pruned policy the tree tokens are the measured
   mean verified per sequence (`verified_mean`), or, in a document without it, the planner's
   mean kept tokens (ClosedFormObjective.tree_tokens for the document's workload);
-- speedup: predicted = tokens_per_step_measured / spec_step_time(batch, depth, topk, tree tokens,
-  context, depth + 1, builder=the run's policy builder) x ar_step_time(batch, context) vs the
-  measured speedup. The measured
+- speedup: predicted = tokens_per_step_measured / (spec_step_time(batch, depth, topk, tree
+  tokens, context, depth + 1, builder=the run's policy builder) + option_time(batch, policy))
+  x ar_step_time(batch, context) vs the measured speedup; option_time charges a pruned policy
+  its pruning pass, ragged packing and host read (Calibration.prune_step_s). The measured
   accepted length is used on both sides, so the check tests the timing model (acceptance is
   checked separately, against the acceptance model, by the executor's tests); draft extend is
   priced over depth + 1 tokens because the executor pads it so (graph-captured, as engines do).
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spectune.specs import SpecError, load_hardware, load_model
+from spectune.specs import SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import SCHEMA as CALIBRATION_SCHEMA
 from spectune.specs.calibration import Calibration
 
@@ -163,6 +164,7 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
             )
         )
         spec_pred = _scalar(cm.spec_step_time(b, d, k, n, c, d + 1, builder=pol["builder"]))
+        spec_pred += _scalar(cm.option_time(b, TreePolicy(**pol)))  # pruning's pass + packing
         pred_speedup = r["tokens_per_step"] / spec_pred * ar_pred
         res.speedup.append(Row(name, f"speedup {label}", pred_speedup, r["speedup"]))
 
@@ -183,8 +185,6 @@ def _tree_tokens(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, An
         planned["objective"] = closed_form_objective(
             doc["target"], doc["drafter"], doc["hardware"], doc["workload"]
         )
-    from spectune.specs import TreePolicy
-
     return float(planned["objective"].tree_tokens(TreePolicy(**pol)))
 
 

@@ -12,8 +12,9 @@ static_draft_step_s when static-builder runs are among the measurements), and th
 efficiency curve
 eff(M) = e_max * (1 - exp(-M / m0)) tabulated on a grid (M / eff grows with M, as Calibration
 requires). The fixed per-step costs (step overhead, per-request cost, tree building: fixed and
-per tree node, and the static builder's fixed tree cost when measured) come from a linear fit
-of the non-forward phases. Each run is priced with its policy's builder. Graph batch sizes are every
+per tree node, the static builder's fixed tree cost and pruning's per-iteration cost when
+such runs are measured) come from a linear fit of the non-forward phases. Each run is priced
+with its policy's builder and options (CostModel.option_time). Graph batch sizes are every
 batch up to 256, because the executor captures a graph at each measured batch exactly (no
 padding).
 """
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from spectune.specs import SpecError, load_hardware, load_model
+from spectune.specs import SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import Calibration
 
 GEMM_GRID = (1.0, 16.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 65536.0)
@@ -125,6 +126,7 @@ def _rows(
                         "tokens": _tokens(r),
                         "context": c,
                         "builder": builder,
+                        "policy": TreePolicy(**pol),
                     },
                     ph["step"] / 1e3,
                 )
@@ -167,7 +169,7 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
     if kind == "extend":
         return _scalar(cm.draft_extend_time(a["batch"], a["accepted"], a["context"]))
     if kind == "step":  # draft extend over depth + 1 tokens: the executor pads it so
-        return _scalar(
+        step = _scalar(
             cm.spec_step_time(
                 a["batch"],
                 a["depth"],
@@ -178,6 +180,9 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
                 builder=a["builder"],
             )
         )
+        if "policy" in a:  # a pruned policy's pass and ragged packing (option_time)
+            step += _scalar(cm.option_time(a["batch"], a["policy"]))
+        return step
     if kind == "ar":
         return _scalar(cm.ar_step_time(a["batch"], a["context"]))
     raise ValueError(kind)
@@ -225,6 +230,7 @@ def fit_calibration(
             tree_build_s=over["tree_build_s"],
             tree_build_per_node_s=over["tree_build_per_node_s"],
             static_tree_build_s=over.get("static_tree_build_s", base.static_tree_build_s),
+            prune_step_s=over.get("prune_step_s", base.prune_step_s),
         )
     rows = _rows(run, measurements)
     if not rows:
@@ -269,41 +275,57 @@ def fit_calibration(
     return cal, report
 
 
+# columns of the non-forward-phase fit (_overheads), in order; the last two are fitted only when
+# runs of their kind are measured
+OVERHEAD_COLUMNS = (
+    "step_overhead_s",
+    "per_request_overhead_s",
+    "tree_build_s",
+    "tree_build_per_node_s",
+    "static_tree_build_s",
+    "prune_step_s",
+)
+
+
 def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
     """step_overhead_s, per_request_overhead_s, tree_build_s and tree_build_per_node_s (and
-    static_tree_build_s when static-builder runs are measured) by non-negative least squares
-    over the non-forward phases, one row per run:
+    static_tree_build_s when static-builder runs are measured, prune_step_s when pruned runs
+    are) by non-negative least squares over the non-forward phases, one row per run:
         speculation off: overhead                      = fixed + per_request * B
         on:              tree + accept + compact + ovh = fixed + per_request * B
                                                          + tree_build[builder] + per_node * B * N
-    (N: verified tree nodes per sequence, root included; the cost model's step_overhead_time;
-    the per-node cost is shared by both builders, the fixed tree cost is each builder's own)."""
+                                                         + prune_step * [prune_threshold > 0]
+    (N: verified tree nodes per sequence, root included, the measured mean of a pruned run; the
+    cost model's step_overhead_time and prune_time; the per-node cost is shared by both
+    builders, the fixed tree cost is each builder's own). The pruned run's host read of its
+    packed size is timed in its verify phase, which this fit does not see: prune_step_s fitted
+    here is the tree phase's share."""
     a_rows, y = [], []
     for doc in measurements:
         for r in doc["runs"]:
             ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
             if "ar_phases_ms" in r:
-                a_rows.append([1.0, b, 0.0, 0.0, 0.0])
+                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0])
                 y.append(r["ar_phases_ms"]["overhead"] / 1e3)
             if pol is None:
-                a_rows.append([1.0, b, 0.0, 0.0, 0.0])
+                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0])
                 y.append(ph["overhead"] / 1e3)
             else:
                 static = pol["builder"] == "static"
-                a_rows.append([1.0, b, float(not static), b * _tokens(r), float(static)])
+                pruned = pol.get("prune_threshold", 0.0) > 0
+                a_rows.append(
+                    [1.0, b, float(not static), b * _tokens(r), float(static), float(pruned)]
+                )
                 y.append((ph["tree"] + ph["accept"] + ph["compact"] + ph["overhead"]) / 1e3)
     if len(y) < 4:
         return {}
     from scipy.optimize import nnls
 
     a = np.array(a_rows)
-    names = ["step_overhead_s", "per_request_overhead_s", "tree_build_s", "tree_build_per_node_s"]
-    if a[:, 4].any():
-        names.append("static_tree_build_s")
-    else:  # no static run: nothing to fit its fixed cost from (Calibration's default stands)
-        a = a[:, :4]
-    coef, _ = nnls(a, np.array(y))
-    return {name: float(c) for name, c in zip(names, coef, strict=True)}
+    # a column no run has: nothing to fit its cost from (the Calibration's default stands)
+    cols = [i for i in range(a.shape[1]) if i < 4 or a[:, i].any()]
+    coef, _ = nnls(a[:, cols], np.array(y))
+    return {OVERHEAD_COLUMNS[i]: float(c) for i, c in zip(cols, coef, strict=True)}
 
 
 def _scalar(x: object) -> float:

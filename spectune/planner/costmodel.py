@@ -15,6 +15,9 @@ speculative iteration (interfaces.md):
               + verify (target over `budget` tree tokens/seq, logits at every tree node)
               + draft_extend (drafter over the accepted tokens)
               + step overhead (scheduler, sampling, tree building: fixed + per tree node)
+              (+ option_time, which callers add for a policy's options: the retrieval lookup
+                 when it grafts; the pruning pass, ragged packing and host read of the packed
+                 size when it prunes)
 
 Batches up to the largest CUDA-graph capture size are padded to the next captured size and
 replay a graph; larger ones launch eagerly.
@@ -31,6 +34,7 @@ from spectune.specs.calibration import Calibration
 from spectune.specs.errors import SpecError
 from spectune.specs.hardware import HardwareSpec
 from spectune.specs.model import ModelSpec
+from spectune.specs.policy import TreePolicy
 
 BREAKDOWN_KEYS = CLASSES
 
@@ -222,6 +226,26 @@ class CostModel:
     def retrieval_time(self, batch: ArrayLike) -> F64:
         """Seconds of retrieval-drafter lookups (n-gram / suffix match) for `batch` requests."""
         return _f64(self.calibration.retrieval_per_request_s * _arr("batch", batch))
+
+    def prune_time(self, batch: ArrayLike) -> F64:
+        """Seconds a pruned tree (prune_threshold > 0) adds to one iteration of `batch`
+        sequences: dropping nodes under the threshold, packing the kept nodes into one ragged
+        verify and reading its size back to the host (Calibration.prune_step_s, a fixed cost:
+        the work is a few small kernels and one sync whatever the batch)."""
+        return _f64(self.calibration.prune_step_s + 0.0 * _arr("batch", batch))
+
+    def option_time(self, batch: ArrayLike, policy: TreePolicy) -> F64:
+        """Seconds per iteration of a policy's tree options beyond spec_step_time: the
+        retrieval lookup when it grafts (graft_budget > 0) plus the pruning pass when it prunes
+        (prune_threshold > 0); zero for a plain tree. Every caller that prices a policy's
+        iteration adds this."""
+        b = _arr("batch", batch)
+        t = np.zeros(b.shape)
+        if policy.graft_budget > 0:
+            t = t + self.retrieval_time(b)
+        if policy.prune_threshold > 0:
+            t = t + self.prune_time(b)
+        return _f64(t)
 
     # ---- iterations ----------------------------------------------------------------------------
     def spec_step_time(

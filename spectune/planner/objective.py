@@ -1,12 +1,13 @@
 """The closed-form steady-state objective: tokens/s of a policy at a batch size and context.
 
-    tokens/s = batch * E[tokens per step] / (spec_step_time + turnover)   (speculation on)
-    tokens/s = batch / (ar_step_time + turnover)                          (off)
+    tokens/s = batch * E[tokens per step] / (spec_step_time + option_time + turnover)   (on)
+    tokens/s = batch / (ar_step_time + turnover)                                        (off)
 
 E[tokens per step] is the expected accepted length plus the bonus token of the policy's tree
 under the workload's acceptance model (planner.trees); the step time is the cost model's full
 speculative iteration: drafting, verifying the tree (its mean size as built, which the budget
-only bounds), draft extend and per-step overhead.
+only bounds), draft extend and per-step overhead, plus the cost of the policy's options
+(CostModel.option_time: grafting's retrieval lookup, pruning's pass and ragged packing).
 
 turnover is the prefill a saturated server does per step to replace finished requests: a step
 emits batch * E tokens, so batch * E / output_tokens requests finish, and each newcomer prefills
@@ -54,7 +55,7 @@ class _Acceptance(Protocol):
 class ClosedFormObjective:
     """Steady-state tokens/s from a cost model and an acceptance model (no simulation).
 
-    cost_model: a planner.costmodel.CostModel (spec_step_time, ar_step_time, retrieval_time)
+    cost_model: a planner.costmodel.CostModel (spec_step_time, ar_step_time, option_time)
     acceptance: a planner.acceptance.AcceptanceModel
     expected_tokens: E[tokens per step] of a policy; defaults to
         planner.trees.expected_tokens_for_policy(policy, acceptance, samples, seed)
@@ -161,9 +162,21 @@ class ClosedFormObjective:
             b, policy.depth, policy.topk, tokens, context, accepted, builder=policy.builder
         )
         t = np.broadcast_to(np.asarray(t, dtype=np.float64), b.shape)
-        if policy.graft_budget > 0 and hasattr(cm, "retrieval_time"):
-            t = t + np.asarray(cm.retrieval_time(b), dtype=np.float64)
+        t = t + self.option_times(policy, b)
         return t + self.turnover_times(policy, b, context, tokens)
+
+    def option_times(self, policy: TreePolicy, batch: np.ndarray) -> np.ndarray:
+        """float64[P]: seconds per iteration of the policy's options (grafting's retrieval
+        lookup, pruning's pass and ragged packing): CostModel.option_time. A cost model without
+        it (a test double) is charged retrieval_time for grafting policies, if it has that."""
+        cm = self.cost_model
+        if hasattr(cm, "option_time"):
+            t = cm.option_time(batch, policy)
+        elif policy.graft_budget > 0 and hasattr(cm, "retrieval_time"):
+            t = cm.retrieval_time(batch)
+        else:
+            t = 0.0
+        return np.broadcast_to(np.asarray(t, dtype=np.float64), batch.shape)
 
     def step_time(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         """Seconds of one decoding iteration of the whole batch."""

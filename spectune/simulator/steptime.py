@@ -4,7 +4,8 @@ An iteration is a ragged batch: decoding sequences verify their draft trees (tre
 root included) and prefilling sequences feed a chunk of their prompt. Its time is
 
     draft(B_dec, depth, topk) + target forward(all new tokens) + draft-extend(accepted tokens)
-    + retrieval (grafting policies) + overhead(B, tree tokens)
+    + options (retrieval lookups of grafting policies, the pruning pass of pruning ones)
+    + overhead(B, tree tokens)
 
 One CostModel call costs about a millisecond however many points it prices (it is vectorised),
 so the pricer evaluates each term on whole grids at once and looks iterations up in them:
@@ -48,7 +49,7 @@ class CostModelLike(Protocol):
     def draft_extend_time(self, batch: Any, accepted: Any, context: Any) -> Any: ...
     def step_overhead_time(self, batch: Any, tree_tokens: Any, *, builder: str = ...) -> Any: ...
     def ar_step_time(self, batch: Any, context: Any) -> Any: ...
-    def retrieval_time(self, batch: Any) -> Any: ...
+    def option_time(self, batch: Any, policy: TreePolicy) -> Any: ...
 
 
 @dataclass
@@ -58,7 +59,7 @@ class StepCost:
     draft_s: float = 0.0
     forward_s: float = 0.0  # target forward: verify trees and/or prefill chunks
     extend_s: float = 0.0  # drafter pass over accepted (and prefilled) tokens
-    overhead_s: float = 0.0  # sampling, tree build, scheduling, retrieval lookups
+    overhead_s: float = 0.0  # sampling, tree build, scheduling, retrieval lookups, pruning
 
     @property
     def total_s(self) -> float:
@@ -210,10 +211,7 @@ class StepPricer:
             )
             cost.extend_s = _lerp(ext, per_ext)
             cost.draft_s = self._drafting(batch, policy, ci)
-        if policy.graft_budget:
-            cost.overhead_s += self._scalar(
-                ("retr", batch), lambda: self.cost.retrieval_time(batch)
-            )
+        cost.overhead_s += self._options(batch, policy)
         return cost
 
     def _drafting(self, batch: int, policy: TreePolicy, ci: int) -> float:
@@ -249,6 +247,17 @@ class StepPricer:
         """float64[K]: _overhead over K iterations (all with a tree)."""
         two = self._overhead(batch, 2.0, builder)
         return two + (self._overhead(batch, 3.0, builder) - two) * (per_seq - 2.0)
+
+    def _options(self, batch: int, policy: TreePolicy) -> float:
+        """Seconds of the policy's options per iteration of `batch` decoding sequences
+        (CostModel.option_time: grafting's retrieval lookup, pruning's pass and ragged
+        packing); 0 for a plain tree."""
+        graft, prune = policy.graft_budget > 0, policy.prune_threshold > 0
+        if not (graft or prune):
+            return 0.0
+        return self._scalar(
+            ("opt", batch, graft, prune), lambda: self.cost.option_time(batch, policy)
+        )
 
     def _scalar(self, key: tuple[Any, ...], fn: Callable[[], Any]) -> float:
         v = self._scalars.get(key)
@@ -290,8 +299,7 @@ class StepPricer:
             if float(per_tree.min()) > 1.0
             else np.array([self._overhead(batch, float(x), policy.builder) for x in per_tree])
         )
-        if policy.graft_budget:
-            overhead += self._scalar(("retr", batch), lambda: self.cost.retrieval_time(batch))
+        overhead = overhead + self._options(batch, policy)
         draft = np.zeros(k)
         extend = np.zeros(k)
         if self.has_drafter:
@@ -366,6 +374,6 @@ class StepPricer:
                 seqs = bd + bp
                 if new and seqs:
                     cost.extend_s = self._surrogate("drafter", seqs, new, kv)
-            if policy.graft_budget and bd:
-                cost.overhead_s += self._scalar(("retr", bd), lambda: self.cost.retrieval_time(bd))
+            if bd:
+                cost.overhead_s += self._options(bd, policy)
         return cost
