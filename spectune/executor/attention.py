@@ -750,7 +750,9 @@ class RaggedView:
             config, splits = _TUNED.get((self.batch, lay.nodes, lay.context), (None, None))
             out = kernel_tree_attention(
                 *args,
-                max_q_len=lay.max_q_len,
+                # no sequence holds more rows than the bucket (at batch 1 a pruned tree is the
+                # whole bucket): fewer m-blocks and the split choice of the tree actually kept
+                max_q_len=min(lay.max_q_len, t),
                 max_kv_len=lay.context + lay.nodes,
                 config=config,
                 num_splits=splits,
