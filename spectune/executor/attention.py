@@ -693,14 +693,6 @@ class RaggedLayout:
         return v
 
 
-def _ragged_config() -> Any:
-    from spectune.kernels.tree_attention import TreeAttentionConfig
-
-    return TreeAttentionConfig(
-        block_m=64, block_n=64, num_warps=4, num_stages=3, pdl=True, half_partials=True
-    )
-
-
 class RaggedView:
     """One token bucket T_b of a RaggedLayout: qo_indptr int32[B+2] (the B sequences, then the
     scratch sequence of the T_b - T padding rows), kv_indptr int32[B+2] (sequence b at slot
@@ -755,15 +747,7 @@ class RaggedView:
         if q.is_cuda or interpreted:
             from spectune.kernels.tree_attention import tree_attention as kernel_tree_attention
 
-            # Pruned trees vary in size per sequence, so the dense-tuned tile (up to 128 rows)
-            # would run mostly empty (43 kept nodes x 4 heads = 172 rows fill 2 x 128 tiles to
-            # 67 %, 3 x 64 to 90 %): 64-row tiles, the kernel's own split choice. On CUDA only
-            # (the interpreter keeps its small default tiles).
-            config, splits = (
-                (_ragged_config(), None)
-                if q.is_cuda
-                else _TUNED.get((self.batch, lay.nodes, lay.context), (None, None))
-            )
+            config, splits = _TUNED.get((self.batch, lay.nodes, lay.context), (None, None))
             out = kernel_tree_attention(
                 *args,
                 # no sequence holds more rows than the bucket (at batch 1 a pruned tree is the
