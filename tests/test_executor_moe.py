@@ -203,3 +203,22 @@ def test_gpu_qwen3_slice_in_a_cuda_graph() -> None:
     want = reference_moe(x, w.w_gate_up, w.w_down, ids, weights)
     got = moe_combine(moe_rows(x, w, spec)).float()
     assert float((got - want).abs().max() / want.abs().max()) < 1e-2
+
+
+def test_session_runs_speculation_with_an_moe_target() -> None:
+    """`spectune execute` on an MoE target: the session builds the MoE decoder (independent
+    routing) and a speculative run completes with tokens accepted."""
+    from spectune.executor.session import Session, SessionConfig
+    from spectune.planner.acceptance import acceptance_model
+    from spectune.specs import TreePolicy
+
+    draft = ModelSpec(
+        name="tiny-draft", layers=1, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=96, vocab=300
+    )
+    cfg = SessionConfig(2, 32, 16, use_graphs=False, use_kernels=False, autotune_gemm=False)
+    session = Session(TINY, draft, cfg, "cpu")
+    assert isinstance(session.target, MoEDecoder) and session.target.routing == "independent"
+    res = session.run_spec(
+        2, 32, TreePolicy("dynamic-topk", 3, 2, 6), acceptance_model("mt-bench"), 3, 1
+    )
+    assert res.tokens_per_step >= 1.0

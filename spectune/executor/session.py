@@ -24,7 +24,12 @@ from spectune.specs import ModelSpec, SpecError, TreePolicy
 
 
 def weight_shapes(spec: ModelSpec) -> list[tuple[int, int]]:
-    """(N, K) of every weight GEMM of one model (an EAGLE-3 head adds its fc)."""
+    """(N, K) of every dense weight GEMM of one model (an EAGLE-3 head adds its fc; an MoE
+    model's experts run in the fused MoE kernels, its router is a GEMM)."""
+    if spec.is_moe:
+        from spectune.executor.moe import moe_weight_shapes
+
+        return moe_weight_shapes(spec)
     d, h = spec.head_dim, spec.hidden
     shapes = [
         ((spec.heads + 2 * spec.kv_heads) * d, spec.attn_in_width),
@@ -36,6 +41,17 @@ def weight_shapes(spec: ModelSpec) -> list[tuple[int, int]]:
     if spec.is_draft_head:
         shapes.append((h, 3 * h))
     return shapes
+
+
+def make_target(spec: ModelSpec, device: torch.device, dtype: torch.dtype, max_pos: int) -> Decoder:
+    """The target runner for a spec: the dense decoder, or for MoE specs the MoE decoder with
+    independent routing (each token picks its experts uniformly: the expert union the cost model
+    prices; random weights would otherwise route a step's tokens alike, measurements/h200-moe)."""
+    if spec.is_moe:
+        from spectune.executor.moe import MoEDecoder
+
+        return MoEDecoder(spec, device, dtype, max_pos=max_pos, routing="independent")
+    return Decoder(spec, device, dtype, max_pos=max_pos)
 
 
 def require_cuda() -> torch.device:
@@ -68,7 +84,7 @@ class Session:
         self.device = torch.device(device)
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         cap = cfg.max_context + cfg.max_tree + 8
-        self.target = Decoder(target, self.device, dtype, max_pos=cap + 64)
+        self.target = make_target(target, self.device, dtype, max_pos=cap + 64)
         self.drafter: Drafter = make_drafter(drafter, self.target)
         self.tcache = self.target.new_cache(cfg.max_batch, cap)
         self.dcache = self.drafter.new_cache(cfg.max_batch, cap)
@@ -79,7 +95,9 @@ class Session:
         self.gemm_plan: dict[str, str] = {}
         if self.device.type == "cuda" and cfg.autotune_gemm:
             shapes = sorted(set(weight_shapes(target)) | set(weight_shapes(drafter)))
-            gated = sorted({(s.hidden, s.ffn) for s in (target, drafter)})
+            gated = sorted(
+                {(s.hidden, s.ffn) for s in (target, drafter) if s.moe_layers < s.layers}
+            )
             plan, self.gemm_rows = autotune(shapes, self.device, gated=gated)
             set_plan(plan)
             self.gemm_plan = plan.to_dict()
