@@ -157,3 +157,10 @@ def test_policy_parse_cli_form() -> None:
         TreePolicy.parse("static:5,4")
     with pytest.raises(SpecError, match="budget"):
         TreePolicy.parse("static:5,4,1")
+
+
+def test_qwen3_small_draft_model_matches_its_published_size() -> None:
+    """Qwen3-0.6B (tied embeddings): 0.596B parameters with norms, 0.44B without embeddings."""
+    m = model_preset("qwen3-0.6b")
+    assert m.vocab == model_preset("qwen3-30b-a3b").vocab  # usable as the MoE's draft model
+    assert abs(m.total_params() / 1e9 - 0.596) < 0.01

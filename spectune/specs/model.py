@@ -250,6 +250,18 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             vocab=151936,
             source=_hf("Qwen/Qwen3-8B"),
         ),
+        ModelSpec(  # a draft model that shares the Qwen3 vocabulary (0.60B with tied embeddings)
+            name="qwen3-0.6b",
+            layers=28,
+            hidden=1024,
+            heads=16,
+            kv_heads=8,
+            head_dim=128,
+            ffn=3072,
+            vocab=151936,
+            tie_embeddings=True,
+            source=_hf("Qwen/Qwen3-0.6B"),
+        ),
         ModelSpec(
             name="qwen3-30b-a3b",
             layers=48,
