@@ -100,7 +100,15 @@ class KVCache:
         return self.kv[i, :, :batch]
 
 
-def layer_forward(
+# layer_forward's / attention_block's arguments after (h, residual, w): spec, kv, pos, context,
+# slot, span, mask, rope
+LayerArgs = tuple[
+    ModelSpec, torch.Tensor, torch.Tensor, int, int, int, torch.Tensor | None,
+    tuple[torch.Tensor, torch.Tensor],
+]  # fmt: skip
+
+
+def attention_block(
     h: torch.Tensor,
     residual: torch.Tensor,
     w: LayerWeights,
@@ -113,17 +121,16 @@ def layer_forward(
     mask: torch.Tensor | None,
     rope: tuple[torch.Tensor, torch.Tensor],
     kernel: KernelLayout | RaggedView | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One pre-norm decoder layer. h: [B, N, in_width] its normed input; residual: [B, N, hidden]
-    the residual stream (updated in place: += attention output).
+) -> torch.Tensor:
+    """The attention half of a pre-norm decoder layer (dense and MoE layers share it). h: [B, N,
+    in_width] its normed input; residual: [B, N, hidden] the residual stream (updated in place:
+    += attention output). Returns the MLP's normed input [B, N, hidden].
 
     kv: [2, B, cap, KVH, D] this layer's cache; the N new K/V go to [context+slot, +N); attention
     sees the prefix [0, context) fully and keys [context, context+span) through mask: bool[B, N, span].
     kernel: when given (verify passes, slot 0, span N), spectune.kernels' Triton tree attention;
     a RaggedView (packed pruned trees: h is [1, T, .], kv holds the B sequences) also places
     each token's K/V in its own sequence's slot.
-    Returns (the MLP output [B, N, hidden], to be added to the residual by the caller's fused
-    add+norm, and the residual stream).
     """
     b, n, _ = h.shape
     hq, hk, d = spec.heads, spec.kv_heads, spec.head_dim
@@ -146,7 +153,28 @@ def layer_forward(
             mask,
         )
     o = linear(attn.reshape(b * n, hq * d), w.wo).view(b, n, -1)
-    h2 = add_rmsnorm(o, residual, w.norm_mlp)
+    return add_rmsnorm(o, residual, w.norm_mlp)
+
+
+def layer_forward(
+    h: torch.Tensor,
+    residual: torch.Tensor,
+    w: LayerWeights,
+    spec: ModelSpec,
+    kv: torch.Tensor,
+    pos: torch.Tensor,
+    context: int,
+    slot: int,
+    span: int,
+    mask: torch.Tensor | None,
+    rope: tuple[torch.Tensor, torch.Tensor],
+    kernel: KernelLayout | RaggedView | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One pre-norm dense decoder layer: attention_block (same arguments), then the SwiGLU MLP.
+    Returns (the MLP output [B, N, hidden], to be added to the residual by the caller's fused
+    add+norm, and the residual stream)."""
+    h2 = attention_block(h, residual, w, spec, kv, pos, context, slot, span, mask, rope, kernel)
+    b, n, _ = h2.shape
     gu = linear(h2.view(b * n, -1), w.w_gate_up)
     mlp = linear_gated(gu, w.w_down).view(b, n, -1)
     return mlp, residual
@@ -251,25 +279,27 @@ class Decoder:
         x = add_rmsnorm(residual, None, self.layers[0].norm_attn)
         captured: dict[int, torch.Tensor] = {}
         for i, w in enumerate(self.layers):
-            x, residual = layer_forward(
-                x,
-                residual,
-                w,
-                self.spec,
-                cache.layer(i, rows),
-                pos,
-                context,
-                slot,
-                span,
-                mask,
-                self.rope,
-                kernel,
-            )
             nxt = self.layers[i + 1].norm_attn if i + 1 < len(self.layers) else self.norm_final
-            x = add_rmsnorm(x, residual, nxt)  # residual += mlp; x = norm(residual)
+            args = (self.spec, cache.layer(i, rows), pos, context, slot, span, mask, self.rope)
+            x = self._layer(x, residual, w, args, kernel, nxt)
             if i in capture:
                 captured[i] = residual.clone()
         return x, [captured[i] for i in capture]
+
+    def _layer(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor,
+        w: LayerWeights,
+        args: LayerArgs,
+        kernel: KernelLayout | RaggedView | None,
+        nxt: torch.Tensor,
+    ) -> torch.Tensor:
+        """One layer: x [B, N, .] its normed input, residual updated in place, args as
+        layer_forward's (spec .. rope); returns the next layer's normed input (norm weight nxt).
+        The hook an MoE decoder overrides for its MLP."""
+        mlp, residual = layer_forward(x, residual, w, *args, kernel)
+        return add_rmsnorm(mlp, residual, nxt)  # residual += mlp; x = norm(residual)
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
         """[B, N, hidden] -> logits [B, N, vocab] (bytes: vocab * hidden * 2 weight + logits)."""

@@ -18,8 +18,7 @@ experts touched; bytes = D * 3 * h * I * 2 (touched experts' weights) + E * h * 
 + 2 * T * h * E. Qwen3-30B-A3B (h 2048, I 768, E 128, k 8): 75.5 MB of experts per layer at
 T = 1, all 1.21 GB from T ~ 600; 58 GB of the 61 GB of weights are experts.
 
-TODO(lead): fold `MoEDecoder._layers`' per-layer branch into model.Decoder (a layer-MLP hook)
-and drop `_attention` here, which mirrors the first half of model.layer_forward.
+MoE layers share model.attention_block and override Decoder._layer for their MLP.
 Not modelled: Qwen3's per-head q/k RMSNorm (two small elementwise kernels per layer in engines
 that do not fuse them into RoPE), shared experts (none in Qwen3; SpecError).
 """
@@ -32,11 +31,18 @@ from dataclasses import dataclass
 
 import torch
 
-from spectune.executor.attention import KernelLayout, RaggedView, tree_attention
-from spectune.executor.fused import add_rmsnorm, rope_store_, rope_tables
+from spectune.executor.attention import KernelLayout, RaggedView
+from spectune.executor.fused import rope_tables
 from spectune.executor.gemm import linear
-from spectune.executor.model import INIT_RANGE, ROPE_THETA, Decoder, KVCache, LayerWeights
-from spectune.executor.model import layer_forward as dense_layer_forward
+from spectune.executor.model import (
+    INIT_RANGE,
+    ROPE_THETA,
+    Decoder,
+    KVCache,
+    LayerArgs,
+    LayerWeights,
+    attention_block,
+)
 from spectune.kernels.fused_moe import (
     MoEConfig,
     default_config,
@@ -192,46 +198,6 @@ def moe_rows(
     return rows.view(t, k, -1)
 
 
-def _attention(
-    h: torch.Tensor,
-    residual: torch.Tensor,
-    w: LayerWeights,
-    spec: ModelSpec,
-    kv: torch.Tensor,
-    pos: torch.Tensor,
-    context: int,
-    slot: int,
-    span: int,
-    mask: torch.Tensor | None,
-    rope: tuple[torch.Tensor, torch.Tensor],
-    kernel: KernelLayout | RaggedView | None,
-) -> torch.Tensor:
-    """The attention half of model.layer_forward (same arguments): returns the MLP's normed
-    input [B, N, hidden]; residual += attention output (in place)."""
-    b, n, _ = h.shape
-    hq, hk, d = spec.heads, spec.kv_heads, spec.head_dim
-    qkv = linear(h.view(b * n, -1), w.wqkv)
-    if isinstance(kernel, RaggedView):
-        kernel.store(qkv, hq, hk, pos.reshape(-1), rope, kv)
-    else:
-        rope_store_(qkv, hq, hk, pos.reshape(-1), *rope, kv, context + slot)
-    q = qkv[:, : hq * d].view(b, n, hq, d)
-    if kernel is not None:
-        attn = kernel.attend(q, kv)
-    else:
-        assert mask is not None, "the torch attention path needs the tree mask"
-        attn = tree_attention(
-            q,
-            kv[0, :, :context].transpose(1, 2),
-            kv[1, :, :context].transpose(1, 2),
-            kv[0, :, context : context + span].transpose(1, 2),
-            kv[1, :, context : context + span].transpose(1, 2),
-            mask,
-        )
-    o = linear(attn.reshape(b * n, hq * d), w.wo).view(b, n, -1)
-    return add_rmsnorm(o, residual, w.norm_mlp)
-
-
 class MoEDecoder(Decoder):
     """An MoE decoder at the shape of `spec` with random weights (dense layers, if the spec has
     leading ones, run model.layer_forward). forward / forward_ragged / lm_head as model.Decoder's.
@@ -279,39 +245,23 @@ class MoEDecoder(Decoder):
             return KVCache(self.spec, max_batch, capacity, self.device, self.dtype)
         return AliasedKVCache(self.spec, max_batch, capacity, self.device, self.dtype, kv_layers)
 
-    def _layers(
+    def _layer(
         self,
-        tokens: torch.Tensor,
-        pos: torch.Tensor,
-        cache: KVCache,
-        rows: int,
-        context: int,
-        slot: int,
-        span: int,
-        mask: torch.Tensor | None,
-        capture: tuple[int, ...],
+        x: torch.Tensor,
+        residual: torch.Tensor,
+        w: LayerWeights,
+        args: LayerArgs,
         kernel: KernelLayout | RaggedView | None,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Decoder._layers with the MoE MLP (forward and forward_ragged both come here)."""
-        b, n = tokens.shape
-        residual = torch.nn.functional.embedding(tokens, self.embed)
-        x = add_rmsnorm(residual, None, self.layers[0].norm_attn)
-        captured: dict[int, torch.Tensor] = {}
-        for i, w in enumerate(self.layers):
-            nxt = self.layers[i + 1].norm_attn if i + 1 < len(self.layers) else self.norm_final
-            args = (self.spec, cache.layer(i, rows), pos, context, slot, span, mask, self.rope)
-            if isinstance(w, MoELayerWeights):
-                h2 = _attention(x, residual, w, *args, kernel)
-                mlp_rows = moe_rows(h2.view(b * n, -1), w, self.spec, self.use_triton, self.routing)
-                # residual += sum of the k weighted rows; x = norm(residual) (one kernel)
-                x = moe_combine(mlp_rows, residual, nxt, use_triton=self.use_triton)
-                x = x.view(b, n, -1)
-            else:
-                mlp, residual = dense_layer_forward(x, residual, w, *args, kernel)
-                x = add_rmsnorm(mlp, residual, nxt)
-            if i in capture:
-                captured[i] = residual.clone()
-        return x, [captured[i] for i in capture]
+        nxt: torch.Tensor,
+    ) -> torch.Tensor:
+        """Decoder._layer with the MoE MLP on MoE layers (forward and forward_ragged both)."""
+        if not isinstance(w, MoELayerWeights):
+            return super()._layer(x, residual, w, args, kernel, nxt)
+        b, n, _ = x.shape
+        h2 = attention_block(x, residual, w, *args, kernel)
+        mlp_rows = moe_rows(h2.view(b * n, -1), w, self.spec, self.use_triton, self.routing)
+        # residual += sum of the k weighted rows; x = norm(residual) (one kernel)
+        return moe_combine(mlp_rows, residual, nxt, use_triton=self.use_triton).view(b, n, -1)
 
 
 # (block_m, block_n, block_n_down, block_k, warps, stages) tried by tune_moe
