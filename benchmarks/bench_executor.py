@@ -21,7 +21,12 @@ from pathlib import Path
 import torch
 
 from spectune.executor.calibrate import calibration_run
-from spectune.executor.measure import format_table, gpu_hardware_name, measurement_doc
+from spectune.executor.measure import (
+    format_table,
+    gpu_hardware_name,
+    measurement_doc,
+    script_command,
+)
 from spectune.executor.model import floor_bytes
 from spectune.executor.session import Session, SessionConfig, measure_runs
 from spectune.planner.acceptance import acceptance_model
@@ -144,14 +149,7 @@ def main() -> None:
         steps=args.steps,
         attention=session.attention_backend,
         runs=recs,
-        extra={
-            "command": "python benchmarks/bench_executor.py "
-            + " ".join(
-                f"--{k.replace('_', '-')} {v}"
-                for k, v in vars(args).items()
-                if v not in (None, False) and k != "out"
-            )
-        },
+        extra={"command": script_command("benchmarks/bench_executor.py", vars(args))},
     )
     write_json_atomic(out / "attention-tuning.json", session.attention_rows)
     write_json_atomic(out / "measurement.json", mdoc)

@@ -30,7 +30,12 @@ from pathlib import Path
 import torch
 
 from spectune.executor.check import check_folder
-from spectune.executor.measure import format_table, gpu_hardware_name, measurement_doc
+from spectune.executor.measure import (
+    format_table,
+    gpu_hardware_name,
+    measurement_doc,
+    script_command,
+)
 from spectune.executor.session import Session, SessionConfig, measure_runs
 from spectune.planner.acceptance import acceptance_model
 from spectune.planner.objective import closed_form_objective
@@ -96,14 +101,7 @@ def main() -> None:
         steps=args.steps,
         attention=session.attention_backend,
         runs=recs,
-        extra={
-            "command": "python benchmarks/bench_executor_prune.py "
-            + " ".join(
-                f"--{k.replace('_', '-')} {v}"
-                for k, v in vars(args).items()
-                if v not in (None, False) and k != "out"
-            )
-        },
+        extra={"command": script_command("benchmarks/bench_executor_prune.py", vars(args))},
     )
     write_json_atomic(out / "measurement-prune.json", mdoc)
 

@@ -179,3 +179,13 @@ def format_table(doc: dict[str, Any]) -> str:
             f"{r['tokens_per_s']:>9.0f} {r['ar_tokens_per_s']:>9.0f} {r['speedup']:>7.2f}"
         )
     return "\n".join(lines)
+
+
+def script_command(script: str, options: dict[str, object]) -> str:
+    """The command line that reproduces a benchmark script's run from its parsed options
+    (vars(args)); unset and false options and --out are left out."""
+    return f"python {script} " + " ".join(
+        f"--{k.replace('_', '-')} {v}"
+        for k, v in options.items()
+        if v not in (None, False) and k != "out"
+    )
