@@ -104,7 +104,7 @@ def test_space_draws_valid_canonical_policies() -> None:
         assert 2 <= p.budget <= max_tree_nodes(p.builder, p.depth, p.topk)
         assert p.graft_budget <= p.budget - 1
         assert p == canonical_policy(
-            p.builder, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget
+            p.builder, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget, p.shared_budget
         )
         assert policy_from_params(trial.params) == p
     assert seen_off

@@ -243,9 +243,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--policy",
         default=DEFAULT_POLICY,
         help="policy.json, static:DEPTH,TOPK,BUDGET, dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]]"
-        f" or off (default {DEFAULT_POLICY})",
+        f"[,echo] or off (default {DEFAULT_POLICY}); ',echo': ECHO shared verify budget",
     )
-    p.add_argument("--shared-budget", action="store_true", help="ECHO: one budget per batch")
+    p.add_argument(
+        "--shared-budget",
+        action="store_true",
+        help="ECHO: one verify budget per batch for every policy (overrides the policies' own "
+        "shared_budget, which a policy file or a ',echo' policy sets per policy)",
+    )
     p.add_argument("--replicas", type=int, default=1, help="replicas behind the router")
     p.add_argument("--router", choices=("rr", "least"), default="rr", help="request routing")
     p.add_argument("--max-batch", type=int, help="max running sequences (default: from KV, <= 256)")

@@ -118,10 +118,12 @@ def make_policy(
     budget: int,
     prune_threshold: float = 0.0,
     graft_budget: int = 0,
+    shared_budget: bool = False,
 ) -> tuple[TreePolicy, str]:
     """The policy these slider values build (planner.space.canonical_policy) and a note saying
-    what was cut, if anything ('' otherwise)."""
-    p = canonical_policy(builder, depth, topk, budget, prune_threshold, graft_budget)
+    what was cut, if anything ('' otherwise). shared_budget: ECHO's one verify budget for the
+    whole batch (priced at the page's batch size)."""
+    p = canonical_policy(builder, depth, topk, budget, prune_threshold, graft_budget, shared_budget)
     notes = []
     if p.budget != budget:
         notes.append(
@@ -189,8 +191,8 @@ def what_if(scenario: Scenario, policy: TreePolicy | None, batch: int, context: 
             "overhead": _f(cm.step_overhead_time(batch, 1)),
         }
     else:
-        tokens = obj.tree_tokens(policy)
-        expected = obj.expected_tokens(policy)
+        tokens = obj.tree_tokens(policy, batch)  # a shared budget depends on the batch
+        expected = obj.expected_tokens(policy, batch)
         phases = {
             "draft": _f(
                 cm.draft_time(batch, policy.depth, policy.topk, context, builder=policy.builder)

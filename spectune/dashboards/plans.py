@@ -160,6 +160,7 @@ def table_rows(table: PolicyTable) -> list[dict[str, Any]]:
                 "budget": p.budget if p else 0,
                 "prune_threshold": p.prune_threshold if p else 0.0,
                 "graft_budget": p.graft_budget if p else 0,
+                "shared_budget": p.shared_budget if p else False,
                 "tokens_per_s": b.predicted.tokens_per_s if b.predicted else float("nan"),
                 "speedup": b.predicted.speedup if b.predicted else float("nan"),
                 "accepted_len": b.predicted.accepted_len if b.predicted else float("nan"),

@@ -174,9 +174,14 @@ def policy_controls(prefix: str, default: TreePolicy = data.SGLANG_DEFAULT) -> T
                              value=default.prune_threshold, key=f"{prefix}.prune")  # fmt: skip
     graft = c3.slider("Graft budget (retrieved tokens)", 0, 64, default.graft_budget,
                       key=f"{prefix}.graft")  # fmt: skip
+    shared = c3.checkbox("Shared verify budget (ECHO)", value=default.shared_budget,
+                         key=f"{prefix}.shared",
+                         help="ECHO super-tree: the batch shares batch x (budget - 1) draft "
+                         "tokens, given to the most likely accepted candidates of any request; "
+                         "no engine runs it yet")  # fmt: skip
     if not on:
         return None
-    policy, note = data.make_policy(builder, depth, topk, budget, float(prune), graft)
+    policy, note = data.make_policy(builder, depth, topk, budget, float(prune), graft, shared)
     if note:
         st.info(note)
     return policy

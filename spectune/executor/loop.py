@@ -177,7 +177,7 @@ class _Graphs:
 
 class SpecRunner:
     """Speculative decoding of `batch` sequences at `context` with `policy` (dynamic top-k or
-    static; with or without pruning; no grafting)."""
+    static; with or without pruning; no grafting, no shared verify budget)."""
 
     def __init__(
         self,
@@ -199,6 +199,14 @@ class SpecRunner:
                 "pruned slots with retrieved n-gram/suffix continuations and the executor has no "
                 "retrieval drafter); run the policy with graft_budget 0, or plan without "
                 "grafting (PolicySpace graft=(0, 0), as spectune.executor.planned does)"
+            )
+        if policy.shared_budget:
+            raise SpecError(
+                f"policy {policy.label}: the executor does not run ECHO's shared verify budget "
+                "yet (one budget of batch x (budget - 1) draft tokens split across the batch by "
+                "P(accepted)); run its per-request equivalent (shared_budget false, no ',echo' "
+                "suffix), or plan without it (PolicySpace allow_shared=False, as "
+                "spectune.executor.planned does)"
             )
         self.prune = float(policy.prune_threshold)
         self.target, self.drafter, self.policy = target, drafter, policy

@@ -6,8 +6,9 @@ fitted on that GPU (planner.objective.closed_form_objective with it, as `spectun
 dynamic top-k and static, with or without dynamic-depth pruning (the executor verifies only the
 kept nodes, as the cost model prices them), never grafting (grafting fills pruned slots with
 retrieved n-gram/suffix continuations, and the executor has no retrieval drafter, so
-SpecRunner rejects graft_budget > 0). This module runs the planner's own search with that
-space and writes an ordinary PolicyTable, one bucket per measured batch size.
+SpecRunner rejects graft_budget > 0), never a shared verify budget (ECHO's super-tree, which
+SpecRunner rejects too). This module runs the planner's own search with that space and writes
+an ordinary PolicyTable, one bucket per measured batch size.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def plan_table(
         calibration=calibration,
         turnover=False,
     )
-    space = PolicySpace(builders=builders, budget=(2, 128), allow_prune=True, graft=(0, 0))
+    space = PolicySpace(
+        builders=builders, budget=(2, 128), allow_prune=True, graft=(0, 0), allow_shared=False
+    )
     settings = SearchSettings(trials=trials, seed=seed, space=space)
     if min_gain is not None:  # the planner's margin before it leaves an engine default
         settings = dataclasses.replace(settings, min_gain=min_gain)
@@ -71,6 +74,7 @@ def plan_table(
         "trials": trials,
         "seed": seed,
         "min_gain": settings.min_gain,
-        "space": f"{', '.join(builders)}; prune allowed, no graft (what the executor runs)",
+        "space": f"{', '.join(builders)}; prune allowed, no graft, no shared budget "
+        "(what the executor runs)",
     }
     return build_table(results, closed, scenario, provenance)

@@ -9,6 +9,12 @@ speculative iteration: drafting, verifying the tree (its mean size as built, whi
 only bounds), draft extend and per-step overhead, plus the cost of the policy's options
 (CostModel.option_time: grafting's retrieval lookup, pruning's pass and ragged packing).
 
+A shared-budget policy (TreePolicy.shared_budget, ECHO's super-tree) gives the batch one verify
+budget of batch * (budget - 1) draft tokens, so its E[tokens per step] and tree size depend on
+the batch size: they are priced per (policy, batch) from planner.trees.sample_step with
+shared_budget at that batch (whole batches drawn, per-request means taken), and at batch 1 a
+shared policy is its per-request equivalent.
+
 turnover is the prefill a saturated server does per step to replace finished requests: a step
 emits batch * E tokens, so batch * E / output_tokens requests finish, and each newcomer prefills
 its prompt (`context` tokens, the simulator objective's convention) through the target and,
@@ -24,13 +30,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from spectune.planner.capacity import KVBudget, auto_max_batch, kv_budget
 from spectune.specs.calibration import Calibration
-from spectune.specs.policy import TreePolicy
+from spectune.specs.policy import MAX_BUDGET, TreePolicy
 
 Objective = Callable[[TreePolicy | None, int, int], float]
 """Score of a policy (None = off) at (batch, context); larger is better (tokens/s)."""
@@ -41,6 +48,25 @@ Latency = Callable[[TreePolicy | None, int, int], float]
 SAMPLES = 1024
 """Trees averaged per policy for E[tokens per step]: the standard error is then ~0.5% (64 trees
 gave 1-2%, enough to flip close calls between policies)."""
+
+SHARED_DRAWS = 4
+"""Most whole batches drawn to price a shared-budget policy at one batch size (up to SAMPLES / 4
+trees, at least 2 draws). Each draw is paired: the same candidate pools (the same generator
+state) built by the shared policy and by its per-request twin (`shared_twin`), and the mean
+difference is added to the twin's value (SAMPLES trees). Any twin keeps the estimate unbiased;
+the one drawing the same pools cancels most of the per-batch noise (the difference's spread is
+10-80x smaller than the value's on MT-Bench at batch 2 to 32), so 4 pairs of sample_step calls
+(~0.5 ms each whatever the batch) price a small batch to ~1%. 8 pairs gave the same default
+plan for 15% more planning time."""
+
+
+def shared_twin(policy: TreePolicy) -> TreePolicy:
+    """The per-request policy whose candidate pools a shared-budget policy draws at batch > 1
+    (planner.trees.build._pool): the same policy for dynamic-topk; for static, the Sequoia
+    shape for min(2 x budget, MAX_BUDGET) tokens, from which the shared allocation picks."""
+    if policy.builder == "static":
+        return replace(policy, shared_budget=False, budget=min(2 * policy.budget, MAX_BUDGET))
+    return replace(policy, shared_budget=False)
 
 
 def _scalar(x: Any) -> float:
@@ -88,11 +114,30 @@ class ClosedFormObjective:
         self.mean_output_tokens = mean_output_tokens
         self._expected: dict[TreePolicy, float] = {}
         self._tokens: dict[TreePolicy, float] = {}
+        self._shared: dict[tuple[TreePolicy, int], tuple[float, float]] = {}
 
-    def expected_tokens(self, policy: TreePolicy | None) -> float:
-        """Tokens emitted per verify step (accepted drafts + the bonus token); 1 when off."""
+    def _shares(self, policy: TreePolicy | None, batch: int | None) -> bool:
+        """Whether the policy prices differently at this batch: a shared budget at batch > 1
+        (a custom expected_tokens function knows no batch, so it prices per request)."""
+        return (
+            policy is not None
+            and policy.shared_budget
+            and batch is not None
+            and batch > 1
+            and self._expected_fn is None
+        )
+
+    def expected_tokens(self, policy: TreePolicy | None, batch: int | None = None) -> float:
+        """Tokens emitted per verify step per request (accepted drafts + the bonus token); 1
+        when off. `batch`: the batch size, which a shared-budget policy depends on (None or 1:
+        its per-request equivalent)."""
         if policy is None:
             return 1.0
+        if self._shares(policy, batch):
+            assert batch is not None
+            return self._shared_step(policy, int(batch))[0]
+        if policy.shared_budget and self._expected_fn is None:
+            policy = replace(policy, shared_budget=False)
         if policy not in self._expected:
             if self._expected_fn is not None:
                 value = self._expected_fn(policy)
@@ -105,13 +150,18 @@ class ClosedFormObjective:
             self._expected[policy] = float(value)
         return self._expected[policy]
 
-    def tree_tokens(self, policy: TreePolicy) -> float:
+    def tree_tokens(self, policy: TreePolicy, batch: int | None = None) -> float:
         """Mean tokens verified per sequence (root included) over trees built with the
         workload's acceptance (vectorised, as the simulator draws them): the budget, or fewer
         when pruning drops nodes or the acceptance model offers fewer candidates (a chain-only
-        profile fills no branches)."""
+        profile fills no branches). `batch` as for expected_tokens."""
         if self._expected_fn is not None:
             return float(policy.budget)
+        if self._shares(policy, batch):
+            assert batch is not None
+            return self._shared_step(policy, int(batch))[1]
+        if policy.shared_budget:
+            policy = replace(policy, shared_budget=False)
         if policy not in self._tokens:
             from spectune.planner.trees import sample_step
 
@@ -121,15 +171,60 @@ class ClosedFormObjective:
             self._tokens[policy] = float(np.mean(nodes))
         return self._tokens[policy]
 
+    def _shared_step(self, policy: TreePolicy, batch: int) -> tuple[float, float]:
+        """(E[tokens per step], tree tokens) per request of a shared-budget policy at `batch`
+        (> 1): whole batches drawn by sample_step(..., shared_budget=True), paired with the
+        same pools drawn by its per-request twin (SHARED_DRAWS); cached per (policy, batch)."""
+        key = (policy, batch)
+        hit = self._shared.get(key)
+        if hit is None:
+            from spectune.planner.trees import sample_step
+
+            model = self.acceptance
+            twin = shared_twin(policy)
+            draws = min(SHARED_DRAWS, max(2, -(-(self.samples // 4) // batch)))
+            d_expected = d_nodes = 0.0
+            for i in range(draws):
+                seed = [self.seed, batch, i]
+                _, n1, e1 = sample_step(policy, model, np.random.default_rng(seed), batch, True)
+                _, n0, e0 = sample_step(twin, model, np.random.default_rng(seed), batch)
+                d_expected += float(e1.sum() - e0.sum())
+                d_nodes += float(n1.sum() - n0.sum())
+            hit = (
+                self.expected_tokens(twin) + d_expected / (draws * batch),
+                self.tree_tokens(twin) + d_nodes / (draws * batch),
+            )
+            self._shared[key] = hit
+        return hit
+
+    def per_step(
+        self, policy: TreePolicy | None, batch: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(E[tokens per step] float64[P], verify tokens per sequence float64[P]) at batch sizes
+        float64[P]: one value broadcast for a per-request policy, one per batch size for a
+        shared budget. Off: (1, 1)."""
+        if policy is None:
+            return np.ones(batch.shape), np.ones(batch.shape)
+        if not policy.shared_budget or self._expected_fn is not None:
+            shape = batch.shape
+            return np.full(shape, self.expected_tokens(policy)), np.full(
+                shape, self.tree_tokens(policy)
+            )
+        sizes = np.rint(batch).astype(np.int64).ravel()
+        e = np.array([self.expected_tokens(policy, int(x)) for x in sizes])
+        n = np.array([self.tree_tokens(policy, int(x)) for x in sizes])
+        return e.reshape(batch.shape), n.reshape(batch.shape)
+
     def turnover_times(
-        self, policy: TreePolicy | None, batch: np.ndarray, context: int, tokens: float
+        self, policy: TreePolicy | None, batch: np.ndarray, context: int, tokens: Any
     ) -> np.ndarray:
         """float64[P]: seconds per step of prefilling the requests that replace finished ones
-        (module docstring); `tokens` is the verify tokens per sequence of the step."""
+        (module docstring); `tokens` is the verify tokens per sequence of the step (a scalar or
+        float64[P])."""
         if not self.output_tokens or context <= 0:
             return np.zeros(batch.shape)
         cm = self.cost_model
-        e = self.expected_tokens(policy)
+        e, _ = self.per_step(policy, batch)
         spread = context / batch  # the newcomers' prompt tokens, spread over the batch
         t = np.asarray(cm.verify_time(batch, tokens + spread, context), np.float64) - np.asarray(
             cm.verify_time(batch, tokens, context), np.float64
@@ -156,8 +251,12 @@ class ClosedFormObjective:
         if policy is None:
             t = np.broadcast_to(np.asarray(cm.ar_step_time(b, context), np.float64), b.shape)
             return t + self.turnover_times(None, b, context, 1.0)
-        accepted = self.expected_tokens(policy)
-        tokens = self.tree_tokens(policy)
+        accepted: Any
+        tokens: Any
+        if policy.shared_budget:  # one value per batch size
+            accepted, tokens = self.per_step(policy, b)
+        else:
+            accepted, tokens = self.expected_tokens(policy), self.tree_tokens(policy)
         t = cm.spec_step_time(
             b, policy.depth, policy.topk, tokens, context, accepted, builder=policy.builder
         )
@@ -188,7 +287,7 @@ class ClosedFormObjective:
     def many(self, policy: TreePolicy | None, batches: Any, context: int) -> np.ndarray:
         """tokens/s at several batch sizes (float64[P]) in one cost-model call."""
         b = self.fitting_batch(batches, context)
-        return b * self.expected_tokens(policy) / self.step_times(policy, b, context)
+        return b * self.per_step(policy, b)[0] / self.step_times(policy, b, context)
 
     def step_latency(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         """The multi-objective latency: seconds per iteration (the longest gap a streaming

@@ -10,9 +10,12 @@ previous batch bucket (warm start), then TPE draws the rest.
 The chosen policy of a bucket is the best-scoring one among those that lose to no reference
 (off, SGLang default, EAGLE default) at any point of the bucket, so the plan never does worse
 than the defaults and turns speculation off where it loses; and a reference is kept unless the
-best searched policy is predicted `min_gain` (5%) faster, a margin for the model's error. In multi-objective mode
-(throughput vs step latency) the study keeps the Pareto front and the table takes the highest
-throughput on the front whose latency meets `max_latency_s`.
+best searched policy is predicted `min_gain` (5%) faster, a margin for the model's error. The
+same margin keeps a shared verify budget (ECHO super-tree, TreePolicy.shared_budget, drawn in
+buckets with batches above 1) only where it beats its per-request twin by that margin, since
+no engine runs ECHO yet.
+In multi-objective mode (throughput vs step latency) the study keeps the Pareto front and the
+table takes the highest throughput on the front whose latency meets `max_latency_s`.
 
 Storage (planner.studies): in memory, or an Optuna RDB URL. With sqlite:///file or
 postgresql://... any number of processes share a study (`run_worker`); heartbeats mark a killed
@@ -28,7 +31,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna
@@ -172,7 +175,7 @@ def optimize_study(
     multi = settings.multi_objective
 
     def objective(trial: optuna.Trial) -> float | tuple[float, float]:
-        policy = suggest_policy(trial, space)
+        policy = suggest_policy(trial, space, bucket.batch[1])
         values = scorer.point_values(policy, bucket)
         trial.set_user_attr(ATTR_POINTS, list(values))
         score = geomean(values)
@@ -197,7 +200,7 @@ def optimize_study(
             time.sleep(poll_s)  # another worker's trial: wait for it, or for it to go stale
             continue
         if waiting == 0 and complete >= settings.refine_after * settings.trials:
-            _enqueue_neighbour(study, space)
+            _enqueue_neighbour(study, space, bucket.batch[1])
         try:
             study.optimize(objective, n_trials=1, catch=(SpecError,), gc_after_trial=False)
         except ValueError as e:
@@ -207,9 +210,12 @@ def optimize_study(
                 raise
 
 
-def _enqueue_neighbour(study: optuna.Study, space: PolicySpace, top: int = 3) -> bool:
+def _enqueue_neighbour(
+    study: optuna.Study, space: PolicySpace, max_batch: int | None = None, top: int = 3
+) -> bool:
     """Local refinement: enqueue the first untried neighbour of the best policies so far
-    (TPE finds the region, the walk settles the integers). False when none is left."""
+    (TPE finds the region, the walk settles the integers; `max_batch`: the bucket's largest
+    batch, which decides whether the shared budget is a neighbour). False when none is left."""
     trials = study.get_trials(deepcopy=False)
     seen = {policy_from_params(t.params) for t in trials if t.params}
     done = [t for t in trials if t.state == TrialState.COMPLETE]
@@ -222,9 +228,9 @@ def _enqueue_neighbour(study: optuna.Study, space: PolicySpace, top: int = 3) ->
         if len(best) == top:
             break
     for p in best:
-        for q in neighbours(p, space):
+        for q in neighbours(p, space, max_batch):
             if q not in seen:
-                study.enqueue_trial(policy_params(q, space))
+                study.enqueue_trial(policy_params(q, space, max_batch))
                 return True
     return False
 
@@ -242,7 +248,9 @@ def _dominates(values: Sequence[float], refs: Mapping[str, Sequence[float]]) -> 
 
 
 def _short(p: TreePolicy | None) -> str:
-    return "off" if p is None else f"{p.builder}:{p.depth},{p.topk},{p.budget}"
+    if p is None:
+        return "off"
+    return f"{p.builder}:{p.depth},{p.topk},{p.budget}" + (",echo" if p.shared_budget else "")
 
 
 def best_chain(
@@ -294,6 +302,12 @@ def choose(
         safe = pool
         note = note or "no policy beats every reference at every point; took the best mean"
     policy = max(safe, key=lambda p: (geomean(safe[p]), p is None))
+    twin_note = ""
+    if settings.min_gain > 0 and policy is not None and policy.shared_budget:
+        policy, twin_note = _per_request_unless_shared_gains(
+            policy, safe, refs_ok, bucket, scorer, settings
+        )
+    searched_pick = policy
     kept = [p for p in REFERENCES.values() if p in safe and p != policy]
     if settings.min_gain > 0 and policy not in REFERENCES.values() and kept:
         ref = max(kept, key=lambda p: geomean(safe[p]))
@@ -316,6 +330,8 @@ def choose(
                 key=lambda q: q.latency_s,
             )
         )
+    if policy == searched_pick:  # a kept reference says why; the twin does not matter then
+        note = "; ".join(n for n in (note, twin_note) if n)
     chain = best_chain(scorer, bucket, settings.space, refs["off"]) if settings.chains else None
     searched = max((t.values[0] for t in complete), default=0.0)
     return BucketResult(
@@ -330,6 +346,39 @@ def choose(
         chain=chain,
         pareto=pareto,
         note=note,
+    )
+
+
+def _per_request_unless_shared_gains(
+    policy: TreePolicy,
+    safe: dict[TreePolicy | None, tuple[float, ...]],
+    refs: Mapping[str, Sequence[float]],
+    bucket: BucketSpec,
+    scorer: Scorer,
+    settings: SearchSettings,
+) -> tuple[TreePolicy, str]:
+    """A shared verify budget (ECHO, which no engine runs yet) is kept only when it is predicted
+    `min_gain` faster than its per-request twin (the same margin for the model's error as the
+    references get); else the twin, if it too loses to no reference (and meets the latency
+    limit). Adds the twin to `safe`. Returns the policy and a note ('' if unchanged)."""
+    twin = replace(policy, shared_budget=False)
+    values = safe.get(twin) or scorer.point_values(twin, bucket)
+    if refs and not _dominates(values, refs):
+        return policy, ""
+    limit = settings.max_latency_s
+    if (
+        settings.multi_objective
+        and limit is not None
+        and scorer.latency_value(twin, bucket) > limit
+    ):
+        return policy, ""
+    gain = geomean(safe[policy]) / geomean(values) - 1
+    if gain >= settings.min_gain:
+        return policy, ""
+    safe[twin] = values
+    return twin, (
+        f"kept the per-request budget: ECHO's shared budget ({_short(policy)}) is predicted "
+        f"only {100 * gain:+.1f}% (< min_gain {100 * settings.min_gain:.0f}%)"
     )
 
 

@@ -8,7 +8,9 @@ restricted space exhaustively (the benchmark's reference optimum).
 
 Draws are canonicalised: a verify budget larger than the tree the builder can grow for that
 depth and top-k is cut to that size, a graft budget larger than the draft slots is cut to them,
-so two draws that build the same tree are the same policy.
+and a shared verify budget (ECHO super-tree) is drawn only where the bucket has batches above 1
+(at batch 1 it is the per-request budget), so two draws that build the same tree are the same
+policy.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ class PolicySpace:
     allow_prune: bool = help_field(True, help="whether the prune threshold may be non-zero")
     graft: tuple[int, int] = help_field((0, 64), help="graft budget, [lo, hi]")
     allow_off: bool = help_field(True, help="whether 'off' (no speculation) is a choice")
+    allow_shared: bool = help_field(
+        True,
+        help="whether the batch may share one verify budget (ECHO super-tree) in buckets with "
+        "batches above 1",
+    )
 
     def __post_init__(self) -> None:
         for b in self.builders:
@@ -95,17 +102,30 @@ def canonical_policy(
     budget: int,
     prune_threshold: float = 0.0,
     graft_budget: int = 0,
+    shared_budget: bool = False,
+    max_batch: int | None = None,
 ) -> TreePolicy:
-    """The policy these parameters build, with the budget cut to what the tree can hold and
-    the graft budget cut to the draft slots."""
+    """The policy these parameters build, with the budget cut to what the tree can hold, the
+    graft budget cut to the draft slots, and the shared budget off when the policy never runs
+    above batch 1 (`max_batch`; None: unknown, kept as given)."""
     budget = max(2, min(budget, max_tree_nodes(builder, depth, topk)))
     graft_budget = max(0, min(graft_budget, budget - 1))
-    return TreePolicy(builder, depth, topk, budget, float(prune_threshold), graft_budget)
+    shared = bool(shared_budget) and (max_batch is None or max_batch > 1)
+    return TreePolicy(builder, depth, topk, budget, float(prune_threshold), graft_budget, shared)
 
 
-def suggest_policy(trial: Any, space: PolicySpace) -> TreePolicy | None:
+def shares(space: PolicySpace, max_batch: int | None) -> bool:
+    """Whether the search draws the shared-budget switch for a bucket whose largest batch is
+    `max_batch` (None: unknown)."""
+    return space.allow_shared and (max_batch is None or max_batch > 1)
+
+
+def suggest_policy(
+    trial: Any, space: PolicySpace, max_batch: int | None = None
+) -> TreePolicy | None:
     """Draw one policy (or None for 'off') from an Optuna trial (define-by-run: the tree
-    parameters exist only when speculation is on)."""
+    parameters exist only when speculation is on; the shared-budget switch only when the
+    bucket's largest batch `max_batch` is above 1)."""
     mode = trial.suggest_categorical("mode", space.modes)
     if mode == OFF:
         return None
@@ -118,10 +138,15 @@ def suggest_policy(trial: Any, space: PolicySpace) -> TreePolicy | None:
     graft = 0
     if space.graft[1] > 0:
         graft = trial.suggest_int("graft_budget", *space.graft)
-    return canonical_policy(mode, depth, topk, budget, prune, graft)
+    shared = False
+    if shares(space, max_batch):
+        shared = bool(trial.suggest_categorical("shared_budget", (False, True)))
+    return canonical_policy(mode, depth, topk, budget, prune, graft, shared, max_batch)
 
 
-def policy_params(policy: TreePolicy | None, space: PolicySpace) -> dict[str, Any]:
+def policy_params(
+    policy: TreePolicy | None, space: PolicySpace, max_batch: int | None = None
+) -> dict[str, Any]:
     """Trial parameters that make `suggest_policy` return `policy` (for enqueue_trial).
     Values are clamped into the space, so a default outside it becomes its nearest point."""
     if policy is None:
@@ -147,6 +172,8 @@ def policy_params(policy: TreePolicy | None, space: PolicySpace) -> dict[str, An
             )
     if space.graft[1] > 0:
         params["graft_budget"] = clamp(policy.graft_budget, space.graft)
+    if shares(space, max_batch):
+        params["shared_budget"] = policy.shared_budget
     return params
 
 
@@ -163,6 +190,7 @@ def policy_from_params(params: Mapping[str, Any]) -> TreePolicy | None:
         int(params["budget"]),
         prune,
         int(params.get("graft_budget", 0)),
+        bool(params.get("shared_budget", False)),
     )
 
 
@@ -172,8 +200,9 @@ def grid(
     topks: Sequence[int],
     budgets: Sequence[int],
 ) -> Iterator[TreePolicy | None]:
-    """Every distinct canonical policy of a restricted grid (no pruning, no grafting), plus off
-    when the space allows it. The benchmark's exhaustive reference."""
+    """Every distinct canonical policy of a restricted grid (no pruning, no grafting, a
+    per-request budget), plus off when the space allows it. The benchmark's exhaustive
+    reference."""
     if space.allow_off:
         yield None
     seen: set[TreePolicy] = set()
@@ -195,10 +224,12 @@ SEED_POLICIES: tuple[TreePolicy, ...] = (
 )
 
 
-def neighbours(policy: TreePolicy | None, space: PolicySpace) -> list[TreePolicy]:
+def neighbours(
+    policy: TreePolicy | None, space: PolicySpace, max_batch: int | None = None
+) -> list[TreePolicy]:
     """Policies one step away inside the space: depth and top-k +-1, budget +-1 and x/÷1.25,
-    pruning on/off/x2/÷2, grafting on/off, the other builder. The search's local refinement
-    walks these around its best policies."""
+    pruning on/off/x2/÷2, grafting on/off, the other builder, the shared budget on/off (where
+    `shares`). The search's local refinement walks these around its best policies."""
     if policy is None:
         return [
             canonical_policy(space.builders[0], d, 1, d + 1)
@@ -206,27 +237,32 @@ def neighbours(policy: TreePolicy | None, space: PolicySpace) -> list[TreePolicy
             if space.depth[0] <= d <= space.depth[1] and space.topk[0] == 1
         ]
     p = policy
-    cands: list[tuple[str, int, int, int, float, int]] = []
+    cands: list[tuple[str, int, int, int, float, int, bool]] = []
+    sh = p.shared_budget
     for d in (p.depth - 1, p.depth + 1):
-        cands.append((p.builder, d, p.topk, p.budget, p.prune_threshold, p.graft_budget))
+        cands.append((p.builder, d, p.topk, p.budget, p.prune_threshold, p.graft_budget, sh))
     for k in (p.topk - 1, p.topk + 1):
-        cands.append((p.builder, p.depth, k, p.budget, p.prune_threshold, p.graft_budget))
+        cands.append((p.builder, p.depth, k, p.budget, p.prune_threshold, p.graft_budget, sh))
     for b in (p.budget - 1, p.budget + 1, round(p.budget / 1.25), round(p.budget * 1.25)):
-        cands.append((p.builder, p.depth, p.topk, b, p.prune_threshold, p.graft_budget))
+        cands.append((p.builder, p.depth, p.topk, b, p.prune_threshold, p.graft_budget, sh))
     if space.allow_prune:
         prunes = (
             [0.0, p.prune_threshold * 2, p.prune_threshold / 2] if p.prune_threshold else [0.01]
         )
         for t in prunes:
-            cands.append((p.builder, p.depth, p.topk, p.budget, t, p.graft_budget))
+            cands.append((p.builder, p.depth, p.topk, p.budget, t, p.graft_budget, sh))
     if space.graft[1] > 0:
         g = 0 if p.graft_budget else max(space.graft[0], min(4, space.graft[1]))
-        cands.append((p.builder, p.depth, p.topk, p.budget, p.prune_threshold, g))
+        cands.append((p.builder, p.depth, p.topk, p.budget, p.prune_threshold, g, sh))
+    if shares(space, max_batch):
+        cands.append(
+            (p.builder, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget, not sh)
+        )
     for other in space.builders:
         if other != p.builder:
-            cands.append((other, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget))
+            cands.append((other, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget, sh))
     out: list[TreePolicy] = []
-    for builder, d, k, b, t, g in cands:
+    for builder, d, k, b, t, g, shared in cands:
         inside = (
             space.depth[0] <= d <= space.depth[1]
             and space.topk[0] <= k <= space.topk[1]
@@ -235,7 +271,7 @@ def neighbours(policy: TreePolicy | None, space: PolicySpace) -> list[TreePolicy
             and space.graft[0] <= g <= space.graft[1]
         )
         if inside:
-            q = canonical_policy(builder, d, k, b, t, g)
+            q = canonical_policy(builder, d, k, b, t, g, shared and shares(space, max_batch))
             if q != p and q not in out:
                 out.append(q)
     return out

@@ -183,7 +183,9 @@ def prepare_study(
             continue
         queue.append(policy)
     for policy in queue[: settings.trials]:  # the references first; never more than asked
-        study.enqueue_trial(policy_params(policy, settings.space), skip_if_exists=True)
+        study.enqueue_trial(
+            policy_params(policy, settings.space, bucket.batch[1]), skip_if_exists=True
+        )
     study.set_user_attr(
         ATTR_SETUP,
         {

@@ -1,6 +1,6 @@
 """Turn search results into the policy file (a PolicyTable): one bucket per searched (batch,
 context) range with its chosen policy, the closed form's prediction and the best chain for
-chain-only engines. `spectune plan`, the dashboards and the executor all write tables this way."""
+chain-only engines (a shared verify budget, ECHO, is recorded in the policy itself). `spectune plan`, the dashboards and the executor all write tables this way."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def build_table(
             predicted=Prediction(
                 tokens_per_s=round(r.tokens_per_s, 3),
                 speedup=round(r.speedup, 4),
-                accepted_len=round(closed.expected_tokens(r.policy), 4),
+                accepted_len=round(_accepted_len(closed, r), 4),
             ),
             chain=None
             if r.chain is None
@@ -47,6 +47,19 @@ def build_table(
         temperature=_temperature(scenario["workload"]),
         provenance=dict(provenance),
     )
+
+
+def _accepted_len(closed: ClosedFormObjective, r: BucketResult) -> float:
+    """Tokens per verify step of the bucket's policy: a per-request policy has one value; a
+    shared verify budget's depends on the batch, so it is the mean over the bucket's points
+    (at the batch each runs as, see ClosedFormObjective.fitting_batch)."""
+    if r.policy is None or not r.policy.shared_budget:
+        return closed.expected_tokens(r.policy)
+    vals = [
+        closed.expected_tokens(r.policy, int(closed.fitting_batch(b, c)[0]))
+        for b, c in r.bucket.points()
+    ]
+    return sum(vals) / len(vals)
 
 
 def _temperature(workload: str) -> float:

@@ -52,7 +52,9 @@ class SimConfig:
     baseline: bool = help_field(True, help="also run speculation off on the same arrivals")
     tree_pool: int = help_field(8192, help="step outcomes drawn per policy (see speculation.py)")
     shared_budget: bool = help_field(
-        False, help="ECHO super-tree: one verify budget per iteration shared by the batch"
+        False,
+        help="force the ECHO super-tree (one verify budget per iteration shared by the batch) "
+        "for every policy; False: each policy's own TreePolicy.shared_budget decides",
     )
     fast_forward: bool = help_field(
         True, help="run uninterruptible decode iterations in one vectorised pass (replica.py)"

@@ -9,8 +9,10 @@ a pool of `pool_size` independent step outcomes drawn once (one call over a larg
 iteration resamples B of them: two numpy gathers, no Python loop over sequences. The pool's
 mean is the run's accepted length, so it must be tight: 8192 outcomes give a standard error of
 about 0.5% (1024 gave 1.5%, enough to swap policies a few percent apart). With a shared
-verify budget (ECHO super-tree) outcomes are correlated within a batch, so the pool is kept per
-batch size as whole batches, and an iteration draws one whole batch.
+verify budget (ECHO super-tree: TreePolicy.shared_budget, or the run-wide override
+SimConfig.shared_budget that forces it on for every policy) outcomes are correlated within a
+batch, so the pool is kept per batch size as whole batches, and an iteration draws one whole
+batch.
 """
 
 from __future__ import annotations
@@ -73,6 +75,15 @@ class OutcomePool:
         return self.nodes[idx], self.accepted[idx]
 
 
+def _any_shared(policy: PolicySource) -> bool:
+    """Whether a policy source holds a shared_budget policy."""
+    if isinstance(policy, TreePolicy):
+        return policy.shared_budget
+    if isinstance(policy, PolicyTable):
+        return any(b.policy is not None and b.policy.shared_budget for b in policy.buckets)
+    return False
+
+
 class Speculator:
     """Answers, per iteration, the policy for the live batch and each sequence's outcome."""
 
@@ -92,9 +103,16 @@ class Speculator:
         self.sampler = sampler
         self.pool_size = max(1, pool_size)
         self.seed = seed
-        self.shared = shared_budget
+        self.force_shared = shared_budget  # the run-wide override: every policy shares
+        # whether any policy of the source may share its verify budget: outcomes then come in
+        # whole batches, which the replica's multi-iteration fast path cannot draw
+        self.shared = shared_budget or _any_shared(policy)
         self._pools: dict[Any, OutcomePool] = {} if pools is None else pools
         self._lookup: dict[tuple[int, int], TreePolicy | None] = {}
+
+    def shares(self, policy: TreePolicy, batch: int) -> bool:
+        """Whether this policy's outcomes at this batch come from one shared verify budget."""
+        return (self.force_shared or policy.shared_budget) and batch > 1
 
     def policy_for(self, batch: int, context: float) -> TreePolicy | None:
         p = self.policy
@@ -110,7 +128,7 @@ class Speculator:
     def pool(self, policy: TreePolicy, batch: int = 1) -> OutcomePool:
         """The outcome pool of a policy (drawn on first use from a stream of its own, so pools
         do not depend on the order in which policies are met)."""
-        shared = self.shared and batch > 1
+        shared = self.shares(policy, batch)
         key = (policy, batch if shared else 0)
         cache_key = (*key, self.seed, self.pool_size)
         pool = self._pools.get(cache_key)

@@ -28,6 +28,8 @@ BUILDERS = ("static", "dynamic-topk")
 MAX_BUDGET = 1024
 MAX_DEPTH = 64
 MAX_TOPK = 64
+ECHO_SUFFIX = "echo"
+"""The last comma-separated part of a policy label that turns shared_budget on."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,13 @@ class TreePolicy:
     budget: int = help_field(help="verify budget: tree tokens per sequence, root included")
     prune_threshold: float = help_field(0.0, help="drop nodes whose path probability is below this")
     graft_budget: int = help_field(0, help="freed slots that retrieved tokens may fill")
+    shared_budget: bool = help_field(
+        False,
+        help="ECHO super-tree: the batch shares one verify budget of batch * (budget - 1) draft "
+        "tokens, given to the candidates with the highest P(accepted) over the whole batch "
+        "(trees differ in size per request); False: budget - 1 per request. Same as False at "
+        "batch 1. static: the shared allocation picks from the Sequoia shape for 2 x budget",
+    )
 
     def __post_init__(self) -> None:
         if self.builder not in BUILDERS:
@@ -60,32 +69,45 @@ class TreePolicy:
             )
         if self.graft_budget > self.budget - 1:
             raise SpecError("field 'graft_budget' cannot exceed budget - 1 (the draft slots)")
+        if not isinstance(self.shared_budget, bool):
+            raise SpecError(
+                f"field 'shared_budget' must be true or false, got {self.shared_budget!r}"
+            )
 
     @classmethod
     def parse(cls, text: str) -> TreePolicy:
-        """Parse the CLI form 'BUILDER:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]]' (the inverse of `label`)."""
+        """Parse the CLI form 'BUILDER:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]][,echo]' (the inverse
+        of `label`; a trailing ',echo' turns shared_budget on)."""
         try:
             builder, _, rest = text.partition(":")
             parts = [p for p in rest.split(",") if p]
+            shared = bool(parts) and parts[-1].strip().lower() == ECHO_SUFFIX
+            if shared:
+                parts.pop()
             if builder in BUILDERS and 3 <= len(parts) <= 5:
                 depth, topk, budget = (int(p) for p in parts[:3])
                 prune = float(parts[3]) if len(parts) > 3 else 0.0
                 graft = int(parts[4]) if len(parts) > 4 else 0
-                return cls(builder, depth, topk, budget, prune, graft)
+                return cls(builder, depth, topk, budget, prune, graft, shared)
         except ValueError as e:
             if isinstance(e, SpecError):
                 raise
         raise SpecError(
             f"cannot parse policy {text!r}; expected 'static:DEPTH,TOPK,BUDGET' or "
-            "'dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE_THRESHOLD[,GRAFT_BUDGET]]', e.g. static:5,4,8"
+            "'dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE_THRESHOLD[,GRAFT_BUDGET]]', optionally "
+            "followed by ',echo' (ECHO shared verify budget), e.g. static:5,4,8 or "
+            "dynamic-topk:6,8,32,echo"
         )
 
     @property
     def label(self) -> str:
-        """The CLI form 'builder:depth,topk,budget' plus ',prune,graft' when either is set."""
+        """The CLI form 'builder:depth,topk,budget' plus ',prune,graft' when either is set,
+        plus ',echo' with a shared verify budget."""
         s = f"{self.builder}:{self.depth},{self.topk},{self.budget}"
         if self.prune_threshold or self.graft_budget:
             s += f",{self.prune_threshold:.3g},{self.graft_budget}"
+        if self.shared_budget:
+            s += f",{ECHO_SUFFIX}"
         return s
 
 

@@ -4,9 +4,10 @@ Engines key speculation by batch size only and hold one tree shape for the whole
 a spectune table has a full policy per (batch, context) bucket. Each exporter therefore keeps
 what the engine can express (draft length per batch range, on/off) and says, in an
 `approximations` list, everything else it had to give up: other context buckets, per-bucket
-top-k and budget, pruning, grafting, tree vs chain. The list is printed by the CLI and written
-into the export (comments in text/YAML files, a sidecar `*.spectune.json` next to JSON files
-whose engines reject unknown keys).
+top-k and budget, pruning, grafting, tree vs chain, a shared verify budget (ECHO's super-tree,
+which no engine runs: the per-request budget is exported). The list is printed by the CLI and
+written into the export (comments in text/YAML files, a sidecar `*.spectune.json` next to JSON
+files whose engines reject unknown keys).
 
   sglang: server arguments + the adaptive config (keys: batch-size lower bounds,
           candidate_steps; 0 = off). With top-k 1, num_draft_tokens must be steps + 1.

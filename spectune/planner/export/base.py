@@ -48,7 +48,9 @@ class Export:
 
 
 def batch_plan(table: PolicyTable, context: int | None = None) -> tuple[list[Bucket], list[str]]:
-    """The buckets of one context range, in batch order, and notes on what that drops."""
+    """The buckets of one context range, in batch order, and notes on what that drops. A
+    shared verify budget (ECHO super-tree) is in no engine: its buckets come back with the
+    per-request equivalent (same builder, depth, top-k, budget) and a note says so."""
     ctx_ranges = sorted({b.context for b in table.buckets})
     if context is None:
         chosen = ctx_ranges[0]
@@ -64,6 +66,14 @@ def batch_plan(table: PolicyTable, context: int | None = None) -> tuple[list[Buc
         if b.batch[0] != a.batch[1] + 1:
             raise SpecError(f"batch buckets {a.batch} and {b.batch} leave a gap or overlap")
     notes = []
+    shared = [b for b in rows if b.policy is not None and b.policy.shared_budget]
+    if shared:
+        notes.append(
+            "no engine shares one verify budget across the batch (ECHO super-tree): exported "
+            "the per-request budget (same depth, top-k and budget per sequence) for buckets "
+            + ", ".join(range_label(b) for b in shared)
+        )
+        rows = [per_request(b) for b in rows]
     if len(ctx_ranges) > 1:
         differ = [
             f"{b.batch[0]}-{b.batch[1]}@ctx{b.context[0]}-{b.context[1]}"
@@ -78,6 +88,13 @@ def batch_plan(table: PolicyTable, context: int | None = None) -> tuple[list[Buc
                 + (" ..." if len(differ) > 6 else "")
             )
     return rows, notes
+
+
+def per_request(b: Bucket) -> Bucket:
+    """The bucket with its policy's shared verify budget (ECHO) turned off."""
+    if b.policy is None or not b.policy.shared_budget:
+        return b
+    return replace(b, policy=replace(b.policy, shared_budget=False))
 
 
 def primary_policy(rows: Sequence[Bucket]) -> TreePolicy | None:
