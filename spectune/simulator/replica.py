@@ -148,7 +148,7 @@ class Replica:
             return 0.0
         comp_sum = float(comp.sum())
         policy = self.spec.policy_for(b, comp_sum / b)
-        if policy is not None and self.spec.shared and b > 1:
+        if policy is not None and self.spec.shares(policy, b):
             return 0.0  # shared-budget outcomes come in whole batches
         if policy is not None:
             nodes, acc = self.spec.draw(policy, self.rng, steps * b)

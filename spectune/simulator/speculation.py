@@ -104,8 +104,8 @@ class Speculator:
         self.pool_size = max(1, pool_size)
         self.seed = seed
         self.force_shared = shared_budget  # the run-wide override: every policy shares
-        # whether any policy of the source may share its verify budget: outcomes then come in
-        # whole batches, which the replica's multi-iteration fast path cannot draw
+        # whether any policy of the source may share its verify budget (the replica's
+        # multi-iteration fast path asks `shares` per policy and batch)
         self.shared = shared_budget or _any_shared(policy)
         self._pools: dict[Any, OutcomePool] = {} if pools is None else pools
         self._lookup: dict[tuple[int, int], TreePolicy | None] = {}
