@@ -409,7 +409,15 @@ class SpecRunner:
             if self.layout is not None:
                 self.layout.set_mask(self.tree.mask)
             return
-        t = select_tree(
+        t = self._select()
+        for name in ("parents", "tokens", "depth", "accept", "lo", "mask"):
+            getattr(self.tree, name).copy_(getattr(t, name))
+        if self.layout is not None:
+            self.layout.set_mask(self.tree.mask)
+
+    def _select(self, with_score: bool = False) -> TreeBatch:
+        """The dynamic top-k tree of this step from the drafted pool (tree_build.select_tree)."""
+        return select_tree(
             self.pool_token,
             self.pool_parent,
             self.pool_score,
@@ -419,29 +427,12 @@ class SpecRunner:
             self.root_token,
             self.nodes,
             self.policy.depth,
+            with_score=with_score,
         )
-        for name in ("parents", "tokens", "depth", "accept", "lo", "mask"):
-            getattr(self.tree, name).copy_(getattr(t, name))
-        if self.layout is not None:
-            self.layout.set_mask(self.tree.mask)
 
     def _build_pruned(self, lay: RaggedLayout) -> None:
         """Select (dynamic) or take the drafted shape (static), prune, compact, pack."""
-        if self.static is not None:
-            full = self.drafted
-        else:
-            full = select_tree(
-                self.pool_token,
-                self.pool_parent,
-                self.pool_score,
-                self.pool_accept,
-                self.pool_lo,
-                self.pool_level,
-                self.root_token,
-                self.nodes,
-                self.policy.depth,
-                with_score=True,
-            )
+        full = self.drafted if self.static is not None else self._select(with_score=True)
         t, counts = prune_tree(full, self.prune)
         for name in ("parents", "tokens", "depth", "accept", "lo", "mask"):
             getattr(self.tree, name).copy_(getattr(t, name))
