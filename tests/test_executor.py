@@ -16,6 +16,8 @@ from spectune.executor.fused import (  # noqa: E402
     reference_rope_,
     reference_silu_mul,
     rope_,
+    rope_scatter_,
+    rope_store_,
     rope_tables,
     silu_mul,
 )
@@ -98,6 +100,35 @@ def test_fused_triton_kernels_match_references() -> None:
     reference_rope_(b_, 3, pos, cos, sin)
     assert torch.allclose(a, b_, atol=1e-5)
     assert torch.equal(a[:, 48:], qkv[:, 48:])  # v untouched
+
+
+def test_rope_store_and_scatter_kernels_match_torch() -> None:
+    """The one RoPE + K/V store kernel, both ways: contiguous positions per sequence
+    (rope_store_) and packed tokens to flat slots, padding (dst < 0) not stored (rope_scatter_).
+    Rotated q comes back in qkv; rotated k only goes to the cache (the torch path also rotates
+    qkv's k columns in place, which nothing reads), so the q columns and the cache are compared."""
+    hq, hk, d, b, cap, n = 4, 2, 16, 2, 12, 3
+    cos, sin = rope_tables(64, d, 10000.0, torch.device("cpu"))
+    qkv = torch.randn(b * n, (hq + 2 * hk) * d)
+    pos = torch.randint(0, 64, (b * n,))
+    outs = []
+    for tri in (True, False):
+        x, kv = qkv.clone(), torch.zeros(2, b, cap, hk, d)
+        rope_store_(x, hq, hk, pos, cos, sin, kv, 5, use_triton=tri)
+        outs.append((x, kv))
+    torch.testing.assert_close(outs[0][0][:, : hq * d], outs[1][0][:, : hq * d])
+    torch.testing.assert_close(outs[0][1], outs[1][1])
+    assert outs[0][1][:, :, 5:8].abs().sum() > 0 and outs[0][1][:, :, :5].abs().sum() == 0
+    dst = torch.tensor([0 * cap + 7, 1 * cap + 4, -1, 1 * cap + 5, 0 * cap + 8, -1])
+    outs = []
+    for tri in (True, False):
+        x, kv = qkv.clone(), torch.zeros(2, b, cap, hk, d)
+        rope_scatter_(x, hq, hk, pos, dst, cos, sin, kv, use_triton=tri)
+        outs.append((x, kv))
+    torch.testing.assert_close(outs[0][0][:, : hq * d], outs[1][0][:, : hq * d])
+    torch.testing.assert_close(outs[0][1], outs[1][1])
+    stored = outs[0][1].view(2, b * cap, hk, d).abs().sum((0, 2, 3)) > 0
+    assert stored.nonzero().flatten().tolist() == sorted(int(s) for s in dst if s >= 0)
 
 
 def test_splitk_linear_matches_matmul() -> None:

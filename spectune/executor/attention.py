@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from spectune.executor.fused import rope_scatter_
+
 
 def _pack(q: torch.Tensor, kv_heads: int) -> torch.Tensor:
     """q: [B, N, H, D] -> [B, KVH, G*N, D] with row = g * N + n (one KV group per 'head')."""
@@ -412,6 +414,23 @@ def kernels_ready() -> bool:
     return callable(getattr(mod, "tree_attention", None))
 
 
+def _word_bits(words: int, device: torch.device) -> torch.Tensor:
+    """int64[words, 64]: the value of bit j of each mask word (bit 63 is the sign bit)."""
+    j = torch.arange(words * 64, device=device)
+    bits = torch.where(j % 64 == 63, torch.iinfo(torch.int64).min, 1 << (j % 64).clamp(max=62))
+    return bits.view(words, 64)
+
+
+def _mask_words(rows: torch.Tensor, word_bits: torch.Tensor) -> torch.Tensor:
+    """bool[R, n] mask rows -> int64[R, words] bitmask words (the kernels' tree_mask layout;
+    a sum of distinct bits is their OR). Fixed shapes, no host sync."""
+    r, n = rows.shape
+    words = word_bits.shape[0]
+    full = torch.zeros((r, words * 64), dtype=torch.int64, device=rows.device)
+    full[:, :n] = rows.long()
+    return (full.view(r, words, 64) * word_bits).sum(-1)
+
+
 class KernelLayout:
     """The flat layout spectune.kernels' tree attention reads, for B sequences of N tree tokens
     over `context` cached tokens in a [B, capacity, KVH, D] cache; built once per captured
@@ -427,19 +446,12 @@ class KernelLayout:
         self.prefix = torch.full((batch,), context, dtype=i32, device=device)
         words = (tokens + 63) // 64
         self.bitmask = torch.zeros((batch * tokens, words), dtype=torch.int64, device=device)
-        j = torch.arange(words * 64, device=device)
-        self._bit = torch.where(
-            j % 64 == 63, torch.iinfo(torch.int64).min, 1 << (j % 64).clamp(max=62)
-        )
-        self._bit = self._bit.view(words, 64)
+        self._bit = _word_bits(words, device)
 
     def set_mask(self, mask: torch.Tensor) -> None:
         """mask: bool[B, N, N] ancestor matrix -> the bitmask rows (sum of distinct bits = OR)."""
         b, n, _ = mask.shape
-        words = self.bitmask.shape[1]
-        full = torch.zeros((b * n, words * 64), dtype=torch.int64, device=mask.device)
-        full[:, :n] = mask.reshape(b * n, n).long()
-        self.bitmask.copy_((full.view(b * n, words, 64) * self._bit).sum(-1))
+        self.bitmask.copy_(_mask_words(mask.reshape(b * n, n), self._bit))
 
     def attend(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         """q: [B, N, Hq, D]; kv: [2, B, capacity, KVH, D] -> [B, N, Hq, D]."""
@@ -534,74 +546,6 @@ def token_bucket(total: int, cap: int) -> int:
     return min(-(-max(total, 1) // TOKEN_BUCKET) * TOKEN_BUCKET, cap)
 
 
-@triton.jit
-def _rope_scatter_kernel(
-    x_ptr, pos_ptr, dst_ptr, cos_ptr, sin_ptr, kv_ptr, row_stride, HQ, HK, s_kv, s_slot, s_h,
-    HALF: tl.constexpr,
-):  # fmt: skip
-    """One (token, head) per program: RoPE on q and k heads (q written back), k and v stored at
-    flat cache slot dst[t] (none when dst[t] < 0: a padding token)."""
-    t = tl.program_id(0)
-    h = tl.program_id(1)
-    d = tl.arange(0, HALF)
-    base = x_ptr + t * row_stride + h * 2 * HALF
-    x1 = tl.load(base + d)
-    x2 = tl.load(base + HALF + d)
-    slot = tl.load(dst_ptr + t)
-    keep = (d.to(tl.int64) + slot) >= d  # slot >= 0, as a [HALF] mask
-    row = kv_ptr + tl.maximum(slot, 0).to(tl.int64) * s_slot
-    if h < HQ + HK:
-        pos = tl.load(pos_ptr + t)
-        c = tl.load(cos_ptr + pos * HALF + d)
-        s = tl.load(sin_ptr + pos * HALF + d)
-        y1 = (x1.to(tl.float32) * c - x2.to(tl.float32) * s).to(x_ptr.dtype.element_ty)
-        y2 = (x2.to(tl.float32) * c + x1.to(tl.float32) * s).to(x_ptr.dtype.element_ty)
-        if h < HQ:
-            tl.store(base + d, y1)
-            tl.store(base + HALF + d, y2)
-        else:
-            dst = row + (h - HQ) * s_h
-            tl.store(dst + d, y1, mask=keep)
-            tl.store(dst + HALF + d, y2, mask=keep)
-    else:
-        dst = row + s_kv + (h - HQ - HK) * s_h
-        tl.store(dst + d, x1, mask=keep)
-        tl.store(dst + HALF + d, x2, mask=keep)
-
-
-def rope_scatter_(
-    qkv: torch.Tensor,
-    hq: int,
-    hk: int,
-    pos: torch.Tensor,
-    dst: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    kv: torch.Tensor,
-    use_triton: bool | None = None,
-) -> None:
-    """RoPE on the q and k heads of qkv: [T, (hq + 2*hk) * D] (q in place) and K/V of token t into
-    flat slot dst[t] of kv: [2, B, cap, hk, D] (slot = b * cap + position; dst < 0: not stored).
-    pos, dst: int64[T]. Bytes: read qkv once, write q back and K/V of the stored tokens."""
-    b, cap = kv.shape[1], kv.shape[2]
-    if kv.stride(1) != cap * kv.stride(2) or kv.stride(-1) != 1 or qkv.stride(-1) != 1:
-        raise ValueError("rope_scatter_ needs a [2, B, cap, KVH, D] cache with flat slots")
-    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    if qkv.is_cuda or interpreted if use_triton is None else use_triton:
-        _rope_scatter_kernel[(qkv.shape[0], hq + 2 * hk)](
-            qkv, pos, dst, cos, sin, kv, qkv.stride(0), hq, hk,
-            kv.stride(0), kv.stride(2), kv.stride(3), HALF=cos.shape[1], num_warps=1,
-        )  # fmt: skip
-        return
-    from spectune.executor.fused import reference_rope_
-
-    d = kv.shape[-1]
-    reference_rope_(qkv, hq + hk, pos, cos, sin)
-    ok = dst >= 0  # the torch path (CPU tests) may sync with the host
-    flat = kv.view(2, b * cap, hk, d)
-    flat[:, dst[ok]] = qkv[:, hq * d :].view(-1, 2, hk, d)[ok].transpose(0, 1)
-
-
 class RaggedLayout:
     """Packed verify of B pruned trees: sequence b's counts[b] kept nodes (compacted to the front
     of its [N] row by tree_build.prune_tree) become rows qo[b] .. qo[b+1]-1 of T = sum(counts)
@@ -635,10 +579,7 @@ class RaggedLayout:
         self.qo = torch.zeros(batch + 1, dtype=torch.int32, device=device)
         self.kv_lens = torch.zeros(batch, dtype=torch.int32, device=device)
         self.total = torch.zeros((), **i64)
-        j = torch.arange(words * 64, device=device)
-        self._bit = torch.where(
-            j % 64 == 63, torch.iinfo(torch.int64).min, 1 << (j % 64).clamp(max=62)
-        ).view(words, 64)
+        self._bit = _word_bits(words, device)
         ar = torch.arange(nodes, device=device)
         self._local = ar.expand(batch, nodes)
         self._slot = torch.arange(batch, device=device)[:, None] * capacity + context + ar
@@ -667,9 +608,7 @@ class RaggedLayout:
         self.pos.scatter_(0, row, (self.context + depth).reshape(-1))
         self.dst.scatter_(0, row, self._slot.reshape(-1))
         self.dest.scatter_(0, row, self._bn.reshape(-1))
-        full = torch.zeros((b * n, words * 64), dtype=torch.int64, device=mask.device)
-        full[:, :n] = mask.reshape(b * n, n).long()
-        bits = (full.view(b * n, words, 64) * self._bit).sum(-1)  # distinct bits: sum = OR
+        bits = _mask_words(mask.reshape(b * n, n), self._bit)
         self.bitmask.scatter_(0, row[:, None].expand(b * n, words), bits)
         # the sink row took every dropped slot's values: reset it to padding
         # (slice fills, not `buf[i] = x`: a Python scalar assignment copies from the host,

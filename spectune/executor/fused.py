@@ -11,6 +11,8 @@ reads 2*T*F and writes T*F; rope rewrites the T*(Hq+Hk)*D query/key elements in 
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -164,17 +166,25 @@ def rope_(
 # ---- RoPE + K/V store in one pass ----------------------------------------------------------------
 @triton.jit
 def _rope_store_kernel(
-    x_ptr, pos_ptr, cos_ptr, sin_ptr, kv_ptr, row_stride, n_tok, lo, HQ, HK,
-    s_kv, s_b, s_pos, s_h, HALF: tl.constexpr,
+    x_ptr, pos_ptr, dst_ptr, cos_ptr, sin_ptr, kv_ptr, row_stride, n_tok, lo, HQ, HK,
+    s_kv, s_b, s_pos, s_h, HALF: tl.constexpr, SCATTER: tl.constexpr,
 ):  # fmt: skip
+    """One (token, head) per program: RoPE on the q and k heads (q written back), k and v into
+    the cache: token t of sequence t // n_tok at position lo + t % n_tok, or (SCATTER) at flat
+    slot dst[t] of a [B * cap] cache, none where dst[t] < 0 (a padding token)."""
     t = tl.program_id(0)
     h = tl.program_id(1)
-    b = t // n_tok
-    slot = lo + t % n_tok
     d = tl.arange(0, HALF)
     base = x_ptr + t * row_stride + h * 2 * HALF
     x1 = tl.load(base + d)
     x2 = tl.load(base + HALF + d)
+    if SCATTER:
+        slot = tl.load(dst_ptr + t)
+        keep = (d.to(tl.int64) + slot) >= d  # slot >= 0, as a [HALF] mask
+        row = kv_ptr + tl.maximum(slot, 0).to(tl.int64) * s_pos
+    else:
+        keep = d < HALF
+        row = kv_ptr + (t // n_tok).to(tl.int64) * s_b + (lo + t % n_tok).to(tl.int64) * s_pos
     if h < HQ + HK:  # q or k head: rotate
         pos = tl.load(pos_ptr + t)
         c = tl.load(cos_ptr + pos * HALF + d)
@@ -185,13 +195,13 @@ def _rope_store_kernel(
             tl.store(base + d, y1)
             tl.store(base + HALF + d, y2)
         else:  # k: into the cache
-            dst = kv_ptr + b.to(tl.int64) * s_b + slot.to(tl.int64) * s_pos + (h - HQ) * s_h
-            tl.store(dst + d, y1)
-            tl.store(dst + HALF + d, y2)
+            dst = row + (h - HQ) * s_h
+            tl.store(dst + d, y1, mask=keep)
+            tl.store(dst + HALF + d, y2, mask=keep)
     else:  # v: copied into the cache as is
-        dst = kv_ptr + s_kv + b.to(tl.int64) * s_b + slot.to(tl.int64) * s_pos + (h - HQ - HK) * s_h
-        tl.store(dst + d, x1)
-        tl.store(dst + HALF + d, x2)
+        dst = row + s_kv + (h - HQ - HK) * s_h
+        tl.store(dst + d, x1, mask=keep)
+        tl.store(dst + HALF + d, x2, mask=keep)
 
 
 def rope_store_(
@@ -219,6 +229,39 @@ def rope_store_(
     if kv.stride(-1) != 1 or qkv.stride(-1) != 1:
         raise ValueError("rope_store_ needs a contiguous head dim")
     _rope_store_kernel[(qkv.shape[0], hq + 2 * hk)](
-        qkv, pos, cos, sin, kv, qkv.stride(0), n, lo, hq, hk,
-        kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), HALF=cos.shape[1], num_warps=1,
+        qkv, pos, pos, cos, sin, kv, qkv.stride(0), n, lo, hq, hk,
+        kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), HALF=cos.shape[1], SCATTER=False,
+        num_warps=1,
     )  # fmt: skip
+
+
+def rope_scatter_(
+    qkv: torch.Tensor,
+    hq: int,
+    hk: int,
+    pos: torch.Tensor,
+    dst: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kv: torch.Tensor,
+    use_triton: bool | None = None,
+) -> None:
+    """rope_store_ for packed (ragged) tokens: RoPE on the q and k heads of qkv: [T, (hq + 2*hk)
+    * D] (q in place) and K/V of token t into flat slot dst[t] of kv: [2, B, cap, hk, D] (slot =
+    b * cap + position; dst < 0: not stored). pos, dst: int64[T]. Same kernel and bytes."""
+    b, cap = kv.shape[1], kv.shape[2]
+    if kv.stride(1) != cap * kv.stride(2) or kv.stride(-1) != 1 or qkv.stride(-1) != 1:
+        raise ValueError("rope_scatter_ needs a [2, B, cap, KVH, D] cache with flat slots")
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    if qkv.is_cuda or interpreted if use_triton is None else use_triton:
+        _rope_store_kernel[(qkv.shape[0], hq + 2 * hk)](
+            qkv, pos, dst, cos, sin, kv, qkv.stride(0), 1, 0, hq, hk,
+            kv.stride(0), 0, kv.stride(2), kv.stride(3), HALF=cos.shape[1], SCATTER=True,
+            num_warps=1,
+        )  # fmt: skip
+        return
+    d = kv.shape[-1]
+    reference_rope_(qkv, hq + hk, pos, cos, sin)
+    ok = dst >= 0  # the torch path (CPU tests) may sync with the host
+    flat = kv.view(2, b * cap, hk, d)
+    flat[:, dst[ok]] = qkv[:, hq * d :].view(-1, 2, hk, d)[ok].transpose(0, 1)

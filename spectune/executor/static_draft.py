@@ -6,8 +6,9 @@ priced. Every node of depth l that has children is drafted at step l (W_l of the
 child takes the drafter's r-th most probable token, and, as for dynamic trees, its draft
 confidence and conditional acceptance come from one bank row of the acceptance model per
 drafted node (synthetic.py); with pruning on, each node's path log-prob is summed along too
-(the planner's static_pool does the same) and tree_build.prune_tree cuts the shape per step. Parents, depths, the ancestor mask and all gather indices are
-static tensors built once, so a step is a fixed sequence of kernels (one CUDA graph per phase).
+(the planner's static_pool does the same) and tree_build.prune_tree cuts the shape per step.
+Parents, depths, the ancestor mask and all gather indices are static tensors built once, so a
+step is a fixed sequence of kernels (one CUDA graph per phase).
 """
 
 from __future__ import annotations

@@ -251,12 +251,7 @@ class ClosedFormObjective:
         if policy is None:
             t = np.broadcast_to(np.asarray(cm.ar_step_time(b, context), np.float64), b.shape)
             return t + self.turnover_times(None, b, context, 1.0)
-        accepted: Any
-        tokens: Any
-        if policy.shared_budget:  # one value per batch size
-            accepted, tokens = self.per_step(policy, b)
-        else:
-            accepted, tokens = self.expected_tokens(policy), self.tree_tokens(policy)
+        accepted, tokens = self.per_step(policy, b)  # per batch size (a shared budget varies)
         t = cm.spec_step_time(
             b, policy.depth, policy.topk, tokens, context, accepted, builder=policy.builder
         )
