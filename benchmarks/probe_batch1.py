@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -34,7 +35,7 @@ from spectune.kernels import (
     reference_tree_attention,
     tree_attention,
 )
-from spectune.kernels.tree_attention import _merge_splits_kernel
+from spectune.kernels.tree_attention import _merge_splits_kernel, default_config, merge_launch
 
 HQ, HKV, DIM = 32, 8, 128
 
@@ -125,12 +126,12 @@ def probe(n: int, bw: float) -> tuple[dict[str, Any], tuple[Any, ...]]:
     o_part = torch.randn((s, total, DIM), device="cuda")
     lse = torch.randn((s, total), device="cuda")
     out = torch.empty((n, HQ, DIM), device="cuda", dtype=torch.bfloat16)
-    bs = triton.next_power_of_2(s)
+    programs, per, warps = merge_launch(total, s, DIM)
     merge = gpu_us(
-        lambda: _merge_splits_kernel[(total,)](
-            o_part, lse, out, s, HQ, o_part.stride(0), lse.stride(0), out.stride(0),
-            out.stride(1), HEAD_DIM=DIM, BLOCK_D=DIM, BLOCK_S=bs, PDL=False,
-            num_warps=max(1, min(4, bs * DIM // 1024)),
+        lambda: _merge_splits_kernel[(programs,)](
+            o_part, lse, out, lse, total, s, HQ, o_part.stride(0), lse.stride(0), out.stride(0),
+            out.stride(1), HEAD_DIM=DIM, BLOCK_D=DIM, BLOCK_S=triton.next_power_of_2(s),
+            BLOCK_R=per, PDL=False, STAMP=False, num_warps=warps,
         )
     )  # fmt: skip
     row = (
@@ -145,6 +146,112 @@ def probe(n: int, bw: float) -> tuple[dict[str, Any], tuple[Any, ...]]:
             log(f"N={n}: best {name}: {mine[0]['cfg']} splits={mine[0]['splits']} "
                 f"{mine[0]['us']:.2f} us")  # fmt: skip
     return row, (n, inp.kv_bytes / bw * 1e6, best_read, merge, dflt.get("us"), ok[:6])
+
+
+@triton.jit
+def _marker_kernel(T):
+    """Stores globaltimer: the timeline's zero, launched right before the measured call."""
+    tl.store(T, tl.extra.cuda.globaltimer())
+
+
+def timeline(fn: Any) -> dict[str, float]:
+    """Where one call's time goes, from globaltimer stamps inside its kernels (ns -> us).
+
+    One CUDA graph of [read-only L2 flush, marker kernel, fn(stamps)] is replayed 5 times; the
+    phases are medians over programs of the last replay, relative to the marker."""
+    flush_src = torch.ones(32 << 20, dtype=torch.float32, device="cuda")
+    flush_dst = torch.empty((), dtype=torch.float32, device="cuda")
+    mark = torch.zeros(1, dtype=torch.int64, device="cuda")
+    stamps: list[torch.Tensor] = []
+    fn(stamps)  # compile outside the capture
+    torch.cuda.synchronize()
+    stamps.clear()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        torch.amax(flush_src, dim=0, out=flush_dst)
+        _marker_kernel[(1,)](mark)
+        fn(stamps)
+    out: dict[str, list[float]] = {}
+    for _ in range(5):
+        g.replay()
+        torch.cuda.synchronize()
+        t0 = mark.item()
+        a = stamps[0].double().cpu()
+        a = a[a[:, 0] > 0]  # programs that ran (early-exit m-blocks stamp only their entry)
+        rel = (a[:, :5] - t0) / 1e3
+        full = a[:, 4] > 0
+        row = {
+            "programs": float(len(a)),
+            "first_entry": float(rel[:, 0].min()),
+            "median_entry": float(rel[:, 0].median()),
+            "last_entry": float(rel[:, 0].max()),
+            "wait_meta_q": float((rel[full, 1] - rel[full, 0]).median()),
+            "prefix_loop": float((rel[full, 2] - rel[full, 1]).median()),
+            "prefix_loop_max": float((rel[full, 2] - rel[full, 1]).max()),
+            "tree": float((rel[full, 3] - rel[full, 2]).max()),
+            "epilogue": float((rel[full, 4] - rel[full, 3]).median()),
+            "median_end": float(rel[full, 4].median()),
+            "last_end": float(rel[full, 4].max()),
+            "distinct_sms": float(len(set(a[:, 7].tolist()))),
+        }
+        if len(stamps) > 1:
+            m = (stamps[1].double().cpu()[:, :3] - t0) / 1e3
+            row.update(
+                merge_first_entry=float(m[:, 0].min()),
+                merge_wait_released=float(m[:, 1].min()),
+                merge_median_end=float(m[:, 2].median()),
+                merge_last_end=float(m[:, 2].max()),
+            )
+        for k, v in row.items():
+            out.setdefault(k, []).append(v)
+    del g
+    return {k: sorted(v)[len(v) // 2] for k, v in out.items()}
+
+
+def _variant_call(
+    inp: Any, n: int, cfg: Any, sp: int | None, stamps: list[torch.Tensor] | None = None
+) -> torch.Tensor:
+    return tree_attention(
+        *inp.args(), max_q_len=n, max_kv_len=4096 + n, config=cfg, num_splits=sp, stamps=stamps
+    )
+
+
+def timelines(bw: float) -> list[dict[str, Any]]:
+    """Timeline and gpu_us of the default config and variants at batch 1, ctx 4096."""
+    rows = []
+    for n in (16, 64):
+        inp = make_tree_attention_inputs([4096], [n], HQ, HKV, DIM, torch.bfloat16, "cuda", seed=n)
+        ref = reference_tree_attention(
+            *[t.float() if t.is_floating_point() else t for t in inp.args()]
+        )
+        base = default_config(HQ // HKV * n, torch.device("cuda"), HKV)
+        old = replace(base, tree_split=False, merge_rows=1)  # session 3's default
+        half = replace(base, half_partials=True)
+        variants: list[tuple[str, TreeAttentionConfig, int | None]] = [
+            ("default", base, None),
+            ("no tree split, 1-row merge", old, None),
+            ("default + half partials", half, None),
+        ]
+        for sp in (6, 8, 12, 16, 20):
+            variants.append((f"splits={sp}", base, sp))
+            variants.append((f"splits={sp} half", half, sp))
+            variants.append((f"splits={sp} old", old, sp))
+        for mr in (1, 2, 4, 8, 16):
+            variants.append((f"splits=12 merge_rows={mr}", replace(base, merge_rows=mr), 12))
+        for name, cfg, sp in variants:
+            fn = partial(_variant_call, inp, n, cfg, sp)
+
+            try:
+                err = rel_err(fn(), ref)
+                t = gpu_us(fn)
+                tl_row = timeline(fn)
+            except Exception as exc:
+                rows.append({"tree_tokens": n, "variant": name, "error": repr(exc)[:300]})
+                log(f"N={n} {name}: {exc!r}"[:300])
+                continue
+            rows.append({"tree_tokens": n, "variant": name, "us": t, "rel_err": err, **tl_row})
+            log(f"N={n} {name}: {t:.2f} us, err {err:.1e}, timeline {tl_row}")
+    return rows
 
 
 def _default_call(inp: Any, max_q: int, max_kv: int) -> torch.Tensor:
@@ -178,9 +285,27 @@ def main() -> None:
     ap.add_argument(
         "--defaults", action="store_true", help="only time the default config at the 12 shapes"
     )
+    ap.add_argument(
+        "--timeline", action="store_true", help="in-kernel timelines of the batch-1 variants"
+    )
     args = ap.parse_args()
     card = torch.cuda.get_device_name()
     bw = copy_bandwidth()
+    if args.timeline:
+        rows = timelines(bw)
+        with open(args.out + ".tmp", "w") as f:
+            json.dump({"card": card, "copy_bytes_per_s": bw, "timeline": rows}, f, indent=1)
+        os.replace(args.out + ".tmp", args.out)
+        keys = ("us", "first_entry", "wait_meta_q", "prefix_loop", "prefix_loop_max", "tree",
+                "epilogue", "last_end", "merge_wait_released", "merge_last_end")  # fmt: skip
+        print(f"{card}: batch 1, ctx 4096; gpu_us and timeline (us from the marker kernel)")
+        print("N   variant                    " + " ".join(f"{k[:10]:>10}" for k in keys))
+        for r in rows:
+            vals = " ".join(
+                f"{r[k]:10.2f}" if isinstance(r.get(k), float) else f"{'-':>10}" for k in keys
+            )
+            print(f"{r['tree_tokens']:<3} {r['variant']:<26} {vals}")
+        return
     if args.defaults:
         rows = defaults(bw)
         with open(args.out + ".tmp", "w") as f:

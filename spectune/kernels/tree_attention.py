@@ -71,6 +71,13 @@ class TreeAttentionConfig:
     # float32): halves the partial traffic, which grows with splits x rows (at batch 1, N = 64
     # each split writes as many bytes as 1/8 of the KV it read). Adds one rounding per split.
     half_partials: bool = False
+    # With more than one split, the tree keys get a program of their own (one more partial):
+    # measured on an H200 (probe_batch1.py --timeline), the masked tree step took 2.8-3.3 us in
+    # the last prefix split, serially after its prefix blocks, on the critical path of batch 1.
+    tree_split: bool = True
+    # Merge: (tree token, query head) rows per program (0: sized so a program holds ~4K
+    # partial elements, [splits, rows, head_dim] in one load).
+    merge_rows: int = 0
 
 
 @lru_cache(maxsize=8)
@@ -127,30 +134,38 @@ def _softmax_step(
 
 @triton.jit
 def _tree_attention_kernel(
-    Q, K, V, MASK, QO_INDPTR, KV_START, KV_LENS, OUT, O_PART, LSE_PART, SEM,
+    Q, K, V, MASK, QO_INDPTR, KV_START, KV_LENS, OUT, O_PART, LSE_PART, SEM, STAMPS,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_ot, stride_oh, stride_mt, stride_ps, stride_ls,
     num_kv_heads, num_q_heads, num_splits, chunk, qk_scale,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TREE_BLOCK: tl.constexpr,
     DIRECT: tl.constexpr, DOT_PREC: tl.constexpr, EVEN_D: tl.constexpr, FUSE_MERGE: tl.constexpr,
-    PDL: tl.constexpr, BLOCK_S: tl.constexpr,
+    PDL: tl.constexpr, BLOCK_S: tl.constexpr, STAMP: tl.constexpr,
 ):  # fmt: skip
-    if PDL:  # let the merge launch now; wait for the previous kernel's writes before reading
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
     pid_m = tl.program_id(0)
     pid_sh = tl.program_id(1)
     b = tl.program_id(2)
+    if STAMP:  # timeline probe: globaltimer (ns) at entry, after each phase, and the SM id
+        stamp = STAMPS + ((b * tl.num_programs(1) + pid_sh) * tl.num_programs(0) + pid_m) * 8
+        tl.store(stamp, tl.extra.cuda.globaltimer())
+        tl.store(stamp + 7, tl.extra.cuda.smid().to(tl.int64))
+    if PDL:  # let the merge launch now; wait for the previous kernel's writes before reading
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     split = pid_sh // num_kv_heads
     kvh = pid_sh % num_kv_heads
 
+    # the four per-sequence scalars are independent loads: issue them together (one round trip)
     q_start = tl.load(QO_INDPTR + b)
-    n = tl.load(QO_INDPTR + b + 1) - q_start
+    q_end = tl.load(QO_INDPTR + b + 1)
+    kv_start = tl.load(KV_START + b).to(tl.int64)
+    kv_len = tl.load(KV_LENS + b)
+    n = q_end - q_start
     if pid_m * BLOCK_M >= n * G:
         return
-    kv_start = tl.load(KV_START + b).to(tl.int64)
-    prefix = tl.load(KV_LENS + b) - n
+    prefix = kv_len - n
+    is_last = split == num_splits - 1
     lo = split * chunk
     hi = tl.minimum(lo + chunk, prefix)
 
@@ -168,6 +183,9 @@ def _tree_attention_kernel(
     )
     k_base = K + kv_start * stride_kt + kvh * stride_kh
     v_base = V + kv_start * stride_vt + kvh * stride_vh
+
+    if STAMP:
+        tl.store(stamp + 1, tl.extra.cuda.globaltimer())
 
     m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -197,8 +215,11 @@ def _tree_attention_kernel(
             q, k, v, m_i, l_i, acc, qk_scale, col_ok[None, :], True, DOT_PREC
         )
 
+    if STAMP:
+        tl.store(stamp + 2, tl.extra.cuda.globaltimer() + (tl.sum(l_i, 0) == -1.0).to(tl.int64))
+
     # Tree keys (last split only): key j allowed for row token t when bit j of its mask row is set.
-    if split == num_splits - 1:
+    if is_last:
         mask_rows = MASK + q_rows * stride_mt
         for start in range(0, n, TREE_BLOCK):
             cols = start + tl.arange(0, TREE_BLOCK)
@@ -212,6 +233,8 @@ def _tree_attention_kernel(
             k = tl.load(k_base + slot[:, None] * stride_kt + d[None, :], mask=kv_mask, other=0.0)
             v = tl.load(v_base + slot[:, None] * stride_vt + d[None, :], mask=kv_mask, other=0.0)
             m_i, l_i, acc = _softmax_step(q, k, v, m_i, l_i, acc, qk_scale, allowed, True, DOT_PREC)
+    if STAMP:
+        tl.store(stamp + 3, tl.extra.cuda.globaltimer() + (tl.sum(l_i, 0) == -1.0).to(tl.int64))
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     o = acc / l_safe[:, None]
@@ -260,36 +283,65 @@ def _tree_attention_kernel(
                 merged = merged / tl.where(w_sum > 0.0, w_sum, 1.0)[:, None]
                 o_ptrs = OUT + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :]
                 tl.store(o_ptrs, merged.to(OUT.dtype.element_ty), mask=out_mask)
+    if STAMP:
+        tl.store(stamp + 4, tl.extra.cuda.globaltimer())
 
 
 @triton.jit
 def _merge_splits_kernel(
-    O_PART, LSE_PART, OUT, num_splits, num_q_heads, stride_ps, stride_ls, stride_ot, stride_oh,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr,
+    O_PART, LSE_PART, OUT, STAMPS, total_rows, num_splits, num_q_heads, stride_ps, stride_ls,
+    stride_ot, stride_oh, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_R: tl.constexpr, PDL: tl.constexpr, STAMP: tl.constexpr,
 ):  # fmt: skip
-    """One program per (tree token, query head): out = sum_s w_s o_s / sum_s w_s, w_s = 2^lse_s."""
+    """BLOCK_R (tree token, query head) rows per program: out = sum_s w_s o_s / sum_s w_s with
+    w_s = 2^lse_s; every split's partial rows are one [BLOCK_S, BLOCK_R, BLOCK_D] load (all in
+    flight together). Reads S x rows x D partials + S x rows LSEs, writes rows x D."""
+    if STAMP:  # timeline probe: entry, after the wait, end (ns) and the SM id
+        stamp = STAMPS + tl.program_id(0) * 8
+        tl.store(stamp, tl.extra.cuda.globaltimer())
+        tl.store(stamp + 7, tl.extra.cuda.smid().to(tl.int64))
     if PDL:  # launched early (programmatic dependent launch): wait for the partials
         tl.extra.cuda.gdc_wait()
-    qh = tl.program_id(0).to(tl.int64)
-    t = qh // num_q_heads
-    h = qh % num_q_heads
+    if STAMP:
+        tl.store(stamp + 1, tl.extra.cuda.globaltimer())
+    qh = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    r_ok = qh < total_rows
     s = tl.arange(0, BLOCK_S)
-    s_ok = s < num_splits
     d = tl.arange(0, BLOCK_D)
-    lse = tl.load(LSE_PART + s * stride_ls + qh, mask=s_ok, other=float("-inf"))
+    sr_ok = (s < num_splits)[:, None] & r_ok[None, :]
+    lse = tl.load(
+        LSE_PART + s[:, None] * stride_ls + qh[None, :], mask=sr_ok, other=float("-inf")
+    )  # [S, R]
+    o = tl.load(
+        O_PART + s[:, None, None] * stride_ps + qh[None, :, None] * BLOCK_D + d[None, None, :],
+        mask=sr_ok[:, :, None] & (d < HEAD_DIM)[None, None, :],
+        other=0.0,
+    )  # [S, R, D]
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp2(lse - m)
+    w = tl.exp2(lse - m[None, :])
     w_sum = tl.sum(w, 0)
-    o = tl.load(
-        O_PART + s[:, None] * stride_ps + qh * BLOCK_D + d[None, :],
-        mask=s_ok[:, None] & (d[None, :] < HEAD_DIM),
-        other=0.0,
-    )
-    out = tl.sum(o.to(tl.float32) * w[:, None], 0) / tl.where(w_sum > 0.0, w_sum, 1.0)
+    out = tl.sum(o.to(tl.float32) * w[:, :, None], 0) / tl.where(w_sum > 0.0, w_sum, 1.0)[:, None]
+    t = qh // num_q_heads
+    h = qh % num_q_heads
     tl.store(
-        OUT + t * stride_ot + h * stride_oh + d, out.to(OUT.dtype.element_ty), mask=d < HEAD_DIM
+        OUT + t[:, None] * stride_ot + h[:, None] * stride_oh + d[None, :],
+        out.to(OUT.dtype.element_ty),
+        mask=r_ok[:, None] & (d < HEAD_DIM)[None, :],
     )
+    if STAMP:
+        tl.store(stamp + 2, tl.extra.cuda.globaltimer())
+
+
+def merge_launch(rows: int, splits: int, block_d: int, merge_rows: int = 0) -> tuple[int, int, int]:
+    """(programs, rows per program, warps) of the split merge: by default ~4K partial elements
+    per program (~170 registers a thread at 8K: fewer merge programs fit beside the attention
+    programs they wait on), at most 4 warps."""
+    block_s = triton.next_power_of_2(splits)
+    per = merge_rows or max(1, 4096 // (block_s * block_d))
+    per = min(triton.next_power_of_2(per), triton.next_power_of_2(max(rows, 1)))
+    warps = max(1, min(4, block_s * per * block_d // 1024))
+    return triton.cdiv(rows, per), per, warps
 
 
 def _check_layouts(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_lens, tree_mask) -> None:
@@ -381,9 +433,11 @@ def choose_splits(
     slots: int,
     partial_keys_per_split: float = 0.0,
 ) -> tuple[int, int]:
-    """(num_splits, chunk) minimising a small cost model: rounds of `slots` concurrent programs
-    x (chunk + tree keys + per-program overhead), plus the merge (launch + partial traffic,
-    `partial_keys_per_split` key units per split) when there is more than one split.
+    """(prefix splits, chunk) minimising a small cost model: rounds of `slots` concurrent
+    programs x (chunk + tree keys + per-program overhead), plus the merge (launch + partial
+    traffic, `partial_keys_per_split` key units per split) when there is more than one split.
+    With cfg.tree_split, a split launch gives the tree keys their own programs (not counted in
+    the returned splits), which leaves the tree keys out of the prefix programs' time.
 
     Only split counts that end a round exactly (k * slots / programs per split, k = 1..8) and
     their neighbours are tried, and results are cached: this runs on every call (run 4 found an
@@ -400,9 +454,17 @@ def choose_splits(
         chunk = triton.cdiv(triton.cdiv(prefix, want), cfg.block_n) * cfg.block_n
         splits = triton.cdiv(prefix, chunk)
         rounds = triton.cdiv(per_split * splits, slots)
-        cost = rounds * (chunk + tree_len + PROGRAM_OVERHEAD_KEYS)
-        if splits > 1:
-            cost += MERGE_OVERHEAD_KEYS + partial_keys_per_split * splits
+        if splits > 1 and cfg.tree_split:
+            # the tree programs run beside the prefix rounds; one short round more if no slot
+            # is left for them
+            cost = rounds * (chunk + PROGRAM_OVERHEAD_KEYS)
+            if per_split * (splits + 1) > rounds * slots:
+                cost += tree_len + PROGRAM_OVERHEAD_KEYS
+            cost += MERGE_OVERHEAD_KEYS + partial_keys_per_split * (splits + 1)
+        else:
+            cost = rounds * (chunk + tree_len + PROGRAM_OVERHEAD_KEYS)
+            if splits > 1:
+                cost += MERGE_OVERHEAD_KEYS + partial_keys_per_split * splits
         if best is None or cost < best[0]:
             best = (cost, splits, chunk)
     assert best is not None
@@ -425,6 +487,7 @@ def tree_attention(
     config: TreeAttentionConfig | None = None,
     out: torch.Tensor | None = None,
     split_batch: int | None = None,
+    stamps: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Attention of every tree token over its sequence's prefix and its tree ancestors.
 
@@ -439,6 +502,9 @@ def tree_attention(
     split_batch: sequences the split count is chosen for (default: all B); a caller whose
         last sequence only holds padding rows passes B - 1, so the padding does not halve the
         splits of a batch-1 call
+    stamps:    a timeline probe (benchmarks/probe_batch1.py): when a list is given, the call
+        appends int64 [programs, 8] tensors of globaltimer readings (ns; column 7 the SM id) for
+        the attention kernel and, with splits, the merge kernel
     returns    [total_q, num_q_heads, head_dim] in q's dtype (written into `out` if given)
     """
     if kv_lens is None:
@@ -474,10 +540,14 @@ def tree_attention(
         )  # fmt: skip
         splits, chunk = choose_splits(
             split_batch or batch, hkv, m_blocks, max_prefix, max_q_len, cfg, slots, partial
-        )
+        )  # prefix splits (the tree split, if any, comes on top)
     else:
         splits = max(1, num_splits)
         chunk = triton.cdiv(triton.cdiv(max(max_prefix, 1), splits), cfg.block_n) * cfg.block_n
+    if splits > 1 and cfg.tree_split:
+        # one more program per (sequence, KV head, m-block) for the tree keys: its prefix range
+        # starts at splits * chunk >= every prefix, so it is empty and only the tree is left
+        splits += 1
     block_d = triton.next_power_of_2(max(dim, 16))
     scale = (1.0 / math.sqrt(dim)) if sm_scale is None else sm_scale
     direct = splits == 1
@@ -494,8 +564,15 @@ def tree_attention(
     launch = {"launch_pdl": True} if pdl else {}
     sem = _tickets(q.device, batch * hkv * m_blocks) if fuse else qo_indptr
     grid = (m_blocks, splits * hkv, batch)
+    stamp = stamps is not None
+    if stamps is not None:
+        stamps.append(torch.zeros((math.prod(grid), 8), dtype=torch.int64, device=q.device))
+        if not direct and not fuse:
+            programs = merge_launch(total_q * hq, splits, block_d, cfg.merge_rows)[0]
+            stamps.append(torch.zeros((programs, 8), dtype=torch.int64, device=q.device))
     _tree_attention_kernel[grid](
         q, k_cache, v_cache, tree_mask, qo_indptr, kv_indptr, kv_lens, out, o_part, lse_part, sem,
+        stamps[-1 if direct or fuse else -2] if stamps is not None else sem,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), out.stride(0), out.stride(1), tree_mask.stride(0),
         stride_ps, stride_ls, hkv, hq, splits, chunk, scale * LOG2E,
@@ -503,13 +580,15 @@ def tree_attention(
         TREE_BLOCK=cfg.tree_block, DIRECT=direct, EVEN_D=block_d == dim, FUSE_MERGE=fuse,
         BLOCK_S=triton.next_power_of_2(splits),
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
+        STAMP=stamp, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )  # fmt: skip
     if not direct and not fuse:
-        block_s = triton.next_power_of_2(splits)
-        warps = max(1, min(4, block_s * block_d // 1024))
-        _merge_splits_kernel[(total_q * hq,)](
-            o_part, lse_part, out, splits, hq, stride_ps, stride_ls, out.stride(0), out.stride(1),
-            HEAD_DIM=dim, BLOCK_D=block_d, BLOCK_S=block_s, PDL=pdl, num_warps=warps, **launch,
+        rows = total_q * hq
+        programs, per, warps = merge_launch(rows, splits, block_d, cfg.merge_rows)
+        _merge_splits_kernel[(programs,)](
+            o_part, lse_part, out, stamps[-1] if stamps is not None else lse_part, rows, splits,
+            hq, stride_ps, stride_ls, out.stride(0), out.stride(1), HEAD_DIM=dim, BLOCK_D=block_d,
+            BLOCK_S=triton.next_power_of_2(splits), BLOCK_R=per, PDL=pdl, STAMP=stamp,
+            num_warps=warps, **launch,
         )  # fmt: skip
     return out
