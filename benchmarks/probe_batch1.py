@@ -35,7 +35,7 @@ from spectune.kernels import (
     reference_tree_attention,
     tree_attention,
 )
-from spectune.kernels.tree_attention import _merge_splits_kernel, default_config, merge_launch
+from spectune.kernels.tree_attention import _merge_splits_kernel, default_config
 
 HQ, HKV, DIM = 32, 8, 128
 
@@ -126,12 +126,12 @@ def probe(n: int, bw: float) -> tuple[dict[str, Any], tuple[Any, ...]]:
     o_part = torch.randn((s, total, DIM), device="cuda")
     lse = torch.randn((s, total), device="cuda")
     out = torch.empty((n, HQ, DIM), device="cuda", dtype=torch.bfloat16)
-    programs, per, warps = merge_launch(total, s, DIM)
+    bs = triton.next_power_of_2(s)
     merge = gpu_us(
-        lambda: _merge_splits_kernel[(programs,)](
-            o_part, lse, out, lse, total, s, HQ, o_part.stride(0), lse.stride(0), out.stride(0),
-            out.stride(1), HEAD_DIM=DIM, BLOCK_D=DIM, BLOCK_S=triton.next_power_of_2(s),
-            BLOCK_R=per, PDL=False, STAMP=False, num_warps=warps,
+        lambda: _merge_splits_kernel[(total,)](
+            o_part, lse, out, lse, s, HQ, o_part.stride(0), lse.stride(0), out.stride(0),
+            out.stride(1), HEAD_DIM=DIM, BLOCK_D=DIM, BLOCK_S=bs, PDL=False, STAMP=False,
+            num_warps=max(1, min(4, bs * DIM // 1024)),
         )
     )  # fmt: skip
     row = (
@@ -154,7 +154,7 @@ def _marker_kernel(T):
     tl.store(T, tl.extra.cuda.globaltimer())
 
 
-def timeline(fn: Any) -> dict[str, float]:
+def timeline(fn: Any) -> dict[str, Any]:
     """Where one call's time goes, from globaltimer stamps inside its kernels (ns -> us).
 
     One CUDA graph of [read-only L2 flush, marker kernel, fn(stamps)] is replayed 5 times; the
@@ -205,7 +205,16 @@ def timeline(fn: Any) -> dict[str, float]:
         for k, v in row.items():
             out.setdefault(k, []).append(v)
     del g
-    return {k: sorted(v)[len(v) // 2] for k, v in out.items()}
+    res: dict[str, Any] = {k: sorted(v)[len(v) // 2] for k, v in out.items()}
+    # the last replay's programs: [entry, after meta + Q, after prefix, after tree, end] us and
+    # the SM id; merge programs: [entry, after the wait, end] us and the SM id
+    res["raw"] = [[round(float(x), 2) for x in r] + [int(sm)] for r, sm in zip(rel, a[:, 7])]
+    if len(stamps) > 1:
+        mm = stamps[1].double().cpu()
+        res["merge_raw"] = [
+            [round(float(x), 2) for x in (r[:3] - t0) / 1e3] + [int(r[7])] for r in mm
+        ]
+    return res
 
 
 def _variant_call(
@@ -225,19 +234,16 @@ def timelines(bw: float) -> list[dict[str, Any]]:
             *[t.float() if t.is_floating_point() else t for t in inp.args()]
         )
         base = default_config(HQ // HKV * n, torch.device("cuda"), HKV)
-        old = replace(base, tree_split=False, merge_rows=1)  # session 3's default
-        half = replace(base, half_partials=True)
+        half = replace(base, half_partials=not base.half_partials)
         variants: list[tuple[str, TreeAttentionConfig, int | None]] = [
             ("default", base, None),
-            ("no tree split, 1-row merge", old, None),
-            ("default + half partials", half, None),
+            ("default, other partials", half, None),
+            ("default, merge without pdl", replace(base, pdl=False), None),
         ]
-        for sp in (6, 8, 12, 16, 20):
-            variants.append((f"splits={sp}", base, sp))
-            variants.append((f"splits={sp} half", half, sp))
-            variants.append((f"splits={sp} old", old, sp))
-        for mr in (1, 2, 4, 8, 16):
-            variants.append((f"splits=12 merge_rows={mr}", replace(base, merge_rows=mr), 12))
+        for sp in (8, 12, 16):
+            for w in (1, 2, 4):
+                variants.append((f"splits={sp} merge_warps={w}", replace(base, merge_warps=w), sp))
+            variants.append((f"splits={sp} other partials", half, sp))
         for name, cfg, sp in variants:
             fn = partial(_variant_call, inp, n, cfg, sp)
 

@@ -86,24 +86,19 @@ def test_half_partials_fp16() -> None:
         assert rel_err(out, ref) < 5e-3
 
 
-def test_tree_split_and_merge_rows() -> None:
-    """The tree keys in a program of their own (or in the last prefix split), merged with 1 to 8
-    rows per merge program: the same result, for ragged sequences (a short one has empty
-    prefix splits), trees longer than one tree block, odd head dims and one split (direct)."""
+def test_merge_warps() -> None:
+    """The split merge on 1, 2 or 4 warps per row (the [S, D] tile spread differently): the same
+    result, for ragged sequences (a short one has empty splits) and an odd head dim."""
     inp = make_tree_attention_inputs(
         [70, 20, 3], [9, 16, 40], num_q_heads=4, num_kv_heads=2, head_dim=24,
         dtype=torch.float32, seed=8,
     )  # fmt: skip
     ref = reference_tree_attention(*inp.args())
-    for splits in (1, 2, 5):
-        for tree_split in (True, False):
-            for merge_rows in (0, 1, 8):
-                cfg = TreeAttentionConfig(
-                    block_m=32, block_n=16, tree_block=16, min_chunk=16, tree_split=tree_split,
-                    merge_rows=merge_rows,
-                )  # fmt: skip
-                out = run(inp, config=cfg, num_splits=splits)
-                assert rel_err(out, ref) < 1e-5, (splits, tree_split, merge_rows)
+    for warps in (0, 1, 2, 4):
+        cfg = TreeAttentionConfig(
+            block_m=32, block_n=16, tree_block=16, min_chunk=16, merge_warps=warps
+        )
+        assert rel_err(run(inp, config=cfg, num_splits=5), ref) < 1e-5, warps
 
 
 def test_small_tiles_and_odd_head_dim() -> None:

@@ -71,13 +71,9 @@ class TreeAttentionConfig:
     # float32): halves the partial traffic, which grows with splits x rows (at batch 1, N = 64
     # each split writes as many bytes as 1/8 of the KV it read). Adds one rounding per split.
     half_partials: bool = False
-    # With more than one split, the tree keys get a program of their own (one more partial):
-    # measured on an H200 (probe_batch1.py --timeline), the masked tree step took 2.8-3.3 us in
-    # the last prefix split, serially after its prefix blocks, on the critical path of batch 1.
-    tree_split: bool = True
-    # Merge: (tree token, query head) rows per program (0: sized so a program holds ~4K
-    # partial elements, [splits, rows, head_dim] in one load).
-    merge_rows: int = 0
+    # Warps per merge program (one program per (tree token, query head) row); 0: one warp per
+    # 1024 partial elements, at most 4.
+    merge_warps: int = 0
 
 
 @lru_cache(maxsize=8)
@@ -289,13 +285,12 @@ def _tree_attention_kernel(
 
 @triton.jit
 def _merge_splits_kernel(
-    O_PART, LSE_PART, OUT, STAMPS, total_rows, num_splits, num_q_heads, stride_ps, stride_ls,
-    stride_ot, stride_oh, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_R: tl.constexpr, PDL: tl.constexpr, STAMP: tl.constexpr,
+    O_PART, LSE_PART, OUT, STAMPS, num_splits, num_q_heads, stride_ps, stride_ls, stride_ot,
+    stride_oh, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    PDL: tl.constexpr, STAMP: tl.constexpr,
 ):  # fmt: skip
-    """BLOCK_R (tree token, query head) rows per program: out = sum_s w_s o_s / sum_s w_s with
-    w_s = 2^lse_s; every split's partial rows are one [BLOCK_S, BLOCK_R, BLOCK_D] load (all in
-    flight together). Reads S x rows x D partials + S x rows LSEs, writes rows x D."""
+    """One program per (tree token, query head): out = sum_s w_s o_s / sum_s w_s, w_s = 2^lse_s.
+    (Several rows per program as one [S, rows, D] load measured ~2x slower on an H200.)"""
     if STAMP:  # timeline probe: entry, after the wait, end (ns) and the SM id
         stamp = STAMPS + tl.program_id(0) * 8
         tl.store(stamp, tl.extra.cuda.globaltimer())
@@ -304,44 +299,28 @@ def _merge_splits_kernel(
         tl.extra.cuda.gdc_wait()
     if STAMP:
         tl.store(stamp + 1, tl.extra.cuda.globaltimer())
-    qh = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    r_ok = qh < total_rows
-    s = tl.arange(0, BLOCK_S)
-    d = tl.arange(0, BLOCK_D)
-    sr_ok = (s < num_splits)[:, None] & r_ok[None, :]
-    lse = tl.load(
-        LSE_PART + s[:, None] * stride_ls + qh[None, :], mask=sr_ok, other=float("-inf")
-    )  # [S, R]
-    o = tl.load(
-        O_PART + s[:, None, None] * stride_ps + qh[None, :, None] * BLOCK_D + d[None, None, :],
-        mask=sr_ok[:, :, None] & (d < HEAD_DIM)[None, None, :],
-        other=0.0,
-    )  # [S, R, D]
-    m = tl.max(lse, 0)
-    m = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp2(lse - m[None, :])
-    w_sum = tl.sum(w, 0)
-    out = tl.sum(o.to(tl.float32) * w[:, :, None], 0) / tl.where(w_sum > 0.0, w_sum, 1.0)[:, None]
+    qh = tl.program_id(0).to(tl.int64)
     t = qh // num_q_heads
     h = qh % num_q_heads
+    s = tl.arange(0, BLOCK_S)
+    s_ok = s < num_splits
+    d = tl.arange(0, BLOCK_D)
+    lse = tl.load(LSE_PART + s * stride_ls + qh, mask=s_ok, other=float("-inf"))
+    o = tl.load(
+        O_PART + s[:, None] * stride_ps + qh * BLOCK_D + d[None, :],
+        mask=s_ok[:, None] & (d[None, :] < HEAD_DIM),
+        other=0.0,
+    )
+    m = tl.max(lse, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp2(lse - m)
+    w_sum = tl.sum(w, 0)
+    out = tl.sum(o.to(tl.float32) * w[:, None], 0) / tl.where(w_sum > 0.0, w_sum, 1.0)
     tl.store(
-        OUT + t[:, None] * stride_ot + h[:, None] * stride_oh + d[None, :],
-        out.to(OUT.dtype.element_ty),
-        mask=r_ok[:, None] & (d < HEAD_DIM)[None, :],
+        OUT + t * stride_ot + h * stride_oh + d, out.to(OUT.dtype.element_ty), mask=d < HEAD_DIM
     )
     if STAMP:
         tl.store(stamp + 2, tl.extra.cuda.globaltimer())
-
-
-def merge_launch(rows: int, splits: int, block_d: int, merge_rows: int = 0) -> tuple[int, int, int]:
-    """(programs, rows per program, warps) of the split merge: by default ~4K partial elements
-    per program (~170 registers a thread at 8K: fewer merge programs fit beside the attention
-    programs they wait on), at most 4 warps."""
-    block_s = triton.next_power_of_2(splits)
-    per = merge_rows or max(1, 4096 // (block_s * block_d))
-    per = min(triton.next_power_of_2(per), triton.next_power_of_2(max(rows, 1)))
-    warps = max(1, min(4, block_s * per * block_d // 1024))
-    return triton.cdiv(rows, per), per, warps
 
 
 def _check_layouts(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_lens, tree_mask) -> None:
@@ -433,11 +412,9 @@ def choose_splits(
     slots: int,
     partial_keys_per_split: float = 0.0,
 ) -> tuple[int, int]:
-    """(prefix splits, chunk) minimising a small cost model: rounds of `slots` concurrent
-    programs x (chunk + tree keys + per-program overhead), plus the merge (launch + partial
-    traffic, `partial_keys_per_split` key units per split) when there is more than one split.
-    With cfg.tree_split, a split launch gives the tree keys their own programs (not counted in
-    the returned splits), which leaves the tree keys out of the prefix programs' time.
+    """(num_splits, chunk) minimising a small cost model: rounds of `slots` concurrent programs
+    x (chunk + tree keys + per-program overhead), plus the merge (launch + partial traffic,
+    `partial_keys_per_split` key units per split) when there is more than one split.
 
     Only split counts that end a round exactly (k * slots / programs per split, k = 1..8) and
     their neighbours are tried, and results are cached: this runs on every call (run 4 found an
@@ -454,17 +431,9 @@ def choose_splits(
         chunk = triton.cdiv(triton.cdiv(prefix, want), cfg.block_n) * cfg.block_n
         splits = triton.cdiv(prefix, chunk)
         rounds = triton.cdiv(per_split * splits, slots)
-        if splits > 1 and cfg.tree_split:
-            # the tree programs run beside the prefix rounds; one short round more if no slot
-            # is left for them
-            cost = rounds * (chunk + PROGRAM_OVERHEAD_KEYS)
-            if per_split * (splits + 1) > rounds * slots:
-                cost += tree_len + PROGRAM_OVERHEAD_KEYS
-            cost += MERGE_OVERHEAD_KEYS + partial_keys_per_split * (splits + 1)
-        else:
-            cost = rounds * (chunk + tree_len + PROGRAM_OVERHEAD_KEYS)
-            if splits > 1:
-                cost += MERGE_OVERHEAD_KEYS + partial_keys_per_split * splits
+        cost = rounds * (chunk + tree_len + PROGRAM_OVERHEAD_KEYS)
+        if splits > 1:
+            cost += MERGE_OVERHEAD_KEYS + partial_keys_per_split * splits
         if best is None or cost < best[0]:
             best = (cost, splits, chunk)
     assert best is not None
@@ -540,14 +509,10 @@ def tree_attention(
         )  # fmt: skip
         splits, chunk = choose_splits(
             split_batch or batch, hkv, m_blocks, max_prefix, max_q_len, cfg, slots, partial
-        )  # prefix splits (the tree split, if any, comes on top)
+        )
     else:
         splits = max(1, num_splits)
         chunk = triton.cdiv(triton.cdiv(max(max_prefix, 1), splits), cfg.block_n) * cfg.block_n
-    if splits > 1 and cfg.tree_split:
-        # one more program per (sequence, KV head, m-block) for the tree keys: its prefix range
-        # starts at splits * chunk >= every prefix, so it is empty and only the tree is left
-        splits += 1
     block_d = triton.next_power_of_2(max(dim, 16))
     scale = (1.0 / math.sqrt(dim)) if sm_scale is None else sm_scale
     direct = splits == 1
@@ -568,8 +533,7 @@ def tree_attention(
     if stamps is not None:
         stamps.append(torch.zeros((math.prod(grid), 8), dtype=torch.int64, device=q.device))
         if not direct and not fuse:
-            programs = merge_launch(total_q * hq, splits, block_d, cfg.merge_rows)[0]
-            stamps.append(torch.zeros((programs, 8), dtype=torch.int64, device=q.device))
+            stamps.append(torch.zeros((total_q * hq, 8), dtype=torch.int64, device=q.device))
     _tree_attention_kernel[grid](
         q, k_cache, v_cache, tree_mask, qo_indptr, kv_indptr, kv_lens, out, o_part, lse_part, sem,
         stamps[-1 if direct or fuse else -2] if stamps is not None else sem,
@@ -583,12 +547,11 @@ def tree_attention(
         STAMP=stamp, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )  # fmt: skip
     if not direct and not fuse:
-        rows = total_q * hq
-        programs, per, warps = merge_launch(rows, splits, block_d, cfg.merge_rows)
-        _merge_splits_kernel[(programs,)](
-            o_part, lse_part, out, stamps[-1] if stamps is not None else lse_part, rows, splits,
-            hq, stride_ps, stride_ls, out.stride(0), out.stride(1), HEAD_DIM=dim, BLOCK_D=block_d,
-            BLOCK_S=triton.next_power_of_2(splits), BLOCK_R=per, PDL=pdl, STAMP=stamp,
-            num_warps=warps, **launch,
+        block_s = triton.next_power_of_2(splits)
+        warps = cfg.merge_warps or max(1, min(4, block_s * block_d // 1024))
+        _merge_splits_kernel[(total_q * hq,)](
+            o_part, lse_part, out, stamps[-1] if stamps is not None else lse_part, splits, hq,
+            stride_ps, stride_ls, out.stride(0), out.stride(1), HEAD_DIM=dim, BLOCK_D=block_d,
+            BLOCK_S=block_s, PDL=pdl, STAMP=stamp, num_warps=warps, **launch,
         )  # fmt: skip
     return out
