@@ -208,7 +208,9 @@ def timeline(fn: Any) -> dict[str, Any]:
     res: dict[str, Any] = {k: sorted(v)[len(v) // 2] for k, v in out.items()}
     # the last replay's programs: [entry, after meta + Q, after prefix, after tree, end] us and
     # the SM id; merge programs: [entry, after the wait, end] us and the SM id
-    res["raw"] = [[round(float(x), 2) for x in r] + [int(sm)] for r, sm in zip(rel, a[:, 7])]
+    res["raw"] = [
+        [round(float(x), 2) for x in r] + [int(sm)] for r, sm in zip(rel, a[:, 7], strict=True)
+    ]
     if len(stamps) > 1:
         mm = stamps[1].double().cpu()
         res["merge_raw"] = [
