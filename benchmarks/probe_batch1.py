@@ -236,16 +236,13 @@ def timelines(bw: float) -> list[dict[str, Any]]:
             *[t.float() if t.is_floating_point() else t for t in inp.args()]
         )
         base = default_config(HQ // HKV * n, torch.device("cuda"), HKV)
-        half = replace(base, half_partials=not base.half_partials)
         variants: list[tuple[str, TreeAttentionConfig, int | None]] = [
             ("default", base, None),
-            ("default, other partials", half, None),
-            ("default, merge without pdl", replace(base, pdl=False), None),
+            ("default, other partials", replace(base, half_partials=not base.half_partials), None),
+            ("default, no pdl", replace(base, pdl=False), None),
         ]
-        for sp in (8, 12, 16):
-            for w in (1, 2, 4):
-                variants.append((f"splits={sp} merge_warps={w}", replace(base, merge_warps=w), sp))
-            variants.append((f"splits={sp} other partials", half, sp))
+        for sp in (6, 8, 10, 12, 14, 16, 20, 24):
+            variants.append((f"splits={sp}", base, sp))
         for name, cfg, sp in variants:
             fn = partial(_variant_call, inp, n, cfg, sp)
 

@@ -10,7 +10,8 @@ Work decomposition, one program per (m-block, split x kv head, sequence):
   tokens form one tile of G*N rows (row r = token r // G, head r % G), so each K/V byte is read
   once per group (twice from L2 when G*N > BLOCK_M; the m-blocks are the fastest grid axis so
   they run together and share K/V through L2).
-- Flash-decoding: the prefix is cut into S splits of `chunk` keys so that batch 1 fills the GPU.
+- Flash-decoding: each sequence's prefix is cut into S splits (whole key blocks each) so that
+  batch 1 fills the GPU.
   The last split also attends to the tree keys under the bitmask. With S > 1 every split writes
   a float32 partial output and its log-sum-exp; `_merge_splits_kernel` combines them. With
   S == 1 the kernel writes the final output directly (no second launch, no partials).
@@ -71,9 +72,10 @@ class TreeAttentionConfig:
     # float32): halves the partial traffic, which grows with splits x rows (at batch 1, N = 64
     # each split writes as many bytes as 1/8 of the KV it read). Adds one rounding per split.
     half_partials: bool = False
-    # Warps per merge program (one program per (tree token, query head) row); 0: one warp per
-    # 1024 partial elements, at most 4.
-    merge_warps: int = 0
+    # Warps per merge program (one program per (tree token, query head) row). One warp was the
+    # fastest at every batch-1 split count measured (H200, probe_batch1.py --timeline: 12 splits
+    # at N = 16 13.6 us on 1 warp vs 15.2 / 16.2 on 2 / 4; N = 64, 8 splits 19.9 vs 24.5 / 28.6).
+    merge_warps: int = 1
 
 
 @lru_cache(maxsize=8)
@@ -133,7 +135,7 @@ def _tree_attention_kernel(
     Q, K, V, MASK, QO_INDPTR, KV_START, KV_LENS, OUT, O_PART, LSE_PART, SEM, STAMPS,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_ot, stride_oh, stride_mt, stride_ps, stride_ls,
-    num_kv_heads, num_q_heads, num_splits, chunk, qk_scale,
+    num_kv_heads, num_q_heads, num_splits, qk_scale,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TREE_BLOCK: tl.constexpr,
     DIRECT: tl.constexpr, DOT_PREC: tl.constexpr, EVEN_D: tl.constexpr, FUSE_MERGE: tl.constexpr,
@@ -162,6 +164,9 @@ def _tree_attention_kernel(
         return
     prefix = kv_len - n
     is_last = split == num_splits - 1
+    # this sequence's prefix in num_splits chunks of whole key blocks (a short sequence leaves
+    # its last splits empty)
+    chunk = tl.cdiv(tl.cdiv(prefix, num_splits), BLOCK_N) * BLOCK_N
     lo = split * chunk
     hi = tl.minimum(lo + chunk, prefix)
 
@@ -497,7 +502,10 @@ def tree_attention(
     if cfg.block_n % cfg.tree_block or 64 % cfg.tree_block:
         raise ValueError("tree_block must divide 64 and block_n")
     m_blocks = triton.cdiv(group * max_q_len, cfg.block_m)
-    max_prefix = max(max_kv_len - 1, 0)  # every sequence has at least the root in its tree
+    # the split count is chosen for a typical prefix; each program cuts its own sequence's
+    # prefix into that many chunks (a host-side chunk from the bound max_kv_len - 1 left
+    # splits empty: 13 of 16 used at batch 1, ctx 4096, N 16)
+    typical_prefix = max(max_kv_len - max_q_len, 1)
     sms = _num_sms(q.device.index or 0) if q.device.type == "cuda" else 4
     if num_splits is None:
         slots = sms * resident_programs(cfg, dim, q.element_size())
@@ -507,12 +515,11 @@ def tree_attention(
             PARTIAL_COST_SCALE * 2 * part_bytes * total_q * hq * dim
             / (2 * dim * q.element_size() * slots)
         )  # fmt: skip
-        splits, chunk = choose_splits(
-            split_batch or batch, hkv, m_blocks, max_prefix, max_q_len, cfg, slots, partial
-        )
+        splits = choose_splits(
+            split_batch or batch, hkv, m_blocks, typical_prefix, max_q_len, cfg, slots, partial
+        )[0]
     else:
         splits = max(1, num_splits)
-        chunk = triton.cdiv(triton.cdiv(max(max_prefix, 1), splits), cfg.block_n) * cfg.block_n
     block_d = triton.next_power_of_2(max(dim, 16))
     scale = (1.0 / math.sqrt(dim)) if sm_scale is None else sm_scale
     direct = splits == 1
@@ -539,7 +546,7 @@ def tree_attention(
         stamps[-1 if direct or fuse else -2] if stamps is not None else sem,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), out.stride(0), out.stride(1), tree_mask.stride(0),
-        stride_ps, stride_ls, hkv, hq, splits, chunk, scale * LOG2E,
+        stride_ps, stride_ls, hkv, hq, splits, scale * LOG2E,
         G=group, HEAD_DIM=dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         TREE_BLOCK=cfg.tree_block, DIRECT=direct, EVEN_D=block_d == dim, FUSE_MERGE=fuse,
         BLOCK_S=triton.next_power_of_2(splits),
@@ -548,7 +555,7 @@ def tree_attention(
     )  # fmt: skip
     if not direct and not fuse:
         block_s = triton.next_power_of_2(splits)
-        warps = cfg.merge_warps or max(1, min(4, block_s * block_d // 1024))
+        warps = cfg.merge_warps or 1
         _merge_splits_kernel[(total_q * hq,)](
             o_part, lse_part, out, stamps[-1] if stamps is not None else lse_part, splits, hq,
             stride_ps, stride_ls, out.stride(0), out.stride(1), HEAD_DIM=dim, BLOCK_D=block_d,
