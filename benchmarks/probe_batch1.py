@@ -240,8 +240,9 @@ def timelines(bw: float) -> list[dict[str, Any]]:
             ("default", base, None),
             ("default, other partials", replace(base, half_partials=not base.half_partials), None),
             ("default, no pdl", replace(base, pdl=False), None),
+            ("default, no tree split", replace(base, tree_split=False), None),
         ]
-        for sp in (6, 8, 10, 12, 14, 16, 20, 24):
+        for sp in (6, 7, 8, 10, 12, 13, 14, 15, 16):
             variants.append((f"splits={sp}", base, sp))
         for name, cfg, sp in variants:
             fn = partial(_variant_call, inp, n, cfg, sp)

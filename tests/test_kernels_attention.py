@@ -101,6 +101,23 @@ def test_merge_warps() -> None:
         assert rel_err(run(inp, config=cfg, num_splits=5), ref) < 1e-5, warps
 
 
+def test_tree_split() -> None:
+    """The tree keys in a program of their own or in the last prefix split: the same result for
+    ragged sequences (a short one leaves prefix splits empty), trees longer than one tree block
+    and one split (direct store, where there is no tree split)."""
+    inp = make_tree_attention_inputs(
+        [70, 20, 3], [9, 16, 40], num_q_heads=4, num_kv_heads=2, head_dim=16,
+        dtype=torch.float32, seed=9,
+    )  # fmt: skip
+    ref = reference_tree_attention(*inp.args())
+    for splits in (1, 2, 4, 7):
+        for tree_split in (True, False):
+            cfg = TreeAttentionConfig(
+                block_m=32, block_n=16, tree_block=16, min_chunk=16, tree_split=tree_split
+            )
+            assert rel_err(run(inp, config=cfg, num_splits=splits), ref) < 1e-5
+
+
 def test_small_tiles_and_odd_head_dim() -> None:
     """Head dim 24 (padded to 32), one query head per KV head, several prefix blocks per split."""
     inp = make_tree_attention_inputs(

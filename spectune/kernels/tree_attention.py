@@ -76,6 +76,11 @@ class TreeAttentionConfig:
     # fastest at every batch-1 split count measured (H200, probe_batch1.py --timeline: 12 splits
     # at N = 16 13.6 us on 1 warp vs 15.2 / 16.2 on 2 / 4; N = 64, 8 splits 19.9 vs 24.5 / 28.6).
     merge_warps: int = 1
+    # With more than one split, the tree keys get a program of their own (one more partial per
+    # row) where it fits in the last round's free slots (tree_split_fits): in the last prefix split the masked tree step ran serially after a full prefix
+    # chunk and ended 2.3-2.8 us after every other split (H200, batch 1, probe_batch1.py
+    # --timeline), on the critical path of the call.
+    tree_split: bool = True
 
 
 @lru_cache(maxsize=8)
@@ -135,7 +140,7 @@ def _tree_attention_kernel(
     Q, K, V, MASK, QO_INDPTR, KV_START, KV_LENS, OUT, O_PART, LSE_PART, SEM, STAMPS,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_ot, stride_oh, stride_mt, stride_ps, stride_ls,
-    num_kv_heads, num_q_heads, num_splits, qk_scale,
+    num_kv_heads, num_q_heads, num_splits, prefix_splits, qk_scale,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TREE_BLOCK: tl.constexpr,
     DIRECT: tl.constexpr, DOT_PREC: tl.constexpr, EVEN_D: tl.constexpr, FUSE_MERGE: tl.constexpr,
@@ -164,9 +169,10 @@ def _tree_attention_kernel(
         return
     prefix = kv_len - n
     is_last = split == num_splits - 1
-    # this sequence's prefix in num_splits chunks of whole key blocks (a short sequence leaves
-    # its last splits empty)
-    chunk = tl.cdiv(tl.cdiv(prefix, num_splits), BLOCK_N) * BLOCK_N
+    # this sequence's prefix in prefix_splits chunks of whole key blocks (a short sequence
+    # leaves its last splits empty); with a tree split (prefix_splits = num_splits - 1) the last
+    # program's range starts past the prefix, so it attends to the tree keys only
+    chunk = tl.cdiv(tl.cdiv(prefix, prefix_splits), BLOCK_N) * BLOCK_N
     lo = split * chunk
     hi = tl.minimum(lo + chunk, prefix)
 
@@ -417,9 +423,11 @@ def choose_splits(
     slots: int,
     partial_keys_per_split: float = 0.0,
 ) -> tuple[int, int]:
-    """(num_splits, chunk) minimising a small cost model: rounds of `slots` concurrent programs
-    x (chunk + tree keys + per-program overhead), plus the merge (launch + partial traffic,
-    `partial_keys_per_split` key units per split) when there is more than one split.
+    """(prefix splits, chunk) minimising a small cost model: rounds of `slots` concurrent
+    programs x (chunk + tree keys + per-program overhead), plus the merge (launch + partial
+    traffic, `partial_keys_per_split` key units per split) when there is more than one split.
+    Where tree_split_fits, the tree keys of a split launch get programs of their own (on top
+    of the returned count), so they drop out of the prefix programs' time.
 
     Only split counts that end a round exactly (k * slots / programs per split, k = 1..8) and
     their neighbours are tried, and results are cached: this runs on every call (run 4 found an
@@ -439,10 +447,28 @@ def choose_splits(
         cost = rounds * (chunk + tree_len + PROGRAM_OVERHEAD_KEYS)
         if splits > 1:
             cost += MERGE_OVERHEAD_KEYS + partial_keys_per_split * splits
+            if tree_split_fits(per_split, splits, slots, cfg):
+                # the tree programs run beside the prefix programs: the tree keys leave the
+                # critical path, one more partial per row joins the merge
+                cost += partial_keys_per_split - rounds * tree_len
         if best is None or cost < best[0]:
             best = (cost, splits, chunk)
     assert best is not None
     return best[1], best[2]
+
+
+def tree_split_fits(
+    programs_per_split: int, splits: int, slots: int, cfg: TreeAttentionConfig
+) -> bool:
+    """Whether a split launch gives the tree keys programs of their own: cfg.tree_split, more
+    than one split, and the extra programs fit in the free slots of the last round (they then
+    run beside the prefix programs instead of adding a round)."""
+    used = programs_per_split * splits
+    return (
+        cfg.tree_split
+        and splits > 1
+        and used + programs_per_split <= triton.cdiv(used, slots) * slots
+    )
 
 
 def tree_attention(
@@ -473,6 +499,8 @@ def tree_attention(
     kv_lens:   int32[B] used slots (prefix + N_b; tree K/V last); default diff(kv_indptr)
     max_q_len / max_kv_len: host-side bounds of N_b and kv_lens (pass them to avoid a device
         sync, e.g. under CUDA-graph capture)
+    num_splits: prefix splits (default: chosen by choose_splits); where tree_split_fits, the
+        tree keys get one more program per (sequence, KV head, m-block)
     split_batch: sequences the split count is chosen for (default: all B); a caller whose
         last sequence only holds padding rows passes B - 1, so the padding does not halve the
         splits of a batch-1 call
@@ -507,8 +535,8 @@ def tree_attention(
     # splits empty: 13 of 16 used at batch 1, ctx 4096, N 16)
     typical_prefix = max(max_kv_len - max_q_len, 1)
     sms = _num_sms(q.device.index or 0) if q.device.type == "cuda" else 4
+    slots = sms * resident_programs(cfg, dim, q.element_size())
     if num_splits is None:
-        slots = sms * resident_programs(cfg, dim, q.element_size())
         # partials: write + read of float32 rows, in units of one program's K/V bytes per key
         part_bytes = 2 if cfg.half_partials else 4
         partial = (
@@ -520,6 +548,9 @@ def tree_attention(
         )[0]
     else:
         splits = max(1, num_splits)
+    prefix_splits = splits
+    if tree_split_fits((split_batch or batch) * hkv * m_blocks, splits, slots, cfg):
+        splits += 1  # the tree keys' own programs (see TreeAttentionConfig.tree_split)
     block_d = triton.next_power_of_2(max(dim, 16))
     scale = (1.0 / math.sqrt(dim)) if sm_scale is None else sm_scale
     direct = splits == 1
@@ -546,7 +577,7 @@ def tree_attention(
         stamps[-1 if direct or fuse else -2] if stamps is not None else sem,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1), out.stride(0), out.stride(1), tree_mask.stride(0),
-        stride_ps, stride_ls, hkv, hq, splits, scale * LOG2E,
+        stride_ps, stride_ls, hkv, hq, splits, prefix_splits, scale * LOG2E,
         G=group, HEAD_DIM=dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         TREE_BLOCK=cfg.tree_block, DIRECT=direct, EVEN_D=block_d == dim, FUSE_MERGE=fuse,
         BLOCK_S=triton.next_power_of_2(splits),
