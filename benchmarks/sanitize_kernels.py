@@ -49,9 +49,15 @@ def main() -> None:
         TreeAttentionConfig(fuse_merge=True, half_partials=True),
         TreeAttentionConfig(pdl=True, half_partials=True),
         TreeAttentionConfig(block_m=64, num_stages=3, pdl=True, half_partials=True),
+        TreeAttentionConfig(tree_split=False, merge_warps=2),
     ):
         inp = make_tree_attention_inputs([2000], [64], 32, 8, 128, torch.float16, dev, seed=2)
         tree_attention(*inp.args(), config=cfg, num_splits=5)
+    # batch 1 on its default config (13 prefix splits + the tree's own programs on an H200),
+    # with the timeline probe's stamps
+    inp = make_tree_attention_inputs([4096], [16], 32, 8, 128, torch.bfloat16, dev, seed=4)
+    stamps: list[torch.Tensor] = []
+    tree_attention(*inp.args(), stamps=stamps)
     # a trailing padding-only sequence left out of the split choice (the executor's ragged view)
     inp = make_tree_attention_inputs([1500, 0], [40, 8], 32, 8, 128, torch.bfloat16, dev, seed=5)
     tree_attention(*inp.args(), split_batch=1)

@@ -43,9 +43,12 @@ SM_SMEM_BYTES = 233472  # Hopper: shared memory per SM (228 KiB); 1 KiB of it is
 PROGRAM_OVERHEAD_KEYS = 48  # Q load, pipeline fill, epilogue of one program
 MERGE_OVERHEAD_KEYS = 64  # the merge launch
 # What one split's partials cost beyond their bytes (writes, the merge's reads, its programs):
-# fitted to the batch-1 ctx 4096 split sweep of benchmarks/probe_batch1.py (H200, run 7 in
-# KERNELS_NOTES.md), where each extra split cost ~12x its partial bytes at copy bandwidth.
-PARTIAL_COST_SCALE = 12.0
+# refitted (session 4) to the batch-1 ctx 4096 split sweep of `probe_batch1.py --timeline`
+# (H200) after the merge moved to one warp per row and the tree keys to programs of their own:
+# 13 splits measured best at N = 16 (13.4 us; 8 splits 14.2-14.4), 7-8 at N = 64, which this
+# scale picks; every B >= 8 and ctx 32768 pick is unchanged (session 3's scale 12 was fitted
+# to the slower two-warp merge).
+PARTIAL_COST_SCALE = 4.0
 
 
 @dataclass(frozen=True)
