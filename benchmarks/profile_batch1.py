@@ -8,10 +8,14 @@ flushes the caches before each one by default, so each starts from a cold L2, li
         python benchmarks/profile_batch1.py
 
 Cases: the default config at N = 16 and 64 (context 4096, Llama-3.1-8B attention, bf16),
-N = 16 with 16 and 32 forced splits, and a streaming read of the same K/V bytes.
+N = 16 at 13 splits with half partials and with a 4-warp merge, and a streaming read of the
+same K/V bytes. With `--cache-control none` the merge kernels read the partials the attention
+kernel left in L2, as in a real call.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 from probe_batch1 import DIM, HKV, HQ, _read_kernel
@@ -25,9 +29,11 @@ def main() -> None:
         inp = make_tree_attention_inputs([4096], [n], HQ, HKV, DIM, torch.bfloat16, "cuda", seed=n)
         cases.append((f"default N={n}", inp, n, None, None))
         if n == 16:
-            cfg = TreeAttentionConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, pdl=True)
-            for s in (16, 32):
-                cases.append((f"N=16 splits={s}", inp, n, cfg, s))
+            cfg = TreeAttentionConfig(block_m=64, block_n=64, num_warps=4, num_stages=4, pdl=True)
+            cases.append(
+                ("N=16 splits=13 half partials", inp, n, replace(cfg, half_partials=True), 13)
+            )
+            cases.append(("N=16 splits=13 merge 4 warps", inp, n, replace(cfg, merge_warps=4), 13))
     kv = torch.cat([cases[0][1].k_cache.reshape(-1), cases[0][1].v_cache.reshape(-1)])
     out = torch.empty(264, device="cuda", dtype=torch.float32)
     per = kv.numel() // 264 // 8192 * 8192
