@@ -164,3 +164,14 @@ def test_qwen3_small_draft_model_matches_its_published_size() -> None:
     m = model_preset("qwen3-0.6b")
     assert m.vocab == model_preset("qwen3-30b-a3b").vocab  # usable as the MoE's draft model
     assert abs(m.total_params() / 1e9 - 0.596) < 0.01
+
+
+def test_parse_int_list() -> None:
+    """Comma lists for the CLI and the dashboards: spaces and a trailing comma are fine; words,
+    negatives and empty text are SpecErrors naming what was parsed."""
+    from spectune.specs.io import parse_int_list
+
+    assert parse_int_list("1, 8,64,") == [1, 8, 64]
+    for bad in ("", "1,x", "4,-1"):
+        with pytest.raises(SpecError, match="batch edges"):
+            parse_int_list(bad, "batch edges")

@@ -5,21 +5,15 @@ from __future__ import annotations
 import argparse
 
 from spectune.specs.errors import SpecError
+from spectune.specs.io import parse_int_list
 
 
 def int_list(text: str) -> list[int]:
-    """Parse '1,8,64' into [1, 8, 64] (positive integers)."""
+    """Parse '1,8,64' into [1, 8, 64] (non-negative integers) for argparse."""
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers like 1,8,64, got {text!r}"
-        ) from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(
-            f"expected non-negative integers like 1,8,64, got {text!r}"
-        )
-    return values
+        return parse_int_list(text, "list")
+    except SpecError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("list: ")) from None
 
 
 def float_list(text: str) -> list[float]:

@@ -133,6 +133,20 @@ def load_spec(
     return preset(presets, s, kind)
 
 
+def parse_int_list(text: str, what: str = "value") -> list[int]:
+    """Parse '1,8,64' into [1, 8, 64]: non-negative integers, at least one (SpecError naming
+    `what` otherwise). Shared by the CLI's list options and the dashboards' text inputs."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SpecError(
+            f"{what}: expected comma-separated integers like 1,8,64, got {text!r}"
+        ) from None
+    if not values or min(values) < 0:
+        raise SpecError(f"{what}: expected non-negative integers like 1,8,64, got {text!r}")
+    return values
+
+
 def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, indent: int = 2) -> None:
     """Write `obj` as JSON to `path` through a temp file + rename, so readers never see half a file."""
     write_text_atomic(path, json.dumps(obj, indent=indent) + "\n")

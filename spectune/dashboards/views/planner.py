@@ -9,8 +9,9 @@ import json
 import pandas as pd
 import streamlit as st
 
-from spectune.cli.common import int_list
 from spectune.dashboards import data, plans, plots, ui, uploads
+from spectune.specs.errors import SpecError
+from spectune.specs.io import parse_int_list
 
 PLAN_KEY = "planner.result"
 
@@ -36,10 +37,10 @@ if source == "Run a plan here":
                                  key="planner.max_ms")  # fmt: skip
         st.form_submit_button("Run plan")  # the form's values change only when it is submitted
     try:
-        batch_edges = tuple(int_list(batch_text))
-        ctx_edges = tuple(int_list(ctx_text))
-    except Exception as e:  # argparse.ArgumentTypeError: a message for the user
-        st.error(f"bucket edges: {e}")
+        batch_edges = tuple(parse_int_list(batch_text, "batch bucket edges"))
+        ctx_edges = tuple(parse_int_list(ctx_text, "context bucket edges"))
+    except SpecError as e:
+        st.error(str(e))
     else:
         with ui.friendly_errors("plan"):  # cached: runs again only when an input changed
             plan = ui.run_plan(
