@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
@@ -418,3 +418,29 @@ def test_gpu_pruned_session_graphs() -> None:
     assert 1.0 <= recs[1]["verified_mean"] <= 10.0
     assert recs[2]["verified_mean"] == recs[2]["nodes"] == 10
     assert all(r["tokens_per_step"] >= 1.0 for r in recs)
+
+
+def test_route_buckets() -> None:
+    """A bucket runs at a larger one (within reach) only when that is cheaper by the margin;
+    the route never goes to a smaller bucket; no costs, no routes."""
+    from spectune.executor.attention import route_buckets
+
+    cost = {16: 1.0, 32: 1.1, 48: 2.0, 64: 1.2, 80: 1.3, 96: 1.31}
+    route = route_buckets(cost, reach=2, margin=0.02)
+    assert route == {16: 16, 32: 32, 48: 64, 64: 64, 80: 80, 96: 96}
+    assert route_buckets({}, reach=4) == {}
+    assert route_buckets({16: 1.0, 32: 0.99}, reach=4, margin=0.02) == {16: 16, 32: 32}
+    assert route_buckets({16: 1.0, 32: 0.5}, reach=0) == {16: 16, 32: 32}
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0.1, 10.0), min_size=1, max_size=12), st.integers(0, 5))
+def test_route_buckets_properties(costs: list[float], reach: int) -> None:
+    """Routes stay within reach, never go down, and never to a costlier bucket."""
+    from spectune.executor.attention import route_buckets
+
+    cost = {16 * (i + 1): c for i, c in enumerate(costs)}
+    route = route_buckets(cost, reach=reach)
+    for b, r in route.items():
+        assert b <= r <= b + 16 * reach
+        assert cost[r] <= cost[b]

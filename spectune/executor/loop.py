@@ -38,12 +38,13 @@ from typing import Any
 
 import torch
 
-from spectune.executor.attention import TOKEN_BUCKET, KernelLayout, RaggedLayout
+from spectune.executor.attention import TOKEN_BUCKET, KernelLayout, RaggedLayout, route_buckets
 from spectune.executor.drafter import Drafter, Eagle3Head
+from spectune.executor.gemm import linear
 from spectune.executor.model import Decoder, KVCache
 from spectune.executor.static_draft import StaticPlan
 from spectune.executor.synthetic import SyntheticAcceptance, draw_target_tokens
-from spectune.executor.timing import PhaseTimer
+from spectune.executor.timing import PhaseTimer, graph_time
 from spectune.executor.tree_build import (
     PRUNED,
     TreeBatch,
@@ -58,6 +59,7 @@ from spectune.specs import SpecError, TreePolicy
 
 SPEC_PHASES = ("draft", "tree", "verify", "accept", "compact", "extend")
 AR_PHASES = ("verify",)
+ROUTE_REACH = 4  # a pruned step may run up to 4 token buckets above its own (route_buckets)
 PRUNED_WARMUP = 6  # warm-up steps of a pruned run: enough totals T to pre-capture their buckets
 
 
@@ -291,6 +293,7 @@ class SpecRunner:
             self.ragged.set_trees(self.tree.tokens, self.tree.depth, self.tree.mask, self.counts)
             self._bucket_graphs: dict[int, torch.cuda.CUDAGraph] = {}
             self._totals: list[int] = []  # T of every verify so far (host ints: already synced)
+            self._route: dict[int, int] = {}  # bucket -> the bucket it runs at (_precapture)
         self.target_tok = torch.zeros((b, n), **i64)
         # [B*N + 1]: the last entry is the sink that packed padding rows scatter into
         self.argmax_flat = torch.zeros((b * n + 1,), **i64)
@@ -463,7 +466,7 @@ class SpecRunner:
         """Read T (one host sync), then run the verify of its token bucket (a CUDA graph)."""
         total = int(lay.total.item())
         self._totals.append(total)
-        tokens = lay.bucket(total)
+        tokens = self._route.get(lay.bucket(total), lay.bucket(total))
         if not self._bucket_graphs_on:
             self.verify_packed(tokens)
             return
@@ -523,10 +526,40 @@ class SpecRunner:
         first = self.ragged.bucket(max(lo - spread, 1))
         last = self.ragged.bucket(hi + spread)
         now = self.ragged.bucket(int(self.ragged.total.item()))  # the step in the layout
-        for tokens in (now, *range(first, last + 1, TOKEN_BUCKET)):  # warm `now` first
-            if tokens not in self._bucket_graphs:
+        sizes = range(
+            first, self.ragged.bucket(last + ROUTE_REACH * TOKEN_BUCKET) + 1, TOKEN_BUCKET
+        )
+        self._route = route_buckets(self._gemm_cost_s(list(sizes)), ROUTE_REACH)
+        for tokens in (now, *sorted({self._route[b] for b in sizes if b <= last})):
+            if tokens not in self._bucket_graphs:  # warm `now` first
                 self._capture_bucket(tokens, warm=tokens >= now)
         torch.cuda.synchronize()
+
+    def _gemm_cost_s(self, sizes: list[int]) -> dict[int, float]:
+        """Seconds of the target's weight GEMMs of one verify at each token count: every layer's
+        q|k|v, o, gate|up and down plus the LM head (the part of a verify whose library kernel
+        choice jumps with M). MoE targets: none (their experts run grouped Triton GEMMs, and
+        an empty dict routes every bucket to itself)."""
+        layers = self.target.layers
+        if self.target.spec.is_moe or not layers:
+            return {}
+        w = layers[0]
+        dev = self.target.device
+        x = torch.zeros((max(sizes), max(w.wqkv.shape[1], w.wo.shape[1], w.w_down.shape[1])),
+                        dtype=self.target.dtype, device=dev)  # fmt: skip
+        lm = self.target.lm
+        cost = {}
+        for m in sizes:
+
+            def gemms(m: int = m) -> None:
+                for wt in (w.wqkv, w.wo, w.w_gate_up, w.w_down):
+                    linear(x[:m, : wt.shape[1]], wt)
+
+            def head(m: int = m) -> None:
+                linear(x[:m, : lm.shape[1]], lm)
+
+            cost[m] = len(layers) * graph_time(gemms, dev, reps=5) + graph_time(head, dev, reps=5)
+        return cost
 
     def accept(self) -> None:
         t, b, d = self.tree, self.batch, self.policy.depth
