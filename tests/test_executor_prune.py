@@ -226,6 +226,8 @@ def test_token_bucket() -> None:
     assert token_bucket(16, 64) == 16
     assert token_bucket(17, 64) == 32
     assert token_bucket(63, 48) == 48
+    assert token_bucket(690, 696) == 696  # the top bucket is B x N itself (8 x 87)
+    assert token_bucket(680, 696) == 688
 
 
 def test_ragged_verify_equals_dense_verify_on_the_same_trees() -> None:

@@ -536,13 +536,13 @@ def tune_attention(
 #: a pruned batch's T verify tokens are padded up to a multiple of this (one CUDA graph per
 #: bucket). The cost model charges weight GEMMs at B x (mean tree tokens) with no token
 #: rounding, so the rounding is kept fine; 16 also keeps every bucket's integer arguments
-#: divisible by 16 (one Triton specialisation for all buckets).
+#: divisible by 16 (one Triton specialisation for all buckets but the top one, B x N).
 TOKEN_BUCKET = 16
 
 
 def token_bucket(total: int, cap: int) -> int:
     """Verify tokens a step of `total` kept tokens runs at: the next multiple of TOKEN_BUCKET,
-    at most `cap` (itself a multiple)."""
+    at most `cap` (the layout's B x N rows; padding rows < TOKEN_BUCKET either way)."""
     return min(-(-max(total, 1) // TOKEN_BUCKET) * TOKEN_BUCKET, cap)
 
 
@@ -579,7 +579,10 @@ class RaggedLayout:
     ) -> None:
         self.batch, self.nodes, self.context, self.capacity = batch, nodes, context, capacity
         self.device = device
-        self.max_tokens = token_bucket(batch * nodes, 1 << 62)
+        # the top bucket is B x N itself (not rounded up): a step that keeps every node runs at
+        # the dense verify's M (library GEMMs pick kernels per M: on an H200 M = 704 cost 1.3 ms
+        # more per Llama-3.1-8B verify than M = 696, B = 8 x 87 nodes)
+        self.max_tokens = batch * nodes
         size = self.max_tokens + 1  # + the sink row that dropped slots scatter into
         self.sink = self.max_tokens
         i64: dict[str, Any] = {"dtype": torch.int64, "device": device}

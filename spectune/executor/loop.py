@@ -526,11 +526,10 @@ class SpecRunner:
         first = self.ragged.bucket(max(lo - spread, 1))
         last = self.ragged.bucket(hi + spread)
         now = self.ragged.bucket(int(self.ragged.total.item()))  # the step in the layout
-        sizes = range(
-            first, self.ragged.bucket(last + ROUTE_REACH * TOKEN_BUCKET) + 1, TOKEN_BUCKET
-        )
-        self._route = route_buckets(self._gemm_cost_s(list(sizes)), ROUTE_REACH)
-        for tokens in (now, *sorted({self._route[b] for b in sizes if b <= last})):
+        reach = last + ROUTE_REACH * TOKEN_BUCKET
+        sizes = sorted({self.ragged.bucket(t) for t in range(first, reach + 1)})
+        self._route = route_buckets(self._gemm_cost_s(sizes), ROUTE_REACH)
+        for tokens in (now, *sorted({self._route.get(b, b) for b in sizes if b <= last})):
             if tokens not in self._bucket_graphs:  # warm `now` first
                 self._capture_bucket(tokens, warm=tokens >= now)
         torch.cuda.synchronize()
