@@ -12,7 +12,8 @@ Work decomposition, one program per (m-block, split x kv head, sequence):
   they run together and share K/V through L2).
 - Flash-decoding: each sequence's prefix is cut into S splits (whole key blocks each) so that
   batch 1 fills the GPU.
-  The last split also attends to the tree keys under the bitmask. With S > 1 every split writes
+  The tree keys (under the bitmask) go to one more program per tile where it fits in the last
+  round (tree_split_fits), else to the last split. With S > 1 every split writes
   a float32 partial output and its log-sum-exp; `_merge_splits_kernel` combines them. With
   S == 1 the kernel writes the final output directly (no second launch, no partials).
 
@@ -80,9 +81,10 @@ class TreeAttentionConfig:
     # at N = 16 13.6 us on 1 warp vs 15.2 / 16.2 on 2 / 4; N = 64, 8 splits 19.9 vs 24.5 / 28.6).
     merge_warps: int = 1
     # With more than one split, the tree keys get a program of their own (one more partial per
-    # row) where it fits in the last round's free slots (tree_split_fits): in the last prefix split the masked tree step ran serially after a full prefix
-    # chunk and ended 2.3-2.8 us after every other split (H200, batch 1, probe_batch1.py
-    # --timeline), on the critical path of the call.
+    # row) where it fits in the last round's free slots (tree_split_fits): in the last prefix
+    # split the masked tree step ran serially after a full prefix chunk and ended 2.3-2.8 us
+    # after every other split (H200, batch 1, probe_batch1.py --timeline), on the critical
+    # path of the call.
     tree_split: bool = True
 
 
