@@ -21,8 +21,10 @@ cost model prices them (mean kept tokens per sequence):
               packed into T = sum(counts) rows (attention.RaggedLayout), still one graph
     verify    reads T (the step's one host sync, timed in this phase, as engines do one per
               step), then replays the verify graph of the token bucket >= T (multiples of
-              attention.TOKEN_BUCKET, captured lazily per bucket; padding rows form a scratch
-              sequence that reads and writes no real K/V); argmax and EAGLE-3 features are
+              attention.TOKEN_BUCKET up to B x N, captured lazily per bucket; padding rows form
+              a scratch sequence that reads and writes no real K/V); after warm-up a bucket may
+              run at one up to ROUTE_REACH buckets larger whose weight GEMMs measured cheaper
+              (attention.route_buckets); argmax and EAGLE-3 features are
               scattered back to the [B, N] layout, where pruned slots hold a token that never
               matches (tree_build.PRUNED), so accept / compact / extend run unchanged.
 Grafting is not run: it fills freed slots with retrieved continuations and the executor has no
