@@ -242,10 +242,8 @@ def timelines(bw: float) -> list[dict[str, Any]]:
             ("default, no pdl", replace(base, pdl=False), None),
             ("default, no tree split", replace(base, tree_split=False), None),
         ]
-        late = replace(base, pdl_late_trigger=True)
-        for sp in (None, 8, 12, 13, 14):
+        for sp in (6, 7, 8, 10, 12, 13, 14, 15, 16):
             variants.append((f"splits={sp}", base, sp))
-            variants.append((f"splits={sp} late trigger", late, sp))
         for name, cfg, sp in variants:
             fn = partial(_variant_call, inp, n, cfg, sp)
 

@@ -86,10 +86,6 @@ class TreeAttentionConfig:
     # after every other split (H200, batch 1, probe_batch1.py --timeline), on the critical
     # path of the call.
     tree_split: bool = True
-    # With pdl: each attention program lets the merge launch at its end (after its partials are
-    # stored) instead of at its start, so the merge's programs are not parked on the SMs (and
-    # packed onto idle ones) while the attention runs.
-    pdl_late_trigger: bool = False
 
 
 @lru_cache(maxsize=8)
@@ -153,7 +149,7 @@ def _tree_attention_kernel(
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TREE_BLOCK: tl.constexpr,
     DIRECT: tl.constexpr, DOT_PREC: tl.constexpr, EVEN_D: tl.constexpr, FUSE_MERGE: tl.constexpr,
-    PDL: tl.constexpr, BLOCK_S: tl.constexpr, STAMP: tl.constexpr, LATE_TRIGGER: tl.constexpr,
+    PDL: tl.constexpr, BLOCK_S: tl.constexpr, STAMP: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_sh = tl.program_id(1)
@@ -162,9 +158,8 @@ def _tree_attention_kernel(
         stamp = STAMPS + ((b * tl.num_programs(1) + pid_sh) * tl.num_programs(0) + pid_m) * 8
         tl.store(stamp, tl.extra.cuda.globaltimer())
         tl.store(stamp + 7, tl.extra.cuda.smid().to(tl.int64))
-    if PDL:  # wait for the previous kernel's writes before reading; let the merge launch now
-        if not LATE_TRIGGER:  # (or, LATE_TRIGGER, once this program's partials are stored)
-            tl.extra.cuda.gdc_launch_dependents()
+    if PDL:  # let the merge launch now; wait for the previous kernel's writes before reading
+        tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
     split = pid_sh // num_kv_heads
     kvh = pid_sh % num_kv_heads
@@ -300,8 +295,6 @@ def _tree_attention_kernel(
                 merged = merged / tl.where(w_sum > 0.0, w_sum, 1.0)[:, None]
                 o_ptrs = OUT + q_rows[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :]
                 tl.store(o_ptrs, merged.to(OUT.dtype.element_ty), mask=out_mask)
-    if PDL and LATE_TRIGGER:
-        tl.extra.cuda.gdc_launch_dependents()
     if STAMP:
         tl.store(stamp + 4, tl.extra.cuda.globaltimer())
 
@@ -594,7 +587,7 @@ def tree_attention(
         TREE_BLOCK=cfg.tree_block, DIRECT=direct, EVEN_D=block_d == dim, FUSE_MERGE=fuse,
         BLOCK_S=triton.next_power_of_2(splits),
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl,
-        STAMP=stamp, LATE_TRIGGER=cfg.pdl_late_trigger, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
+        STAMP=stamp, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )  # fmt: skip
     if not direct and not fuse:
         block_s = triton.next_power_of_2(splits)
