@@ -28,6 +28,9 @@ from torch.utils.cpp_extension import load
 from spectune.kernels import make_tree_attention_inputs, reference_tree_attention, tree_attention
 
 HQ, HKV, DIM = 32, 8, 128
+# (splits = cluster size, K/V ring stages): 4 stages take 165 KB of shared memory (one CTA per
+# SM), 2 stages 96 KB (two per SM)
+VARIANTS = ((16, 4), (16, 2), (8, 4), (8, 2))
 LOG2E = 1.4426950408889634
 
 
@@ -60,6 +63,8 @@ def main() -> None:
     card = torch.cuda.get_device_name()
     bw = copy_bandwidth()
     rows: list[dict[str, Any]] = []
+    clusters = {f"{s}x{st}": ext.max_active_clusters(s, st, HKV) for s, st in VARIANTS}
+    log(f"resident clusters (cudaOccupancyMaxActiveClusters): {clusters}")
     scale = LOG2E / math.sqrt(DIM)
     for ctx, n in ((4096, 16), (4096, 5), (4096, 1), (1000, 16), (32768, 16)):
         inp = make_tree_attention_inputs([ctx], [n], HQ, HKV, DIM, torch.bfloat16, "cuda", seed=n)
@@ -70,17 +75,18 @@ def main() -> None:
         k, v = inp.k_cache.contiguous(), inp.v_cache.contiguous()
         floor = inp.kv_bytes / bw * 1e6
         row: dict[str, Any] = {"ctx": ctx, "tree_tokens": n, "floor_us": floor}
-        for splits in (16, 8):
-            fn = partial(ext.tree_attention_cluster, inp.q, k, v, mask, ctx, splits, scale)
+        for splits, stages in VARIANTS:
+            key = f"cluster{splits}x{stages}"
+            fn = partial(ext.tree_attention_cluster, inp.q, k, v, mask, ctx, splits, stages, scale)
             try:
                 err = rel_err(fn(), ref)
                 t = gpu_us(fn) if n == 16 and ctx in (4096, 32768) else None
             except Exception as exc:  # a launch the card refuses (cluster size, smem)
-                row[f"cluster{splits}"] = {"error": repr(exc)[:300]}
-                log(f"ctx {ctx} N {n} splits {splits}: {exc!r}"[:300])
+                row[key] = {"error": repr(exc)[:300]}
+                log(f"ctx {ctx} N {n} {key}: {exc!r}"[:300])
                 continue
-            row[f"cluster{splits}"] = {"us": t, "rel_err": err}
-            log(f"ctx {ctx} N {n} cluster splits {splits}: err {err:.2e}, {t} us")
+            row[key] = {"us": t, "rel_err": err}
+            log(f"ctx {ctx} N {n} {key}: err {err:.2e}, {t} us")
         triton_fn = partial(_triton_call, inp, n, ctx)
         row["triton"] = {
             "us": gpu_us(triton_fn) if n == 16 and ctx in (4096, 32768) else None,
@@ -88,12 +94,17 @@ def main() -> None:
         }
         rows.append(row)
     with open(args.out + ".tmp", "w") as f:
-        json.dump({"card": card, "copy_bytes_per_s": bw, "rows": rows}, f, indent=1)
+        json.dump(
+            {"card": card, "copy_bytes_per_s": bw, "active_clusters": clusters, "rows": rows},
+            f,
+            indent=1,
+        )
     os.replace(args.out + ".tmp", args.out)
     print(f"{card}: batch 1, GPU us (rel err vs fp32); goal at ctx 4096 = floor + 5 us")
+    print(f"resident clusters of 8 KV heads' launch: {clusters}")
     for r in rows:
         cells = []
-        for key in ("cluster16", "cluster8", "triton"):
+        for key in [f"cluster{s}x{st}" for s, st in VARIANTS] + ["triton"]:
             c = r.get(key, {})
             if "error" in c:
                 cells.append(f"{key} error")

@@ -31,7 +31,6 @@ constexpr int D = 128;          // head dim
 constexpr int G = 4;            // query heads per KV head
 constexpr int ROWS = 64;        // packed rows (16 tokens x 4 heads)
 constexpr int BN = 64;          // keys per block
-constexpr int STAGES = 4;       // ring of K/V blocks in flight
 constexpr int PAD = 8;          // bf16 elements of row padding (16 B): conflict-free ldmatrix
 constexpr int LD = D + PAD;     // smem row stride in elements
 constexpr int TREE = 16;        // tree keys (one k-step)
@@ -41,9 +40,9 @@ constexpr int THREADS = 128;
 // KT [16][LD], VT [16][LD]; after the compute the K region is reused for the fp32 O rows
 // [64][D + 4] and the m, l vectors.
 constexpr int Q_ELEMS = ROWS * LD;
-constexpr int KV_ELEMS = STAGES * BN * LD;
+__host__ __device__ constexpr int kv_elems(int stages) { return stages * BN * LD; }  // ring of K/V blocks
 constexpr int T_ELEMS = TREE * LD;
-constexpr int SMEM_BYTES = (Q_ELEMS + 2 * KV_ELEMS + 2 * T_ELEMS) * 2;
+__host__ __device__ constexpr int smem_bytes(int stages) { return (Q_ELEMS + 2 * kv_elems(stages) + 2 * T_ELEMS) * 2; }
 constexpr int OLD = D + 4;      // fp32 O row stride in the reduction buffer
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -189,7 +188,7 @@ __device__ __forceinline__ void block_step(const uint32_t (&qa)[8][4], const __n
   }
 }
 
-template <int S>
+template <int S, int STAGES>
 __global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(THREADS, 1)
     tree_attention_cluster_kernel(const __nv_bfloat16* __restrict__ q,  // [N, Hq, D]
                                   const __nv_bfloat16* __restrict__ k,  // [slots, Hkv, D]
@@ -200,8 +199,8 @@ __global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(THREADS, 1)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* Ks = Qs + Q_ELEMS;
-  __nv_bfloat16* Vs = Ks + KV_ELEMS;
-  __nv_bfloat16* KTs = Vs + KV_ELEMS;
+  __nv_bfloat16* Vs = Ks + kv_elems(STAGES);
+  __nv_bfloat16* KTs = Vs + kv_elems(STAGES);
   __nv_bfloat16* VTs = KTs + T_ELEMS;
   cg::cluster_group cluster = cg::this_cluster();
   const int split = blockIdx.x;  // == cluster rank (cluster spans the x dimension)
@@ -335,12 +334,13 @@ __global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(THREADS, 1)
 }
 
 #ifndef KERNEL_ONLY
-template <int S>
+template <int S, int STAGES>
 void launch(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
             const torch::Tensor& mask, torch::Tensor& out, int prefix, float scale_log2) {
   const int n = q.size(0), hkv = k.size(1);
   const int chunk = ((prefix + S - 1) / S + BN - 1) / BN * BN;
-  auto kernel = tree_attention_cluster_kernel<S>;
+  auto kernel = tree_attention_cluster_kernel<S, STAGES>;
+  constexpr int SMEM_BYTES = smem_bytes(STAGES);
   static bool configured = false;
   if (!configured) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -363,27 +363,68 @@ void launch(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor&
 // sequence starting at slot 0; mask int64 [N] (one word per tree token); splits 8 or 16.
 torch::Tensor tree_attention_cluster(torch::Tensor q, torch::Tensor k, torch::Tensor v,
                                      torch::Tensor mask, int64_t prefix, int64_t splits,
-                                     double scale_log2) {
+                                     int64_t stages, double scale_log2) {
   TORCH_CHECK(q.is_cuda() && q.scalar_type() == torch::kBFloat16 && q.is_contiguous());
   TORCH_CHECK(k.scalar_type() == torch::kBFloat16 && k.is_contiguous() && v.is_contiguous());
   TORCH_CHECK(q.size(2) == D && k.size(2) == D && q.size(1) == G * k.size(1));
   TORCH_CHECK(q.size(0) <= TREE, "at most 16 tree tokens");
   TORCH_CHECK(mask.scalar_type() == torch::kInt64 && mask.dim() == 1 && mask.size(0) == q.size(0));
   auto out = torch::empty_like(q);
-  if (splits == 16)
-    launch<16>(q, k, v, mask, out, prefix, scale_log2);
-  else if (splits == 8)
-    launch<8>(q, k, v, mask, out, prefix, scale_log2);
+  if (splits == 16 && stages == 4)
+    launch<16, 4>(q, k, v, mask, out, prefix, scale_log2);
+  else if (splits == 16 && stages == 2)
+    launch<16, 2>(q, k, v, mask, out, prefix, scale_log2);
+  else if (splits == 8 && stages == 4)
+    launch<8, 4>(q, k, v, mask, out, prefix, scale_log2);
+  else if (splits == 8 && stages == 2)
+    launch<8, 2>(q, k, v, mask, out, prefix, scale_log2);
   else
-    TORCH_CHECK(false, "splits must be 8 or 16");
+    TORCH_CHECK(false, "splits must be 8 or 16, stages 2 or 4");
   return out;
 }
 
+// Clusters of this launch that can be resident at once (cudaOccupancyMaxActiveClusters).
+template <int S, int STAGES>
+int active_clusters(int hkv) {
+  auto kernel = tree_attention_cluster_kernel<S, STAGES>;
+  constexpr int SMEM_BYTES = smem_bytes(STAGES);
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      SMEM_BYTES));
+  if (S > 8)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(S, hkv);
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = SMEM_BYTES;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = S;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+  return n;
+}
+
+int64_t max_active_clusters(int64_t splits, int64_t stages, int64_t hkv) {
+  if (splits == 16 && stages == 4) return active_clusters<16, 4>(hkv);
+  if (splits == 16 && stages == 2) return active_clusters<16, 2>(hkv);
+  if (splits == 8 && stages == 4) return active_clusters<8, 4>(hkv);
+  if (splits == 8 && stages == 2) return active_clusters<8, 2>(hkv);
+  TORCH_CHECK(false, "splits must be 8 or 16, stages 2 or 4");
+  return 0;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("max_active_clusters", &max_active_clusters, "resident clusters of a launch");
   m.def("tree_attention_cluster", &tree_attention_cluster,
         "batch-1 tree attention, split-KV reduced through cluster shared memory (prototype)");
 }
 #else
-template __global__ void tree_attention_cluster_kernel<16>(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const int64_t*, __nv_bfloat16*, int, int, int, int, float);
-template __global__ void tree_attention_cluster_kernel<8>(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const int64_t*, __nv_bfloat16*, int, int, int, int, float);
+template __global__ void tree_attention_cluster_kernel<16, 4>(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const int64_t*, __nv_bfloat16*, int, int, int, int, float);
+template __global__ void tree_attention_cluster_kernel<16, 2>(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const int64_t*, __nv_bfloat16*, int, int, int, int, float);
+template __global__ void tree_attention_cluster_kernel<8, 4>(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const int64_t*, __nv_bfloat16*, int, int, int, int, float);
+template __global__ void tree_attention_cluster_kernel<8, 2>(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const int64_t*, __nv_bfloat16*, int, int, int, int, float);
 #endif
