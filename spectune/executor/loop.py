@@ -256,17 +256,7 @@ class SpecRunner:
         self.slots = 1 + (d - 1) * k
         self.slot_mask = torch.zeros((b, self.slots, self.slots), dtype=torch.bool, device=dev)
         self.true = torch.ones((), dtype=torch.bool, device=dev)
-        self.tree = select_tree(
-            self.pool_token,
-            self.pool_parent,
-            self.pool_score,
-            self.pool_accept,
-            self.pool_lo,
-            self.pool_level,
-            self.root_token,
-            n,
-            d,
-        )
+        self.tree = self._select()
         if self.static is not None:  # fixed shape: parents, depths and mask never change
             st = self.static
             self.tree = TreeBatch(
