@@ -166,13 +166,7 @@ def test_fit_recovers_a_known_calibration() -> None:
 
     truth = _calibration([0.7, 0.5, 0.3, 0.4, 5.0, 0.75, 300.0, 60.0], HW, Calibration())
     cm = _cm(truth)
-    verify = [
-        {"batch": b, "tokens": n, "context": c, "seconds": _scalar(cm.verify_time(b, n, c))}
-        for b in (1, 16, 64)
-        for n in (1, 64)
-        for c in (512, 4096)
-    ]
-    run = {"hardware": HW, "target": TARGET, "drafter": DRAFTER, "verify": verify}
+    run = _calibration_run(cm, (1, 16, 64))
     cal, report = fit_calibration(run)
     assert report["mape_verify_after"] < 0.02
     assert cal.hardware == HW
@@ -252,13 +246,7 @@ def test_fit_recovers_a_known_draft_step_cost() -> None:
     truth = _calibration([0.7, 0.5, 0.3, 0.4, 5.0, 0.75, 300.0, 60.0], HW, Calibration())
     truth = dataclasses.replace(truth, tree_build_s=150e-6, tree_build_per_node_s=0.05e-6)
     cm = _cm(truth)
-    verify = [
-        {"batch": b, "tokens": n, "context": c, "seconds": _scalar(cm.verify_time(b, n, c))}
-        for b in (1, 64)
-        for n in (1, 64)
-        for c in (512, 4096)
-    ]
-    run = {"hardware": HW, "target": TARGET, "drafter": DRAFTER, "verify": verify}
+    run = _calibration_run(cm, (1, 64))
     cal, report = fit_calibration(run, [_phase_doc(cm, SHAPES)], max_nfev=40)  # ~8 s
     assert cal.draft_step_s == pytest.approx(60e-6, rel=0.05)
     assert cal.tree_build_per_node_s == pytest.approx(0.05e-6, rel=1e-6)
@@ -285,17 +273,23 @@ def test_fit_recovers_a_known_static_draft_step_cost() -> None:
     assert over["static_tree_build_s"] == pytest.approx(40e-6, rel=1e-6)
     assert over["tree_build_s"] == pytest.approx(150e-6, rel=1e-6)
     assert "static_tree_build_s" not in _overheads(docs[:1])  # nothing measured: default stays
-    verify = [
-        {"batch": b, "tokens": n, "context": c, "seconds": _scalar(cm.verify_time(b, n, c))}
-        for b in (1, 64)
-        for n in (1, 64)
-        for c in (512, 4096)
-    ]
-    run = {"hardware": HW, "target": TARGET, "drafter": DRAFTER, "verify": verify}
+    run = _calibration_run(cm, (1, 64))
     cal, report = fit_calibration(run, docs, max_nfev=40)
     assert cal.static_draft_step_s == pytest.approx(35e-6, rel=0.05)
     assert cal.draft_step_s == pytest.approx(80e-6, rel=0.05)
     assert report["mape_step_after"] < 0.01
+
+
+def _calibration_run(cm: CostModel, batches: tuple[int, ...]) -> dict[str, Any]:
+    """A calibration-run document whose verify grid (batches x tokens 1, 64 x contexts 512,
+    4096) is timed by the cost model itself."""
+    verify = [
+        {"batch": b, "tokens": n, "context": c, "seconds": _scalar(cm.verify_time(b, n, c))}
+        for b in batches
+        for n in (1, 64)
+        for c in (512, 4096)
+    ]
+    return {"hardware": HW, "target": TARGET, "drafter": DRAFTER, "verify": verify}
 
 
 def _scalar(x: object) -> float:
