@@ -104,17 +104,24 @@ def test_merge_warps() -> None:
 def test_tree_split() -> None:
     """The tree keys in a program of their own or in the last prefix split: the same result for
     ragged sequences (a short one leaves prefix splits empty), trees longer than one tree block
-    and one split (direct store, where there is no tree split)."""
+    and one split (direct store, where there is no tree split). 32 resident programs per SM (x 4
+    "SMs" off the GPU) leave room for the tree programs at 2 and 7 splits, not at 4."""
+    from spectune.kernels.tree_attention import tree_split_fits
+
     inp = make_tree_attention_inputs(
         [70, 20, 3], [9, 16, 40], num_q_heads=4, num_kv_heads=2, head_dim=16,
         dtype=torch.float32, seed=9,
     )  # fmt: skip
     ref = reference_tree_attention(*inp.args())
+    per_split, slots = 3 * 2 * 5, 4 * 32  # (sequences x KV heads x m-blocks of 32 of 4 x 40 rows)
     for splits in (1, 2, 4, 7):
         for tree_split in (True, False):
             cfg = TreeAttentionConfig(
-                block_m=32, block_n=16, tree_block=16, min_chunk=16, tree_split=tree_split
-            )
+                block_m=32, block_n=16, tree_block=16, min_chunk=16, tree_split=tree_split,
+                ctas_per_sm=32,
+            )  # fmt: skip
+            fits = tree_split_fits(per_split, splits, slots, cfg)
+            assert fits == (tree_split and splits in (2, 7))
             assert rel_err(run(inp, config=cfg, num_splits=splits), ref) < 1e-5
 
 
@@ -204,3 +211,23 @@ def test_gpu_low_precision_vs_fp32_reference(prefix, sizes, dtype) -> None:
     ref = reference_tree_attention(*ref_inp)
     assert np.isfinite(out.float().cpu().numpy()).all()
     assert rel_err(out, ref) < 1e-2
+
+
+@pytest.mark.gpu
+def test_gpu_timeline_stamps() -> None:
+    """The timeline probe (stamps) leaves the output unchanged and stamps every program of both
+    kernels with ordered, non-zero globaltimer readings and a valid SM id; the batch-1 default
+    launch gives the tree keys programs of their own."""
+    inp = make_tree_attention_inputs([4096], [16], dtype=torch.bfloat16, device="cuda", seed=4)
+    plain = run(inp)
+    stamps: list[torch.Tensor] = []
+    out = run(inp, stamps=stamps)
+    assert torch.equal(out, plain)
+    assert len(stamps) == 2  # attention programs, then merge programs
+    attn, merge = (t.cpu() for t in stamps)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert attn.shape[0] % 8 == 0 and attn.shape[0] // 8 >= 2  # splits x 8 KV heads
+    assert (attn[:, :5] > 0).all() and (attn[:, 1:5] >= attn[:, 0:4]).all()
+    assert ((attn[:, 7] >= 0) & (attn[:, 7] < sms)).all()
+    assert (merge[:, :3] > 0).all() and (merge[:, 1:3] >= merge[:, 0:2]).all()
+    assert merge[:, 1].min() >= attn[:, 4].min()  # the merge waits for the attention
