@@ -29,9 +29,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spectune.planner.calibfit import fit_calibration
 from spectune.planner.costmodel import CostModel
 from spectune.specs import hardware_preset, model_preset, write_json_atomic
+from spectune.validate.calibfit import fit_calibration
 
 L2_FLUSH_BYTES = 256e6  # rotate buffers so one pass touches more than any GPU's L2 (50-96 MB)
 DEV = "cuda"

@@ -21,16 +21,16 @@ from pathlib import Path
 import torch
 
 from spectune.executor.calibrate import calibration_run
-from spectune.executor.measure import (
+from spectune.executor.model import floor_bytes
+from spectune.executor.session import Session, SessionConfig, measure_runs
+from spectune.planner.acceptance import acceptance_model
+from spectune.specs import PolicyTable, TreePolicy, load_model, write_json_atomic
+from spectune.validate.measure import (
     format_table,
     gpu_hardware_name,
     measurement_doc,
     script_command,
 )
-from spectune.executor.model import floor_bytes
-from spectune.executor.session import Session, SessionConfig, measure_runs
-from spectune.planner.acceptance import acceptance_model
-from spectune.specs import PolicyTable, TreePolicy, load_model, write_json_atomic
 
 ENGINE_DEFAULTS = {
     "sglang": TreePolicy("dynamic-topk", 5, 4, 8),

@@ -29,18 +29,18 @@ from pathlib import Path
 
 import torch
 
-from spectune.executor.check import check_folder
-from spectune.executor.measure import (
-    format_table,
-    gpu_hardware_name,
-    measurement_doc,
-    script_command,
-)
 from spectune.executor.session import Session, SessionConfig, measure_runs
 from spectune.planner.acceptance import acceptance_model
 from spectune.planner.objective import closed_form_objective
 from spectune.specs import TreePolicy, load_model, write_json_atomic
 from spectune.specs.calibration import Calibration
+from spectune.validate.check import check_folder
+from spectune.validate.measure import (
+    format_table,
+    gpu_hardware_name,
+    measurement_doc,
+    script_command,
+)
 
 DENSE = TreePolicy("dynamic-topk", 6, 10, 32)
 THRESHOLDS = (0.02, 0.05)

@@ -27,7 +27,6 @@ import torch
 
 from spectune.executor.attention import KernelLayout, kernels_ready, tune_attention
 from spectune.executor.gemm import autotune, linear, set_plan
-from spectune.executor.measure import gpu_hardware_name
 from spectune.executor.moe import (
     MoEDecoder,
     MoELayerWeights,
@@ -48,6 +47,7 @@ from spectune.kernels.fused_moe import (
 )
 from spectune.planner.costmodel import CostModel
 from spectune.specs import hardware_preset, load_calibration, load_model, write_json_atomic
+from spectune.validate.measure import gpu_hardware_name
 
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATIONS = sorted(ROOT.glob("measurements/h200*/calibration-h200.json"))

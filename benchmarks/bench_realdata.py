@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 
 from spectune.planner.acceptance import ReplayStep, TraceReplay
-from spectune.planner.fit import LoadedTraces, cross_validate, load_traces
-from spectune.planner.trace import TraceStep, replay_path
 from spectune.planner.trees import build_tree
 from spectune.planner.trees.pool import graft_from_pool
 from spectune.specs.policy import TreePolicy
+from spectune.specs.trace import TraceStep, replay_path
+from spectune.traces.fit import LoadedTraces, cross_validate, load_traces
 
 TRACES = {
     "mt-bench": Path("data/traces/smollm2-mtbench.jsonl.gz"),

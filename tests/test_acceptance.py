@@ -27,11 +27,11 @@ from spectune.planner.acceptance.fit import (
     policy_tokens,
     retrieval_chain_tokens,
 )
-from spectune.planner.fit import LoadedTraces, fit_workload
-from spectune.planner.trace import TraceHeader, make_step
 from spectune.planner.trees import build_tree
 from spectune.specs import DraftTree, SpecError, TreePolicy
+from spectune.specs.trace import TraceHeader, make_step
 from spectune.specs.workload import WORKLOAD_PRESETS, _load_data_dir, load_workload
+from spectune.traces.fit import LoadedTraces, fit_workload
 from tests.strategies import draft_trees
 
 POLICY = TreePolicy("dynamic-topk", depth=5, topk=4, budget=24)

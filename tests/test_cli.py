@@ -53,7 +53,7 @@ def test_trace_replay_drives_synthetic_acceptance() -> None:
     torch = pytest.importorskip("torch")
     from spectune.executor.synthetic import SyntheticAcceptance
     from spectune.planner.acceptance import TraceReplay
-    from spectune.planner.trace import read_trace
+    from spectune.specs.trace import read_trace
 
     path = Path(__file__).resolve().parent.parent / "data" / "traces" / "smollm2-mtbench.jsonl.gz"
     _, steps = read_trace(path)

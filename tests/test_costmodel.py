@@ -476,8 +476,8 @@ def test_cli_cost_bad_input_exits_2(
 
 
 def test_fit_calibration_recovers_a_known_gpu() -> None:
-    from spectune.planner.calibfit import fit_calibration
     from spectune.planner.operators import Rates, attention_time, gemm_time
+    from spectune.validate.calibfit import fit_calibration
 
     true = Calibration(
         hardware="h100-sxm",
@@ -537,7 +537,7 @@ def test_fit_calibration_recovers_a_known_gpu() -> None:
 
 
 def test_fit_calibration_errors() -> None:
-    from spectune.planner.calibfit import fit_calibration
+    from spectune.validate.calibfit import fit_calibration
 
     with pytest.raises(SpecError, match="no measurement rows"):
         fit_calibration([], H100)

@@ -210,8 +210,8 @@ def test_uploaded_gpu_spec_is_used_and_bad_specs_are_reported() -> None:
 
 def _trace_file(path: Path, steps: int = 40) -> Path:
     """A small spectune.trace/v1 file: random pools (depth 3, top-k 3) and random targets."""
-    from spectune.planner.trace import TraceHeader, make_step, write_trace
     from spectune.specs import DraftTree
+    from spectune.specs.trace import TraceHeader, make_step, write_trace
 
     rng = np.random.default_rng(5)
     parents, depth_of = [-1], [0]
@@ -242,7 +242,7 @@ def test_uploaded_acceptance_trace_drives_the_prediction(tmp_path: Path) -> None
     from spectune.planner.acceptance import TraceReplay
     from spectune.planner.costmodel import CostModel
     from spectune.planner.objective import ClosedFormObjective
-    from spectune.planner.trace import read_trace
+    from spectune.specs.trace import read_trace
 
     path = _trace_file(tmp_path / "toy.jsonl")
     at = _app().run()
@@ -516,7 +516,7 @@ def test_validation_without_measurements_says_so(
 def test_validation_equals_check_and_planner(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from spectune.executor.check import check_folder
+    from spectune.validate.check import check_folder
 
     doc = _measurement()
     (tmp_path / "h100.json").write_text(json.dumps(doc))

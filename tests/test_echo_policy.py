@@ -336,7 +336,7 @@ def test_executor_rejects_shared_budget_policies() -> None:
 
 
 def test_executor_plans_without_shared_budget(tmp_path: Path) -> None:
-    from spectune.executor.planned import plan_table
+    from spectune.validate.planned import plan_table
 
     cal = load_calibration(ROOT / "measurements/h200/calibration-h200.json")
     spread = tmp_path / "spread.json"

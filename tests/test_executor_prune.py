@@ -363,12 +363,12 @@ def test_check_prices_pruned_runs_at_the_measured_tree_size(tmp_path: Path) -> N
     to the planner's tree_tokens for a document without it."""
     import json
 
-    from spectune.executor.check import check_folder
     from spectune.executor.loop import PhaseResult
-    from spectune.executor.measure import RunSpec, measurement_doc, run_record
     from spectune.planner.costmodel import CostModel
     from spectune.planner.objective import closed_form_objective
     from spectune.specs import load_hardware, load_model
+    from spectune.validate.check import check_folder
+    from spectune.validate.measure import RunSpec, measurement_doc, run_record
 
     pol = TreePolicy("dynamic-topk", 6, 10, 32, 0.05)
     ph = {k: 1e-3 for k in ("draft", "tree", "verify", "accept", "compact", "extend", "overhead")}

@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 
 from spectune.cli import main as cli_main
-from spectune.planner.fit import (
+from spectune.specs.io import from_mapping
+from spectune.specs.trace import TraceHeader, TraceStep, iter_trace, make_step, write_trace
+from spectune.specs.tree import DraftTree
+from spectune.specs.workload import Workload, load_workload
+from spectune.traces.fit import (
     LoadedTraces,
     calibration_curve,
     cross_validate,
@@ -24,10 +28,6 @@ from spectune.planner.fit import (
     split_requests,
     workload_to_dict,
 )
-from spectune.planner.trace import TraceHeader, TraceStep, iter_trace, make_step, write_trace
-from spectune.specs.io import from_mapping
-from spectune.specs.tree import DraftTree
-from spectune.specs.workload import Workload, load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = TraceHeader("toy", "toy-drafter", "toy-set", max_depth=2, max_topk=2)
@@ -90,7 +90,7 @@ def test_fit_workload_round_trips_through_json() -> None:
     wl = fit_workload(LoadedTraces([HEADER], _steps()), "toy-fit")
     again = from_mapping(Workload, workload_to_dict(wl), "test")
     assert again == wl
-    assert "toy-drafter" in wl.source and wl.fitted.startswith("spectune.planner.fit")
+    assert "toy-drafter" in wl.source and wl.fitted.startswith("spectune.traces.fit")
 
 
 def test_fit_workload_cli(tmp_path: Path) -> None:

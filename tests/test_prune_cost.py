@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from spectune.dashboards import data
-from spectune.executor.check import check_folder
-from spectune.executor.measure import PHASE_KEYS, measurement_doc
 from spectune.planner.costmodel import CostModel
 from spectune.planner.objective import ClosedFormObjective
 from spectune.simulator.steptime import StepPricer
 from spectune.specs import SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import Calibration
+from spectune.validate.check import check_folder
+from spectune.validate.measure import PHASE_KEYS, measurement_doc
 
 HW, TARGET, DRAFTER = "h100-sxm", "llama-3.1-8b", "eagle3-llama-3.1-8b"
 US = 1e-6
@@ -214,7 +214,7 @@ def test_check_adds_the_prune_cost_to_pruned_runs(tmp_path: Path) -> None:
 
 
 def test_overheads_recover_a_planted_prune_step() -> None:
-    from spectune.executor.fit import _overheads
+    from spectune.validate.fit import _overheads
 
     truth = Calibration(
         step_overhead_s=12 * US,
@@ -236,7 +236,7 @@ def test_overheads_recover_a_planted_prune_step() -> None:
 def test_fit_calibration_carries_the_fitted_prune_step() -> None:
     """The whole fit keeps the prune cost of the non-forward phases and prices pruned steps
     with it (a few iterations suffice: the efficiencies start at the truth)."""
-    from spectune.executor.fit import PARAMS, _calibration, _rows, fit_calibration, predict_row
+    from spectune.validate.fit import PARAMS, _calibration, _rows, fit_calibration, predict_row
 
     truth = _calibration([p[3] for p in PARAMS], HW, Calibration())
     truth = dataclasses.replace(truth, tree_build_s=150 * US, prune_step_s=PRUNE_S)

@@ -51,7 +51,7 @@ def _q4_1_block(d: float, m: float, q: np.ndarray) -> np.ndarray:
 
 @needs_torch
 def test_q4_1_hand_made_block() -> None:
-    from spectune.executor.smollm.gguf_load import GGML_Q4_1, dequantize, dequantize_q4_1
+    from spectune.traces.smollm.gguf_load import GGML_Q4_1, dequantize, dequantize_q4_1
 
     q = np.arange(32) % 16
     raw = np.concatenate([_q4_1_block(0.5, -1.0, q), _q4_1_block(-0.25, 2.0, q[::-1])])
@@ -64,7 +64,7 @@ def test_q4_1_hand_made_block() -> None:
 
 @needs_torch
 def test_q8_0_hand_made_block() -> None:
-    from spectune.executor.smollm.gguf_load import GGML_Q8_0, dequantize, dequantize_q8_0
+    from spectune.traces.smollm.gguf_load import GGML_Q8_0, dequantize, dequantize_q8_0
 
     q = np.arange(-16, 16, dtype=np.int8)
     raw = np.concatenate([np.frombuffer(np.float16(0.125).tobytes(), np.uint8), q.view(np.uint8)])
@@ -77,7 +77,7 @@ def test_q8_0_hand_made_block() -> None:
 # ---- tokenizer (pre-tokenizer needs no model) ------------------------------------------------------
 @needs_torch
 def test_pretokenize_splits_like_smollm() -> None:
-    from spectune.executor.smollm.tokenizer import pretokenize
+    from spectune.traces.smollm.tokenizer import pretokenize
 
     assert pretokenize("I'm 2024 ok") == ["I", "'m", " ", "2", "0", "2", "4", " ok"]
     assert pretokenize("a  b\n\nc") == ["a", " ", " b", "\n", "\n", "c"]  # GPT-2 pattern
@@ -90,7 +90,7 @@ def test_pretokenize_splits_like_smollm() -> None:
 def smollm():  # type: ignore[no-untyped-def]
     import torch
 
-    from spectune.executor.smollm.model import load_smollm
+    from spectune.traces.smollm.model import load_smollm
 
     torch.set_num_threads(1)
     return load_smollm()
@@ -131,8 +131,8 @@ def test_tokenizer_round_trip_and_specials(smollm) -> None:  # type: ignore[no-u
 
 @needs_smollm
 def test_cached_greedy_equals_reference_forward(smollm) -> None:  # type: ignore[no-untyped-def]
-    from spectune.executor.smollm.generate import greedy_generate
-    from spectune.executor.smollm.reference import reference_greedy
+    from spectune.traces.smollm.generate import greedy_generate
+    from spectune.traces.smollm.reference import reference_greedy
 
     model, tok = smollm
     prompt = tok.encode_chat("What is the capital of France?")
@@ -143,9 +143,9 @@ def test_cached_greedy_equals_reference_forward(smollm) -> None:  # type: ignore
 
 @needs_smollm
 def test_speculative_decoding_is_lossless(smollm) -> None:  # type: ignore[no-untyped-def]
-    from spectune.executor.smollm.early_exit import EarlyExitDrafter
-    from spectune.executor.smollm.generate import greedy_generate
-    from spectune.executor.smollm.speculative import Pool, Retrievers, speculative_generate
+    from spectune.traces.smollm.early_exit import EarlyExitDrafter
+    from spectune.traces.smollm.generate import greedy_generate
+    from spectune.traces.smollm.speculative import Pool, Retrievers, speculative_generate
 
     model, tok = smollm
     drafter = EarlyExitDrafter(model, exit_layer=20, max_depth=3, topk=3, beam=3, pool_size=12)
@@ -181,10 +181,10 @@ def test_speculative_decoding_is_lossless(smollm) -> None:  # type: ignore[no-un
 @needs_smollm
 @needs_prompts
 def test_recorder_writes_a_valid_replayable_trace(smollm, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from spectune.executor.smollm.generate import greedy_generate
-    from spectune.executor.smollm.prompts import load_prompts
-    from spectune.executor.smollm.record import RecordConfig, record
-    from spectune.planner.trace import read_trace
+    from spectune.specs.trace import read_trace
+    from spectune.traces.smollm.generate import greedy_generate
+    from spectune.traces.smollm.prompts import load_prompts
+    from spectune.traces.smollm.record import RecordConfig, record
 
     model, tok = smollm
     prompts = load_prompts("humaneval", 1)
@@ -203,7 +203,7 @@ def test_recorder_writes_a_valid_replayable_trace(smollm, tmp_path: Path) -> Non
 
 @needs_prompts
 def test_prompt_sets_load_offline() -> None:
-    from spectune.executor.smollm.prompts import humaneval_prompts, mtbench_prompts
+    from spectune.traces.smollm.prompts import humaneval_prompts, mtbench_prompts
 
     mt, he = mtbench_prompts(), humaneval_prompts()
     assert len(mt) == 80 and len(he) == 164
@@ -211,7 +211,7 @@ def test_prompt_sets_load_offline() -> None:
 
 
 def test_committed_traces_are_valid_and_replay() -> None:
-    from spectune.planner.trace import iter_trace
+    from spectune.specs.trace import iter_trace
 
     for name in ("smollm2-mtbench.jsonl.gz", "smollm2-humaneval.jsonl.gz"):
         path = ROOT / "data" / "traces" / name

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spectune.planner.trace import (
+from spectune.specs import DraftTree, SpecError
+from spectune.specs.trace import (
     TraceHeader,
     make_step,
     read_trace,
     replay_path,
     write_trace,
 )
-from spectune.specs import DraftTree, SpecError
 
 HEADER = TraceHeader("llama-3.1-8b", "eagle3", "mt-bench", max_depth=2, max_topk=2)
 STEP = {

@@ -313,7 +313,7 @@ def test_health_check_import() -> None:
 # ---- trees from a recorded pool -----------------------------------------------------------------
 def test_replay_pool_graft_dedups_and_keeps_budget() -> None:
     from spectune.planner.acceptance import TraceReplay
-    from spectune.planner.trace import make_step
+    from spectune.specs.trace import make_step
 
     # root -> model children 10 (p .7), 11 (p .2); retrieval children 10 (dup) and 12, 12 -> 13
     pool = DraftTree(

@@ -27,7 +27,7 @@ def _read(path: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spectune.executor.fit import fit_calibration
+    from spectune.validate.fit import fit_calibration
 
     measurements = [_read(m) for m in args.measurements]
     if args.from_run:
@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         from spectune.executor.calibrate import calibration_run
-        from spectune.executor.measure import gpu_hardware_name
         from spectune.executor.session import Session, SessionConfig, require_cuda
+        from spectune.validate.measure import gpu_hardware_name
 
         device = require_cuda()
         name = torch.cuda.get_device_name(device)

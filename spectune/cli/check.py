@@ -11,7 +11,7 @@ import argparse
 
 
 def run(args: argparse.Namespace) -> int:
-    from spectune.executor.check import check_folder, format_check
+    from spectune.validate.check import check_folder, format_check
 
     res = check_folder(args.folder)
     print(format_check(res, args.speedup_tol, args.mape_tol))

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     replay = None
     if args.acceptance_trace:  # read (and validate) before the GPU work starts
         from spectune.planner.acceptance import TraceReplay
-        from spectune.planner.trace import read_trace
+        from spectune.specs.trace import read_trace
 
         _, trace_steps = read_trace(args.acceptance_trace)
         replay = TraceReplay(trace_steps)
@@ -64,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
     # torch and the GPU come in only here, after the arguments are known to be good
     import torch
 
-    from spectune.executor.measure import format_table, gpu_hardware_name, measurement_doc
     from spectune.executor.session import Session, SessionConfig, measure_runs, require_cuda
     from spectune.planner.acceptance import acceptance_model
+    from spectune.validate.measure import format_table, gpu_hardware_name, measurement_doc
 
     device = require_cuda()
     gpu = torch.cuda.get_device_name(device)

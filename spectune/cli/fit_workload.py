@@ -13,7 +13,7 @@ from spectune.specs.io import write_json_atomic
 
 
 def run(args: argparse.Namespace) -> int:
-    from spectune.planner.fit import (
+    from spectune.traces.fit import (
         LoadedTraces,
         fit_workload,
         load_traces,

@@ -11,9 +11,9 @@ from spectune.specs.errors import SpecError
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from spectune.executor.smollm.model import load_smollm
-        from spectune.executor.smollm.prompts import load_prompts
-        from spectune.executor.smollm.record import RecordConfig, record
+        from spectune.traces.smollm.model import load_smollm
+        from spectune.traces.smollm.prompts import load_prompts
+        from spectune.traces.smollm.record import RecordConfig, record
     except ImportError as e:
         raise SpecError(f"record-traces needs torch and gguf ({e})") from e
     cfg = RecordConfig(

@@ -168,7 +168,7 @@ class Gate:
 def gate(folder: Path, extra: Mapping[str, Mapping[str, Any]] | None = None) -> Gate:
     """executor.check.check_folder on `folder`, plus uploaded documents (`extra`: name -> doc,
     written as JSON to a temporary copy of the folder). SpecError when there is nothing."""
-    from spectune.executor.check import check_folder
+    from spectune.validate.check import check_folder
 
     with tempfile.TemporaryDirectory(prefix="spectune-check-") as tmp:
         root = Path(tmp)

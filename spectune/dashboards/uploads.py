@@ -108,7 +108,7 @@ def acceptance_trace_from_upload(name: str, data: bytes) -> tuple[str, Any, str]
     import hashlib
 
     from spectune.planner.acceptance import TraceReplay
-    from spectune.planner.trace import read_trace
+    from spectune.specs.trace import read_trace
 
     if len(data) > MAX_TRACE_BYTES:
         raise SpecError(f"{name}: {len(data)} bytes is over the {MAX_TRACE_BYTES}-byte limit")

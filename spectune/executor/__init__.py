@@ -3,10 +3,10 @@
 Modules (one concept each): model (dense decoder + KV cache), drafter (EAGLE-3 head, draft
 model), attention / fused / gemm (the kernels a forward runs), tree_build (device EAGLE-2
 builder), synthetic (acceptance-model-driven target tokens), loop (the speculative loop and the
-baseline), timing (CUDA-event phases), session (one GPU session), calibrate (micro-benchmarks),
-fit (Calibration fit), measure (measurement JSON), check (the CI gate), planned (plans with a
-calibration). `measure`, `check`, `fit` and `planned` need no torch; this package's __init__
-imports nothing, so `spectune check` runs on a CPU-only install.
+baseline), timing (CUDA-event phases), session (one GPU session), calibrate (the GPU side of
+calibration: micro-benchmarks and timed runs). The CPU side of measurement (measurement documents, check, the
+calibration fit) is spectune.validate. This package's __init__ imports nothing, so importing it
+costs nothing until a GPU part is used.
 """
 
 from __future__ import annotations
@@ -26,11 +26,6 @@ _EXPORTS = {
     "SessionConfig": "session",
     "measure_runs": "session",
     "calibration_run": "calibrate",
-    "fit_calibration": "fit",
-    "check_folder": "check",
-    "measurement_doc": "measure",
-    "validate_measurement": "measure",
-    "plan_table": "planned",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,5 +1,5 @@
 """`spectune calibrate`: micro-benchmarks on the GPU, written as a calibration-run document that
-spectune.executor.fit turns into the cost model's Calibration.
+spectune.validate.fit turns into the cost model's Calibration.
 
 What is measured (all medians of CUDA-event timings after warm-up):
 - copy bandwidth: a 1 GiB device-to-device copy, bytes read + written per second (the roofline

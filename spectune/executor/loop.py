@@ -202,7 +202,7 @@ class SpecRunner:
                 f"graft_budget {policy.graft_budget}: the executor cannot graft (grafting fills "
                 "pruned slots with retrieved n-gram/suffix continuations and the executor has no "
                 "retrieval drafter); run the policy with graft_budget 0, or plan without "
-                "grafting (PolicySpace graft=(0, 0), as spectune.executor.planned does)"
+                "grafting (PolicySpace graft=(0, 0), as spectune.validate.planned does)"
             )
         if policy.shared_budget:
             raise SpecError(
@@ -210,7 +210,7 @@ class SpecRunner:
                 "yet (one budget of batch x (budget - 1) draft tokens split across the batch by "
                 "P(accepted)); run its per-request equivalent (shared_budget false, no ',echo' "
                 "suffix), or plan without it (PolicySpace allow_shared=False, as "
-                "spectune.executor.planned does)"
+                "spectune.validate.planned does)"
             )
         self.prune = float(policy.prune_threshold)
         self.target, self.drafter, self.policy = target, drafter, policy

@@ -233,7 +233,7 @@ def measure_runs(
     """Measure each (batch, policy, label) against the baseline at the same batch (measured once
     per batch); returns the measurement document's "runs" entries. With `keep_going`, a run
     that fails is reported on stderr and skipped."""
-    from spectune.executor.measure import RunSpec, run_record
+    from spectune.validate.measure import RunSpec, run_record
 
     baselines: dict[int, PhaseResult] = {}
     out = []

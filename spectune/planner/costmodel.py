@@ -6,7 +6,7 @@ method takes numpy arrays that broadcast against each other and prices all point
 One forward pass is the sum over its kernels of max(FLOPs / (peak * eff), bytes / (bw * eff))
 plus one launch per kernel (spectune.planner.forward lists the kernels, spectune.planner.operators
 prices them). Efficiencies and fixed costs come from a Calibration (spectune.specs.calibration;
-fitted by spectune.planner.calibfit from micro-benchmarks, or by spectune.executor.fit from the
+fitted by spectune.validate.calibfit from micro-benchmarks, or by spectune.validate.fit from the
 executor's measurements), defaulting to the HardwareSpec's public figures. Phases of one
 speculative iteration (interfaces.md):
 

@@ -4,7 +4,7 @@ The cost model prices every operator as max(FLOPs / (peak * eff_c), bytes / (ban
 plus launch cost. Without a calibration, the efficiencies are the public measured fractions in
 HardwareSpec (gemm_efficiency, hbm_efficiency) and the overheads are the defaults below. A
 calibration replaces them with figures fitted from micro-benchmarks on the actual GPU (`spectune
-calibrate`, see spectune.planner.calibfit for the measurement rows it fits).
+calibrate`, see spectune.validate.calibfit for the measurement rows it fits).
 
 Fields left at None fall back to the HardwareSpec figure named in their help text, so a
 calibration file may hold only what was measured.

@@ -24,8 +24,8 @@ from spectune.planner.acceptance.base import (
     RetrievalProfile,
     model_sibling_rank,
 )
-from spectune.planner.trace import TraceStep
 from spectune.specs.errors import SpecError
+from spectune.specs.trace import TraceStep
 from spectune.specs.tree import SOURCE_MODEL, DraftTree
 
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from spectune.executor.smollm.early_exit import EarlyExitDrafter
-from spectune.executor.smollm.model import KVCache, SmolLM
-from spectune.executor.smollm.retrieval import PromptLookup, Proposal, SuffixStore
 from spectune.specs.tree import SOURCE_MODEL, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree
+from spectune.traces.smollm.early_exit import EarlyExitDrafter
+from spectune.traces.smollm.model import KVCache, SmolLM
+from spectune.traces.smollm.retrieval import PromptLookup, Proposal, SuffixStore
 
 
 @dataclass

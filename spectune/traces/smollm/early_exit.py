@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from spectune.executor.smollm.model import KVCache, SmolLM
+from spectune.traces.smollm.model import KVCache, SmolLM
 
 
 @dataclass(frozen=True)

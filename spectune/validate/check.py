@@ -130,7 +130,7 @@ def check_folder(folder: str | Path) -> CheckResult:
 
 
 def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult) -> None:
-    from spectune.executor.measure import validate_measurement
+    from spectune.validate.measure import validate_measurement
 
     validate_measurement(doc, name)
     c = doc["context"]

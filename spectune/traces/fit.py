@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spectune.planner.trace import TraceHeader, TraceStep, read_trace
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import TreePolicy
+from spectune.specs.trace import TraceHeader, TraceStep, read_trace
 from spectune.specs.tree import SOURCE_MODEL, SOURCE_RETRIEVAL
 from spectune.specs.workload import Workload
 
@@ -264,8 +264,8 @@ def replayed_tokens(
     builder takes from each step's pool, replayed against the step's targets. `build` may
     replace the builder with any pool -> keep-mask function."""
     from spectune.planner.acceptance import ReplayStep, TraceReplay
-    from spectune.planner.trace import replay_path
     from spectune.planner.trees import build_tree
+    from spectune.specs.trace import replay_path
 
     if not steps:
         raise SpecError("no steps to replay")
@@ -381,7 +381,7 @@ def fit_workload(
     return dataclasses.replace(
         wl,
         fitted=(
-            "spectune.planner.fit.fit_workload: positional = rank hit rates of the model "
+            "spectune.traces.fit.fit_workload: positional = rank hit rates of the model "
             f"children of accepted-path nodes (depth <= {depth}, ranks < {width}); confidence = "
             "mean top-1 draft probability per depth, Beta concentration by moments, tail = "
             "ratio of successive lower-rank probabilities, calibration = hit rate per "

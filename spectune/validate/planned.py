@@ -69,7 +69,7 @@ def plan_table(
     }
     provenance = {
         "spectune": __version__,
-        "planner": "spectune.executor.planned.plan_table",
+        "planner": "spectune.validate.planned.plan_table",
         "calibration": calibration.source,
         "trials": trials,
         "seed": seed,

@@ -260,7 +260,7 @@ def fit_calibration(
     cal = dataclasses.replace(
         cal,
         source=f"spectune calibrate on {run.get('gpu', hw.name)}: least-squares fit of "
-        f"{len(rows)} executor timings (verify grid, GEMMs, loop phases); spectune.executor.fit",
+        f"{len(rows)} executor timings (verify grid, GEMMs, loop phases); spectune.validate.fit",
     )
     end = model(sol.x)
     report: dict[str, Any] = {

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spectune.executor.smollm.gguf_load import SmolConfig, load_weights, open_gguf, read_config
-from spectune.executor.smollm.tokenizer import BPETokenizer
+from spectune.traces.smollm.gguf_load import SmolConfig, load_weights, open_gguf, read_config
+from spectune.traces.smollm.tokenizer import BPETokenizer
 
 
 @dataclass

@@ -4,7 +4,7 @@ For each batch size: the baseline (speculation off) and the policy the table giv
 (batch, context), each timed per phase over many steps after warm-up. One target, drafter and
 KV cache serve every run (allocated once at the largest batch), so an 8B run fits on one GPU.
 
-Measurement JSON (schema spectune.measurement/v1; spectune.executor.check reads it without torch):
+Measurement JSON (schema spectune.measurement/v1; spectune.validate.check reads it without torch):
     {"schema", "gpu": device name, "hardware": HardwareSpec preset, "target", "drafter",
      "workload", "context", "steps", "attention": backend, "created",
      "runs": [{"batch", "label", "policy": TreePolicy dict | null, "nodes": tree slots,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spectune.executor.smollm.model import SmolLM
+from spectune.traces.smollm.model import SmolLM
 
 
 def greedy_generate(

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch
 
-from spectune.executor.smollm.early_exit import EarlyExitDrafter
-from spectune.executor.smollm.model import SmolLM
-from spectune.executor.smollm.prompts import Prompt
-from spectune.executor.smollm.retrieval import PromptLookup, SuffixStore
-from spectune.executor.smollm.speculative import Retrievers, StepRecord, speculative_generate
-from spectune.executor.smollm.tokenizer import BPETokenizer
+from spectune.traces.smollm.early_exit import EarlyExitDrafter
+from spectune.traces.smollm.model import SmolLM
+from spectune.traces.smollm.prompts import Prompt
+from spectune.traces.smollm.retrieval import PromptLookup, SuffixStore
+from spectune.traces.smollm.speculative import Retrievers, StepRecord, speculative_generate
+from spectune.traces.smollm.tokenizer import BPETokenizer
 
 MODEL_NAME = "smollm2-135m-instruct-q4_1"
 
@@ -87,7 +87,7 @@ def record(
     """Record every prompt into `out` (.jsonl or .jsonl.gz; a .gz is written as .jsonl first,
     line by line, then compressed, so an interrupted run leaves a readable .jsonl). Returns
     the number of steps. With `deadline_s`, no new prompt starts after that many seconds."""
-    from spectune.planner.trace import TraceHeader, TraceWriter
+    from spectune.specs.trace import TraceHeader, TraceWriter
 
     torch.set_num_threads(1)
     drafter = EarlyExitDrafter(

@@ -2,9 +2,9 @@
 with KV cache and tree attention, real drafters (early exit, prompt lookup, suffix store),
 lossless speculative decoding and the trace recorder (spectune.trace/v1). Needs torch + gguf."""
 
-from spectune.executor.smollm.early_exit import Candidates, EarlyExitDrafter
-from spectune.executor.smollm.generate import greedy_generate
-from spectune.executor.smollm.gguf_load import (
+from spectune.traces.smollm.early_exit import Candidates, EarlyExitDrafter
+from spectune.traces.smollm.generate import greedy_generate
+from spectune.traces.smollm.gguf_load import (
     SmolConfig,
     dequantize,
     dequantize_q4_1,
@@ -14,17 +14,17 @@ from spectune.executor.smollm.gguf_load import (
     open_gguf,
     read_config,
 )
-from spectune.executor.smollm.model import KVCache, SmolLM, SmolWeights, load_smollm
-from spectune.executor.smollm.prompts import (
+from spectune.traces.smollm.model import KVCache, SmolLM, SmolWeights, load_smollm
+from spectune.traces.smollm.prompts import (
     Prompt,
     humaneval_prompts,
     load_prompts,
     mtbench_prompts,
 )
-from spectune.executor.smollm.record import RecordConfig, record
-from spectune.executor.smollm.reference import reference_greedy, reference_logits
-from spectune.executor.smollm.retrieval import PromptLookup, Proposal, SuffixStore
-from spectune.executor.smollm.speculative import (
+from spectune.traces.smollm.record import RecordConfig, record
+from spectune.traces.smollm.reference import reference_greedy, reference_logits
+from spectune.traces.smollm.retrieval import PromptLookup, Proposal, SuffixStore
+from spectune.traces.smollm.speculative import (
     Pool,
     Retrievers,
     StepRecord,
@@ -32,7 +32,7 @@ from spectune.executor.smollm.speculative import (
     make_pool,
     speculative_generate,
 )
-from spectune.executor.smollm.tokenizer import BPETokenizer, byte_to_unicode, pretokenize
+from spectune.traces.smollm.tokenizer import BPETokenizer, byte_to_unicode, pretokenize
 
 __all__ = [
     "BPETokenizer",

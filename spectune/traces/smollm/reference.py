@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from spectune.executor.smollm.model import SmolWeights
+from spectune.traces.smollm.model import SmolWeights
 
 
 def _rope_complex(x: torch.Tensor, theta: float) -> torch.Tensor:
