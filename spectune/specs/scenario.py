@@ -1,0 +1,110 @@
+"""One Scenario: what a plan is for, named once and resolved once.
+
+A scenario names the target, the drafter, the GPU, the tensor-parallel degree, the workload,
+an optional calibration file and the serving engine, plus how policies are scored (objective
+and SLOs). `spectune plan` and `worker`, the simulator's scorer, the validation layer's planned
+tables, the exports and the dashboards all start from a Scenario; a policy file records the
+Scenario it was planned for, and whatever reads a policy file (simulate, execute, export, the
+dashboards) takes it from there.
+
+`Scenario` holds names (preset names or spec file paths) and is small, hashable and JSON-ready;
+`Scenario.resolve()` loads every spec once into a `ResolvedScenario`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spectune.specs.calibration import Calibration
+from spectune.specs.errors import SpecError
+from spectune.specs.hardware import HardwareSpec, load_hardware
+from spectune.specs.io import from_mapping, help_field
+from spectune.specs.model import ModelSpec, load_model
+from spectune.specs.workload import Workload, load_workload
+
+OBJECTIVES = ("closed-form", "goodput", "throughput")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a plan is for. Names are preset names or paths of JSON/TOML spec files."""
+
+    target: str = help_field("llama-3.1-8b", help="target model: preset name or spec file")
+    drafter: str = help_field(
+        "eagle3-llama-3.1-8b", help="drafter (draft head or draft model): preset name or spec file"
+    )
+    gpu: str = help_field("h100-sxm", help="GPU: preset name or spec file")
+    tp: int = help_field(1, help="tensor-parallel degree (GPUs per replica)")
+    workload: str = help_field("mt-bench", help="workload: preset name or spec file")
+    calibration: str | None = help_field(
+        None, help="calibration file fitted on this GPU (`spectune calibrate`); none: defaults"
+    )
+    engine: str = help_field(
+        "spectune", help="serving engine whose overheads and rules apply (an EngineProfile name)"
+    )
+    objective: str = help_field(
+        "closed-form",
+        help="how policies are scored: closed-form (cost model), goodput or throughput (simulator)",
+    )
+    slo_tpot_ms: float | None = help_field(
+        None, help="TPOT SLO for the goodput objective, ms per output token"
+    )
+    slo_ttft_ms: float | None = help_field(
+        None, help="TTFT SLO for the goodput objective, ms to first token"
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or not 1 <= self.tp <= 64:
+            raise SpecError(f"scenario tp must be an integer in 1..64, got {self.tp!r}")
+        if self.objective not in OBJECTIVES:
+            raise SpecError(
+                f"scenario objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
+            )
+        for name in ("slo_tpot_ms", "slo_ttft_ms"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, int | float) and 0 < float(v) < float("inf")):
+                raise SpecError(f"scenario {name} must be a positive finite number, got {v!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (what a policy file records)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "scenario") -> Scenario:
+        """A Scenario from a mapping (a policy file's "scenario"); SpecError names the field."""
+        return from_mapping(cls, data, where)
+
+    def replace(self, **changes: Any) -> Scenario:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def resolve(self) -> ResolvedScenario:
+        """Load every spec the scenario names (SpecError naming the field and file)."""
+        cal = Calibration.load(self.calibration) if self.calibration else None
+        return ResolvedScenario(
+            scenario=self,
+            hardware=load_hardware(self.gpu),
+            target=load_model(self.target),
+            drafter=load_model(self.drafter),
+            workload=load_workload(self.workload),
+            calibration=cal,
+        )
+
+
+@dataclass(frozen=True)
+class ResolvedScenario:
+    """A Scenario with its specs loaded: what cost models, objectives and exports are built from."""
+
+    scenario: Scenario
+    hardware: HardwareSpec
+    target: ModelSpec
+    drafter: ModelSpec
+    workload: Workload
+    calibration: Calibration | None
+
+    @property
+    def tp(self) -> int:
+        return self.scenario.tp
