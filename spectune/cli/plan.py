@@ -183,9 +183,7 @@ class ProgressBar:
 
 def default_study_prefix(scenario: Scenario, seed: int) -> str:
     s = scenario
-    raw = (
-        f"spectune.{s.target}.{s.drafter}.{s.gpu}.{s.workload}.tp{s.tp}.{s.objective}.s{seed}"
-    )
+    raw = f"spectune.{s.target}.{s.drafter}.{s.gpu}.{s.workload}.tp{s.tp}.{s.objective}.s{seed}"
     if s.calibration:  # another calibration is another study
         raw += f".cal-{Path(s.calibration).stem}"
     if s.engine != DEFAULTS.engine:  # so is another engine
@@ -365,7 +363,10 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
         help=f"workload preset or file (default {DEFAULTS.workload})",
     )
     p.add_argument(
-        "--tp", type=int, default=DEFAULTS.tp, help=f"tensor-parallel degree (default {DEFAULTS.tp})"
+        "--tp",
+        type=int,
+        default=DEFAULTS.tp,
+        help=f"tensor-parallel degree (default {DEFAULTS.tp})",
     )
 
 

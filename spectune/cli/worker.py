@@ -23,7 +23,9 @@ def _make_scorer(setup: Mapping[str, Any]) -> Scorer:
     """The plan's scorer, from the Scenario its studies record."""
     recorded = setup.get("scenario")
     if not isinstance(recorded, Mapping):
-        raise SpecError("the plan's studies record no scenario; were they written by spectune plan?")
+        raise SpecError(
+            "the plan's studies record no scenario; were they written by spectune plan?"
+        )
     scorer, _closed = build_scorer(Scenario.from_dict(recorded, "the studies' scenario"))
     return scorer
 
