@@ -464,7 +464,9 @@ def test_planner_and_load_pages_take_a_loaded_plans_scenario() -> None:
     )  # fmt: skip
     res = simulate(cfg)
     rows = _frame(at, "load.table")
-    assert rows["throughput_tok_s"][0] == pytest.approx(res.spec.metrics.throughput_tok_s, rel=1e-12)
+    assert rows["throughput_tok_s"][0] == pytest.approx(
+        res.spec.metrics.throughput_tok_s, rel=1e-12
+    )
     assert rows["mean_accepted"][0] == pytest.approx(res.spec.metrics.mean_accepted, rel=1e-12)
 
 

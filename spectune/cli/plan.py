@@ -378,7 +378,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_scenario_args(p)
-    p.set_defaults(gpu=None)  # None: the calibration's GPU, else DEFAULTS["gpu"]
+    p.set_defaults(gpu=None)  # None: the calibration's GPU, else DEFAULTS.gpu
     p.add_argument(
         "--calibration",
         default=None,

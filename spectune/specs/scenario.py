@@ -83,9 +83,7 @@ class Scenario:
     def label(self) -> str:
         """'TARGET + DRAFTER on GPU (tp N), workload W', with the names as given."""
         drafter = self.drafter if self.has_drafter else "no drafter"
-        return (
-            f"{self.target} + {drafter} on {self.gpu} (tp {self.tp}), workload {self.workload}"
-        )
+        return f"{self.target} + {drafter} on {self.gpu} (tp {self.tp}), workload {self.workload}"
 
     def changes(self, other: Scenario) -> tuple[tuple[str, Any, Any], ...]:
         """(field, this value, the other's value) for every field where `other` differs."""
