@@ -129,6 +129,13 @@ def main() -> None:
     # ---- policies ------------------------------------------------------------------------------
     acc = acceptance_model(args.workload)
     table = PolicyTable.load(args.policy) if args.policy else None
+    if table is not None:
+        planned = table.scenario
+        measured = planned.replace(
+            target=target.name, drafter=drafter.name, gpu=hw, tp=1, workload=args.workload
+        )
+        for name, was, now in planned.changes(measured):
+            print(f"note: {args.policy} was planned for {name} {was}; measuring {now}", flush=True)
     runs: list[tuple[int, TreePolicy | None, str]] = []
     for b in batches:
         if table is not None:

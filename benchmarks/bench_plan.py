@@ -27,23 +27,17 @@ from typing import Any
 
 import optuna
 
-from spectune.cli.plan import format_policy
 from spectune.planner.buckets import DEFAULT_BUCKETS, BucketSpec, buckets_from_edges
-from spectune.planner.objective import closed_form_objective
+from spectune.planner.objective import scenario_objective
 from spectune.planner.search import Scorer, SearchSettings, geomean, search
 from spectune.planner.space import EAGLE_DEFAULT, SGLANG_DEFAULT, PolicySpace, grid
 from spectune.simulator.scoring import build_scorer, simulation_objective
 from spectune.specs.errors import SpecError
-from spectune.specs.policy import TreePolicy
+from spectune.specs.policy import TreePolicy, policy_label
+from spectune.specs.scenario import Scenario
 
-DEFAULT = {
-    "target": "llama-3.1-8b",
-    "drafter": "eagle3-llama-3.1-8b",
-    "gpu": "h100-sxm",
-    "workload": "mt-bench",
-    "tp": 1,
-}
-OFF_SCENARIO = {**DEFAULT, "drafter": "llama-3.2-1b", "workload": "vllm-eagle3-gptoss-t1"}
+DEFAULT = Scenario()  # Llama-3.1-8B + its EAGLE-3 head on an H100-SXM, MT-Bench, TP 1
+OFF_SCENARIO = DEFAULT.replace(drafter="llama-3.2-1b", workload="vllm-eagle3-gptoss-t1")
 RESTRICTED = PolicySpace(
     builders=("dynamic-topk",),
     depth=(1, 8),
@@ -62,15 +56,8 @@ TABLE_BATCHES = (1, 8, 32, 64, 128)
 CONTEXT = (0, 4095)
 
 
-def closed(scenario: Mapping[str, Any]) -> Any:
-    return closed_form_objective(
-        scenario["target"],
-        scenario["drafter"],
-        scenario["gpu"],
-        scenario["workload"],
-        tp=int(scenario["tp"]),
-        turnover=True,  # as `spectune plan` scores (simulator.scoring.build_scorer)
-    )
+def closed(scenario: Scenario) -> Any:
+    return scenario_objective(scenario.resolve())  # what `spectune plan` scores with
 
 
 def grid_vs_search(seed: int) -> list[dict[str, Any]]:
@@ -92,9 +79,9 @@ def grid_vs_search(seed: int) -> list[dict[str, Any]]:
                 "grid_evals": len(policies) * len(bucket.points()),
                 "search_evals": budget * len(bucket.points()),
                 "grid_best": scores[best],
-                "grid_policy": format_policy(best),
+                "grid_policy": policy_label(best),
                 "search_best": res.searched_best,
-                "search_policy": format_policy(res.policy),
+                "search_policy": policy_label(res.policy),
                 "ratio": res.searched_best / scores[best],
             }
         )
@@ -102,7 +89,7 @@ def grid_vs_search(seed: int) -> list[dict[str, Any]]:
 
 
 def plan_buckets(
-    scenario: Mapping[str, Any],
+    scenario: Scenario,
     buckets: Sequence[BucketSpec],
     trials: int,
     seed: int,
@@ -110,12 +97,13 @@ def plan_buckets(
 ) -> dict[tuple[int, int], TreePolicy | None]:
     """What `spectune plan --objective OBJECTIVE` chooses for these buckets (the CLI's
     search settings; buckets are independent studies, so planning a subset is the same)."""
-    scorer, _closed = build_scorer({**scenario, "objective": objective})
+    scenario = scenario.replace(objective=objective)
+    scorer, _closed = build_scorer(scenario)
     res = search(
         scorer.objective,
         buckets,
         SearchSettings(trials=trials, seed=seed),
-        setup={"scenario": dict(scenario)},
+        setup={"scenario": scenario.to_dict()},
     )
     return {r.bucket.batch: r.policy for r in res}
 
@@ -132,7 +120,7 @@ def planned(plan: Mapping[tuple[int, int], TreePolicy | None], batch: int) -> bo
 
 
 def compare(
-    scenario: Mapping[str, Any],
+    scenario: Scenario,
     plans: Mapping[str, Mapping[tuple[int, int], TreePolicy | None]],
     batches: Sequence[int],
     context: int,
@@ -142,13 +130,13 @@ def compare(
     the plans, the two engine defaults and off."""
     scorers: dict[str, Any] = {"closed-form": closed(scenario)}
     if sim:
-        scorers["simulated"] = simulation_objective(scenario, metric="throughput")
+        scorers["simulated"] = simulation_objective(scenario.resolve(), metric="throughput")
     rows = []
     for b in batches:
         row: dict[str, Any] = {
             "batch": b,
             "policies": {
-                name: format_policy(lookup(plan, b)) if planned(plan, b) else "-"
+                name: policy_label(lookup(plan, b)) if planned(plan, b) else "-"
                 for name, plan in plans.items()
             },
         }
@@ -303,8 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     off_rows = compare(OFF_SCENARIO, off_plans, off_batches, off_ctx, sim=not args.no_sim)
     print_compare(
-        f"3. turning speculation off: {OFF_SCENARIO['drafter']} draft model, workload "
-        f"{OFF_SCENARIO['workload']}, context {off_ctx}",
+        f"3. turning speculation off: {OFF_SCENARIO.drafter} draft model, workload "
+        f"{OFF_SCENARIO.workload}, context {off_ctx}",
         off_rows,
         list(off_plans),
     )
@@ -323,7 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             r["search_evals"] * 10 <= r["grid_evals"] for r in grid_rows
         ),
         "table": table,
-        "off_scenario": {"scenario": OFF_SCENARIO, "rows": off_rows, "off_where_loses": off_ok},
+        "off_scenario": {
+            "scenario": OFF_SCENARIO.to_dict(),
+            "rows": off_rows,
+            "off_where_loses": off_ok,
+        },
         "off_where_loses_default": off_where_loses(table, list(plans)),
         "never_loses": {
             f"{n} plan, {kind}": all(

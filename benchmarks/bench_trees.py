@@ -73,10 +73,7 @@ def bench_sampler(repeat: int) -> list[dict[str, object]]:
             [sample_accepted_lengths(pol, model, rng, 64, shared) for _ in range(50)]
         ).mean()
         rate = 64 * toks / med
-        name = (
-            f"{pol.builder}:{pol.depth},{pol.topk},{pol.budget},{pol.prune_threshold:g},"
-            f"{pol.graft_budget}"
-        )
+        name = pol.label
         print(
             f"  {wl:<18}{name:<34}{shared!s:<8}{med * 1e3:9.3f}{best * 1e3:9.3f}{toks:13.3f}"
             f"{rate:12.0f}"

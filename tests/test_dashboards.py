@@ -23,13 +23,14 @@ from streamlit.testing.v1 import AppTest
 
 from spectune.dashboards import artifacts, data, plans, uploads
 from spectune.planner.buckets import buckets_from_edges
-from spectune.planner.objective import closed_form_objective
+from spectune.planner.objective import closed_form_objective, scenario_objective
 from spectune.planner.search import SearchSettings, search
 from spectune.planner.space import EAGLE_DEFAULT, SGLANG_DEFAULT, canonical_policy
 from spectune.simulator import Poisson, SimConfig, simulate
 from spectune.specs import (
     Bucket,
     PolicyTable,
+    Scenario,
     SpecError,
     load_hardware,
     load_model,
@@ -174,7 +175,7 @@ def test_scenario_choices_survive_other_pages() -> None:
     assert at.sidebar.selectbox(key="scn.gpu").value == "a100-80g"
 
 
-def test_uploaded_gpu_spec_is_used_and_bad_specs_are_reported() -> None:
+def test_uploaded_gpu_spec_is_used_and_bad_specs_are_reported(tmp_path: Path) -> None:
     spec = (
         b'name = "my-gpu"\npeak_bf16_flops = 500e12\npeak_fp8_flops = 1000e12\n'
         b"hbm_bytes_per_s = 2.0e12\nhbm_bytes = 80e9\nsm_count = 100\nl2_bytes = 40e6\n"
@@ -187,9 +188,9 @@ def test_uploaded_gpu_spec_is_used_and_bad_specs_are_reported() -> None:
     assert "my-gpu (uploaded)" in at.sidebar.selectbox(key="scn.gpu").options
     at.sidebar.selectbox(key="scn.gpu").set_value("my-gpu (uploaded)").run()
     _ok(at)
-    hw = uploads.hardware_from_upload("my-gpu.toml", spec)
-    scn = data.Scenario(hw, load_model(TARGET), load_model(DRAFTER), load_workload("mt-bench"))
-    want = data.objective_for(scn)(SGLANG_DEFAULT, 8, 4096)
+    (tmp_path / "my-gpu.toml").write_bytes(spec)
+    scn = Scenario(gpu=str(tmp_path / "my-gpu.toml"))
+    want = data.objective_for(scn, decode_only=True)(SGLANG_DEFAULT, 8, 4096)
     assert _numbers(at)["tokens/s"] == pytest.approx(want, rel=1e-12)
 
     bad = {
@@ -276,7 +277,7 @@ def test_uploaded_acceptance_trace_drives_the_prediction(tmp_path: Path) -> None
 
 
 def _planned(edges: tuple[int, ...], ctx: tuple[int, ...], trials: int, multi: bool = False) -> Any:
-    obj = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")
+    obj = scenario_objective(Scenario().resolve())  # what `spectune plan` scores with
     s = SearchSettings(trials=trials, seed=0, multi_objective=multi)
     return obj, search(obj, buckets_from_edges(edges, ctx), s,
                        latency=obj.step_latency if multi else None)  # fmt: skip
@@ -373,11 +374,10 @@ def test_planner_opens_a_stored_multi_objective_study(tmp_path: Path) -> None:
 
     obj = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")
     url = f"sqlite:///{tmp_path / 'plan.db'}"
-    scenario = {"target": TARGET, "drafter": DRAFTER, "gpu": "h100-sxm", "workload": "mt-bench",
-                "tp": 1, "objective": "closed-form"}  # fmt: skip
+    scenario = Scenario(TARGET, DRAFTER, "h100-sxm", 1, "mt-bench", objective="closed-form")
     settings = SearchSettings(trials=6, seed=1, multi_objective=True)
     results = search(obj, buckets_from_edges((1, 16), (32768,)), settings, latency=obj.step_latency,
-                     storage=url, study_prefix="toy", setup={"scenario": scenario})  # fmt: skip
+                     storage=url, study_prefix="toy", setup={"scenario": scenario.to_dict()})  # fmt: skip
     want = build_table(results, obj, scenario, {})
 
     at = _page("planner")
@@ -399,6 +399,75 @@ def test_planner_opens_a_stored_multi_objective_study(tmp_path: Path) -> None:
     assert list(pareto["tokens_per_s"]) == pytest.approx(
         [r["tokens_per_s"] for r in plans.pareto_rows(results)]
     )
+
+
+def test_planner_run_here_predicts_what_the_cli_plans(tmp_path: Path) -> None:
+    """'Run a plan here' scores with the objective of `spectune plan` (prefill turnover, KV
+    capacity, the scenario's calibration): same scenario and settings, same table."""
+    from spectune.cli import main
+
+    out = tmp_path / "policy.json"
+    args = ["plan", "--out", str(out), "--trials", "4", "--batch-edges", "1,8,64"]
+    assert main([*args, "--context-edges", "32768", "--gpu", "h200", "--quiet"]) == 0
+    cli = PolicyTable.load(out)
+
+    at = _app().run()
+    at.sidebar.selectbox(key="scn.gpu").set_value("h200").run()
+    at.switch_page("views/planner.py").run()
+    at.text_input(key="planner.batch_edges").set_value("1,8,64")
+    at.slider(key="planner.trials").set_value(4)
+    at.button(key="FormSubmitter:planner.form-Run plan").click().run()
+    _ok(at)
+    table = _frame(at, "planner.table")
+    assert list(table["policy"]) == [data.policy_label(b.policy) for b in cli.buckets]
+    assert list(table["tokens_per_s"]) == [b.predicted.tokens_per_s for b in cli.buckets]
+    assert at.session_state["planner.result"].table.scenario == cli.scenario
+
+
+def test_planner_and_load_pages_take_a_loaded_plans_scenario() -> None:
+    """A 70B / H200 / TP 4 plan loaded while the sidebar says 8B / H100: the Planner's curves
+    and the Load page's simulation are for the plan's scenario, and both pages say so."""
+    big = Scenario("llama-3.1-70b", "eagle3-llama-3.1-70b", "h200", 4, "mt-bench")
+    table = PolicyTable(
+        target=big.target, drafter=big.drafter, hardware=big.gpu, tp=big.tp, workload="mt-bench",
+        buckets=(Bucket((1, 8), (0, 32768), EAGLE_DEFAULT), Bucket((9, 64), (0, 32768), None)),
+        scenario=big,
+    )  # fmt: skip
+    at = _page("planner")
+    at.radio(key="planner.source").set_value("Load a policy file").run()
+    at.file_uploader(key="planner.upload").set_value(
+        ("policy.json", json.dumps(table.to_dict()).encode(), "application/json")
+    ).run()
+    _ok(at)
+    label = "llama-3.1-70b + eagle3-llama-3.1-70b on h200 (tp 4), workload mt-bench"
+    assert any(label in c.value for c in at.caption)
+    assert any("gpu h200 (table) vs h100-sxm (sidebar)" in i.value for i in at.info)
+    curves = _frame(at, "planner.curves")
+    obj = scenario_objective(big.resolve())
+    for b, planned in zip(curves["batch"], curves["planned policy"], strict=True):
+        assert planned == pytest.approx(obj(table.lookup(int(b), 16384), int(b), 16384), rel=1e-9)
+
+    at.switch_page("views/load.py").run()
+    at.radio(key="load.source").set_value("Planned table (Planner page)")
+    at.multiselect(key="load.qps").set_value([2.0])
+    at.slider(key="load.requests").set_value(20)
+    at.button(key="FormSubmitter:load.form-Simulate").click().run()
+    _ok(at)
+    assert any(f"Simulating {label}" in c.value for c in at.caption)
+    warned = [w.value for w in at.warning if "not the sidebar's" in w.value]
+    assert warned and "target llama-3.1-70b (table) vs llama-3.1-8b (sidebar)" in warned[0]
+    assert "tp 4 (table) vs 1 (sidebar)" in warned[0]
+    cfg = SimConfig(
+        hardware=load_hardware("h200"), target=load_model(big.target),
+        drafter=load_model(big.drafter), arrivals=Poisson(2.0), policy=table,
+        workload=load_workload("mt-bench"), requests=20, tp=4, seed=0, tree_pool=256,
+    )  # fmt: skip
+    res = simulate(cfg)
+    rows = _frame(at, "load.table")
+    assert rows["throughput_tok_s"][0] == pytest.approx(
+        res.spec.metrics.throughput_tok_s, rel=1e-12
+    )
+    assert rows["mean_accepted"][0] == pytest.approx(res.spec.metrics.mean_accepted, rel=1e-12)
 
 
 # ---- Load ---------------------------------------------------------------------------------------
@@ -626,12 +695,12 @@ def test_kernels_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_what_if_phases_sum_to_the_objectives_step() -> None:
-    for scn in (data.scenario_from_names(), data.scenario_from_names(drafter=None)):
+    for scn in (Scenario(), Scenario(drafter="none")):
         _check_phases(scn)
 
 
-def _check_phases(scn: data.Scenario) -> None:
-    obj = data.objective_for(scn)
+def _check_phases(scn: Scenario) -> None:
+    obj = data.objective_for(scn, decode_only=True)  # the What-if page is decode-only
     for policy in (
         SGLANG_DEFAULT,
         EAGLE_DEFAULT,

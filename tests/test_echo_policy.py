@@ -33,6 +33,7 @@ from spectune.simulator.speculation import Speculator, tree_sampler
 from spectune.specs import (
     Bucket,
     PolicyTable,
+    Scenario,
     SpecError,
     TreePolicy,
     load_calibration,
@@ -338,16 +339,12 @@ def test_executor_rejects_shared_budget_policies() -> None:
 def test_executor_plans_without_shared_budget(tmp_path: Path) -> None:
     from spectune.validate.planned import plan_table
 
-    cal = load_calibration(ROOT / "measurements/h200/calibration-h200.json")
+    cal_file = ROOT / "measurements/h200/calibration-h200.json"
     spread = tmp_path / "spread.json"
     write_json_atomic(spread, asdict(SPREAD))  # where the search picks ECHO at batch 32
-    table = plan_table(
-        cal,
-        target="llama-3.1-8b",
-        drafter="eagle3-llama-3.1-8b",
-        workload=str(spread),
-        batches=[32, 64],
-        context=2048,
-        trials=16,
+    scenario = Scenario(
+        gpu=load_calibration(cal_file).hardware, workload=str(spread), calibration=str(cal_file)
     )
+    table = plan_table(scenario, batches=[32, 64], context=2048, trials=16)
     assert all(b.policy is None or not b.policy.shared_budget for b in table.buckets)
+    assert table.scenario == scenario

@@ -128,7 +128,7 @@ def test_simulator_step_time_charges_a_pruned_policy_exactly_prune_step_more() -
 
 
 def test_what_if_shows_pruning_as_its_own_phase() -> None:
-    scn = data.scenario_from_names()
+    scn = data.DEFAULT_SCENARIO
     w = data.what_if(scn, BOTH, 8, 4096)
     cm = data.objective_for(scn).cost_model
     assert w.phases_s["pruning"] == pytest.approx(_scalar(cm.prune_time(8)))

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 from spectune.specs.errors import SpecError
 from spectune.specs.io import parse_int_list
+from spectune.specs.scenario import Scenario
 
 
 def int_list(text: str) -> list[int]:
@@ -33,3 +37,20 @@ def positive(value: int, name: str) -> int:
     if value <= 0:
         raise SpecError(f"--{name} must be positive, got {value}")
     return value
+
+
+def scenario_with_flags(
+    base: Scenario, flags: Mapping[str, Any], source: str | None, out: TextIO | None = None
+) -> Scenario:
+    """`base` with the scenario fields the user passed as flags (`flags` holds only those).
+    When the base is a policy file's scenario (`source` names the file), each flag that
+    changes it prints one line naming the field, the file's value and the new value."""
+    scenario = base.replace(**flags)
+    if source is not None:
+        for name, old, new in base.changes(scenario):
+            print(
+                f"note: --{name.replace('_', '-')} overrides {source}'s scenario: "
+                f"{name} {old} -> {new}",
+                file=out or sys.stderr,
+            )
+    return scenario

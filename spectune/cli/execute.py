@@ -5,6 +5,9 @@ measurement JSON: per-phase ms, accepted lengths, tokens/s with and without spec
     spectune execute --policy dynamic-topk:5,4,8 --also dynamic-topk:7,10,60 --batch 1,64
     spectune execute --policy dynamic-topk:5,4,8 --acceptance-trace data/traces/smollm2-mtbench.jsonl.gz
 
+With a policy file, the target, drafter and workload are its scenario's; a flag that changes
+one of them says so in one line, and so does a GPU or TP other than the one it was planned for.
+
 Acceptance is synthetic (random weights): drawn from the workload's acceptance model, or with
 --acceptance-trace from a recorded trace (spectune.trace/v1): the candidate banks are the
 recorded steps' draft probabilities of each expanded node's children with their 0/1 outcome
@@ -17,12 +20,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from spectune.cli.common import int_list, positive
-from spectune.specs import PolicyTable, TreePolicy, load_model, write_json_atomic
-
-DEFAULT_TARGET = "llama-3.1-8b"
-DEFAULT_DRAFTER = "eagle3-llama-3.1-8b"
-DEFAULT_WORKLOAD = "mt-bench"
+from spectune.cli.common import int_list, positive, scenario_with_flags
+from spectune.specs import (
+    PolicyTable,
+    Scenario,
+    SpecError,
+    TreePolicy,
+    load_model,
+    load_workload,
+    write_json_atomic,
+)
 
 
 def parse_policy_arg(text: str) -> tuple[PolicyTable | None, TreePolicy | None]:
@@ -34,6 +41,23 @@ def parse_policy_arg(text: str) -> tuple[PolicyTable | None, TreePolicy | None]:
     return PolicyTable.load(text), None
 
 
+def scenario_of(args: argparse.Namespace, table: PolicyTable | None) -> Scenario:
+    """The scenario to run: the policy file's own (an old file without a workload: the
+    default workload), else the defaults, with --target/--drafter/--workload on top (each one
+    that changes a policy file's prints a line)."""
+    flags = {
+        name: getattr(args, name)
+        for name in ("target", "drafter", "workload")
+        if getattr(args, name) is not None
+    }
+    if table is None:
+        return scenario_with_flags(Scenario(), flags, None)
+    base = table.scenario
+    if not base.workload:
+        base = base.replace(workload=Scenario().workload)
+    return scenario_with_flags(base, flags, args.policy)
+
+
 def run(args: argparse.Namespace) -> int:
     table, single = parse_policy_arg(args.policy)
     batches = args.batch
@@ -41,9 +65,13 @@ def run(args: argparse.Namespace) -> int:
         positive(b, "batch")
     context = positive(args.context, "context")
     steps = positive(args.steps, "steps")
-    target = load_model(args.target or (table.target if table else DEFAULT_TARGET))
-    drafter = load_model(args.drafter or (table.drafter if table else DEFAULT_DRAFTER))
-    workload = args.workload or (table.workload if table and table.workload else DEFAULT_WORKLOAD)
+    scenario = scenario_of(args, table)
+    if not scenario.has_drafter:
+        raise SpecError("the executor needs a drafter model; pass --drafter")
+    # the models and the workload only: the executor measures on this GPU, uncalibrated
+    target, drafter = load_model(scenario.target), load_model(scenario.drafter)
+    workload = scenario.workload
+    workload_spec = None if args.acceptance_trace else load_workload(workload)
     also = [TreePolicy.parse(a) for a in args.also]
     replay = None
     if args.acceptance_trace:  # read (and validate) before the GPU work starts
@@ -71,7 +99,11 @@ def run(args: argparse.Namespace) -> int:
     device = require_cuda()
     gpu = torch.cuda.get_device_name(device)
     hardware = args.hardware or gpu_hardware_name(gpu)
-    acc = replay if replay is not None else acceptance_model(workload)
+    if table is not None and hardware != scenario.gpu:
+        print(f"note: measuring on {hardware}; {args.policy} was planned for {scenario.gpu}")
+    if table is not None and scenario.tp != 1:
+        print(f"note: the executor runs one GPU; {args.policy} was planned for tp {scenario.tp}")
+    acc = acceptance_model(workload_spec) if workload_spec is not None else replay
     cfg = SessionConfig(max(batches), context, max([1, *budgets]), use_kernels=not args.no_kernels)
     session = Session(target, drafter, cfg, device)
     recs = measure_runs(session, runs, context, acc, steps, args.warmup)
@@ -119,7 +151,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--drafter", default=None, help="drafter preset/file (default: the policy file's)"
     )
-    p.add_argument("--workload", default=None, help="workload driving synthetic acceptance")
+    p.add_argument(
+        "--workload",
+        default=None,
+        help="workload driving synthetic acceptance (default: the policy file's)",
+    )
     p.add_argument(
         "--acceptance-trace",
         default=None,

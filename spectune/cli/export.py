@@ -2,7 +2,9 @@
 
 Each output is checked against the engine's own rules. Engines express less than a spectune
 table (one tree shape, batch size only); what had to be approximated is printed here and
-written into the exported files.
+written into the exported files. The table's Scenario (its workload, GPU, models and
+calibration) gives the tree shapes and the closed form that fits the engines' one global shape
+(planner.export.export_table, which the dashboards' Planner page calls too).
 """
 
 from __future__ import annotations
@@ -10,65 +12,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spectune.planner.export import ENGINES, Evaluate, TreeShaper, export_policy
-from spectune.planner.objective import closed_form_objective
-from spectune.specs.errors import SpecError
-from spectune.specs.policy import PolicyTable, TreePolicy
-from spectune.specs.tree import DraftTree
-
-
-def _shaper(table: PolicyTable) -> TreeShaper:
-    """Static trees for engines with a fixed tree, from the table's workload acceptance."""
-    import numpy as np
-
-    from spectune.planner.acceptance import acceptance_model
-    from spectune.planner.trees import build_tree
-    from spectune.specs.workload import load_workload
-
-    model = acceptance_model(load_workload(table.workload))
-
-    def shape(policy: TreePolicy) -> DraftTree:
-        static = TreePolicy("static", policy.depth, policy.topk, policy.budget)
-        tree: DraftTree = build_tree(static, model, np.random.default_rng(0))
-        return tree
-
-    return shape
-
-
-def _objective(table: PolicyTable) -> tuple[Evaluate | None, str]:
-    """The planner's closed form for the table's scenario (to fit engines' global knobs)."""
-    if not table.workload:
-        return None, "the policy file names no workload: engine knobs from the batch-1 bucket"
-    try:
-        obj = closed_form_objective(
-            table.target, table.drafter, table.hardware, table.workload, tp=table.tp
-        )
-    except (SpecError, OSError) as e:
-        return None, f"cannot rebuild the objective ({e}): engine knobs from the batch-1 bucket"
-    return obj, ""
+from spectune.planner.export import ENGINES, export_table
+from spectune.specs.policy import PolicyTable
 
 
 def run(args: argparse.Namespace) -> int:
     table = PolicyTable.load(args.policy)
-    needs_shape = (args.engine == "vllm" and args.vllm_tree) or (
-        args.engine == "trtllm" and args.trtllm_static_tree
-    )
-    shaper = _shaper(table) if needs_shape else None
-    if (
-        args.engine == "trtllm"
-        and not needs_shape
-        and any(b.policy is not None and b.policy.builder == "static" for b in table.buckets)
-    ):
-        shaper = _shaper(table)
-    evaluate, why = _objective(table)
-    export = export_policy(
+    export, why = export_table(
         table,
         args.engine,
         context=args.context,
         vllm_tree=args.vllm_tree,
         trtllm_static_tree=True if args.trtllm_static_tree else None,
-        shaper=shaper,
-        evaluate=evaluate,
     )
     if why:
         print(f"note: {why}", file=sys.stderr)

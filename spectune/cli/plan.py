@@ -43,24 +43,19 @@ from spectune.planner.table import build_table
 from spectune.simulator.scoring import build_scorer
 from spectune.specs.calibration import load_calibration
 from spectune.specs.errors import SpecError
-from spectune.specs.policy import TreePolicy
+from spectune.specs.policy import policy_label
+from spectune.specs.scenario import OBJECTIVES, Scenario
 
-DEFAULTS = {
-    "target": "llama-3.1-8b",
-    "drafter": "eagle3-llama-3.1-8b",
-    "gpu": "h100-sxm",
-    "workload": "mt-bench",
-}
-OBJECTIVES = ("closed-form", "goodput", "throughput")
+DEFAULTS = Scenario()
+"""The scenario of a bare `spectune plan` (each flag's default)."""
 
 
-# ---- objectives from a scenario (shared with `spectune worker`) ------------------------------
+# ---- the scenario (shared with `spectune worker` through the studies) ------------------------
 
 
-def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """What a worker needs to rebuild the objective: names, not objects. With --calibration
-    the scenario holds the file's absolute path (workers load it themselves) and the GPU
-    defaults to the one it was fitted on."""
+def scenario_from_args(args: argparse.Namespace) -> Scenario:
+    """The Scenario the flags name. With --calibration the scenario holds the file's absolute
+    path (workers load it themselves) and the GPU defaults to the one it was fitted on."""
     calibration = getattr(args, "calibration", None)
     gpu = args.gpu
     if calibration:
@@ -70,27 +65,20 @@ def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
         calibration = str(path.resolve())
         if gpu is None:
             gpu = load_calibration(path).hardware or None
-    scenario = {
-        "target": args.target,
-        "drafter": args.drafter,
-        "gpu": gpu or DEFAULTS["gpu"],
-        "workload": args.workload,
-        "tp": args.tp,
-        "objective": args.objective,
-        "slo_tpot_ms": args.slo_tpot_ms,
-        "slo_ttft_ms": args.slo_ttft_ms,
-    }
-    if calibration:
-        scenario["calibration"] = calibration
-    return scenario
+    return Scenario(
+        target=args.target,
+        drafter=args.drafter,
+        gpu=gpu or DEFAULTS.gpu,
+        tp=args.tp,
+        workload=args.workload,
+        calibration=calibration or None,
+        objective=args.objective,
+        slo_tpot_ms=args.slo_tpot_ms,
+        slo_ttft_ms=args.slo_ttft_ms,
+    )
 
 
 # ---- output ---------------------------------------------------------------------------------
-
-
-def format_policy(p: TreePolicy | None) -> str:
-    """'off', or the policy's CLI form (TreePolicy.label)."""
-    return "off" if p is None else p.label
 
 
 def format_range(r: tuple[int, int]) -> str:
@@ -114,7 +102,7 @@ def print_table(
         chain = "-" if r.chain is None else str(r.chain.draft_tokens)
         print(
             f"{format_range(r.bucket.batch):>8} {format_range(r.bucket.context):>12}  "
-            f"{format_policy(r.policy):<30} {r.tokens_per_s:9.0f} {r.speedup:6.2f}x "
+            f"{policy_label(r.policy):<30} {r.tokens_per_s:9.0f} {r.speedup:6.2f}x "
             f"{r.tokens_per_s / dflt:7.2f}x {name:<8}  {chain:>5}",
             file=out,
         )
@@ -131,7 +119,7 @@ def print_table(
                 )
         for q in r.pareto:
             print(
-                f"{'':>23}pareto  {format_policy(q.policy):<30} {q.tokens_per_s:9.0f} tok/s "
+                f"{'':>23}pareto  {policy_label(q.policy):<30} {q.tokens_per_s:9.0f} tok/s "
                 f"{q.latency_s * 1e3:7.2f} ms/step",
                 file=out,
             )
@@ -193,13 +181,13 @@ class ProgressBar:
 # ---- running --------------------------------------------------------------------------------
 
 
-def default_study_prefix(scenario: Mapping[str, Any], seed: int) -> str:
-    raw = (
-        f"spectune.{scenario['target']}.{scenario['drafter']}.{scenario['gpu']}."
-        f"{scenario['workload']}.tp{scenario['tp']}.{scenario['objective']}.s{seed}"
-    )
-    if scenario.get("calibration"):  # another calibration is another study
-        raw += f".cal-{Path(scenario['calibration']).stem}"
+def default_study_prefix(scenario: Scenario, seed: int) -> str:
+    s = scenario
+    raw = f"spectune.{s.target}.{s.drafter}.{s.gpu}.{s.workload}.tp{s.tp}.{s.objective}.s{seed}"
+    if s.calibration:  # another calibration is another study
+        raw += f".cal-{Path(s.calibration).stem}"
+    if s.engine != DEFAULTS.engine:  # so is another engine
+        raw += f".eng-{s.engine}"
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
 
 
@@ -220,12 +208,19 @@ def _settings(args: argparse.Namespace) -> SearchSettings:
     )
 
 
-def _check_same_scenario(study: Any, scenario: Mapping[str, Any], name: str) -> None:
+def _check_same_scenario(study: Any, scenario: Scenario, name: str) -> None:
     setup = study.user_attrs.get(ATTR_SETUP)
-    if setup and setup.get("scenario") != dict(scenario):
+    if not setup:
+        return
+    recorded = setup.get("scenario")
+    try:
+        same = isinstance(recorded, Mapping) and Scenario.from_dict(recorded) == scenario
+    except SpecError:  # a scenario this version cannot read is another scenario
+        same = False
+    if not same:
         raise SpecError(
             f"study {name!r} in this storage was planned for another scenario "
-            f"({setup.get('scenario')}); pass another --study"
+            f"({recorded}); pass another --study"
         )
 
 
@@ -234,7 +229,7 @@ def _run_distributed(
     buckets: Sequence[BucketSpec],
     settings: SearchSettings,
     scorer: Scorer,
-    scenario: Mapping[str, Any],
+    scenario: Scenario,
     prefix: str,
     bar: ProgressBar,
 ) -> list[BucketResult]:
@@ -250,7 +245,7 @@ def _run_distributed(
             name = study_name(prefix, b)
             study = open_study(store, name, b, settings)
             _check_same_scenario(study, scenario, name)
-            prepare_study(study, b, settings, {"scenario": dict(scenario)})
+            prepare_study(study, b, settings, {"scenario": scenario.to_dict()})
             studies.append(study)
         cmd = [
             sys.executable,
@@ -314,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
                 latency=scorer.latency,
                 storage=args.storage,
                 study_prefix=prefix,
-                setup={"scenario": scenario},
+                setup={"scenario": scenario.to_dict()},
                 progress=bar.update,
             )
     finally:
@@ -324,21 +319,20 @@ def run(args: argparse.Namespace) -> int:
         "spectune": __version__,
         "study": prefix,
         "storage": _redact(args.storage),
-        "objective": args.objective,
+        "objective": scenario.objective,
         "trials": sum(r.trials for r in results),
         "trials_per_bucket": settings.trials,
         "seed": args.seed,
         "multi_objective": args.multi_objective,
         "workers": args.workers,
     }
-    if "calibration" in scenario:
+    if scenario.calibration:
         provenance["calibration"] = (
-            f"{scenario['calibration']}: {load_calibration(scenario['calibration']).source}"
+            f"{scenario.calibration}: {load_calibration(scenario.calibration).source}"
         )
     table = build_table(results, closed, scenario, provenance)
     print(
-        f"spectune plan: {scenario['target']} + {scenario['drafter']} on {scenario['gpu']} "
-        f"(tp {scenario['tp']}), workload {scenario['workload']}, objective {args.objective}, "
+        f"spectune plan: {scenario.label}, objective {scenario.objective}, "
         f"{provenance['trials']} trials in {elapsed:.1f} s"
     )
     print_table(results, closed=closed)
@@ -350,25 +344,30 @@ def run(args: argparse.Namespace) -> int:
 def add_scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target",
-        default=DEFAULTS["target"],
-        help=f"target model preset or spec file (default {DEFAULTS['target']})",
+        default=DEFAULTS.target,
+        help=f"target model preset or spec file (default {DEFAULTS.target})",
     )
     p.add_argument(
         "--drafter",
-        default=DEFAULTS["drafter"],
-        help=f"drafter preset or spec file (default {DEFAULTS['drafter']})",
+        default=DEFAULTS.drafter,
+        help=f"drafter preset or spec file (default {DEFAULTS.drafter})",
     )
     p.add_argument(
         "--gpu",
-        default=DEFAULTS["gpu"],
-        help=f"GPU preset or spec file (default {DEFAULTS['gpu']})",
+        default=DEFAULTS.gpu,
+        help=f"GPU preset or spec file (default {DEFAULTS.gpu})",
     )
     p.add_argument(
         "--workload",
-        default=DEFAULTS["workload"],
-        help=f"workload preset or file (default {DEFAULTS['workload']})",
+        default=DEFAULTS.workload,
+        help=f"workload preset or file (default {DEFAULTS.workload})",
     )
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=DEFAULTS.tp,
+        help=f"tensor-parallel degree (default {DEFAULTS.tp})",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -379,7 +378,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_scenario_args(p)
-    p.set_defaults(gpu=None)  # None: the calibration's GPU, else DEFAULTS["gpu"]
+    p.set_defaults(gpu=None)  # None: the calibration's GPU, else DEFAULTS.gpu
     p.add_argument(
         "--calibration",
         default=None,
@@ -393,7 +392,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--objective",
         choices=OBJECTIVES,
-        default="closed-form",
+        default=DEFAULTS.objective,
         help="closed-form steady state (default), or by simulation: goodput under the SLO, "
         "or throughput",
     )

@@ -1,5 +1,8 @@
 """`spectune simulate`: serve simulated traffic with a policy and compare with speculation off.
 
+With a policy file, the scenario is the file's (target, drafter, GPU, TP, workload, calibration,
+SLOs); a flag that changes one of them says so in one line on stderr.
+
 One table per load level (request rate, closed-loop concurrency, or a replayed trace), the
 speculation-off baseline beside it on the same arrivals and lengths. `--json` prints
 {"runs": [...]} with one record per load level.
@@ -12,11 +15,12 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from spectune.cli.common import float_list, int_list
-from spectune.specs import PolicyTable, SpecError, TreePolicy, load_hardware, load_model
+from spectune.cli.common import float_list, int_list, scenario_with_flags
+from spectune.specs import PolicyTable, Scenario, SpecError, TreePolicy
 
 DEFAULT_POLICY = "dynamic-topk:5,4,8"  # SGLang's EAGLE defaults: 5 steps, top-k 4, 8 tokens
 
@@ -124,24 +128,42 @@ def _table(label: str, res: Any) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    from spectune.simulator import LengthDist, SimConfig, length_preset, parse_length, simulate
-    from spectune.simulator.trace_export import write_chrome_trace
-    from spectune.specs.workload import load_workload
+def scenario_of(args: argparse.Namespace, policy: PolicyTable | TreePolicy | None) -> Scenario:
+    """The scenario to simulate: a policy file's own, else the defaults, with the scenario
+    flags the user passed on top (each one that changes a policy file's prints a line)."""
+    flags = {
+        name: getattr(args, name)
+        for name in ("target", "drafter", "gpu", "tp", "workload")
+        if getattr(args, name) is not None
+    }
+    for name in ("slo_tpot_ms", "slo_ttft_ms"):
+        if getattr(args, name) is not None:
+            flags[name] = getattr(args, name) or None  # 0: no SLO
+    if args.calibration == "none":
+        flags["calibration"] = None
+    elif args.calibration is not None:
+        if not Path(args.calibration).is_file():
+            raise SpecError(f"--calibration {args.calibration}: no such file")
+        flags["calibration"] = str(Path(args.calibration).resolve())
+    if isinstance(policy, PolicyTable):
+        return scenario_with_flags(policy.scenario, flags, args.policy)
+    return scenario_with_flags(Scenario(), flags, None)
 
-    hw = load_hardware(args.gpu)
-    target = load_model(args.target)
-    drafter = None if args.drafter == "none" else load_model(args.drafter)
-    workload = load_workload(args.workload)
+
+def run(args: argparse.Namespace) -> int:
+    from spectune.simulator import LengthDist, length_preset, parse_length, simulate
+    from spectune.simulator.scoring import scenario_sim_config
+    from spectune.simulator.trace_export import write_chrome_trace
+
     policy = _policy(args.policy)
-    if isinstance(policy, PolicyTable) and (
-        policy.target != target.name or policy.hardware != hw.name
-    ):
-        print(
-            f"warning: {args.policy} was tuned for {policy.target} on {policy.hardware}, "
-            f"simulating {target.name} on {hw.name}",
-            file=sys.stderr,
-        )
+    scenario = scenario_of(args, policy)
+    resolved = scenario.resolve()
+    hw, target, drafter, workload = (
+        resolved.hardware,
+        resolved.target,
+        resolved.drafter,
+        resolved.workload,
+    )
     if policy is not None and drafter is None:
         raise SpecError("a policy needs a drafter; pass --drafter or --policy off")
     prompt: LengthDist | None = None
@@ -153,38 +175,32 @@ def run(args: argparse.Namespace) -> int:
         prompt = parse_length(args.prompt_tokens)
     if args.output_tokens:
         output = parse_length(args.output_tokens)
-    for name in ("requests", "replicas", "tp", "max_batch_tokens"):
+    for name in ("requests", "replicas", "max_batch_tokens"):
         if getattr(args, name) < 1:
             raise SpecError(f"--{name.replace('_', '-')} must be >= 1")
     if args.max_batch is not None and args.max_batch < 1:
         raise SpecError("--max-batch must be >= 1")
     loads = _loads(args)
     runs = []
+    cal = f", calibration {Path(scenario.calibration).name}" if scenario.calibration else ""
     header = (
         f"{target.name} + {drafter.name if drafter else 'no drafter'} on "
-        f"{args.replicas} x {args.tp} x {hw.name}, workload {workload.name}, policy "
+        f"{args.replicas} x {scenario.tp} x {hw.name}, workload {workload.name}{cal}, policy "
         f"{_policy_text(policy, args.policy)}, router {args.router}, seed {args.seed}"
     )
     if not args.json:
         print(header)
     for i, (label, arrivals) in enumerate(loads):
-        cfg = SimConfig(
-            hardware=hw,
-            target=target,
-            drafter=drafter,
-            arrivals=arrivals,
+        cfg = replace(
+            scenario_sim_config(resolved, arrivals),
             policy=policy,
-            workload=workload,
             requests=args.requests,
             prompt=prompt,
             output=output,
-            tp=args.tp,
             replicas=args.replicas,
             router=args.router,
             max_batch=args.max_batch,
             max_batch_tokens=args.max_batch_tokens,
-            slo_ttft_s=args.slo_ttft_ms / 1e3 if args.slo_ttft_ms else None,
-            slo_tpot_s=args.slo_tpot_ms / 1e3 if args.slo_tpot_ms else None,
             seed=args.seed,
             shared_budget=args.shared_budget,
             keep_iterations=bool(args.chrome_trace),
@@ -219,13 +235,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="simulate serving traffic with a policy, against speculation off",
         description=__doc__,
     )
-    p.add_argument("--target", default="llama-3.1-8b", help="target model preset or spec file")
+    d = Scenario()
     p.add_argument(
-        "--drafter", default="eagle3-llama-3.1-8b", help="drafter preset or spec file ('none')"
+        "--target",
+        help=f"target model preset or spec file (default: the policy file's, else {d.target})",
     )
-    p.add_argument("--gpu", default="h100-sxm", help="GPU preset or spec file")
-    p.add_argument("--workload", default="mt-bench", help="workload preset or file")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs per replica")
+    p.add_argument(
+        "--drafter",
+        help=f"drafter preset or spec file, or 'none' (default: the policy file's, else {d.drafter})",
+    )
+    p.add_argument(
+        "--gpu", help=f"GPU preset or spec file (default: the policy file's, else {d.gpu})"
+    )
+    p.add_argument(
+        "--workload",
+        help=f"workload preset or file (default: the policy file's, else {d.workload})",
+    )
+    p.add_argument(
+        "--tp",
+        type=int,
+        help=f"tensor-parallel GPUs per replica (default: the policy file's, else {d.tp})",
+    )
+    p.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="price steps with this fitted calibration, or 'none' (default: the policy file's)",
+    )
     load = p.add_mutually_exclusive_group()
     load.add_argument("--qps", type=float_list, help="request rates, e.g. 1,4,16 (default)")
     load.add_argument("--concurrency", type=int_list, help="closed-loop clients, e.g. 1,8,64")
@@ -260,8 +295,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--prompt-tokens", help="prompt length: N or MEAN~CV (overrides the workload)")
     p.add_argument("--output-tokens", help="output length: N or MEAN~CV (overrides the workload)")
-    p.add_argument("--slo-ttft-ms", type=float, help="goodput SLO: time to first token, ms")
-    p.add_argument("--slo-tpot-ms", type=float, help="goodput SLO: time per output token, ms")
+    p.add_argument(
+        "--slo-ttft-ms",
+        type=float,
+        help="goodput SLO: time to first token, ms (default: the policy file's)",
+    )
+    p.add_argument(
+        "--slo-tpot-ms",
+        type=float,
+        help="goodput SLO: time per output token, ms (default: the policy file's)",
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--chrome-trace", help="write the iterations as a Chrome trace JSON")
     p.add_argument("--json", action="store_true", help='print {"runs": [...]} only')

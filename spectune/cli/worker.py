@@ -1,8 +1,8 @@
 """`spectune worker`: join a shared plan search and run trials until every bucket is done.
 
 `spectune plan --storage URL` (or `--workers N`) creates one study per bucket and records the
-scenario in them; a worker reads it back, so any number of workers on any number of machines
-need only the storage URL and the study name. A worker killed mid-trial loses nothing: its
+Scenario in them (Scenario.to_dict); a worker reads it back (Scenario.from_dict), so any number
+of workers on any number of machines need only the storage URL and the study name. A worker killed mid-trial loses nothing: its
 trial is marked failed once its heartbeat stops and is retried by a surviving worker.
 """
 
@@ -15,10 +15,18 @@ from typing import Any
 
 from spectune.planner.search import Scorer, run_worker
 from spectune.simulator.scoring import build_scorer
+from spectune.specs.errors import SpecError
+from spectune.specs.scenario import Scenario
 
 
 def _make_scorer(setup: Mapping[str, Any]) -> Scorer:
-    scorer, _closed = build_scorer(setup["scenario"])
+    """The plan's scorer, from the Scenario its studies record."""
+    recorded = setup.get("scenario")
+    if not isinstance(recorded, Mapping):
+        raise SpecError(
+            "the plan's studies record no scenario; were they written by spectune plan?"
+        )
+    scorer, _closed = build_scorer(Scenario.from_dict(recorded, "the studies' scenario"))
     return scorer
 
 

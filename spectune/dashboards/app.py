@@ -34,5 +34,5 @@ ui.keep_scenario_state()
 page = st.navigation(list(PAGES.values()))
 if page.title in SCENARIO_PAGES:
     st.sidebar.header("Scenario")
-    st.session_state["scenario"] = ui.scenario_sidebar()
+    st.session_state[ui.SCENARIO_KEY], st.session_state[ui.TRACE_KEY] = ui.scenario_sidebar()
 page.run()

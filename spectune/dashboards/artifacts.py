@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spectune.dashboards.data import objective_for, scenario_from_names
+from spectune.dashboards.data import objective_for
 from spectune.dashboards.uploads import MAX_SPEC_BYTES, parse_mapping
-from spectune.specs import HARDWARE_PRESETS, SpecError, TreePolicy
+from spectune.specs import HARDWARE_PRESETS, NO_DRAFTER, Scenario, SpecError, TreePolicy
 from spectune.specs.io import from_mapping
 
 MEASUREMENT_SCHEMA = "spectune.measurement/v1"
@@ -104,17 +104,18 @@ def read_measurements(folder: Path) -> list[Loaded]:
 
 
 def validation_rows(doc: Mapping[str, Any], name: str = "") -> list[dict[str, Any]]:
-    """Predicted (the planner's closed form for the measured scenario) vs measured, per run."""
+    """Predicted (the planner's closed form for the measured scenario, decode-only: the
+    executor times decode steps at a fixed batch and context) vs measured, per run."""
     try:
-        scn = scenario_from_names(
-            doc["hardware"],
-            doc["target"],
-            doc["drafter"] or None,
-            doc.get("workload") or "mt-bench",
+        scn = Scenario(
+            target=doc["target"],
+            drafter=doc["drafter"] or NO_DRAFTER,
+            gpu=doc["hardware"],
+            workload=doc.get("workload") or Scenario().workload,
         )
+        obj = objective_for(scn, decode_only=True)
     except SpecError as e:
         raise SpecError(f"{name}: cannot predict this measurement: {e}") from None
-    obj = objective_for(scn)
     ctx = int(doc["context"])
     rows = []
     for r in doc["runs"]:

@@ -5,10 +5,19 @@ Pages stay thin (widgets, layout, plots) and call these functions through cached
 with the planner's and the simulator's own APIs. Nothing here prices, searches or simulates by
 itself: it assembles the planner's cost model, acceptance model, closed-form objective, tree
 builders, search and export, and the simulator's `simulate`.
+
+A page predicts for a `spectune.specs.Scenario` (the sidebar's, or a policy file's), resolved
+here once and priced by the planner's one closed-form builder (planner.objective.
+scenario_objective): the objective `spectune plan` scores with. Beside the scenario a page may
+pass `trace`, the key of an uploaded acceptance trace (register_trace) that replaces the
+workload's acceptance model; it is dashboard state, not part of the scenario. Decode-only
+figures (the What-if page's one iteration, executor measurements) use the same builder with
+`decode_only=True` and say so on the page.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,26 +26,27 @@ import numpy as np
 
 from spectune.planner.acceptance import AcceptanceModel, acceptance_model
 from spectune.planner.costmodel import CostModel
-from spectune.planner.objective import ClosedFormObjective
+from spectune.planner.objective import ClosedFormObjective, scenario_objective
 from spectune.planner.space import EAGLE_DEFAULT, SGLANG_DEFAULT, canonical_policy
 from spectune.planner.trees import build_tree
 from spectune.specs import (
     DraftTree,
-    HardwareSpec,
-    ModelSpec,
     PolicyTable,
+    ResolvedScenario,
+    Scenario,
     SpecError,
     TreePolicy,
-    Workload,
-    load_hardware,
-    load_model,
-    load_workload,
 )
+from spectune.specs import policy_label as policy_label  # the pages' name for TreePolicy.label
 
-DEFAULT_GPU = "h100-sxm"
-DEFAULT_TARGET = "llama-3.1-8b"
-DEFAULT_DRAFTER = "eagle3-llama-3.1-8b"
-DEFAULT_WORKLOAD = "mt-bench"
+DEFAULT_SCENARIO = Scenario()
+"""The scenario of a page opened without the sidebar (the defaults of `spectune plan`)."""
+
+DECODE_ONLY_NOTE = (
+    "Decode-only: one iteration of running requests, without the prefill of requests that "
+    "replace finished ones and without the KV-cache cap on the batch (the Planner's tokens/s "
+    "include both)"
+)
 
 # The references every policy is compared with (planner.space): SGLang's and EAGLE's defaults.
 REFERENCE_POLICIES: Mapping[str, TreePolicy | None] = {
@@ -46,69 +56,51 @@ REFERENCE_POLICIES: Mapping[str, TreePolicy | None] = {
 }
 
 
-@dataclass(frozen=True)
-class Scenario:
-    """What a prediction is about: GPU, target, drafter (None: retrieval only), workload, TP."""
-
-    hardware: HardwareSpec
-    target: ModelSpec
-    drafter: ModelSpec | None
-    workload: Workload
-    tp: int = 1
-    trace: str = ""  # key of a registered acceptance trace ('' : the workload's acceptance)
-    trace_label: str = ""
-
-    @property
-    def label(self) -> str:
-        drafter = self.drafter.name if self.drafter else "no drafter"
-        accept = f", acceptance from trace {self.trace_label}" if self.trace else ""
-        return (
-            f"{self.target.name} + {drafter} on {self.hardware.name} (tp {self.tp}), "
-            f"workload {self.workload.name}{accept}"
-        )
+@functools.lru_cache(maxsize=64)
+def resolve(scenario: Scenario) -> ResolvedScenario:
+    """The scenario's specs, loaded once per scenario (Scenario.resolve)."""
+    return scenario.resolve()
 
 
-# Acceptance models replayed from uploaded traces, by content hash (the Scenario holds the key,
-# so scenarios stay small and hashable for the dashboards' caches).
-_TRACES: dict[str, AcceptanceModel] = {}
+# Acceptance models replayed from uploaded traces, by content hash (pages pass the key beside
+# the scenario, so arguments stay small and hashable for the dashboards' caches).
+_TRACES: dict[str, tuple[AcceptanceModel, str]] = {}
 
 
-def register_trace(key: str, model: AcceptanceModel) -> None:
-    """Make an acceptance model (a planner TraceReplay) available to scenarios as `key`."""
-    _TRACES[key] = model
+def register_trace(key: str, model: AcceptanceModel, label: str = "") -> None:
+    """Make an acceptance model (a planner TraceReplay) available to pages as `trace=key`."""
+    _TRACES[key] = (model, label or key)
 
 
-def acceptance_for(scenario: Scenario) -> AcceptanceModel:
-    """The scenario's acceptance model: its registered trace, else its workload's."""
-    if not scenario.trace:
-        return acceptance_model(scenario.workload)
-    model = _TRACES.get(scenario.trace)
-    if model is None:
+def acceptance_for(scenario: Scenario, trace: str = "") -> AcceptanceModel:
+    """The acceptance model: the registered trace `trace`, else the scenario's workload's."""
+    if not trace:
+        return acceptance_model(resolve(scenario).workload)
+    found = _TRACES.get(trace)
+    if found is None:
         raise SpecError("the acceptance trace of this scenario is gone; upload it again")
-    return model
+    return found[0]
 
 
-def scenario_from_names(
-    gpu: str = DEFAULT_GPU,
-    target: str = DEFAULT_TARGET,
-    drafter: str | None = DEFAULT_DRAFTER,
-    workload: str = DEFAULT_WORKLOAD,
-    tp: int = 1,
-) -> Scenario:
-    """A scenario from preset names (or spec file paths), as `spectune plan` takes them."""
-    return Scenario(
-        hardware=load_hardware(gpu),
-        target=load_model(target),
-        drafter=load_model(drafter) if drafter else None,
-        workload=load_workload(workload),
-        tp=tp,
-    )
+def trace_label(trace: str) -> str:
+    """The label of a registered acceptance trace (its key when it is gone)."""
+    found = _TRACES.get(trace)
+    return found[1] if found else trace
 
 
-def objective_for(scenario: Scenario) -> ClosedFormObjective:
-    """The planner's closed-form objective for a scenario (what `spectune plan` scores with)."""
-    cm = CostModel(scenario.hardware, scenario.target, scenario.drafter, tp=scenario.tp)
-    return ClosedFormObjective(cm, acceptance_for(scenario))
+def scenario_label(scenario: Scenario, trace: str = "") -> str:
+    """What a page says it predicts for: the resolved scenario's label, and the trace."""
+    label = resolve(scenario).label
+    return label + (f", acceptance from trace {trace_label(trace)}" if trace else "")
+
+
+def objective_for(
+    scenario: Scenario, trace: str = "", *, decode_only: bool = False
+) -> ClosedFormObjective:
+    """The planner's closed-form objective for a scenario: what `spectune plan` scores with
+    (planner.objective.scenario_objective), or its decode-only form."""
+    acceptance = acceptance_for(scenario, trace) if trace else None
+    return scenario_objective(resolve(scenario), decode_only=decode_only, acceptance=acceptance)
 
 
 def make_policy(
@@ -178,10 +170,13 @@ def _f(x: Any) -> float:
     return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])
 
 
-def what_if(scenario: Scenario, policy: TreePolicy | None, batch: int, context: int) -> WhatIf:
+def what_if(
+    scenario: Scenario, policy: TreePolicy | None, batch: int, context: int, trace: str = ""
+) -> WhatIf:
     """Predicted time of each phase, the verify pass per operator class, tokens per step,
-    tokens/s and speedup: the planner's closed form at one (policy, batch, context)."""
-    obj = objective_for(scenario)
+    tokens/s and speedup: the planner's closed form, decode-only (DECODE_ONLY_NOTE), at one
+    (policy, batch, context)."""
+    obj = objective_for(scenario, trace, decode_only=True)
     cm = obj.cost_model
     off_step = obj.step_time(None, batch, context)
     if policy is None:
@@ -256,9 +251,11 @@ class SampleTree:
     expected_tokens: float
 
 
-def sample_tree(scenario: Scenario, policy: TreePolicy, seed: int = 0) -> SampleTree:
+def sample_tree(
+    scenario: Scenario, policy: TreePolicy, seed: int = 0, trace: str = ""
+) -> SampleTree:
     """The tree the planner's builder draws for this policy with this seed."""
-    model = acceptance_for(scenario)
+    model = acceptance_for(scenario, trace)
     tree = build_tree(policy, model, np.random.default_rng(seed))
     return SampleTree(tree, np.asarray(model.node_accept_prob(tree)), model.expected_tokens(tree))
 
@@ -271,18 +268,20 @@ def batch_curves(
     policies: Mapping[str, TreePolicy | None],
     batches: Sequence[int],
     context: int,
+    trace: str = "",
 ) -> dict[str, np.ndarray]:
-    """Predicted tokens/s at each batch size (float64[len(batches)]) for fixed policies."""
-    obj = objective_for(scenario)
+    """Predicted tokens/s at each batch size (float64[len(batches)]) for fixed policies: the
+    planner's objective (as the Planner's table predicts)."""
+    obj = objective_for(scenario, trace)
     return {name: np.asarray(obj.many(p, batches, context)) for name, p in policies.items()}
 
 
 def table_curve(
-    scenario: Scenario, table: PolicyTable, batches: Sequence[int], context: int
+    scenario: Scenario, table: PolicyTable, batches: Sequence[int], context: int, trace: str = ""
 ) -> np.ndarray:
     """Predicted tokens/s at each batch size with the table's policy for that batch (the policy
     PolicyTable.lookup gives, as a serving engine would switch)."""
-    obj = objective_for(scenario)
+    obj = objective_for(scenario, trace)
     out = np.empty(len(batches))
     groups: dict[TreePolicy | None, list[int]] = {}
     for i, b in enumerate(batches):
@@ -290,8 +289,3 @@ def table_curve(
     for policy, idx in groups.items():
         out[idx] = obj.many(policy, [batches[i] for i in idx], context)
     return out
-
-
-def policy_label(p: TreePolicy | None) -> str:
-    """'off', or the policy's CLI form (TreePolicy.label)."""
-    return "off" if p is None else p.label

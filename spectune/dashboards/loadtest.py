@@ -2,18 +2,20 @@
 with its speculation-off twin on the same arrivals and lengths (the simulator's baseline).
 
 No UI here; `sweep` returns plain rows the page plots and the tests compare with
-`spectune.simulator.simulate` called directly.
+`spectune.simulator.simulate` called directly. Each run simulates a Scenario (the sidebar's or a
+planned table's) as `spectune simulate` does (simulator.scoring.scenario_sim_config).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from spectune.dashboards.data import Scenario, acceptance_for
+from spectune.dashboards.data import acceptance_for, resolve
 from spectune.simulator import Gamma, Poisson, SimConfig, SimResult, Trace, simulate
-from spectune.specs import PolicyTable, SpecError, TreePolicy
+from spectune.simulator.scoring import scenario_sim_config
+from spectune.specs import PolicyTable, Scenario, SpecError, TreePolicy
 
 PolicySource = PolicyTable | TreePolicy | None
 
@@ -34,7 +36,7 @@ class LoadSettings:
     seed: int = 0
     burstiness: float = 1.0  # cv of inter-arrival times; 1 = Poisson
     tree_pool: int = 256
-    slo_tpot_ms: float | None = None
+    slo_tpot_ms: float | None = None  # None: the scenario's
 
     def __post_init__(self) -> None:
         if self.requests < 1:
@@ -47,25 +49,24 @@ def sim_config(
     arrivals: Any,
     settings: LoadSettings,
     pool_cache: dict[Any, Any] | None = None,
+    trace: str = "",
 ) -> SimConfig:
     """The SimConfig of one load level (what `simulate` runs, speculation off included).
-    `pool_cache` shares the step-outcome pools between levels (same seed: same pools)."""
-    return SimConfig(
-        hardware=scenario.hardware,
-        target=scenario.target,
-        drafter=scenario.drafter,
-        arrivals=arrivals,
+    `pool_cache` shares the step-outcome pools between levels (same seed: same pools);
+    `trace`: an uploaded acceptance trace's key (dashboards.data.register_trace)."""
+    cfg = replace(
+        scenario_sim_config(resolve(scenario), arrivals),
         policy=policy,
-        workload=scenario.workload,
         requests=settings.requests,
-        tp=scenario.tp,
         seed=settings.seed,
         tree_pool=settings.tree_pool,
-        slo_tpot_s=None if settings.slo_tpot_ms is None else settings.slo_tpot_ms / 1e3,
         baseline=True,
         pool_cache=pool_cache,
-        acceptance=acceptance_for(scenario) if scenario.trace else None,
+        acceptance=acceptance_for(scenario, trace) if trace else None,
     )
+    if settings.slo_tpot_ms is not None:
+        cfg = replace(cfg, slo_tpot_s=settings.slo_tpot_ms / 1e3)
+    return cfg
 
 
 def arrivals_for(qps: float, burstiness: float) -> Poisson | Gamma:
@@ -100,6 +101,7 @@ def sweep(
     policy: PolicySource,
     qps: Sequence[float],
     settings: LoadSettings,
+    trace: str = "",
 ) -> list[dict[str, Any]]:
     """One row per request rate (ascending), speculation on and off."""
     if not qps:
@@ -107,16 +109,22 @@ def sweep(
     rows = []
     pools: dict[Any, Any] = {}
     for q in sorted({float(x) for x in qps}):
-        cfg = sim_config(scenario, policy, arrivals_for(q, settings.burstiness), settings, pools)
+        arrivals = arrivals_for(q, settings.burstiness)
+        cfg = sim_config(scenario, policy, arrivals, settings, pools, trace)
         rows.append(row_of(f"qps {q:g}", q, simulate(cfg)))
     return rows
 
 
 def replay(
-    scenario: Scenario, policy: PolicySource, trace: Trace, settings: LoadSettings
+    scenario: Scenario,
+    policy: PolicySource,
+    arrivals: Trace,
+    settings: LoadSettings,
+    trace: str = "",
 ) -> dict[str, Any]:
     """One run replaying a recorded arrival trace (its own rate)."""
-    res = simulate(sim_config(scenario, policy, trace, settings))
-    span = float(trace.arrival_s[-1] - trace.arrival_s[0]) if len(trace.arrival_s) > 1 else 0.0
-    rate = (len(trace.arrival_s) - 1) / span if span > 0 else float("nan")
-    return row_of(f"trace {trace.source}", rate, res)
+    res = simulate(sim_config(scenario, policy, arrivals, settings, trace=trace))
+    t = arrivals.arrival_s
+    span = float(t[-1] - t[0]) if len(t) > 1 else 0.0
+    rate = (len(t) - 1) / span if span > 0 else float("nan")
+    return row_of(f"trace {arrivals.source}", rate, res)

@@ -1,6 +1,7 @@
 """Policy tables for the Planner page, without any UI: a plan searched here (planner.search
-with the closed-form objective, as `spectune plan` does), one read back from its stored Optuna
-studies, or one loaded from a policy file; its rows, Pareto fronts and engine exports.
+with the closed-form objective `spectune plan` scores with), one read back from its stored
+Optuna studies, or one loaded from a policy file; the Scenario each was planned for, its rows,
+Pareto fronts and engine exports (the files `spectune export` writes).
 """
 
 from __future__ import annotations
@@ -10,22 +11,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from spectune.dashboards.data import Scenario, acceptance_for, objective_for, policy_label
+from spectune.dashboards.data import objective_for, policy_label, trace_label
 from spectune.planner.buckets import buckets_from_edges
-from spectune.planner.export import ENGINES, Export, export_policy
+from spectune.planner.export import ENGINES, Export, export_table
 from spectune.planner.search import BucketResult, SearchSettings, search
-from spectune.planner.trees import build_tree
 from spectune.specs import (
-    DraftTree,
     PolicyTable,
+    Scenario,
     SpecError,
-    TreePolicy,
     load_hardware,
     load_model,
     load_workload,
 )
+from spectune.specs.calibration import Calibration
 
 # ---- planning -----------------------------------------------------------------------------------
 
@@ -49,15 +47,19 @@ def run_plan(
     seed: int = 0,
     multi_objective: bool = False,
     max_step_ms: float | None = None,
+    trace: str = "",
 ) -> Plan:
-    """`spectune plan` in process with the closed-form objective: one Optuna study per bucket."""
+    """`spectune plan` in process with the closed-form objective it scores with (the same
+    predicted tokens/s for the same scenario and settings): one Optuna study per bucket.
+    `trace`: an uploaded acceptance trace in place of the workload's acceptance."""
     import optuna
 
     from spectune import __version__
     from spectune.planner.table import build_table
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # as `spectune plan` does
-    obj = objective_for(scenario)
+    scenario = scenario.replace(objective="closed-form")
+    obj = objective_for(scenario, trace)
     settings = SearchSettings(
         trials=trials,
         seed=seed,
@@ -66,14 +68,7 @@ def run_plan(
     )
     buckets = buckets_from_edges(batch_edges, context_edges)
     results = search(obj, buckets, settings, latency=obj.step_latency if multi_objective else None)
-    names = {
-        "target": scenario.target.name,
-        "drafter": scenario.drafter.name if scenario.drafter else "",
-        "gpu": scenario.hardware.name,
-        "workload": scenario.workload.name,
-        "tp": scenario.tp,
-    }
-    provenance = {
+    provenance: dict[str, Any] = {
         "spectune": __version__,
         "study": "dashboard",
         "storage": "memory",
@@ -83,7 +78,9 @@ def run_plan(
         "seed": seed,
         "multi_objective": multi_objective,
     }
-    table = build_table(results, obj, names, provenance)
+    if trace:
+        provenance["acceptance"] = f"trace {trace_label(trace)}"
+    table = build_table(results, obj, scenario, provenance)
     return Plan(table, tuple(results), multi_objective, provenance)
 
 
@@ -125,11 +122,12 @@ def load_study_plan(storage_url: str, prefix: str) -> Plan:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = _open_storage(storage_url)
     studies = bucket_studies(store, prefix)
-    scenario = studies[0][2].get("scenario")
-    if not isinstance(scenario, Mapping):
+    recorded = studies[0][2].get("scenario")
+    if not isinstance(recorded, Mapping):
         raise SpecError(
             f"studies {prefix}.* record no scenario; were they written by spectune plan?"
         )
+    scenario = Scenario.from_dict(recorded, f"studies {prefix}.*: scenario")
     scorer, closed = build_scorer(scenario)
     results = []
     multi = False
@@ -191,11 +189,13 @@ def pareto_rows(results: Sequence[BucketResult]) -> list[dict[str, Any]]:
     return rows
 
 
-def chosen_points(results: Sequence[BucketResult], scenario: Scenario) -> list[dict[str, Any]]:
+def chosen_points(
+    results: Sequence[BucketResult], scenario: Scenario, trace: str = ""
+) -> list[dict[str, Any]]:
     """Each bucket's chosen policy on the throughput / latency plane: its tokens/s (geometric
     mean over the bucket's points, as the search scores) and the search's latency, the longest
     closed-form step over those points."""
-    obj = objective_for(scenario)
+    obj = objective_for(scenario, trace)
     return [
         {
             "bucket": r.bucket.name,
@@ -209,46 +209,55 @@ def chosen_points(results: Sequence[BucketResult], scenario: Scenario) -> list[d
 
 
 def scenario_for_table(table: PolicyTable, fallback: Scenario) -> tuple[Scenario, str]:
-    """The scenario a policy table was planned for, from its preset names; where a name is no
-    preset (a user's own spec), the fallback's spec, with a note saying so."""
+    """The Scenario a policy table was planned for (PolicyTable.scenario). A spec it names
+    that cannot be loaded here (a file on another machine; an old file without a workload) is
+    replaced by the fallback's (the sidebar's), and the note says which; '' when none was."""
+    scenario = table.scenario
     notes = []
-
-    def pick(kind: str, name: str, load: Any, current: Any) -> Any:
-        if not name:
-            return current
-        try:
-            return load(name)
-        except SpecError:
-            notes.append(f"{kind} {name!r} is no preset; using {getattr(current, 'name', '-')}")
-            return current
-
-    drafter = fallback.drafter
-    if table.drafter:
-        drafter = pick("drafter", table.drafter, load_model, fallback.drafter)
-    s = Scenario(
-        hardware=pick("GPU", table.hardware, load_hardware, fallback.hardware),
-        target=pick("target", table.target, load_model, fallback.target),
-        drafter=drafter,
-        workload=pick("workload", table.workload, load_workload, fallback.workload),
-        tp=table.tp,
-        trace=fallback.trace,
-        trace_label=fallback.trace_label,
+    checks = (
+        ("target", "target", load_model),
+        ("drafter", "drafter", load_model),
+        ("gpu", "GPU", load_hardware),
+        ("workload", "workload", load_workload),
+        ("calibration", "calibration", Calibration.load),
     )
-    return s, "; ".join(notes)
+    for name, kind, load in checks:
+        value = getattr(scenario, name)
+        if not value or (name == "drafter" and not scenario.has_drafter):
+            if name == "workload":
+                notes.append(f"the table names no workload; using {fallback.workload}")
+                scenario = scenario.replace(workload=fallback.workload)
+            continue
+        try:
+            load(value)
+        except (SpecError, OSError) as e:
+            replacement = getattr(fallback, name) if name != "calibration" else None
+            notes.append(f"{kind} {value!r} cannot be loaded here ({e}); using {replacement}")
+            scenario = scenario.replace(**{name: replacement})
+    return scenario, "; ".join(notes)
 
 
-def engine_exports(table: PolicyTable, scenario: Scenario) -> dict[str, Export | str]:
-    """Every engine's export of a table (planner.export), or the reason it failed."""
-    model = acceptance_for(scenario)
+def scenario_changes(planned: Scenario, sidebar: Scenario) -> str:
+    """How the sidebar's scenario differs from a table's ('' when it does not), as a page
+    says it: 'gpu h200 (table) vs h100-sxm (sidebar), ...'. The objective and SLOs are how
+    a table was searched, not what it predicts for, so they are left out."""
+    scored = ("objective", "slo_tpot_ms", "slo_ttft_ms")
+    return ", ".join(
+        f"{name} {mine} (table) vs {theirs} (sidebar)"
+        for name, mine, theirs in planned.changes(sidebar)
+        if name not in scored
+    )
 
-    def shape(policy: TreePolicy) -> DraftTree:
-        static = TreePolicy("static", policy.depth, policy.topk, policy.budget)
-        return build_tree(static, model, np.random.default_rng(0))
 
+def engine_exports(table: PolicyTable) -> tuple[dict[str, Export | str], str]:
+    """Every engine's export of a table, or the reason it failed, exactly as `spectune export`
+    writes it (planner.export.export_table with the table's Scenario); and a note when the
+    table's objective could not be built ('' otherwise)."""
     out: dict[str, Export | str] = {}
+    note = ""
     for engine in ENGINES:
         try:
-            out[engine] = export_policy(table, engine, shaper=shape)
+            out[engine], note = export_table(table, engine)
         except SpecError as e:
             out[engine] = str(e)
-    return out
+    return out, note

@@ -16,13 +16,23 @@ import streamlit as st
 from matplotlib.figure import Figure
 
 from spectune.dashboards import artifacts, data, loadtest, plans, uploads
-from spectune.specs import HARDWARE_PRESETS, MODEL_PRESETS, WORKLOAD_PRESETS, SpecError, TreePolicy
+from spectune.specs import (
+    HARDWARE_PRESETS,
+    MODEL_PRESETS,
+    NO_DRAFTER,
+    WORKLOAD_PRESETS,
+    Scenario,
+    SpecError,
+    TreePolicy,
+)
 
 T = TypeVar("T")
 
 SCENARIO_PREFIX = "scn."
+SCENARIO_KEY = "scenario"  # the sidebar's Scenario, for the pages
+TRACE_KEY = "acceptance_trace"  # the key of the uploaded acceptance trace in use ('' : none)
 CUSTOM_KEY = "custom_specs"
-NO_DRAFTER = "none (retrieval drafting only)"
+NO_DRAFTER_CHOICE = "none (retrieval drafting only)"
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 CONTEXTS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 PRUNE_THRESHOLDS = (0.0, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3)
@@ -86,46 +96,54 @@ def _custom() -> dict[str, dict[str, Any]]:
 
 
 def _remember_uploads() -> None:
+    """Uploaded specs are kept as files (uploads.spec_file_from_upload) so that a Scenario
+    names them by path like any user spec file; the sidebar lists them by their spec's name."""
     store = _custom()
     with st.sidebar.expander("Your own specs (JSON/TOML)"):
         st.caption("Fields of HardwareSpec, ModelSpec or Workload; parsed as data only.")
         kinds = ("json", "toml")
-        gpu = upload("GPU spec", kinds, uploads.hardware_from_upload, key="upload.gpu")
-        model = upload("Model spec (target or drafter)", kinds, uploads.model_from_upload,
+        gpu = upload("GPU spec", kinds, uploads.hardware_file_from_upload, key="upload.gpu")
+        model = upload("Model spec (target or drafter)", kinds, uploads.model_file_from_upload,
                        key="upload.model")  # fmt: skip
-        wl = upload("Workload spec", kinds, uploads.workload_from_upload, key="upload.workload")
-        for kind, spec in (("gpu", gpu), ("model", model), ("workload", wl)):
-            if spec is not None:
-                store[kind][f"{spec.name} (uploaded)"] = spec
+        wl = upload("Workload spec", kinds, uploads.workload_file_from_upload,
+                    key="upload.workload")  # fmt: skip
+        for kind, found in (("gpu", gpu), ("model", model), ("workload", wl)):
+            if found is not None:
+                spec, path = found
+                store[kind][f"{spec.name} (uploaded)"] = (path, spec)
         trace = upload("Acceptance trace (spectune.trace/v1 .jsonl or .jsonl.gz)", ("jsonl", "gz"),
                        acceptance_trace, key="upload.trace")  # fmt: skip
         if trace is not None:
             key, model, label = trace
-            data.register_trace(key, model)
+            data.register_trace(key, model, label)
             store["trace"] = {"key": key, "label": label}
 
 
-def scenario_sidebar() -> data.Scenario:
-    """GPU, target, drafter, TP and workload pickers (presets plus uploaded specs)."""
+def scenario_sidebar() -> tuple[Scenario, str]:
+    """GPU, target, drafter, TP and workload pickers (presets plus uploaded specs): the
+    Scenario they name, and the key of the uploaded acceptance trace in use ('' : none)."""
     _remember_uploads()
     store = _custom()
     sb = st.sidebar
-    gpus = {**{n: HARDWARE_PRESETS[n] for n in sorted(HARDWARE_PRESETS)}, **store["gpu"]}
-    models = {**{n: MODEL_PRESETS[n] for n in sorted(MODEL_PRESETS)}, **store["model"]}
-    workloads = {**{n: WORKLOAD_PRESETS[n] for n in sorted(WORKLOAD_PRESETS)}, **store["workload"]}
-    targets = [n for n, m in models.items() if not m.is_draft_head]
+    # choice -> (the name a Scenario holds: preset name or spec file, the spec)
+    gpus = {**{n: (n, HARDWARE_PRESETS[n]) for n in sorted(HARDWARE_PRESETS)}, **store["gpu"]}
+    models = {**{n: (n, MODEL_PRESETS[n]) for n in sorted(MODEL_PRESETS)}, **store["model"]}
+    workloads = {**{n: (n, WORKLOAD_PRESETS[n]) for n in sorted(WORKLOAD_PRESETS)},
+                 **store["workload"]}  # fmt: skip
+    targets = [n for n, (_, m) in models.items() if not m.is_draft_head]
+    d = data.DEFAULT_SCENARIO
     k = SCENARIO_PREFIX
     gpu = sb.selectbox("GPU", list(gpus), key=k + "gpu",
-                       index=_initial(k + "gpu", list(gpus).index(data.DEFAULT_GPU)))  # fmt: skip
+                       index=_initial(k + "gpu", list(gpus).index(d.gpu)))  # fmt: skip
     target = sb.selectbox("Target model", targets, key=k + "target",
-                          index=_initial(k + "target", targets.index(data.DEFAULT_TARGET)))  # fmt: skip
-    gpu = gpu if gpu in gpus else data.DEFAULT_GPU  # a kept choice that is no option any more
-    target = target if target in targets else data.DEFAULT_TARGET
-    tm = models[target]
-    heads = [n for n, m in models.items() if m.is_draft_head and m.hidden == tm.hidden]
-    smaller = [n for n, m in models.items()
+                          index=_initial(k + "target", targets.index(d.target)))  # fmt: skip
+    gpu = gpu if gpu in gpus else d.gpu  # a kept choice that is no option any more
+    target = target if target in targets else d.target
+    tm = models[target][1]
+    heads = [n for n, (_, m) in models.items() if m.is_draft_head and m.hidden == tm.hidden]
+    smaller = [n for n, (_, m) in models.items()
                if not m.is_draft_head and n != target and m.total_params() < tm.total_params()]  # fmt: skip
-    drafters = [*heads, *smaller, NO_DRAFTER]
+    drafters = [*heads, *smaller, NO_DRAFTER_CHOICE]
     preferred = f"eagle3-{tm.name}"
     default = drafters.index(preferred) if preferred in drafters else 0
     dkey = f"{k}drafter.{target}"
@@ -135,28 +153,31 @@ def scenario_sidebar() -> data.Scenario:
     )
     drafter = drafter if drafter in drafters else drafters[default]
     wl = sb.selectbox("Workload", list(workloads), key=k + "workload",
-                      index=_initial(k + "workload", list(workloads).index(data.DEFAULT_WORKLOAD)))  # fmt: skip
-    wl = wl if wl in workloads else data.DEFAULT_WORKLOAD
+                      index=_initial(k + "workload", list(workloads).index(d.workload)))  # fmt: skip
+    wl = wl if wl in workloads else d.workload
     trace = store.get("trace") or {}
     use_trace = bool(trace) and sb.toggle("Acceptance from the uploaded trace", value=True,
                                           key=k + "use_trace", help=trace.get("label"))  # fmt: skip
-    return data.Scenario(
-        hardware=gpus[gpu],
-        target=tm,
-        drafter=None if drafter == NO_DRAFTER else models[drafter],
-        workload=workloads[wl],
+    scenario = Scenario(
+        target=models[target][0],
+        drafter=NO_DRAFTER if drafter == NO_DRAFTER_CHOICE else models[drafter][0],
+        gpu=gpus[gpu][0],
         tp=int(tp),
-        trace=trace["key"] if use_trace else "",
-        trace_label=trace["label"] if use_trace else "",
+        workload=workloads[wl][0],
     )
+    return scenario, trace["key"] if use_trace else ""
 
 
-def scenario() -> data.Scenario:
+def scenario() -> Scenario:
     """The scenario the app's sidebar picked (or the defaults when a page runs alone)."""
-    s = st.session_state.get("scenario")
-    if isinstance(s, data.Scenario):
-        return s
-    return data.scenario_from_names()
+    s = st.session_state.get(SCENARIO_KEY)
+    return s if isinstance(s, Scenario) else data.DEFAULT_SCENARIO
+
+
+def trace() -> str:
+    """The key of the uploaded acceptance trace the sidebar uses ('' : the workload's)."""
+    key = st.session_state.get(TRACE_KEY)
+    return key if isinstance(key, str) else ""
 
 
 def policy_controls(prefix: str, default: TreePolicy = data.SGLANG_DEFAULT) -> TreePolicy | None:
@@ -197,20 +218,28 @@ def acceptance_trace(name: str, blob: bytes) -> tuple[str, Any, str]:
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
-def what_if(s: data.Scenario, policy: TreePolicy | None, batch: int, context: int) -> data.WhatIf:
-    return data.what_if(s, policy, batch, context)
+def what_if(s: Scenario, policy: TreePolicy | None, batch: int, context: int,
+            trace: str = "") -> data.WhatIf:  # fmt: skip
+    return data.what_if(s, policy, batch, context, trace)
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
-def sample_tree(s: data.Scenario, policy: TreePolicy, seed: int) -> data.SampleTree:
-    return data.sample_tree(s, policy, seed)
+def sample_tree(s: Scenario, policy: TreePolicy, seed: int, trace: str = "") -> data.SampleTree:
+    return data.sample_tree(s, policy, seed, trace)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def scenario_label(s: Scenario, trace: str = "") -> str:
+    return data.scenario_label(s, trace)
 
 
 @st.cache_data(show_spinner="Planning...", max_entries=16)
-def run_plan(s: data.Scenario, batch_edges: tuple[int, ...], context_edges: tuple[int, ...],
-             trials: int, seed: int, multi_objective: bool, max_step_ms: float | None) -> plans.Plan:  # fmt: skip
+def run_plan(s: Scenario, batch_edges: tuple[int, ...], context_edges: tuple[int, ...],
+             trials: int, seed: int, multi_objective: bool, max_step_ms: float | None,
+             trace: str = "") -> plans.Plan:  # fmt: skip
     return plans.run_plan(s, batch_edges=batch_edges, context_edges=context_edges, trials=trials,
-                         seed=seed, multi_objective=multi_objective, max_step_ms=max_step_ms)  # fmt: skip
+                         seed=seed, multi_objective=multi_objective, max_step_ms=max_step_ms,
+                         trace=trace)  # fmt: skip
 
 
 @st.cache_data(show_spinner=False, ttl=10)
@@ -224,26 +253,32 @@ def load_study_plan(url: str, prefix: str) -> plans.Plan:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def batch_curves(s: data.Scenario, policies: dict[str, TreePolicy | None],
-                 batches: tuple[int, ...], context: int) -> dict[str, Any]:  # fmt: skip
-    return data.batch_curves(s, policies, batches, context)
+def batch_curves(s: Scenario, policies: dict[str, TreePolicy | None],
+                 batches: tuple[int, ...], context: int, trace: str = "") -> dict[str, Any]:  # fmt: skip
+    return data.batch_curves(s, policies, batches, context, trace)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def table_curve(s: data.Scenario, table: Any, batches: tuple[int, ...], context: int) -> Any:
-    return data.table_curve(s, table, batches, context)
+def table_curve(s: Scenario, table: Any, batches: tuple[int, ...], context: int,
+                trace: str = "") -> Any:  # fmt: skip
+    return data.table_curve(s, table, batches, context, trace)
+
+
+@st.cache_data(show_spinner="Exporting...", max_entries=16)
+def engine_exports(table: Any) -> tuple[dict[str, Any], str]:
+    return plans.engine_exports(table)
 
 
 @st.cache_data(show_spinner="Simulating...", max_entries=32)
-def load_sweep(s: data.Scenario, policy: Any, qps: tuple[float, ...],
-               settings: loadtest.LoadSettings) -> list[dict[str, Any]]:  # fmt: skip
-    return loadtest.sweep(s, policy, qps, settings)
+def load_sweep(s: Scenario, policy: Any, qps: tuple[float, ...],
+               settings: loadtest.LoadSettings, trace: str = "") -> list[dict[str, Any]]:  # fmt: skip
+    return loadtest.sweep(s, policy, qps, settings, trace)
 
 
 @st.cache_data(show_spinner="Simulating the trace...", max_entries=8)
-def trace_replay(s: data.Scenario, policy: Any, trace: Any,
-                 settings: loadtest.LoadSettings) -> dict[str, Any]:  # fmt: skip
-    return loadtest.replay(s, policy, trace, settings)
+def trace_replay(s: Scenario, policy: Any, arrivals: Any,
+                 settings: loadtest.LoadSettings, trace: str = "") -> dict[str, Any]:  # fmt: skip
+    return loadtest.replay(s, policy, arrivals, settings, trace)
 
 
 @st.cache_data(show_spinner=False, ttl=30)

@@ -3,12 +3,14 @@ into the specs' frozen dataclasses (HardwareSpec, ModelSpec, Workload, PolicyTab
 traces through the simulator's CSV/JSONL reader, acceptance traces through the planner's
 spectune.trace/v1 reader. Every file is checked against a size limit first, and every problem
 becomes a SpecError that names the file, so a page shows one clear line instead of a traceback.
-Nothing is unpickled, imported or evaluated.
+Nothing is unpickled, imported or evaluated. A spec that parsed is kept as a file under the
+temporary folder, named by its content, so that a Scenario can name it by path.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import sys
 import tempfile
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from spectune.specs import HardwareSpec, ModelSpec, PolicyTable, SpecError, Workload
-from spectune.specs.io import from_mapping
+from spectune.specs.io import from_mapping, write_text_atomic
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -72,6 +74,33 @@ def workload_from_upload(name: str, data: bytes) -> Workload:
     return _build(Workload, name, data)
 
 
+def _keep(name: str, data: bytes) -> str:
+    """An uploaded spec, already parsed, kept as a file named by its content (so a Scenario
+    names it by path like any user spec file, and the same upload is the same path)."""
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / "spectune-uploads"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{digest}{Path(name).suffix.lower()}"
+    if not path.is_file():
+        write_text_atomic(path, data.decode("utf-8"))
+    return str(path)
+
+
+def hardware_file_from_upload(name: str, data: bytes) -> tuple[HardwareSpec, str]:
+    """The uploaded GPU spec and the file it is kept as (a Scenario's `gpu`)."""
+    return hardware_from_upload(name, data), _keep(name, data)
+
+
+def model_file_from_upload(name: str, data: bytes) -> tuple[ModelSpec, str]:
+    """The uploaded model spec and the file it is kept as (a Scenario's target or drafter)."""
+    return model_from_upload(name, data), _keep(name, data)
+
+
+def workload_file_from_upload(name: str, data: bytes) -> tuple[Workload, str]:
+    """The uploaded workload and the file it is kept as (a Scenario's `workload`)."""
+    return workload_from_upload(name, data), _keep(name, data)
+
+
 def policy_from_upload(name: str, data: bytes) -> PolicyTable:
     doc = parse_mapping(name, data)
     try:
@@ -105,8 +134,6 @@ def trace_from_upload(name: str, data: bytes) -> Any:
 def acceptance_trace_from_upload(name: str, data: bytes) -> tuple[str, Any, str]:
     """A recorded acceptance trace (spectune.trace/v1 JSONL, optionally .gz) as the planner's
     TraceReplay model: (content key, model, label)."""
-    import hashlib
-
     from spectune.planner.acceptance import TraceReplay
     from spectune.specs.trace import read_trace
 

@@ -24,6 +24,9 @@ tokens spread over the batch minus the time without them. Without `output_tokens
 
 `planner.search` takes any `Objective` (a function of policy, batch and context); this module
 is the default one. The simulator offers a simulation-based one that the CLI hands in instead.
+`scenario_objective(resolved scenario)` is the one builder of the objective that plans are
+scored with (turnover and KV cap on, the scenario's calibration); `spectune plan`, `worker`,
+`export`, the validation layer and the dashboards all take it from there.
 """
 
 from __future__ import annotations
@@ -31,13 +34,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from spectune.planner.capacity import KVBudget, auto_max_batch, kv_budget
 from spectune.specs.calibration import Calibration
 from spectune.specs.policy import MAX_BUDGET, TreePolicy
+from spectune.specs.scenario import ResolvedScenario, Scenario
+
+if TYPE_CHECKING:
+    from spectune.planner.costmodel import CostModel
 
 Objective = Callable[[TreePolicy | None, int, int], float]
 """Score of a policy (None = off) at (batch, context); larger is better (tokens/s)."""
@@ -290,6 +297,78 @@ class ClosedFormObjective:
         return self.step_time(policy, batch, context)
 
 
+def scenario_cost_model(resolved: ResolvedScenario) -> CostModel:
+    """The cost model of a scenario: its GPU, target, drafter and TP, priced with its
+    calibration (defaults without one; one fitted on another GPU is a SpecError)."""
+    from spectune.planner.costmodel import CostModel
+
+    return CostModel(
+        resolved.hardware,
+        resolved.target,
+        resolved.drafter,
+        tp=resolved.tp,
+        calibration=resolved.calibration,
+    )
+
+
+def scenario_objective(
+    resolved: ResolvedScenario,
+    *,
+    decode_only: bool = False,
+    acceptance: Any = None,
+    samples: int = SAMPLES,
+    seed: int = 0,
+) -> ClosedFormObjective:
+    """The planner's closed-form objective for a scenario: what `spectune plan` scores with.
+
+    Saturated servers replace finished requests (prefill turnover, as the simulator does) and
+    run no larger batch than the KV cache holds at the context (a model that does not fit the
+    GPUs at all is a SpecError); the cost model carries the scenario's calibration.
+    `decode_only`: pure decode steps, no turnover and no KV cap (what-if phases, executor
+    measurements, which time decode steps at a fixed batch). `acceptance`: another acceptance
+    model (an uploaded trace's TraceReplay) in place of the workload's."""
+    return _objective(
+        scenario_cost_model(resolved),
+        resolved,
+        acceptance,
+        turnover=not decode_only,
+        kv_capacity=not decode_only,
+        samples=samples,
+        seed=seed,
+    )
+
+
+def _objective(
+    cm: CostModel,
+    resolved: ResolvedScenario,
+    acceptance: Any,
+    *,
+    turnover: bool,
+    kv_capacity: bool,
+    samples: int,
+    seed: int,
+) -> ClosedFormObjective:
+    """The one place a ClosedFormObjective is assembled from a scenario's specs."""
+    from spectune.planner.acceptance import acceptance_model
+
+    wl = resolved.workload
+    out = float(wl.output_len_mean_tokens) if turnover else None
+    kv = (
+        kv_budget(resolved.hardware, resolved.target, resolved.drafter, tp=resolved.tp)
+        if kv_capacity
+        else None
+    )
+    return ClosedFormObjective(
+        cm,
+        acceptance if acceptance is not None else acceptance_model(wl),
+        samples=samples,
+        seed=seed,
+        output_tokens=out,
+        kv=kv,
+        mean_output_tokens=float(wl.output_len_mean_tokens),
+    )
+
+
 def closed_form_objective(
     target: str,
     drafter: str,
@@ -303,35 +382,24 @@ def closed_form_objective(
     calibration: Calibration | str | os.PathLike[str] | None = None,
     kv_capacity: bool = False,
 ) -> ClosedFormObjective:
-    """Build the default objective from preset names or spec file paths. `turnover`: charge
-    the prefill of requests replacing finished ones (the workload's mean output length), as
-    the planner's scorer does (simulator.scoring); off, steps are pure decode (what-if pages,
-    GPU measurements). `calibration`: a fitted Calibration or its file (`spectune calibrate`)
-    for the cost model; one fitted on another GPU than `gpu` is a SpecError. `kv_capacity`:
-    run no larger batch than the KV cache holds at the context (and a model that does not fit
-    the GPUs at all is a SpecError), as the planner's scorer does."""
-    from spectune.planner.acceptance import acceptance_model
-    from spectune.planner.costmodel import CostModel
-    from spectune.specs import load_hardware, load_model
-    from spectune.specs.workload import load_workload
-
-    cal = (
-        calibration
-        if isinstance(calibration, Calibration | None)
-        else Calibration.load(calibration)
-    )
-    hw, tgt, dft = load_hardware(gpu), load_model(target), load_model(drafter)
-    cm = CostModel(hw, tgt, dft, tp=tp, calibration=cal)
-    wl = load_workload(workload)
-    model = acceptance_model(wl)
-    out = float(wl.output_len_mean_tokens) if turnover else None
-    kv = kv_budget(hw, tgt, dft, tp=tp) if kv_capacity else None
-    return ClosedFormObjective(
-        cm,
-        model,
+    """The closed form from preset names or spec file paths, each term chosen: `turnover`
+    charges the prefill of requests replacing finished ones (the workload's mean output
+    length); off, steps are pure decode. `calibration`: a fitted Calibration or its file
+    (`spectune calibrate`) for the cost model; one fitted on another GPU than `gpu` is a
+    SpecError. `kv_capacity`: run no larger batch than the KV cache holds at the context (and
+    a model that does not fit the GPUs at all is a SpecError). What `spectune plan` scores
+    with is `scenario_objective` (both on, the scenario's calibration)."""
+    cal_file = None if isinstance(calibration, Calibration | None) else os.fspath(calibration)
+    scenario = Scenario(target, drafter, gpu, tp, workload, calibration=cal_file)
+    resolved = scenario.resolve()
+    if isinstance(calibration, Calibration):
+        resolved = replace(resolved, calibration=calibration)
+    return _objective(
+        scenario_cost_model(resolved),
+        resolved,
+        None,
+        turnover=turnover,
+        kv_capacity=kv_capacity,
         samples=samples,
         seed=seed,
-        output_tokens=out,
-        kv=kv,
-        mean_output_tokens=float(wl.output_len_mean_tokens),
     )

@@ -61,7 +61,7 @@ from spectune.planner.studies import (
     study_name,
 )
 from spectune.specs.errors import SpecError
-from spectune.specs.policy import ChainChoice, TreePolicy
+from spectune.specs.policy import ChainChoice, TreePolicy, policy_label
 
 ATTR_POINTS = "points_tokens_per_s"
 ATTR_LATENCY = "latency_s"
@@ -247,12 +247,6 @@ def _dominates(values: Sequence[float], refs: Mapping[str, Sequence[float]]) -> 
     return all(v >= max(r[i] for r in refs.values()) * (1 - 1e-9) for i, v in enumerate(values))
 
 
-def _short(p: TreePolicy | None) -> str:
-    if p is None:
-        return "off"
-    return f"{p.builder}:{p.depth},{p.topk},{p.budget}" + (",echo" if p.shared_budget else "")
-
-
 def best_chain(
     scorer: Scorer, bucket: BucketSpec, space: PolicySpace, off: Sequence[float]
 ) -> ChainChoice:
@@ -315,7 +309,7 @@ def choose(
         if gain < settings.min_gain:
             name = next(n for n, p in REFERENCES.items() if p == ref)
             note = note or (
-                f"kept {name}: the best searched policy ({_short(policy)}) is predicted only "
+                f"kept {name}: the best searched policy ({policy_label(policy)}) is predicted only "
                 f"{100 * gain:+.1f}% (< min_gain {100 * settings.min_gain:.0f}%)"
             )
             policy = ref
@@ -377,7 +371,7 @@ def _per_request_unless_shared_gains(
         return policy, ""
     safe[twin] = values
     return twin, (
-        f"kept the per-request budget: ECHO's shared budget ({_short(policy)}) is predicted "
+        f"kept the per-request budget: ECHO's shared budget ({policy_label(policy)}) is predicted "
         f"only {100 * gain:+.1f}% (< min_gain {100 * settings.min_gain:.0f}%)"
     )
 

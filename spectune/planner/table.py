@@ -1,6 +1,8 @@
 """Turn search results into the policy file (a PolicyTable): one bucket per searched (batch,
 context) range with its chosen policy, the closed form's prediction and the best chain for
-chain-only engines (a shared verify budget, ECHO, is recorded in the policy itself). `spectune plan`, the dashboards and the executor all write tables this way."""
+chain-only engines (a shared verify budget, ECHO, is recorded in the policy itself), and the
+Scenario it was planned for. `spectune plan`, the dashboards and the validation layer's planned
+tables all write tables this way."""
 
 from __future__ import annotations
 
@@ -10,15 +12,18 @@ from typing import Any
 from spectune.planner.objective import ClosedFormObjective
 from spectune.planner.search import BucketResult
 from spectune.specs.policy import Bucket, ChainChoice, PolicyTable, Prediction
+from spectune.specs.scenario import Scenario
 from spectune.specs.workload import load_workload
 
 
 def build_table(
     results: Sequence[BucketResult],
     closed: ClosedFormObjective,
-    scenario: Mapping[str, Any],
+    scenario: Scenario,
     provenance: Mapping[str, Any],
 ) -> PolicyTable:
+    """The policy file of a search's results for `scenario`; `closed` gives each bucket's
+    accepted length (the objective the search scored with, or the scenario's closed form)."""
     buckets = tuple(
         Bucket(
             batch=r.bucket.batch,
@@ -38,14 +43,15 @@ def build_table(
         for r in results
     )
     return PolicyTable(
-        target=scenario["target"],
-        drafter=scenario["drafter"],
-        hardware=scenario["gpu"],
+        target=scenario.target,
+        drafter=scenario.drafter,
+        hardware=scenario.gpu,
         buckets=buckets,
-        tp=int(scenario["tp"]),
-        workload=scenario["workload"],
-        temperature=_temperature(scenario["workload"]),
+        tp=scenario.tp,
+        workload=scenario.workload,
+        temperature=_temperature(scenario.workload),
         provenance=dict(provenance),
+        scenario=scenario,
     )
 
 

@@ -374,10 +374,8 @@ _POLICY_TEXT: dict[Any, str] = {}
 
 
 def _policy_text(policy: Any) -> str:
+    """The policy's label (TreePolicy.label), cached per policy: the log names each once."""
     s = _POLICY_TEXT.get(policy)
     if s is None:
-        s = f"{policy.builder}:{policy.depth},{policy.topk},{policy.budget}"
-        if policy.prune_threshold or policy.graft_budget:
-            s += f",{policy.prune_threshold:g},{policy.graft_budget}"
-        _POLICY_TEXT[policy] = s
+        s = _POLICY_TEXT[policy] = policy.label
     return s

@@ -1,41 +1,34 @@
-"""The search's scorer for a named scenario: the planner's closed form, or the simulator's
+"""The search's scorer for a Scenario: the planner's closed form, or the simulator's
 goodput/throughput objective. It lives in the simulator layer because it composes the two (the
 planner never imports the simulator); `spectune plan`, `spectune worker` and the dashboards call
-it with the same scenario dict, so every worker of a shared study scores the same way."""
+it with the same Scenario, so every worker of a shared study scores the same way.
+
+`scenario_sim_config` is the simulator's side of a scenario: the SimConfig of its GPU, models,
+TP and workload, priced by the scenario's (calibrated) cost model. `spectune simulate`, the
+dashboards' Load page and the simulation objective start from it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from spectune.planner.costmodel import CostModel
-from spectune.planner.objective import ClosedFormObjective, closed_form_objective
+from spectune.planner.objective import ClosedFormObjective, scenario_cost_model, scenario_objective
 from spectune.planner.search import Scorer
+from spectune.simulator.arrivals import ArrivalProcess, ClosedLoop
+from spectune.simulator.config import SimConfig
 from spectune.simulator.objective import SimObjective, goodput_objective
-from spectune.specs import TreePolicy, load_hardware, load_model
-from spectune.specs.calibration import Calibration
-from spectune.specs.workload import load_workload
+from spectune.specs import TreePolicy
+from spectune.specs.scenario import ResolvedScenario, Scenario
 
 
-def build_scorer(scenario: Mapping[str, Any]) -> tuple[Scorer, ClosedFormObjective]:
+def build_scorer(scenario: Scenario) -> tuple[Scorer, ClosedFormObjective]:
     """The search's scorer for a scenario, and the closed form (accepted lengths, latency).
 
     closed-form: tokens/s and step latency from the cost model; goodput / throughput: the
     simulator's goodput under the TPOT/TTFT SLO or its throughput, and its p99 TPOT as the
     multi-objective latency."""
-    closed = closed_form_objective(
-        scenario["target"],
-        scenario["drafter"],
-        scenario["gpu"],
-        scenario["workload"],
-        tp=int(scenario.get("tp", 1)),
-        turnover=True,  # saturated servers replace finished requests, as the simulator does
-        kv_capacity=True,  # and run no larger batch than the KV cache holds at the context
-        calibration=scenario.get("calibration"),  # a calibration file, or None: defaults
-    )
-    kind = scenario.get("objective", "closed-form")
-    if kind in ("goodput", "throughput"):
-        sim = simulation_objective(scenario, metric=kind)
+    resolved = scenario.resolve()
+    closed = scenario_objective(resolved)
+    if scenario.objective in ("goodput", "throughput"):
+        sim = simulation_objective(resolved, metric=scenario.objective)
 
         def tpot_p99(policy: TreePolicy | None, batch: int, context: int) -> float:
             return float(sim.run(policy, batch, context).metrics.tpot.p99)
@@ -44,26 +37,44 @@ def build_scorer(scenario: Mapping[str, Any]) -> tuple[Scorer, ClosedFormObjecti
     return Scorer(closed, closed.step_latency), closed
 
 
-def simulation_objective(scenario: Mapping[str, Any], metric: str = "goodput") -> SimObjective:
-    """The simulator's objective (spectune.simulator.goodput_objective) for a scenario."""
+def simulation_objective(resolved: ResolvedScenario, metric: str = "goodput") -> SimObjective:
+    """The simulator's objective (spectune.simulator.goodput_objective) for a scenario, with
+    its SLOs and its (calibrated) cost model."""
 
-    def seconds(ms: Any) -> float | None:
-        return None if ms is None else float(ms) / 1e3
-
-    hw, target = load_hardware(scenario["gpu"]), load_model(scenario["target"])
-    drafter, tp = load_model(scenario["drafter"]), int(scenario.get("tp", 1))
-    extra: dict[str, Any] = {}
-    if scenario.get("calibration"):  # the simulator prices steps with the calibrated model too
-        cal = Calibration.load(scenario["calibration"])
-        extra["cost_model"] = CostModel(hw, target, drafter, tp=tp, calibration=cal)
+    s = resolved.scenario
     return goodput_objective(
-        hw,
-        target,
-        drafter,
-        load_workload(scenario["workload"]),
-        tp=tp,
-        slo_tpot_s=seconds(scenario.get("slo_tpot_ms")),
-        slo_ttft_s=seconds(scenario.get("slo_ttft_ms")),
+        resolved.hardware,
+        resolved.target,
+        resolved.drafter,
+        resolved.workload,
+        tp=resolved.tp,
+        slo_tpot_s=seconds(s.slo_tpot_ms),
+        slo_ttft_s=seconds(s.slo_ttft_ms),
         metric=metric,
-        **extra,
+        cost_model=scenario_cost_model(resolved),
     )
+
+
+def scenario_sim_config(
+    resolved: ResolvedScenario, arrivals: ArrivalProcess | None = None
+) -> SimConfig:
+    """A SimConfig for the scenario (arrivals default to one closed-loop client): its GPU,
+    target, drafter, workload, TP, the SLOs it names, and its cost model. Callers set the
+    rest with dataclasses.replace."""
+    s = resolved.scenario
+    return SimConfig(
+        hardware=resolved.hardware,
+        target=resolved.target,
+        drafter=resolved.drafter,
+        arrivals=arrivals if arrivals is not None else ClosedLoop(1),
+        workload=resolved.workload,
+        tp=resolved.tp,
+        slo_tpot_s=seconds(s.slo_tpot_ms),
+        slo_ttft_s=seconds(s.slo_ttft_ms),
+        cost_model=scenario_cost_model(resolved),
+    )
+
+
+def seconds(ms: float | None) -> float | None:
+    """A scenario's SLO in ms as the simulator's seconds (None stays None)."""
+    return None if ms is None else float(ms) / 1e3

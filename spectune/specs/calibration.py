@@ -21,7 +21,7 @@ from typing import Any
 
 from spectune.specs.errors import SpecError
 from spectune.specs.io import from_mapping, help_field, read_mapping, write_json_atomic
-from spectune.specs.policy import BUILDERS
+from spectune.specs.tree import BUILDERS
 
 US = 1e-6  # seconds in one microsecond
 

@@ -4,11 +4,18 @@ The policy file is what `spectune plan` writes and every other command reads:
 
     {"schema": "spectune.policy/v1", "target": ..., "drafter": ..., "hardware": ..., "tp": 1,
      "workload": ..., "temperature": 0.0,
+     "scenario": {"target": ..., "drafter": ..., "gpu": ..., "tp": 1, "workload": ...,
+                  "calibration": null, "engine": ..., "objective": ..., "slo_tpot_ms": null,
+                  "slo_ttft_ms": null},
      "buckets": [{"batch": [lo, hi], "context": [lo, hi], "policy": {...} | null,
                   "predicted": {"tokens_per_s": ..., "speedup": ..., "accepted_len": ...}}],
      "provenance": {...}}
 
-Bucket ranges are inclusive. A null policy means speculation off for that bucket.
+Bucket ranges are inclusive. A null policy means speculation off for that bucket. "scenario" is
+the Scenario the table was planned for (spectune.specs.scenario); the top-level target, drafter,
+hardware, tp and workload repeat its names and must agree with it. Files written before it
+existed load with a Scenario made from those top-level names (no calibration, the default
+engine and objective).
 """
 
 from __future__ import annotations
@@ -22,9 +29,10 @@ from typing import Any
 
 from spectune.specs.errors import SpecError
 from spectune.specs.io import from_mapping, help_field, write_json_atomic
+from spectune.specs.scenario import NO_DRAFTER, Scenario
+from spectune.specs.tree import BUILDERS
 
 SCHEMA = "spectune.policy/v1"
-BUILDERS = ("static", "dynamic-topk")
 MAX_BUDGET = 1024
 MAX_DEPTH = 64
 MAX_TOPK = 64
@@ -111,6 +119,11 @@ class TreePolicy:
         return s
 
 
+def policy_label(policy: TreePolicy | None) -> str:
+    """'off', or the policy's CLI form (TreePolicy.label): how every report names a policy."""
+    return "off" if policy is None else policy.label
+
+
 @dataclass(frozen=True)
 class Prediction:
     """What the planner predicted for a bucket's policy."""
@@ -154,7 +167,11 @@ class Bucket:
 
 @dataclass(frozen=True)
 class PolicyTable:
-    """The tuned policy per (batch, context) bucket, plus what it was tuned for."""
+    """The tuned policy per (batch, context) bucket, plus what it was tuned for.
+
+    `scenario` is the Scenario the table was planned for; left out (None), it is made from
+    target, drafter, hardware, tp and workload (an old file's names). Given, those names must
+    agree with it."""
 
     target: str
     drafter: str
@@ -164,6 +181,36 @@ class PolicyTable:
     workload: str = ""
     temperature: float = 0.0
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    scenario: Scenario = None  # type: ignore[assignment]  # None: made from the names above
+
+    def __post_init__(self) -> None:
+        named = Scenario(
+            target=self.target,
+            drafter=self.drafter or NO_DRAFTER,
+            gpu=self.hardware,
+            tp=self.tp,
+            workload=self.workload,
+        )
+        if self.scenario is None:
+            object.__setattr__(self, "scenario", named)
+            return
+        if not isinstance(self.scenario, Scenario):
+            raise SpecError(f"field 'scenario' must be a Scenario, got {self.scenario!r}")
+        for top, name in (
+            ("target", "target"),
+            ("drafter", "drafter"),
+            ("hardware", "gpu"),
+            ("tp", "tp"),
+            ("workload", "workload"),
+        ):
+            want, got = getattr(named, name), getattr(self.scenario, name)
+            if name == "drafter":  # "" and "none" both name no drafter
+                want, got = want or NO_DRAFTER, got or NO_DRAFTER
+            if want != got:
+                raise SpecError(
+                    f"field 'scenario.{name}' is {got!r} but field {top!r} is "
+                    f"{getattr(self, top)!r}; they must agree"
+                )
 
     def lookup(self, batch: int, context: int) -> TreePolicy | None:
         """The policy for a live batch size and context length (None: speculation off).
@@ -188,6 +235,7 @@ class PolicyTable:
             "tp": self.tp,
             "workload": self.workload,
             "temperature": self.temperature,
+            "scenario": self.scenario.to_dict(),
             "buckets": [
                 {
                     "batch": list(b.batch),
@@ -256,16 +304,25 @@ class PolicyTable:
         prov = data.get("provenance", {})
         if not isinstance(prov, Mapping):
             raise SpecError(f"{where}: field 'provenance' must be an object")
-        return cls(
-            target=str(data["target"]),
-            drafter=str(data["drafter"]),
-            hardware=str(data["hardware"]),
-            buckets=tuple(buckets),
-            tp=tp,
-            workload=str(data.get("workload", "")),
-            temperature=float(temp),
-            provenance=dict(prov),
-        )
+        scenario = None
+        if data.get("scenario") is not None:
+            scenario = Scenario.from_dict(
+                _obj(data["scenario"], f"{where}: scenario"), f"{where}: scenario"
+            )
+        try:
+            return cls(
+                target=str(data["target"]),
+                drafter=str(data["drafter"]),
+                hardware=str(data["hardware"]),
+                buckets=tuple(buckets),
+                tp=tp,
+                workload=str(data.get("workload", "")),
+                temperature=float(temp),
+                provenance=dict(prov),
+                scenario=scenario,  # type: ignore[arg-type]  # None: made from the names
+            )
+        except SpecError as e:
+            raise SpecError(f"{where}: {e}") from e
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PolicyTable:

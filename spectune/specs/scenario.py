@@ -8,12 +8,14 @@ Scenario it was planned for, and whatever reads a policy file (simulate, execute
 dashboards) takes it from there.
 
 `Scenario` holds names (preset names or spec file paths) and is small, hashable and JSON-ready;
-`Scenario.resolve()` loads every spec once into a `ResolvedScenario`.
+`Scenario.resolve()` loads every spec once into a `ResolvedScenario`. A drafter named "none"
+means no drafter model (retrieval drafting only; `ResolvedScenario.drafter` is None).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,8 @@ from spectune.specs.model import ModelSpec, load_model
 from spectune.specs.workload import Workload, load_workload
 
 OBJECTIVES = ("closed-form", "goodput", "throughput")
+NO_DRAFTER = "none"
+"""The drafter name of a scenario without a drafter model (retrieval drafting only)."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,9 @@ class Scenario:
 
     target: str = help_field("llama-3.1-8b", help="target model: preset name or spec file")
     drafter: str = help_field(
-        "eagle3-llama-3.1-8b", help="drafter (draft head or draft model): preset name or spec file"
+        "eagle3-llama-3.1-8b",
+        help="drafter (draft head or draft model): preset name or spec file; 'none': "
+        "retrieval drafting only",
     )
     gpu: str = help_field("h100-sxm", help="GPU: preset name or spec file")
     tp: int = help_field(1, help="tensor-parallel degree (GPUs per replica)")
@@ -68,6 +74,25 @@ class Scenario:
             if v is not None and not (isinstance(v, int | float) and 0 < float(v) < float("inf")):
                 raise SpecError(f"scenario {name} must be a positive finite number, got {v!r}")
 
+    @property
+    def has_drafter(self) -> bool:
+        """False for a scenario that drafts by retrieval only (drafter "none" or empty)."""
+        return self.drafter not in ("", NO_DRAFTER)
+
+    @property
+    def label(self) -> str:
+        """'TARGET + DRAFTER on GPU (tp N), workload W', with the names as given."""
+        drafter = self.drafter if self.has_drafter else "no drafter"
+        return f"{self.target} + {drafter} on {self.gpu} (tp {self.tp}), workload {self.workload}"
+
+    def changes(self, other: Scenario) -> tuple[tuple[str, Any, Any], ...]:
+        """(field, this value, the other's value) for every field where `other` differs."""
+        return tuple(
+            (f.name, getattr(self, f.name), getattr(other, f.name))
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(other, f.name)
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields (what a policy file records)."""
         return dataclasses.asdict(self)
@@ -88,7 +113,7 @@ class Scenario:
             scenario=self,
             hardware=load_hardware(self.gpu),
             target=load_model(self.target),
-            drafter=load_model(self.drafter),
+            drafter=load_model(self.drafter) if self.has_drafter else None,
             workload=load_workload(self.workload),
             calibration=cal,
         )
@@ -101,10 +126,21 @@ class ResolvedScenario:
     scenario: Scenario
     hardware: HardwareSpec
     target: ModelSpec
-    drafter: ModelSpec
+    drafter: ModelSpec | None  # None: retrieval drafting only (drafter "none")
     workload: Workload
     calibration: Calibration | None
 
     @property
     def tp(self) -> int:
         return self.scenario.tp
+
+    @property
+    def label(self) -> str:
+        """Scenario.label with the specs' own names (an uploaded or user file by its name)."""
+        drafter = self.drafter.name if self.drafter is not None else "no drafter"
+        cal = self.scenario.calibration
+        cal = f", calibration {os.path.basename(cal)}" if cal else ""
+        return (
+            f"{self.target.name} + {drafter} on {self.hardware.name} (tp {self.tp}), "
+            f"workload {self.workload.name}{cal}"
+        )

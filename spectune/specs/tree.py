@@ -20,6 +20,9 @@ from spectune.specs.errors import SpecError
 if TYPE_CHECKING:
     import networkx as nx
 
+BUILDERS = ("static", "dynamic-topk")
+"""The tree builders a TreePolicy may name (Sequoia's static shape, EAGLE-2's dynamic top-k)."""
+
 SOURCE_ROOT = 0
 SOURCE_MODEL = 1
 SOURCE_RETRIEVAL = 2

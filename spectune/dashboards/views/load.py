@@ -1,5 +1,7 @@
 """Load: simulated serving at several request rates, speculation on and off on the same
-arrivals: throughput, and TTFT / TPOT percentiles (spectune.simulator)."""
+arrivals: throughput, and TTFT / TPOT percentiles (spectune.simulator). The planned table of
+the Planner page is simulated for the Scenario it was planned for, which the page shows (and
+says where the sidebar's differs)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,8 @@ from spectune.dashboards import data, loadtest, plans, plots, ui, uploads
 
 QPS_CHOICES = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 
-scn = ui.scenario()
+scn, trace = ui.scenario(), ui.trace()
 st.title("Load")
-st.caption(scn.label)
 
 sources = ["SGLang default 5/4/8", "EAGLE default 7/10/60", "Custom policy"]
 plan = st.session_state.get("planner.result")
@@ -24,8 +25,17 @@ if source == "Custom policy":
     policy = ui.policy_controls("load")
 elif source.startswith("Planned") and isinstance(plan, plans.Plan):
     policy = plan.table
+    sidebar = scn
+    scn, note = plans.scenario_for_table(plan.table, sidebar)  # simulate what it was planned for
+    if note:
+        st.warning(note)
+    differs = plans.scenario_changes(scn, sidebar)
+    if differs:
+        st.warning(f"Simulating the planned table's scenario, not the sidebar's: {differs}.")
 else:
     policy = data.REFERENCE_POLICIES[source]
+with ui.friendly_errors("scenario"):
+    st.caption(f"Simulating {ui.scenario_label(scn, trace)}")
 
 with st.form("load.form"):
     c1, c2, c3 = st.columns(3)
@@ -36,14 +46,15 @@ with st.form("load.form"):
     burst = c2.slider("Burstiness (cv of inter-arrival times; 1 = Poisson)", 0.5, 4.0, 1.0,
                       step=0.5, key="load.burst")  # fmt: skip
     seed = int(c3.number_input("Seed", 0, 1_000_000, 0, key="load.seed"))
-    slo = c3.number_input("TPOT SLO for goodput, ms (0: none)", 0.0, 1000.0, 0.0, key="load.slo")
+    slo = c3.number_input("TPOT SLO for goodput, ms (0: the scenario's, if any)", 0.0, 1000.0,
+                          0.0, key="load.slo")  # fmt: skip
     st.form_submit_button("Simulate")  # the form's values change only when it is submitted
 
 settings = loadtest.LoadSettings(requests=int(requests), seed=seed, burstiness=float(burst),
                                  slo_tpot_ms=float(slo) if slo else None)  # fmt: skip
 rows: list[dict[str, object]] = []
 with ui.friendly_errors("simulation"):  # cached: simulates again only when an input changed
-    rows = ui.load_sweep(scn, policy, tuple(qps), settings)
+    rows = ui.load_sweep(scn, policy, tuple(qps), settings, trace)
 
 if rows:
     c1, c2, c3 = st.columns(3)
@@ -56,9 +67,10 @@ if rows:
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="load.table")
 
 st.subheader("Replay a recorded arrival trace")
-trace = ui.upload("Trace (CSV or JSONL, optionally .gz: arrival time, prompt tokens, output tokens)",
-                  ("csv", "jsonl", "gz"), uploads.trace_from_upload, key="load.trace")  # fmt: skip
-if trace is not None:
+arrivals = ui.upload("Trace (CSV or JSONL, optionally .gz: arrival time, prompt tokens, output "
+                     "tokens)", ("csv", "jsonl", "gz"), uploads.trace_from_upload,
+                     key="load.trace")  # fmt: skip
+if arrivals is not None:
     with ui.friendly_errors("trace replay"):
-        row = ui.trace_replay(scn, policy, trace, settings)
+        row = ui.trace_replay(scn, policy, arrivals, settings, trace)
         st.dataframe(pd.DataFrame([row]), hide_index=True, key="load.trace_table")

@@ -1,6 +1,8 @@
-"""Planner: run the policy search here (a small `spectune plan`) or load a policy file; the
-policy per batch bucket, predicted tokens/s against batch size next to the engine defaults and
-no speculation, the Pareto front of a multi-objective study, and the files to download."""
+"""Planner: run the policy search here (a small `spectune plan`: the same objective, the same
+predicted tokens/s) or load a policy file; the policy per batch bucket, predicted tokens/s
+against batch size next to the engine defaults and no speculation, the Pareto front of a
+multi-objective study, and the files to download (the ones `spectune export` writes). A table
+is shown for the Scenario it was planned for, and the page says where the sidebar differs."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from spectune.specs.io import parse_int_list
 
 PLAN_KEY = "planner.result"
 
-scn = ui.scenario()
+scn, trace = ui.scenario(), ui.trace()
 st.title("Planner")
 
 SOURCES = ("Run a plan here", "Load a policy file", "Open a stored study")
@@ -23,7 +25,9 @@ source = st.radio("Policy table", SOURCES, horizontal=True, key="planner.source"
 
 plan: plans.Plan | None = None
 if source == "Run a plan here":
-    st.caption(f"Closed-form objective, one Optuna study per bucket: {scn.label}")
+    with ui.friendly_errors("scenario"):
+        st.caption("Closed-form objective of `spectune plan`, one Optuna study per bucket: "
+                   + ui.scenario_label(scn, trace))  # fmt: skip
     with st.form("planner.form"):
         c1, c2, c3 = st.columns(3)
         batch_text = c1.text_input("Batch bucket upper edges", "1,2,4,8,16,32,64,128,256",
@@ -45,7 +49,7 @@ if source == "Run a plan here":
         with ui.friendly_errors("plan"):  # cached: runs again only when an input changed
             plan = ui.run_plan(
                 scn, batch_edges, ctx_edges, int(trials), seed, bool(multi),
-                float(max_ms) if max_ms else None,
+                float(max_ms) if max_ms else None, trace,
             )  # fmt: skip
 elif source == "Open a stored study":
     st.caption("The Optuna storage of `spectune plan --storage URL` (add --multi-objective "
@@ -73,7 +77,12 @@ if plan is not None:
     pscn, note = plans.scenario_for_table(table, scn)
     if note:
         st.warning(note)
-    st.caption(f"Table for {pscn.label}")
+    with ui.friendly_errors("scenario"):
+        st.caption(f"Table for {ui.scenario_label(pscn, trace)}")
+    differs = plans.scenario_changes(pscn, scn)
+    if differs:
+        st.info(f"This table was planned for another scenario than the sidebar's ({differs}); "
+                "its curves and exports are for the table's.")  # fmt: skip
 
     st.subheader("Policy per bucket")
     st.dataframe(pd.DataFrame(plans.table_rows(table)), hide_index=True, key="planner.table")
@@ -92,8 +101,9 @@ if plan is not None:
     batches = tuple(sorted({b for b in ui.BATCH_SIZES if b <= top}
                            | {x for b in table.buckets for x in b.batch}))  # fmt: skip
     with ui.friendly_errors("curves"):
-        curves = {"planned policy": ui.table_curve(pscn, table, batches, context)}
-        curves.update(ui.batch_curves(pscn, dict(data.REFERENCE_POLICIES), batches, context))
+        curves = {"planned policy": ui.table_curve(pscn, table, batches, context, trace)}
+        curves.update(ui.batch_curves(pscn, dict(data.REFERENCE_POLICIES), batches, context,
+                                      trace))  # fmt: skip
         ui.show(plots.batch_figure(batches, curves, context))
         st.dataframe(pd.DataFrame({"batch": batches, **curves}), hide_index=True,
                      key="planner.curves")  # fmt: skip
@@ -102,7 +112,7 @@ if plan is not None:
     rows = plans.pareto_rows(plan.results)
     if rows:
         with ui.friendly_errors("Pareto front"):
-            ui.show(plots.pareto_figure(rows, plans.chosen_points(plan.results, pscn)))
+            ui.show(plots.pareto_figure(rows, plans.chosen_points(plan.results, pscn, trace)))
         st.dataframe(pd.DataFrame(rows), hide_index=True, key="planner.pareto")
     else:
         st.info("Tick 'Multi-objective' and run the plan to see each bucket's Pareto front "
@@ -111,7 +121,9 @@ if plan is not None:
     st.subheader("Downloads")
     st.download_button("policy.json", json.dumps(table.to_dict(), indent=2) + "\n",
                        file_name="policy.json", mime="application/json", key="planner.dl.policy")  # fmt: skip
-    exports = plans.engine_exports(table, pscn)
+    exports, export_note = ui.engine_exports(table)
+    if export_note:
+        st.caption(export_note)
     cols = st.columns(len(exports))
     for col, (engine, exp) in zip(cols, exports.items(), strict=True):
         with col:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from spectune.dashboards import artifacts, plots, ui
+from spectune.dashboards import artifacts, data, plots, ui
 
 QUANTITIES = {
     "tokens_per_s": "tokens/s",
@@ -57,6 +57,8 @@ with gate_tab, ui.friendly_errors("spectune check"):
     st.dataframe(pd.DataFrame(list(g.rows)), hide_index=True, key="validation.gate")
 
 with planner_tab:
+    st.caption(f"The planner's closed form for each measurement's scenario. {data.DECODE_ONLY_NOTE}"
+               ", as the executor measures.")  # fmt: skip
     rows = []
     for name, d in docs.items():
         assert d is not None

@@ -1,5 +1,6 @@
 """What-if: one scenario, one policy, one batch size and context. Where the time of a
-speculative step goes, what it yields per step, and the tree it verifies."""
+speculative step goes, what it yields per step, and the tree it verifies. Decode-only on
+purpose (one iteration of running requests), and labelled so."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import streamlit as st
 
 from spectune.dashboards import data, plots, ui
 
-scn = ui.scenario()
+scn, trace = ui.scenario(), ui.trace()
 st.title("What-if")
-st.caption(scn.label)
+with ui.friendly_errors("scenario"):
+    st.caption(ui.scenario_label(scn, trace))
+st.caption(data.DECODE_ONLY_NOTE)
 
 c1, c2 = st.columns(2)
 batch = int(c1.select_slider("Batch size (running sequences)", ui.BATCH_SIZES, value=8,
@@ -21,10 +24,11 @@ context = int(c2.select_slider("Context length (cached tokens per sequence)", ui
 st.subheader("Policy")
 with ui.friendly_errors("policy"):
     policy = ui.policy_controls("whatif")
-    res = ui.what_if(scn, policy, batch, context)
+    res = ui.what_if(scn, policy, batch, context, trace)
 
     m = st.columns(4)
-    m[0].metric("tokens/s", f"{res.tokens_per_s:,.0f}", help="batch x tokens per step / step time")
+    m[0].metric("tokens/s", f"{res.tokens_per_s:,.0f}",
+                help="decode-only: batch x tokens per step / step time")  # fmt: skip
     m[1].metric("speedup vs no speculation", f"{res.speedup:.2f}x",
                 help=f"no speculation: {res.off_tokens_per_s:,.0f} tokens/s")  # fmt: skip
     m[2].metric("expected tokens per step", f"{res.expected_tokens:.2f}",
@@ -62,7 +66,7 @@ with ui.friendly_errors("policy"):
         st.info("Speculation is off: each step verifies the last token only.")
     else:
         seed = int(st.number_input("Tree sample (seed)", 0, 10_000, 0, key="whatif.seed"))
-        sample = ui.sample_tree(scn, policy, seed)
+        sample = ui.sample_tree(scn, policy, seed, trace)
         grafted = int((sample.tree.source == 2).sum())
         st.caption(
             f"{sample.tree.num_nodes} nodes ({grafted} grafted from retrieval), depth "

@@ -17,6 +17,11 @@ files whose engines reject unknown keys).
   trtllm: speculative_config YAML: draft_len_schedule (batch <= key gets the value; the
           smallest key maps to max_draft_len), dynamic-tree limits
           (max_draft_len <= max_total_draft_tokens <= topK * max_draft_len) or eagle_choices.
+
+`export_table` is what `spectune export` and the dashboards' Planner page both call: the table
+exported with what its Scenario gives, static tree shapes from the workload's acceptance model
+and the scenario's closed form (planner.objective.scenario_objective) to fit the one global
+shape, so both write the same files for the same table.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from spectune.planner.export.sglang import check_sglang, export_sglang
 from spectune.planner.export.trtllm import check_trtllm, export_trtllm, to_yaml
 from spectune.planner.export.vllm import check_vllm, export_vllm
 from spectune.specs.errors import SpecError
-from spectune.specs.policy import PolicyTable
+from spectune.specs.policy import PolicyTable, TreePolicy
+from spectune.specs.tree import DraftTree
 
 
 def export_policy(
@@ -67,6 +73,65 @@ def export_policy(
     raise SpecError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
+def export_table(
+    table: PolicyTable,
+    engine: str,
+    *,
+    context: int | None = None,
+    vllm_tree: bool = False,
+    trtllm_static_tree: bool | None = None,
+) -> tuple[Export, str]:
+    """export_policy with the table's Scenario: tree shapes from its workload's acceptance
+    model (built when an engine needs one), and its closed form to fit the engines' one
+    global shape. Returns the export and a note ('' when none) when the objective could not
+    be built, so the engine knobs come from the batch-1 bucket."""
+    evaluate, note = table_objective(table)
+    return (
+        export_policy(
+            table,
+            engine,
+            context=context,
+            vllm_tree=vllm_tree,
+            trtllm_static_tree=trtllm_static_tree,
+            shaper=table_shaper(table),
+            evaluate=evaluate,
+        ),
+        note,
+    )
+
+
+def table_objective(table: PolicyTable) -> tuple[Evaluate | None, str]:
+    """The planner's closed form for the table's Scenario (what it was planned with), or None
+    and why not."""
+    from spectune.planner.objective import scenario_objective
+
+    if not table.scenario.workload:
+        return None, "the policy file names no workload: engine knobs from the batch-1 bucket"
+    try:
+        return scenario_objective(table.scenario.resolve()), ""
+    except (SpecError, OSError) as e:
+        return None, f"cannot rebuild the objective ({e}): engine knobs from the batch-1 bucket"
+
+
+def table_shaper(table: PolicyTable) -> TreeShaper:
+    """Static trees for engines with a fixed tree (Sequoia's shape for the policy's depth,
+    top-k and budget under the table's workload acceptance; seed 0). The workload is loaded
+    on the first call: a table without one fails only where a shape is needed."""
+    import numpy as np
+
+    from spectune.planner.acceptance import acceptance_model
+    from spectune.planner.trees import build_tree
+    from spectune.specs.workload import load_workload
+
+    def shape(policy: TreePolicy) -> DraftTree:
+        model = acceptance_model(load_workload(table.scenario.workload))
+        static = TreePolicy("static", policy.depth, policy.topk, policy.budget)
+        tree: DraftTree = build_tree(static, model, np.random.default_rng(0))
+        return tree
+
+    return shape
+
+
 __all__ = [
     "ENGINES",
     "EngineShape",
@@ -80,9 +145,12 @@ __all__ = [
     "check_vllm",
     "export_policy",
     "export_sglang",
+    "export_table",
     "export_trtllm",
     "export_vllm",
     "fit_engine_shape",
+    "table_objective",
+    "table_shaper",
     "to_yaml",
     "tree_choices",
 ]
