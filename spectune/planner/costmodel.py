@@ -88,6 +88,7 @@ class CostModel:
         self.tp = int(tp)
         self.calibration = cal
         self.engine = engine if engine is not None else NO_OVERHEADS
+        self._engine_free = self.engine == NO_OVERHEADS
         self.rates = Rates.resolve(hardware, cal)
         self._target = ForwardPricer(target, self.rates, self.tp)
         self._drafter = ForwardPricer(drafter, self.rates, self.tp) if drafter else None
@@ -268,38 +269,45 @@ class CostModel:
             price measured steps with it). The objective passes E[tokens per step], the mean
             of an unpadded pass.
         With speculation off the step verifies 1 token per sequence and drafts nothing;
-        passing `tokens` or `accepted` is then a SpecError. Every field is the broadcast of
-        batch, context, tokens and accepted (float64, one shape)."""
+        passing `tokens` or `accepted` is then a SpecError. The engine's term is
+        `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp)`. Every field is
+        the broadcast of batch, context, tokens and accepted (float64, one shape)."""
         b = _arr("batch", batch)
         c = _arr("context", context)
-        zero = np.zeros(())
+        parts: dict[str, F64 | None]  # None: the phase does not apply (zero)
         if policy is None:
             if tokens is not None or accepted is not None:
                 raise SpecError("tokens and accepted price a speculative iteration; policy is None")
-            parts = (
-                zero,
-                self.verify_time(b, 1, c),
-                zero,
-                self.step_overhead_time(b, 1),
-                zero,
-                zero,
-                self.engine.iteration_s_for(b, 0, False, self.tp),
-            )
+            parts = {
+                "draft_s": None,
+                "verify_s": self.verify_time(b, 1, c),
+                "extend_s": None,
+                "overhead_s": self.step_overhead_time(b, 1),
+                "retrieval_s": None,
+                "prune_s": None,
+                "engine_s": self._engine_time(b, 0, False),
+            }
         else:
             n = policy.budget if tokens is None else tokens
             a = policy.depth + 1 if accepted is None else accepted
             builder = policy.builder
-            parts = (
-                self.draft_time(b, policy.depth, policy.topk, c, builder=builder),
-                self.verify_time(b, n, c),
-                self.draft_extend_time(b, a, c),
-                self.step_overhead_time(b, n, builder=builder),
-                self.retrieval_time(b) if policy.graft_budget > 0 else zero,
-                self.prune_time(b) if policy.prune_threshold > 0 else zero,
-                self.engine.iteration_s_for(b, policy.depth, policy.topk > 1, self.tp),
-            )
-        shape = np.broadcast_shapes(*(np.shape(p) for p in parts))
-        return StepBreakdown(*(np.broadcast_to(_f64(p), shape) for p in parts))
+            parts = {
+                "draft_s": self.draft_time(b, policy.depth, policy.topk, c, builder=builder),
+                "verify_s": self.verify_time(b, n, c),
+                "extend_s": self.draft_extend_time(b, a, c),
+                "overhead_s": self.step_overhead_time(b, n, builder=builder),
+                "retrieval_s": self.retrieval_time(b) if policy.graft_budget > 0 else None,
+                "prune_s": self.prune_time(b) if policy.prune_threshold > 0 else None,
+                "engine_s": self._engine_time(b, policy.depth, policy.topk > 1),
+            }
+        shape = np.broadcast(*(p for p in parts.values() if p is not None)).shape
+        return StepBreakdown(**{k: _shaped(p, shape) for k, p in parts.items()})
+
+    def _engine_time(self, batch: F64, draft_steps: int, tree: bool) -> F64 | None:
+        """The engine's host seconds per iteration (None for a profile that adds nothing)."""
+        if self._engine_free:
+            return None
+        return self.engine.iteration_s_for(batch, draft_steps, tree, self.tp)
 
     # ---- facts the tests and dashboards use ----------------------------------------------------
     def memory_floor_time(self) -> float:
@@ -323,6 +331,15 @@ class CostModel:
 def _f64(x: ArrayLike) -> F64:
     """Results are float64 arrays, also 0-d ones (numpy turns 0-d sums into scalars)."""
     return np.asarray(x, dtype=np.float64)
+
+
+def _shaped(x: F64 | None, shape: tuple[int, ...]) -> F64:
+    """x as a float64 array of `shape` (a read-only broadcast view where it is smaller); None:
+    zeros."""
+    if x is None:
+        return np.zeros(shape)
+    x = _f64(x)
+    return x if x.shape == shape else np.broadcast_to(x, shape)
 
 
 def _total(parts: dict[str, F64]) -> F64:

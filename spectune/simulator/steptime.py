@@ -17,10 +17,10 @@ so the pricer evaluates each breakdown on whole grids at once and looks iteratio
   tokens; attention is linear in context, so the batch's mean context prices the sum of its
   sequences' KV reads) gives the draft, verify and extend tables. A batch whose trees differ in
   size is priced at its mean tokens per sequence, linear between grid points. The fixed terms
-  (overhead, options, engine) come from one breakdown per (batch size, policy) at 1, 2 and 3
-  tree tokens: overhead is a constant without a tree and affine in the tree tokens with one,
-  so those points price every tree size exactly. Speculation off: the breakdown's total per
-  batch size over context.
+  (overhead, options, engine) come from one breakdown per policy over every batch size (up to a
+  power of two) at 1, 2 and 3 tree tokens: overhead is a constant without a tree and affine in
+  the tree tokens with one, so those points price every tree size exactly. Speculation off: the
+  breakdown's total per batch size over context.
 - Iterations with prefill chunks: the CostModel's ragged forward runs eagerly and costs ~2 ms
   a call, too slow for every mixed step. It is matched by a uniform batch of B_s sequences, B_s
   a CUDA-graph size, with the same new tokens T, the same KV tokens and the same logits, plus the
@@ -28,7 +28,9 @@ so the pricer evaluates each breakdown on whole grids at once and looks iteratio
   GEMMs, LM head and KV reads are then exact; attention FLOPs are spread evenly over the
   sequences, which under-prices the quadratic attention of long prompt chunks (about 5-10% of
   a 4k-token chunk's forward). These are tabulated on log-spaced grids per B_s and interpolated.
-  `exact_mixed=True` calls ragged_forward_time instead (slow; used to check the tables).
+  `exact_mixed=True` calls ragged_forward_time instead (slow; used to check the tables). The
+  drafter's pass over accepted tokens and chunks is priced the same way (draft_extend_time on
+  the log grids); drafting, overhead, options and engine time are the breakdown's, as above.
 """
 
 from __future__ import annotations
