@@ -17,7 +17,7 @@ from functools import partial
 import numpy as np
 
 from spectune.planner.costmodel import CostModel
-from spectune.specs import hardware_preset, model_preset
+from spectune.specs import TreePolicy, hardware_preset, model_preset
 
 SETUPS = (
     ("h100-sxm", "llama-3.1-8b", "eagle3-llama-3.1-8b", 1),
@@ -25,6 +25,8 @@ SETUPS = (
     ("h200", "deepseek-v3", None, 8),
     ("h100-sxm", "llama-3.1-70b", "eagle3-llama-3.1-70b", 2),
 )
+
+POLICY = TreePolicy("dynamic-topk", 6, 4, 16)  # its budget is replaced by each point's tokens
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -61,7 +63,9 @@ def main() -> None:
         name = f"{target}+{drafter or 'none'} tp{tp} {gpu}"
         methods: dict[str, Callable[[], object]] = {
             "verify_time": partial(cm.verify_time, batch, tokens, context),
-            "spec_step_time": partial(cm.spec_step_time, batch, 6, 4, tokens, context, accepted),
+            "iteration": partial(
+                cm.iteration, POLICY, batch, context, tokens=tokens, accepted=accepted
+            ),
         }
         for method, fn in methods.items():
             s = median_seconds(fn, args.repeats)

@@ -24,7 +24,7 @@ from spectune.specs.workload import load_workload
 
 POLICIES = (
     "dynamic-topk:5,4,8",  # SGLang's EAGLE defaults
-    "dynamic-topk:7,10,61",  # EAGLE-2's defaults (60 draft tokens + root)
+    "dynamic-topk:7,10,60",  # EAGLE-2's defaults (total_token=60, root included)
     "dynamic-topk:6,8,32,0.05,8",  # dynamic depth (pruning) + grafting
     "dynamic-topk:5,4,8 shared",  # ECHO: one verify budget per batch
     "static:5,4,8",

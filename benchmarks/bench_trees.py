@@ -14,10 +14,12 @@ import os
 import platform
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
 from spectune.planner.acceptance import acceptance_model
+from spectune.planner.space import EAGLE_DEFAULT
 from spectune.planner.trees import sample_accepted_lengths, sample_step, sequoia_dp
 from spectune.specs import TreePolicy
 
@@ -50,10 +52,10 @@ def bench_dp(repeat: int) -> dict[str, float]:
 
 def bench_sampler(repeat: int) -> list[dict[str, object]]:
     cases = [
-        ("mt-bench", TreePolicy("dynamic-topk", 7, 10, 61), False),
-        ("mt-bench", TreePolicy("dynamic-topk", 7, 10, 61, 0.02, 8), False),
-        ("mt-bench", TreePolicy("dynamic-topk", 7, 10, 61), True),
-        ("mt-bench", TreePolicy("static", 7, 10, 61), False),
+        ("mt-bench", EAGLE_DEFAULT, False),
+        ("mt-bench", replace(EAGLE_DEFAULT, prune_threshold=0.02, graft_budget=8), False),
+        ("mt-bench", EAGLE_DEFAULT, True),
+        ("mt-bench", replace(EAGLE_DEFAULT, builder="static"), False),
         ("medusa-vicuna-7b", TreePolicy("static", 5, 8, 64), False),
     ]
     out = []

@@ -22,12 +22,9 @@ from spectune.planner.acceptance import (
     TraceReplay,
     acceptance_model,
 )
-from spectune.planner.acceptance.fit import (
-    EAGLE2_DEFAULT,
-    policy_tokens,
-    retrieval_chain_tokens,
-)
+from spectune.planner.space import EAGLE_DEFAULT
 from spectune.planner.trees import build_tree
+from spectune.planner.workload_scale import policy_tokens, retrieval_chain_tokens
 from spectune.specs import DraftTree, SpecError, TreePolicy
 from spectune.specs.trace import TraceHeader, make_step
 from spectune.specs.workload import WORKLOAD_PRESETS, _load_data_dir, load_workload
@@ -231,7 +228,7 @@ def test_medusa_preset_reproduces_top1_and_top5() -> None:
 )
 def test_presets_reproduce_sources(name: str, tau: float, pld: float) -> None:
     wl = WORKLOAD_PRESETS[name]
-    assert policy_tokens(wl, EAGLE2_DEFAULT, samples=4000) == pytest.approx(tau, rel=0.03)
+    assert policy_tokens(wl, EAGLE_DEFAULT, samples=4000) == pytest.approx(tau, rel=0.03)
     prof = acceptance_model(wl).retrieval
     assert retrieval_chain_tokens(prof, 10) == pytest.approx(pld, rel=0.01)
 

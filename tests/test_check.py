@@ -13,7 +13,7 @@ import pytest
 
 from spectune.cli import main
 from spectune.planner.costmodel import CostModel
-from spectune.specs import SpecError, load_hardware, load_model
+from spectune.specs import SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import Calibration
 from spectune.validate.check import check_folder
 from spectune.validate.measure import (
@@ -38,8 +38,8 @@ def _doc(
     runs = []
     for b, (d, k, n), acc in ((1, (5, 4, 8), 3.0), (32, (3, 2, 6), 2.2), (64, (2, 1, 3), 1.6)):
         verify = _scalar(cm.verify_time(b, n, c)) * scale_verify
-        step = _scalar(cm.spec_step_time(b, d, k, n, c, d + 1))
-        ar = _scalar(cm.ar_step_time(b, c))
+        step = _scalar(cm.iteration(TreePolicy("dynamic-topk", d, k, n), b, c).total_s)
+        ar = _scalar(cm.iteration(None, b, c).total_s)
         ph = dict.fromkeys(PHASE_KEYS, 0.0)
         ph.update(verify=verify * 1e3, step=step * 1e3)
         tps = b * (acc + 1) / step
@@ -191,7 +191,7 @@ def _phase_doc(
             "overhead": 0.0,
             "extend": _scalar(cm.draft_extend_time(b, d + 1, c)) * 1e3,
             "verify": _scalar(cm.verify_time(b, n, c)) * 1e3,
-            "step": _scalar(cm.spec_step_time(b, d, k, n, c, d + 1, builder=builder)) * 1e3,
+            "step": _scalar(cm.iteration(TreePolicy(builder, d, k, n), b, c).total_s) * 1e3,
         }
         runs.append(
             {
@@ -199,7 +199,7 @@ def _phase_doc(
                 "label": "policy",
                 "nodes": n,
                 "phases_ms": ph,
-                "ar_step_ms": _scalar(cm.ar_step_time(b, c)) * 1e3,
+                "ar_step_ms": _scalar(cm.iteration(None, b, c).total_s) * 1e3,
                 "ar_phases_ms": {
                     "verify": _scalar(cm.verify_time(b, 1, c)) * 1e3,
                     "overhead": _scalar(cm.step_overhead_time(b, 1)) * 1e3,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from spectune.cli import main
 from spectune.planner.costmodel import BREAKDOWN_KEYS, CostModel
 from spectune.planner.operators import expected_experts
-from spectune.specs import Calibration, SpecError, hardware_preset, model_preset
+from spectune.specs import Calibration, SpecError, TreePolicy, hardware_preset, model_preset
 
 H100 = hardware_preset("h100-sxm")
 H100_BW = 3.35e12 * 0.90  # datasheet HBM bytes/s x default achievable fraction
@@ -58,12 +58,14 @@ class CostModelContract:
             self.cm.draft_step_time(b, n, c),
             self.cm.draft_time(b, 3, n, c),
             self.cm.draft_extend_time(b, n, c),
-            self.cm.spec_step_time(b, 4, 2, n, c, 2.5),
+            self.cm.iteration(
+                TreePolicy("dynamic-topk", 4, 2, 8), b, c, tokens=n, accepted=2.5
+            ).total_s,
         ):
             assert t.dtype == np.float64
             assert t.shape == (3, 4, 2)
             assert np.all(np.isfinite(t)) and np.all(t >= 0)
-        assert self.cm.ar_step_time(b, c).shape == (3, 1, 2)
+        assert self.cm.iteration(None, b, c).total_s.shape == (3, 1, 2)
         cm = self.cm
         for scalar in (
             cm.verify_time(1, 1, 0),
@@ -71,8 +73,8 @@ class CostModelContract:
             cm.draft_time(1, 3, 4, 0),
             cm.draft_extend_time(1, 2.5, 0),
             cm.step_overhead_time(1, 8),
-            cm.spec_step_time(1, 3, 4, 8, 0, 2.5),
-            cm.ar_step_time(1, 0),
+            cm.iteration(TreePolicy("dynamic-topk", 3, 4, 8), 1, 0, accepted=2.5).total_s,
+            cm.iteration(None, 1, 0).total_s,
             cm.retrieval_time(1),
         ):
             assert isinstance(scalar, np.ndarray) and scalar.shape == ()
@@ -116,7 +118,7 @@ class CostModelContract:
     def test_monotone_in_batch(self, b: int, n: int, c: int, db: int) -> None:
         cm = self.cm
         assert cm.verify_time(b + db, n, c) >= cm.verify_time(b, n, c)
-        assert cm.ar_step_time(b + db, c) >= cm.ar_step_time(b, c)
+        assert cm.iteration(None, b + db, c).total_s >= cm.iteration(None, b, c).total_s
 
     def test_ragged_forward_equals_uniform_batch(self) -> None:
         # 8 is a CUDA-graph batch size, so the uniform batch is not padded
@@ -143,19 +145,23 @@ class CostModelContract:
         far = cm.verify_time(np.round(np.array([4, 8]) * knee), 4, 0)
         assert 1.8 < far[1] / far[0] < 2.2
 
-    def test_spec_step_is_the_sum_of_its_phases(self) -> None:
+    def test_iteration_is_the_sum_of_its_phases(self) -> None:
         cm = self.cm
-        b, depth, k, budget, c, acc = np.array([1, 16]), 5, 4, 16, 2048, 3.2
+        b, c, acc = np.array([1, 16]), 2048, 3.2
+        policy = TreePolicy("dynamic-topk", 5, 4, 16)
+        step = cm.iteration(policy, b, c, accepted=acc)
         parts = (
-            cm.draft_time(b, depth, k, c)
-            + cm.verify_time(b, budget, c)
+            cm.draft_time(b, 5, 4, c)
+            + cm.verify_time(b, 16, c)
             + cm.draft_extend_time(b, acc, c)
-            + cm.step_overhead_time(b, budget)
+            + cm.step_overhead_time(b, 16)
         )
-        np.testing.assert_allclose(cm.spec_step_time(b, depth, k, budget, c, acc), parts)
-        ar = cm.ar_step_time(b, c)
-        np.testing.assert_allclose(ar, cm.verify_time(b, 1, c) + cm.step_overhead_time(b, 1))
-        assert np.all(cm.spec_step_time(b, depth, k, budget, c, acc) > ar)
+        np.testing.assert_allclose(step.total_s, parts)
+        off = cm.iteration(None, b, c)
+        np.testing.assert_allclose(
+            off.total_s, cm.verify_time(b, 1, c) + cm.step_overhead_time(b, 1)
+        )
+        assert np.all(step.total_s > off.total_s)
 
     def test_draft_phases(self) -> None:
         cm = self.cm
@@ -179,9 +185,9 @@ class CostModelContract:
         with pytest.raises(SpecError, match="context must be finite"):
             self.cm.verify_time(1, 1, np.nan)
         with pytest.raises(SpecError, match="batch"):
-            self.cm.ar_step_time(-2, 0)
+            self.cm.iteration(None, -2, 0)
         with pytest.raises(SpecError, match="batch must be numbers"):
-            self.cm.ar_step_time("eight", 0)
+            self.cm.iteration(None, "eight", 0)
         with pytest.raises(SpecError, match="equal length"):
             self.cm.ragged_forward_time([1, 2], [3])
 
@@ -238,7 +244,7 @@ def test_llama_8b_batch_64_decode_reads_34_gb_of_kv() -> None:
     assert kv == pytest.approx(34.36e9, rel=1e-3)
     attn = float(cm.verify_breakdown(64, 1, 4095)["attention"])  # 4095 cached + 1 new
     assert attn == pytest.approx(kv / H100_BW, rel=0.01)  # 11.4 ms
-    assert cm.ar_step_time(64, 4095) > 2.5 * cm.ar_step_time(1, 4095)
+    assert cm.iteration(None, 64, 4095).total_s > 2.5 * cm.iteration(None, 1, 4095).total_s
 
 
 def test_knee_at_the_ridge_point() -> None:
@@ -375,7 +381,9 @@ def test_draft_step_and_tree_node_costs_by_hand() -> None:
     assert float(cm.step_overhead_time(8, 16)) == pytest.approx(124.4 * us)
     assert float(cm.step_overhead_time(8, 1)) == pytest.approx(18 * us)  # no tree: 10 + 8
     # both reach the whole speculative step
-    step = cm.spec_step_time(8, 5, 4, 16, 4096, 3.0) - bare.spec_step_time(8, 5, 4, 16, 4096, 3.0)
+    policy = TreePolicy("dynamic-topk", 5, 4, 16)
+    step = cm.iteration(policy, 8, 4096, accepted=3.0).total_s
+    step = step - bare.iteration(policy, 8, 4096, accepted=3.0).total_s
     assert float(step) == pytest.approx(5 * 80 * us)
 
 
@@ -394,8 +402,8 @@ def test_static_builder_fixed_costs_by_hand() -> None:
     )
     target, head = model_preset("llama-3.1-8b"), model_preset("eagle3-llama-3.1-8b")
     cm = CostModel(H100, target, head, calibration=cal)
-    dyn = cm.spec_step_time(8, 5, 4, 8, 4096, 3.0)
-    sta = cm.spec_step_time(8, 5, 4, 8, 4096, 3.0, builder="static")
+    dyn = cm.iteration(TreePolicy("dynamic-topk", 5, 4, 8), 8, 4096, accepted=3.0).total_s
+    sta = cm.iteration(TreePolicy("static", 5, 4, 8), 8, 4096, accepted=3.0).total_s
     # 5 draft steps x (80 - 40) us + tree (100 - 15) us = 285 us less per iteration
     assert float(dyn - sta) == pytest.approx(285 * us)
     # B=8, 8-node static trees: 10 fixed + 8 x 1 per request + 15 tree + 8 x 8 x 0.05 = 36.2 us

@@ -254,7 +254,8 @@ def test_closed_form_objective_prices_with_a_calibration(tmp_path: Path) -> None
             load_hardware("h200"), load_model(names[0]), load_model(names[1]), calibration=cal
         )
         acc = obj.expected_tokens(policy)
-        want = float(cm.spec_step_time(1, 5, 4, obj.tree_tokens(policy), 4096, acc))
+        tokens = obj.tree_tokens(policy)
+        want = float(cm.iteration(policy, 1, 4096, tokens=tokens, accepted=acc).total_s)
         assert obj.step_time(policy, 1, 4096) == pytest.approx(want)
         # 5 draft steps x 500 us of bookkeeping, and slower weights: a longer step
         assert obj.step_time(policy, 1, 4096) > plain.step_time(policy, 1, 4096) + 5 * 400e-6

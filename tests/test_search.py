@@ -13,7 +13,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -33,6 +35,7 @@ from spectune.planner.space import (
     policy_params,
     suggest_policy,
 )
+from spectune.planner.step import StepBreakdown
 from spectune.planner.studies import (
     make_storage,
     open_study,
@@ -48,28 +51,34 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 class FakeCost:
     """Verify cost linear in batch x tree tokens (so big trees lose at big batches), draft cost
-    linear in depth x top-k."""
+    linear in depth x top-k; a StepBreakdown like CostModel.iteration's."""
 
-    def ar_step_time(self, batch: int, context: int) -> float:
-        return 0.010 + 2e-5 * batch + 1e-9 * batch * context
-
-    def spec_step_time(
+    def iteration(
         self,
-        batch: int,
-        depth: int,
-        topk: int,
-        budget: float,
-        context: int,
-        accepted: float,
+        policy: TreePolicy | None,
+        batch: Any,
+        context: Any,
         *,
-        builder: str = "dynamic-topk",
-    ) -> float:
-        verify = 0.010 + 2e-5 * batch * budget + 1e-9 * batch * context
-        draft = depth * (0.0004 + 2e-6 * batch * topk)
-        return verify + draft + 0.0003 + 1e-6 * batch * accepted
-
-    def retrieval_time(self, batch: int) -> float:
-        return 1e-5 * batch
+        tokens: Any = None,
+        accepted: Any = None,
+    ) -> StepBreakdown:
+        b = np.asarray(batch, dtype=np.float64)
+        if policy is None:
+            verify = 0.010 + 2e-5 * b + 1e-9 * b * context
+            parts = [0.0, verify, 0.0, 0.0, 0.0, 0.0, 0.0]
+        else:
+            n = policy.budget if tokens is None else tokens
+            a = policy.depth + 1 if accepted is None else accepted
+            parts = [
+                policy.depth * (0.0004 + 2e-6 * b * policy.topk),
+                0.010 + 2e-5 * b * n + 1e-9 * b * context,
+                1e-6 * b * a,
+                0.0003,
+                1e-5 * b if policy.graft_budget > 0 else 0.0,
+                0.0,
+                0.0,
+            ]
+        return StepBreakdown(*np.broadcast_arrays(*(np.asarray(x, np.float64) for x in parts)))
 
 
 def fake_expected(policy: TreePolicy, alpha: float = 0.7) -> float:

@@ -135,7 +135,7 @@ def test_saturated_throughput_equals_batch_over_step_time():
         )
     )
     ctx = prompt + np.arange(out - 1)  # KV tokens when the 2nd .. last token is decoded
-    step = float(np.mean(COST.ar_step_time(batch, ctx)))
+    step = float(np.mean(COST.iteration(None, batch, ctx).total_s))
     assert res.metrics.throughput_tok_s == pytest.approx(batch / step, rel=0.01)
     assert res.metrics.mean_accepted == 1.0
 
@@ -159,8 +159,8 @@ def test_batch1_static_speedup_matches_closed_form():
     )
     expected = expected_tokens_for_policy(policy, acceptance_model(_workload()), samples=8192)
     c = prompt + out / 2
-    spec_step = np.asarray(COST.spec_step_time(1, 5, 4, 8, c, expected)).item()
-    closed = expected * float(COST.ar_step_time(1, c)) / spec_step
+    spec_step = float(COST.iteration(policy, 1, c, accepted=expected).total_s)
+    closed = expected * float(COST.iteration(None, 1, c).total_s) / spec_step
     assert res.speedup_vs_off == pytest.approx(closed, rel=0.02)
     assert res.metrics.mean_accepted == pytest.approx(expected, rel=0.02)
 

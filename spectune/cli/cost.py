@@ -30,7 +30,7 @@ def build_rows(
     parts = cm.verify_breakdown(b, n, c)
     verify = np.sum(np.stack([parts[k] for k in BREAKDOWN_KEYS]), axis=0)
     draft = cm.draft_step_time(b, n, c)
-    ar = cm.ar_step_time(b, c)
+    ar = cm.iteration(None, b, c).total_s
     rows = []
     for i in range(grid.shape[0]):
         rows.append(

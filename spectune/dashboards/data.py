@@ -139,7 +139,7 @@ class WhatIf:
     context: int
     tree_tokens: float  # tokens verified per sequence, root included (mean when pruning)
     expected_tokens: float  # tokens emitted per sequence per step (accepted + bonus)
-    phases_s: Mapping[str, float]  # draft, verify, extend, overhead, options; sum = step_s
+    phases_s: Mapping[str, float]  # StepBreakdown.phases (draft ... engine); sum = step_s
     verify_breakdown_s: Mapping[str, float]  # operator classes of the verify pass
     draft_steps_s: Mapping[str, float]  # the drafting phase by step; sums to phases_s["draft"]
     step_s: float
@@ -175,32 +175,17 @@ def what_if(
 ) -> WhatIf:
     """Predicted time of each phase, the verify pass per operator class, tokens per step,
     tokens/s and speedup: the planner's closed form, decode-only (DECODE_ONLY_NOTE), at one
-    (policy, batch, context)."""
+    (policy, batch, context). The phases are the cost model's StepBreakdown of the iteration the
+    objective prices (ClosedFormObjective.iteration), as StepBreakdown.phases lists them."""
     obj = objective_for(scenario, trace, decode_only=True)
     cm = obj.cost_model
     off_step = obj.step_time(None, batch, context)
     if policy is None:
         tokens, expected = 1.0, 1.0
-        phases = {
-            "verify": _f(cm.verify_time(batch, 1, context)),
-            "overhead": _f(cm.step_overhead_time(batch, 1)),
-        }
     else:
         tokens = obj.tree_tokens(policy, batch)  # a shared budget depends on the batch
         expected = obj.expected_tokens(policy, batch)
-        phases = {
-            "draft": _f(
-                cm.draft_time(batch, policy.depth, policy.topk, context, builder=policy.builder)
-            ),
-            "verify": _f(cm.verify_time(batch, tokens, context)),
-            "draft extend": _f(cm.draft_extend_time(batch, expected, context)),
-            "overhead": _f(cm.step_overhead_time(batch, tokens, builder=policy.builder)),
-        }
-        # the policy's options (CostModel.option_time), each its own phase
-        if policy.graft_budget > 0:
-            phases["retrieval"] = _f(cm.retrieval_time(batch))
-        if policy.prune_threshold > 0:
-            phases["pruning"] = _f(cm.prune_time(batch))
+    phases = {k: _f(v) for k, v in obj.iteration(policy, batch, context).phases().items()}
     verify_parts = {k: _f(v) for k, v in cm.verify_breakdown(batch, tokens, context).items()}
     draft_steps = {} if policy is None else _draft_steps(cm, policy, batch, context)
     step = obj.step_time(policy, batch, context)

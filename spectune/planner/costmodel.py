@@ -7,17 +7,21 @@ One forward pass is the sum over its kernels of max(FLOPs / (peak * eff), bytes 
 plus one launch per kernel (spectune.planner.forward lists the kernels, spectune.planner.operators
 prices them). Efficiencies and fixed costs come from a Calibration (spectune.specs.calibration;
 fitted by spectune.validate.calibfit from micro-benchmarks, or by spectune.validate.fit from the
-executor's measurements), defaulting to the HardwareSpec's public figures. Phases of one
-speculative iteration (interfaces.md):
+executor's measurements), defaulting to the HardwareSpec's public figures.
 
-    spec_step = draft (first step over 1 token/seq, then depth-1 steps over topk tokens/seq,
-                     + a fixed top-k/sort/pool cost per step, per tree builder)
-              + verify (target over `budget` tree tokens/seq, logits at every tree node)
-              + draft_extend (drafter over the accepted tokens)
-              + step overhead (scheduler, sampling, tree building: fixed + per tree node)
-              (+ option_time, which callers add for a policy's options: the retrieval lookup
-                 when it grafts; the pruning pass, ragged packing and host read of the packed
-                 size when it prunes)
+`CostModel.iteration` prices one whole decoding iteration of a batch and returns a
+StepBreakdown (spectune.planner.step), the one price every consumer reads:
+
+    draft      first step over 1 token/seq, then depth-1 steps over topk tokens/seq, + a fixed
+               top-k/sort/pool cost per step, per tree builder          (draft_time)
+    verify     target over the tree tokens/seq, logits at every node    (verify_time)
+    extend     drafter over the accepted tokens                         (draft_extend_time)
+    overhead   scheduler, sampling, tree building: fixed + per node     (step_overhead_time)
+    retrieval  grafting's lookup, when graft_budget > 0                 (retrieval_time)
+    pruning    pruning pass, ragged packing, host read, when pruning    (prune_time)
+    engine     the serving engine's host time (specs.engine.EngineOverheads)
+
+The phase methods price one phase each; nothing outside this module adds them up.
 
 Batches up to the largest CUDA-graph capture size are padded to the next captured size and
 replay a graph; larger ones launch eagerly.
@@ -30,7 +34,9 @@ from numpy.typing import ArrayLike
 
 from spectune.planner.forward import CLASSES, BatchShape, ForwardPricer
 from spectune.planner.operators import F64, Rates
+from spectune.planner.step import StepBreakdown
 from spectune.specs.calibration import Calibration
+from spectune.specs.engine import NO_OVERHEADS, EngineOverheads
 from spectune.specs.errors import SpecError
 from spectune.specs.hardware import HardwareSpec
 from spectune.specs.model import ModelSpec
@@ -53,7 +59,10 @@ def _arr(name: str, value: ArrayLike) -> F64:
 
 
 class CostModel:
-    """Prices target verify passes, drafter passes and per-step overheads on `tp` GPUs."""
+    """Prices decoding iterations (`iteration`) and their phases on `tp` GPUs.
+
+    engine: the serving engine's host overheads per iteration (None: spectune's own executor,
+    whose host costs are in the Calibration: specs.engine.NO_OVERHEADS)."""
 
     def __init__(
         self,
@@ -62,6 +71,7 @@ class CostModel:
         drafter: ModelSpec | None = None,
         tp: int = 1,
         calibration: Calibration | None = None,
+        engine: EngineOverheads | None = None,
     ) -> None:
         if isinstance(tp, bool) or not isinstance(tp, int | np.integer) or tp < 1:
             raise SpecError(f"tp must be a positive integer, got {tp!r}")
@@ -77,6 +87,8 @@ class CostModel:
         self.drafter = drafter
         self.tp = int(tp)
         self.calibration = cal
+        self.engine = engine if engine is not None else NO_OVERHEADS
+        self._engine_free = self.engine == NO_OVERHEADS
         self.rates = Rates.resolve(hardware, cal)
         self._target = ForwardPricer(target, self.rates, self.tp)
         self._drafter = ForwardPricer(drafter, self.rates, self.tp) if drafter else None
@@ -234,44 +246,68 @@ class CostModel:
         the work is a few small kernels and one sync whatever the batch)."""
         return _f64(self.calibration.prune_step_s + 0.0 * _arr("batch", batch))
 
-    def option_time(self, batch: ArrayLike, policy: TreePolicy) -> F64:
-        """Seconds per iteration of a policy's tree options beyond spec_step_time: the
-        retrieval lookup when it grafts (graft_budget > 0) plus the pruning pass when it prunes
-        (prune_threshold > 0); zero for a plain tree. Every caller that prices a policy's
-        iteration adds this."""
-        b = _arr("batch", batch)
-        t = np.zeros(b.shape)
-        if policy.graft_budget > 0:
-            t = t + self.retrieval_time(b)
-        if policy.prune_threshold > 0:
-            t = t + self.prune_time(b)
-        return _f64(t)
-
     # ---- iterations ----------------------------------------------------------------------------
-    def spec_step_time(
+    def iteration(
         self,
+        policy: TreePolicy | None,
         batch: ArrayLike,
-        depth: ArrayLike,
-        topk: ArrayLike,
-        budget: ArrayLike,
         context: ArrayLike,
-        accepted: ArrayLike,
         *,
-        builder: str = "dynamic-topk",
-    ) -> F64:
-        """Seconds of one speculative iteration: draft + verify of `budget` tree tokens per
-        sequence (root included) + draft extend of `accepted` tokens + step overhead, with the
-        fixed costs of the tree `builder` ('static' or 'dynamic-topk')."""
-        return _f64(
-            self.draft_time(batch, depth, topk, context, builder=builder)
-            + self.verify_time(batch, budget, context)
-            + self.draft_extend_time(batch, accepted, context)
-            + self.step_overhead_time(batch, budget, builder=builder)
-        )
+        tokens: ArrayLike | None = None,
+        accepted: ArrayLike | None = None,
+    ) -> StepBreakdown:
+        """Seconds of each phase of one decoding iteration of `batch` sequences over `context`
+        cached tokens each, under `policy` (None: speculation off, a plain decode step).
 
-    def ar_step_time(self, batch: ArrayLike, context: ArrayLike) -> F64:
-        """Seconds of one plain decode iteration (speculation off), overhead included."""
-        return _f64(self.verify_time(batch, 1, context) + self.step_overhead_time(batch, 1))
+        tokens: tree tokens verified per sequence, root included (a mean may be fractional);
+            default policy.budget, the full tree. Callers that know the tree as built pass its
+            size (the objective its mean under the acceptance model, check the measured mean of
+            a pruned tree).
+        accepted: tokens the drafter extends over per sequence: accepted drafts + the bonus
+            token; default policy.depth + 1, the full-depth pass that a graph-captured engine
+            pads draft extend to (spectune's executor does, so check and the calibration fit
+            price measured steps with it). The objective passes E[tokens per step], the mean
+            of an unpadded pass.
+        With speculation off the step verifies 1 token per sequence and drafts nothing;
+        passing `tokens` or `accepted` is then a SpecError. The engine's term is
+        `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp)`. Every field is
+        the broadcast of batch, context, tokens and accepted (float64, one shape)."""
+        b = _arr("batch", batch)
+        c = _arr("context", context)
+        parts: dict[str, F64 | None]  # None: the phase does not apply (zero)
+        if policy is None:
+            if tokens is not None or accepted is not None:
+                raise SpecError("tokens and accepted price a speculative iteration; policy is None")
+            parts = {
+                "draft_s": None,
+                "verify_s": self.verify_time(b, 1, c),
+                "extend_s": None,
+                "overhead_s": self.step_overhead_time(b, 1),
+                "retrieval_s": None,
+                "prune_s": None,
+                "engine_s": self._engine_time(b, 0, False),
+            }
+        else:
+            n = policy.budget if tokens is None else tokens
+            a = policy.depth + 1 if accepted is None else accepted
+            builder = policy.builder
+            parts = {
+                "draft_s": self.draft_time(b, policy.depth, policy.topk, c, builder=builder),
+                "verify_s": self.verify_time(b, n, c),
+                "extend_s": self.draft_extend_time(b, a, c),
+                "overhead_s": self.step_overhead_time(b, n, builder=builder),
+                "retrieval_s": self.retrieval_time(b) if policy.graft_budget > 0 else None,
+                "prune_s": self.prune_time(b) if policy.prune_threshold > 0 else None,
+                "engine_s": self._engine_time(b, policy.depth, policy.topk > 1),
+            }
+        shape = np.broadcast(*(p for p in parts.values() if p is not None)).shape
+        return StepBreakdown(**{k: _shaped(p, shape) for k, p in parts.items()})
+
+    def _engine_time(self, batch: F64, draft_steps: int, tree: bool) -> F64 | None:
+        """The engine's host seconds per iteration (None for a profile that adds nothing)."""
+        if self._engine_free:
+            return None
+        return self.engine.iteration_s_for(batch, draft_steps, tree, self.tp)
 
     # ---- facts the tests and dashboards use ----------------------------------------------------
     def memory_floor_time(self) -> float:
@@ -295,6 +331,15 @@ class CostModel:
 def _f64(x: ArrayLike) -> F64:
     """Results are float64 arrays, also 0-d ones (numpy turns 0-d sums into scalars)."""
     return np.asarray(x, dtype=np.float64)
+
+
+def _shaped(x: F64 | None, shape: tuple[int, ...]) -> F64:
+    """x as a float64 array of `shape` (a read-only broadcast view where it is smaller); None:
+    zeros."""
+    if x is None:
+        return np.zeros(shape)
+    x = _f64(x)
+    return x if x.shape == shape else np.broadcast_to(x, shape)
 
 
 def _total(parts: dict[str, F64]) -> F64:

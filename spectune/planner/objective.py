@@ -1,13 +1,14 @@
 """The closed-form steady-state objective: tokens/s of a policy at a batch size and context.
 
-    tokens/s = batch * E[tokens per step] / (spec_step_time + option_time + turnover)   (on)
-    tokens/s = batch / (ar_step_time + turnover)                                        (off)
+    tokens/s = batch * E[tokens per step] / (iteration + turnover)
 
 E[tokens per step] is the expected accepted length plus the bonus token of the policy's tree
-under the workload's acceptance model (planner.trees); the step time is the cost model's full
-speculative iteration: drafting, verifying the tree (its mean size as built, which the budget
-only bounds), draft extend and per-step overhead, plus the cost of the policy's options
-(CostModel.option_time: grafting's retrieval lookup, pruning's pass and ragged packing).
+under the workload's acceptance model (planner.trees); 1 with speculation off. `iteration` is
+the cost model's price of one whole decoding iteration of the batch,
+CostModel.iteration(policy, batch, context, tokens=mean tree size as built (which the budget
+only bounds), accepted=E[tokens per step]).total_s: drafting, verify, draft extend, overhead,
+the policy's options (grafting's retrieval lookup, pruning's pass) and the engine's host time,
+all from one StepBreakdown (`ClosedFormObjective.iteration`); nothing is added to it here.
 
 A shared-budget policy (TreePolicy.shared_budget, ECHO's super-tree) gives the batch one verify
 budget of batch * (budget - 1) draft tokens, so its E[tokens per step] and tree size depend on
@@ -15,12 +16,14 @@ the batch size: they are priced per (policy, batch) from planner.trees.sample_st
 shared_budget at that batch (whole batches drawn, per-request means taken), and at batch 1 a
 shared policy is its per-request equivalent.
 
-turnover is the prefill a saturated server does per step to replace finished requests: a step
-emits batch * E tokens, so batch * E / output_tokens requests finish, and each newcomer prefills
-its prompt (`context` tokens, the simulator objective's convention) through the target and,
-when speculating, through the drafter (which keeps its own KV). It rides in the step's forward
-passes, so it is priced as their marginal cost: verify (or draft-extend) time with the prompt
-tokens spread over the batch minus the time without them. Without `output_tokens` it is 0.
+turnover is not part of one iteration but a steady-state term of this objective: the prefill a
+saturated server does per step to replace finished requests. A step emits batch * E tokens, so
+batch * E / output_tokens requests finish, and each newcomer prefills its prompt (`context`
+tokens, the simulator objective's convention) through the target and, when speculating,
+through the drafter (which keeps its own KV). It rides in the step's forward passes, so it is
+priced with the cost model's phase methods as their marginal cost: verify (or draft-extend)
+time with the prompt tokens spread over the batch minus the time without them. Without
+`output_tokens` it is 0.
 
 `planner.search` takes any `Objective` (a function of policy, batch and context); this module
 is the default one. The simulator offers a simulation-based one that the CLI hands in instead.
@@ -39,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from spectune.planner.capacity import KVBudget, auto_max_batch, kv_budget
+from spectune.planner.step import StepBreakdown
 from spectune.specs.calibration import Calibration
 from spectune.specs.policy import MAX_BUDGET, TreePolicy
 from spectune.specs.scenario import ResolvedScenario, Scenario
@@ -88,7 +92,8 @@ class _Acceptance(Protocol):
 class ClosedFormObjective:
     """Steady-state tokens/s from a cost model and an acceptance model (no simulation).
 
-    cost_model: a planner.costmodel.CostModel (spec_step_time, ar_step_time, option_time)
+    cost_model: a planner.costmodel.CostModel (iteration; verify_time and draft_extend_time
+        for turnover)
     acceptance: a planner.acceptance.AcceptanceModel
     expected_tokens: E[tokens per step] of a policy; defaults to
         planner.trees.expected_tokens_for_policy(policy, acceptance, samples, seed)
@@ -250,37 +255,34 @@ class ClosedFormObjective:
         fits = auto_max_batch(self.kv, max(1, context), self.mean_output_tokens, cap=1 << 30)
         return np.minimum(b, float(fits))
 
-    def step_times(self, policy: TreePolicy | None, batch: Any, context: int) -> np.ndarray:
-        """Seconds of one decoding iteration of the whole batch; batch: int[P] (or a scalar)
-        -> float64[P], one cost-model call for all of them (batches capped by KV capacity)."""
-        cm = self.cost_model
+    def iteration(self, policy: TreePolicy | None, batch: Any, context: int) -> StepBreakdown:
+        """The cost model's breakdown of one decoding iteration of the whole batch at each batch
+        size (int[P] or a scalar, capped by KV capacity -> fields float64[P]): the policy's tree
+        as built (tree_tokens) verified, E[tokens per step] extended by the drafter."""
         b = self.fitting_batch(batch, context)
+        return self._iteration(policy, b, context)[0]
+
+    def _iteration(
+        self, policy: TreePolicy | None, b: np.ndarray, context: int
+    ) -> tuple[StepBreakdown, Any]:
+        """(breakdown at fitted batch sizes float64[P], verify tokens per sequence)."""
         if policy is None:
-            t = np.broadcast_to(np.asarray(cm.ar_step_time(b, context), np.float64), b.shape)
-            return t + self.turnover_times(None, b, context, 1.0)
+            return self.cost_model.iteration(None, b, context), 1.0
         accepted, tokens = self.per_step(policy, b)  # per batch size (a shared budget varies)
-        t = cm.spec_step_time(
-            b, policy.depth, policy.topk, tokens, context, accepted, builder=policy.builder
-        )
-        t = np.broadcast_to(np.asarray(t, dtype=np.float64), b.shape)
-        t = t + self.option_times(policy, b)
+        step = self.cost_model.iteration(policy, b, context, tokens=tokens, accepted=accepted)
+        return step, tokens
+
+    def step_times(self, policy: TreePolicy | None, batch: Any, context: int) -> np.ndarray:
+        """Seconds per decoding iteration of the whole batch in steady state (the iteration's
+        total plus turnover); batch: int[P] (or a scalar) -> float64[P], one cost-model call for
+        all of them (batches capped by KV capacity)."""
+        b = self.fitting_batch(batch, context)
+        step, tokens = self._iteration(policy, b, context)
+        t = np.broadcast_to(step.total_s, b.shape)
         return t + self.turnover_times(policy, b, context, tokens)
 
-    def option_times(self, policy: TreePolicy, batch: np.ndarray) -> np.ndarray:
-        """float64[P]: seconds per iteration of the policy's options (grafting's retrieval
-        lookup, pruning's pass and ragged packing): CostModel.option_time. A cost model without
-        it (a test double) is charged retrieval_time for grafting policies, if it has that."""
-        cm = self.cost_model
-        if hasattr(cm, "option_time"):
-            t = cm.option_time(batch, policy)
-        elif policy.graft_budget > 0 and hasattr(cm, "retrieval_time"):
-            t = cm.retrieval_time(batch)
-        else:
-            t = 0.0
-        return np.broadcast_to(np.asarray(t, dtype=np.float64), batch.shape)
-
     def step_time(self, policy: TreePolicy | None, batch: int, context: int) -> float:
-        """Seconds of one decoding iteration of the whole batch."""
+        """Seconds per decoding iteration of the whole batch (step_times at one batch size)."""
         return float(self.step_times(policy, batch, context)[0])
 
     def __call__(self, policy: TreePolicy | None, batch: int, context: int) -> float:

@@ -237,7 +237,6 @@ def simulate(
     pricer = StepPricer(
         cost,
         context_quantum=cfg.context_quantum,
-        has_drafter=cfg.drafter is not None,
         exact_mixed=cfg.exact_mixed,
     )
     closed = isinstance(cfg.arrivals, ClosedLoop)

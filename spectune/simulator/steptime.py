@@ -1,19 +1,26 @@
 """Prices one server iteration with the planner's CostModel, fast enough to call every step.
 
 An iteration is a ragged batch: decoding sequences verify their draft trees (tree tokens each,
-root included) and prefilling sequences feed a chunk of their prompt. Its time is
+root included) and prefilling sequences feed a chunk of their prompt. Every term comes from the
+cost model's StepBreakdown (CostModel.iteration); this module tabulates its fields and looks
+them up, and adds no term of its own:
 
-    draft(B_dec, depth, topk) + target forward(all new tokens) + draft-extend(accepted tokens)
-    + options (retrieval lookups of grafting policies, the pruning pass of pruning ones)
-    + overhead(B, tree tokens)
+    draft_s(B_dec) + verify_s or the ragged target forward (all new tokens)
+    + extend_s or the drafter's ragged pass (accepted and prefilled tokens)
+    + overhead_s(B, tree tokens) + retrieval_s + prune_s (B_dec) + engine_s(B)
 
 One CostModel call costs about a millisecond however many points it prices (it is vectorised),
-so the pricer evaluates each term on whole grids at once and looks iterations up in them:
+so the pricer evaluates each breakdown on whole grids at once and looks iterations up in them:
 
-- Pure-decode iterations (the steady state): per batch size, tables over tokens per sequence
-  x context (context in steps of `context_quantum` tokens; attention is linear in context, so
-  the batch's mean context prices the sum of its sequences' KV reads). A batch whose trees
-  differ in size is priced at its mean tokens per sequence, linear between grid points.
+- Pure-decode iterations (the steady state): per (batch size, policy), one breakdown over
+  tokens per sequence x accepted tokens x context (context in steps of `context_quantum`
+  tokens; attention is linear in context, so the batch's mean context prices the sum of its
+  sequences' KV reads) gives the draft, verify and extend tables. A batch whose trees differ in
+  size is priced at its mean tokens per sequence, linear between grid points. The fixed terms
+  (overhead, options, engine) come from one breakdown per policy over every batch size (up to a
+  power of two) at 1, 2 and 3 tree tokens: overhead is a constant without a tree and affine in
+  the tree tokens with one, so those points price every tree size exactly. Speculation off: the
+  breakdown's total per batch size over context.
 - Iterations with prefill chunks: the CostModel's ragged forward runs eagerly and costs ~2 ms
   a call, too slow for every mixed step. It is matched by a uniform batch of B_s sequences, B_s
   a CUDA-graph size, with the same new tokens T, the same KV tokens and the same logits, plus the
@@ -21,7 +28,9 @@ so the pricer evaluates each term on whole grids at once and looks iterations up
   GEMMs, LM head and KV reads are then exact; attention FLOPs are spread evenly over the
   sequences, which under-prices the quadratic attention of long prompt chunks (about 5-10% of
   a 4k-token chunk's forward). These are tabulated on log-spaced grids per B_s and interpolated.
-  `exact_mixed=True` calls ragged_forward_time instead (slow; used to check the tables).
+  `exact_mixed=True` calls ragged_forward_time instead (slow; used to check the tables). The
+  drafter's pass over accepted tokens and chunks is priced the same way (draft_extend_time on
+  the log grids); drafting, overhead, options and engine time are the breakdown's, as above.
 """
 
 from __future__ import annotations
@@ -33,23 +42,27 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from spectune.planner.step import StepBreakdown
 from spectune.specs import TreePolicy
 
 
 class CostModelLike(Protocol):
     """The part of planner.costmodel.CostModel the simulator calls (docs/interfaces.md)."""
 
+    def iteration(
+        self,
+        policy: TreePolicy | None,
+        batch: Any,
+        context: Any,
+        *,
+        tokens: Any = ...,
+        accepted: Any = ...,
+    ) -> StepBreakdown: ...
     def verify_time(self, batch: Any, tokens: Any, context: Any) -> Any: ...
     def ragged_forward_time(
         self, new_tokens: Any, context: Any, *, cuda_graph: bool = ...
     ) -> Any: ...
-    def draft_time(
-        self, batch: Any, depth: Any, topk: Any, context: Any, *, builder: str = ...
-    ) -> Any: ...
     def draft_extend_time(self, batch: Any, accepted: Any, context: Any) -> Any: ...
-    def step_overhead_time(self, batch: Any, tree_tokens: Any, *, builder: str = ...) -> Any: ...
-    def ar_step_time(self, batch: Any, context: Any) -> Any: ...
-    def option_time(self, batch: Any, policy: TreePolicy) -> Any: ...
 
 
 @dataclass
@@ -59,7 +72,7 @@ class StepCost:
     draft_s: float = 0.0
     forward_s: float = 0.0  # target forward: verify trees and/or prefill chunks
     extend_s: float = 0.0  # drafter pass over accepted (and prefilled) tokens
-    overhead_s: float = 0.0  # sampling, tree build, scheduling, retrieval lookups, pruning
+    overhead_s: float = 0.0  # sampling, tree build, scheduling, options, engine host time
 
     @property
     def total_s(self) -> float:
@@ -115,24 +128,21 @@ def _bilerp(t: np.ndarray, u: float, v: float) -> float:
 
 
 class StepPricer:
-    """Iteration times from one CostModel, tabulated on first use (shared by the speculative
-    and the speculation-off runs of a load level)."""
+    """Iteration times from one CostModel's breakdowns, tabulated on first use (shared by the
+    speculative and the speculation-off runs of a load level)."""
 
     def __init__(
         self,
         cost: CostModelLike,
         *,
         context_quantum: int = 16,
-        has_drafter: bool = True,
         exact_mixed: bool = False,
     ):
         self.cost = cost
         self.q = max(1, int(context_quantum))
-        self.has_drafter = has_drafter
         self.exact_mixed = exact_mixed
-        self.max_tokens = 2  # token-axis length of the decode tables, grown on demand
+        self.max_tokens = 4  # token-axis length of the decode tables, grown on demand
         self._tables: dict[tuple[Any, ...], np.ndarray] = {}
-        self._scalars: dict[tuple[Any, ...], float] = {}
         cal = getattr(cost, "calibration", None)
         sizes = tuple(getattr(cal, "graph_batch_sizes", ()) or GRAPH_SIZES)
         self.graph_sizes = np.asarray(sorted(sizes), dtype=np.int64)
@@ -156,33 +166,73 @@ class StepPricer:
             self._tables[key] = t
         return t
 
-    def _ctx_table(
-        self, key: tuple[Any, ...], ci: int, fn: Callable[[np.ndarray], Any]
-    ) -> np.ndarray:
-        """Column `ci` (one context bin) of the table `key`."""
-        return self._ctx_full(key, ci, fn)[..., ci]
-
-    def _tokens_axis(self) -> np.ndarray:
-        t = np.arange(self.max_tokens, dtype=np.float64)
-        t[0] = 1.0  # index 0 unused: a sequence feeds at least one token
-        return t
-
     def _grow(self, per_seq: float) -> None:
         if per_seq + 2 > self.max_tokens:
             self.max_tokens = int(per_seq) + 3
-            for k in [k for k in self._tables if k[0] in ("fwd", "ext")]:
+            for k in [k for k in self._tables if k[0] == "spec"]:
                 del self._tables[k]
 
     def _bin(self, context: float) -> int:
         return int(context / self.q + 0.5)
 
+    def _spec_table(self, batch: int, policy: TreePolicy, ci: int) -> np.ndarray:
+        """float64[3, T, C]: the draft_s, verify_s and extend_s fields of the policy's breakdown
+        at `batch` over tokens per sequence (axis T: index i verifies max(i, 1) tree tokens and
+        extends i accepted tokens) x context bins (axis C, covering bin `ci`)."""
+
+        def price(c: np.ndarray) -> np.ndarray:
+            t = np.arange(self.max_tokens, dtype=np.float64)
+            n = t.copy()
+            n[0] = 1.0  # a sequence verifies at least its root
+            step = self.cost.iteration(
+                policy, batch, c[None, :], tokens=n[:, None], accepted=t[:, None]
+            )
+            return np.stack([step.draft_s, step.verify_s, step.extend_s])
+
+        return self._ctx_full(("spec", batch, policy), ci, price)
+
+    def _fixed(self, batch: int, policy: TreePolicy | None) -> np.ndarray:
+        """float64[5] of the breakdown's context-independent terms at `batch`: overhead_s at 1,
+        2 and 3 tree tokens per sequence, retrieval_s + prune_s, engine_s (tabulated for every
+        batch size up to a power of two at once; speculation off: overhead at 1 token only)."""
+        key = ("fixed", policy)
+        t = self._tables.get(key)
+        if t is None or batch >= t.shape[1]:
+            b = np.arange(max(64, 1 << int(batch).bit_length()), dtype=np.float64)
+            t = np.full((5, b.size), np.nan)
+            if policy is None:
+                step = self.cost.iteration(None, b, 0.0)
+                t[0], t[4] = step.overhead_s, step.engine_s
+            else:
+                n = np.array([1.0, 2.0, 3.0])
+                step = self.cost.iteration(policy, b[:, None], 0.0, tokens=n, accepted=0.0)
+                t[:3] = step.overhead_s.T
+                t[3] = step.retrieval_s[:, 0] + step.prune_s[:, 0]
+                t[4] = step.engine_s[:, 0]
+            self._tables[key] = t
+        return t[:, batch]
+
+    @staticmethod
+    def _overhead(fixed: np.ndarray, per_seq: float) -> float:
+        """overhead_s of sequences verifying `per_seq` tokens each (mean): a constant without a
+        tree, affine in the tree tokens with one (the builder's fixed tree-building cost plus a
+        cost per node), so the breakdown at 2 and 3 tokens prices every tree size."""
+        if per_seq <= 1.0:
+            return float(fixed[0])
+        two, three = float(fixed[1]), float(fixed[2])
+        return two + (three - two) * (per_seq - 2.0)
+
     # ---- pure decode ------------------------------------------------------------------------------
+    def _off_table(self, batch: int, ci: int) -> np.ndarray:
+        """float64[C]: total_s of the speculation-off breakdown at `batch` over context bins."""
+        return self._ctx_full(
+            ("off", batch), ci, lambda c: self.cost.iteration(None, batch, c).total_s
+        )
+
     def decode_off(self, batch: int, context: float) -> StepCost:
         """A plain decode iteration (speculation off), overhead included."""
-        col = self._ctx_table(
-            ("ar", batch), self._bin(context), lambda c: self.cost.ar_step_time(batch, c)
-        )
-        return StepCost(forward_s=float(col))
+        ci = self._bin(context)
+        return StepCost(forward_s=float(self._off_table(batch, ci)[ci]))
 
     def decode_spec(
         self, batch: int, policy: TreePolicy, tree_tokens: int, accepted_tokens: int, context: float
@@ -193,85 +243,21 @@ class StepPricer:
         per_ext = accepted_tokens / batch + 1.0  # draft extend: accepted tokens + the bonus token
         self._grow(max(per_tree, per_ext))
         ci = self._bin(context)
-        t = self._tokens_axis()
-        fwd = self._ctx_table(
-            ("fwd", batch), ci, lambda c: self.cost.verify_time(batch, t[:, None], c[None, :])
+        tab = self._spec_table(batch, policy, ci)
+        fixed = self._fixed(batch, policy)
+        overhead = self._overhead(fixed, per_tree) + float(fixed[3])
+        return StepCost(
+            draft_s=float(tab[0, 0, ci]),
+            forward_s=_lerp(tab[1, :, ci], per_tree),
+            extend_s=_lerp(tab[2, :, ci], per_ext),
+            overhead_s=overhead + float(fixed[4]),
         )
-        cost = StepCost(
-            forward_s=_lerp(fwd, per_tree),
-            overhead_s=self._overhead(batch, per_tree, policy.builder),
-        )
-        if self.has_drafter:
-            a = t.copy()
-            a[0] = 0.0
-            ext = self._ctx_table(
-                ("ext", batch),
-                ci,
-                lambda c: self.cost.draft_extend_time(batch, a[:, None], c[None, :]),
-            )
-            cost.extend_s = _lerp(ext, per_ext)
-            cost.draft_s = self._drafting(batch, policy, ci)
-        cost.overhead_s += self._options(batch, policy)
-        return cost
-
-    def _drafting(self, batch: int, policy: TreePolicy, ci: int) -> float:
-        key, price = self._draft_table(batch, policy)
-        return float(self._ctx_table(key, ci, price))
-
-    def _draft_table(
-        self, batch: int, policy: TreePolicy
-    ) -> tuple[tuple[Any, ...], Callable[[np.ndarray], Any]]:
-        """(table key, pricer over contexts) of the drafting phase of `policy` at `batch`."""
-        d, k, builder = policy.depth, policy.topk, policy.builder
-        return ("draft", batch, d, k, builder), lambda c: self.cost.draft_time(
-            batch, d, k, c, builder=builder
-        )
-
-    def _overhead(self, batch: int, per_seq: float, builder: str = "dynamic-topk") -> float:
-        """Step overhead of `batch` sequences verifying `per_seq` tokens each (mean): a constant
-        without a tree, affine in the tree tokens with one (the `builder`'s fixed tree-building
-        cost plus a cost per node), so two points per batch size price every tree size."""
-        if per_seq <= 1.0:
-            return self._scalar(("ovh", batch, 1), lambda: self.cost.step_overhead_time(batch, 1))
-        two = self._scalar(
-            ("ovh", batch, 2, builder),
-            lambda: self.cost.step_overhead_time(batch, 2, builder=builder),
-        )
-        three = self._scalar(
-            ("ovh", batch, 3, builder),
-            lambda: self.cost.step_overhead_time(batch, 3, builder=builder),
-        )
-        return two + (three - two) * (per_seq - 2.0)
-
-    def _overhead_many(self, batch: int, per_seq: np.ndarray, builder: str) -> np.ndarray:
-        """float64[K]: _overhead over K iterations (all with a tree)."""
-        two = self._overhead(batch, 2.0, builder)
-        return two + (self._overhead(batch, 3.0, builder) - two) * (per_seq - 2.0)
-
-    def _options(self, batch: int, policy: TreePolicy) -> float:
-        """Seconds of the policy's options per iteration of `batch` decoding sequences
-        (CostModel.option_time: grafting's retrieval lookup, pruning's pass and ragged
-        packing); 0 for a plain tree."""
-        graft, prune = policy.graft_budget > 0, policy.prune_threshold > 0
-        if not (graft or prune):
-            return 0.0
-        return self._scalar(
-            ("opt", batch, graft, prune), lambda: self.cost.option_time(batch, policy)
-        )
-
-    def _scalar(self, key: tuple[Any, ...], fn: Callable[[], Any]) -> float:
-        v = self._scalars.get(key)
-        if v is None:
-            v = float(np.asarray(fn()))
-            self._scalars[key] = v
-        return v
 
     # ---- runs of decode iterations (vectorised; see Replica._fast_forward) ----------------------
     def decode_off_many(self, batch: int, context: np.ndarray) -> np.ndarray:
         """float64[K]: plain decode iterations of `batch` sequences at mean contexts [K]."""
         ci = (context / self.q + 0.5).astype(np.int64)
-        t = self._ctx_full(("ar", batch), int(ci.max()), lambda c: self.cost.ar_step_time(batch, c))
-        return t[ci]
+        return self._off_table(batch, int(ci.max()))[ci]
 
     def decode_spec_many(
         self,
@@ -287,32 +273,17 @@ class StepPricer:
         per_ext = accepted_tokens / batch + 1.0
         self._grow(max(float(per_tree.max()), float(per_ext.max())))
         ci = (context / self.q + 0.5).astype(np.int64)
-        top = int(ci.max())
-        t = self._tokens_axis()
-        fwd = self._ctx_full(
-            ("fwd", batch), top, lambda c: self.cost.verify_time(batch, t[:, None], c[None, :])
-        )
-        forward = _lerp_rows(fwd, per_tree, ci)
-        k = ci.size
-        overhead = (
-            self._overhead_many(batch, per_tree, policy.builder)
-            if float(per_tree.min()) > 1.0
-            else np.array([self._overhead(batch, float(x), policy.builder) for x in per_tree])
-        )
-        overhead = overhead + self._options(batch, policy)
-        draft = np.zeros(k)
-        extend = np.zeros(k)
-        if self.has_drafter:
-            a = t.copy()
-            a[0] = 0.0
-            ext = self._ctx_full(
-                ("ext", batch),
-                top,
-                lambda c: self.cost.draft_extend_time(batch, a[:, None], c[None, :]),
-            )
-            extend = _lerp_rows(ext, per_ext, ci)
-            key, price = self._draft_table(batch, policy)
-            draft = self._ctx_full(key, top, price)[ci]
+        tab = self._spec_table(batch, policy, int(ci.max()))
+        fixed = self._fixed(batch, policy)
+        if float(per_tree.min()) > 1.0:
+            two, three = float(fixed[1]), float(fixed[2])
+            overhead = two + (three - two) * (per_tree - 2.0)
+        else:
+            overhead = np.array([self._overhead(fixed, float(x)) for x in per_tree])
+        overhead = overhead + float(fixed[3]) + float(fixed[4])
+        draft = tab[0, 0][ci]
+        forward = _lerp_rows(tab[1], per_tree, ci)
+        extend = _lerp_rows(tab[2], per_ext, ci)
         return draft, forward, extend, overhead
 
     # ---- iterations with prefill chunks ---------------------------------------------------------
@@ -346,7 +317,9 @@ class StepPricer:
     ) -> StepCost:
         """An iteration with prefill chunks: one ragged target forward over the decoders' trees
         (int[Bd], 1 each when speculation is off) and the chunks (int[Bp]), the drafting of the
-        decoders, and one drafter pass over their accepted tokens and the chunks."""
+        decoders, and one drafter pass over their accepted tokens and the chunks. The fixed
+        terms are the breakdown's: overhead of all B sequences (a chunk counts one token),
+        the policy's options for the Bd decoders, the engine's host time for B requests."""
         bd, bp = int(dec_tokens.size), int(chunk_tokens.size)
         b = bd + bp
         t_dec, t_pre = int(dec_tokens.sum()), int(chunk_tokens.sum())
@@ -361,19 +334,18 @@ class StepPricer:
             )
         else:
             fwd = self._surrogate("target", b, t_dec + t_pre, kv_dec + kv_pre) + self.eager_s
-        builder = policy.builder if policy is not None else "dynamic-topk"
-        cost = StepCost(forward_s=fwd, overhead_s=self._overhead(b, (t_dec + bp) / b, builder))
+        speculating = policy if bd else None
+        fixed = self._fixed(b, speculating)
+        cost = StepCost(forward_s=fwd, overhead_s=self._overhead(fixed, (t_dec + bp) / b))
+        if speculating is not None:
+            ci = self._bin(float(dec_context.mean()))
+            cost.draft_s = float(self._spec_table(bd, speculating, ci)[0, 0, ci])
+            cost.overhead_s += float(self._fixed(bd, speculating)[3])
         if policy is not None:
-            if self.has_drafter:
-                if bd:
-                    ci = self._bin(float(dec_context.mean()))
-                    cost.draft_s = self._drafting(bd, policy, ci)
-                # the drafter keeps its own KV: one pass over accepted tokens and prompt chunks
-                new = dec_accepted + bd + t_pre  # accepted + bonus per decoder, and chunks
-                kv = dec_accepted + bd + int(dec_context.sum()) + kv_pre
-                seqs = bd + bp
-                if new and seqs:
-                    cost.extend_s = self._surrogate("drafter", seqs, new, kv)
-            if bd:
-                cost.overhead_s += self._options(bd, policy)
+            # the drafter keeps its own KV: one pass over accepted tokens and prompt chunks
+            new = dec_accepted + bd + t_pre  # accepted + bonus per decoder, and chunks
+            kv = dec_accepted + bd + int(dec_context.sum()) + kv_pre
+            if new and b:
+                cost.extend_s = self._surrogate("drafter", b, new, kv)
+        cost.overhead_s += float(fixed[4])
         return cost

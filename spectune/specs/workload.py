@@ -190,10 +190,11 @@ _SPECBENCH = (
 )
 _FIT_EAGLE = (
     "confidence_mean[d] = m1 * 0.93**d (d = 0..), Beta concentration 4, tail 0.45, identity "
-    "calibration (EAGLE-2: draft confidence ~ acceptance); m1 fitted by bisection so that the "
-    "EAGLE-2 default tree (dynamic-topk, depth 7, topk 10, 60 draft tokens = budget 61) yields "
-    "{tau:.2f} tokens/step = {why} (spectune.planner.acceptance.fit.fit_confidence_scale, 8000 "
-    "sampled trees). Retrieval: rho[m][j] = s * (0.6, 0.8, 1.0)[m-1] * 0.9**j with match-length "
+    "calibration (EAGLE-2: draft confidence ~ acceptance); m1 fitted by bisection so that "
+    "dynamic-topk depth 7, topk 10, budget 61 yields {tau:.2f} tokens/step = {why} "
+    "(spectune.planner.workload_scale.fit_confidence_scale, 8000 sampled trees); EAGLE-2's "
+    "default tree counts the root in its total_token=60 (planner.space.EAGLE_DEFAULT, budget "
+    "60), which yields 0.2% fewer tokens/step. Retrieval: rho[m][j] = s * (0.6, 0.8, 1.0)[m-1] * 0.9**j with match-length "
     "probabilities (0.2, 0.2, 0.3); s fitted so a 10-token PLD chain yields {pld:.2f} tokens/step "
     "= PLD's Spec-Bench 1.74 x task/overall speedup ({pld_why}). The shapes (decay 0.93, tail, "
     "match-length weights) are assumptions; only the scales are fitted."

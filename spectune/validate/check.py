@@ -7,13 +7,14 @@ none: the cost model's defaults) configures CostModel(hardware, target, drafter)
   (and the baseline's verify at 1 token); for a pruned policy the tree tokens are the measured
   mean verified per sequence (`verified_mean`), or, in a document without it, the planner's
   mean kept tokens (ClosedFormObjective.tree_tokens for the document's workload);
-- speedup: predicted = tokens_per_step_measured / (spec_step_time(batch, depth, topk, tree
-  tokens, context, depth + 1, builder=the run's policy builder) + option_time(batch, policy))
-  x ar_step_time(batch, context) vs the measured speedup; option_time charges a pruned policy
-  its pruning pass, ragged packing and host read (Calibration.prune_step_s). The measured
-  accepted length is used on both sides, so the check tests the timing model (acceptance is
-  checked separately, against the acceptance model, by the executor's tests); draft extend is
-  priced over depth + 1 tokens because the executor pads it so (graph-captured, as engines do).
+- speedup: predicted = tokens_per_step_measured / CostModel.iteration(policy, batch, context,
+  tokens=tree tokens).total_s x CostModel.iteration(None, batch, context).total_s vs the
+  measured speedup. The iteration charges everything the policy has (a pruned policy its
+  pruning pass, ragged packing and host read: Calibration.prune_step_s), and its draft extend
+  runs over depth + 1 tokens (its default) because the executor pads it so (graph-captured, as
+  engines do). The measured accepted length is used on both sides, so the check tests the
+  timing model (acceptance is checked separately, against the acceptance model, by the
+  executor's tests).
 Calibration-run documents (spectune.calibration-run/v1) add their verify grids to the MAPE.
 
 The gate fails (exit 1) when any run's speedup differs by more than `speedup_tol` (10%) or the
@@ -138,7 +139,7 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
     planned: dict[str, Any] = {}  # the planner's objective, built once if a run needs it
     for r in doc["runs"]:
         b, pol, ph = r["batch"], r["policy"], r["phases_ms"]
-        ar_pred = _scalar(cm.ar_step_time(b, c))
+        ar_pred = _scalar(cm.iteration(None, b, c).total_s)
         if "ar_phases_ms" in r and b not in seen_ar:
             seen_ar.add(b)
             res.verify.append(
@@ -151,6 +152,7 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
             )
         if pol is None:
             continue
+        policy = TreePolicy(**pol)
         n, d, k = _tree_tokens(doc, r, planned), pol["depth"], pol["topk"]
         label = f"B={b} {r['label']} {d}/{k}/{pol['budget']}"
         if pol.get("prune_threshold", 0.0) > 0:
@@ -163,8 +165,7 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
                 ph["verify"] / 1e3,
             )
         )
-        spec_pred = _scalar(cm.spec_step_time(b, d, k, n, c, d + 1, builder=pol["builder"]))
-        spec_pred += _scalar(cm.option_time(b, TreePolicy(**pol)))  # pruning's pass + packing
+        spec_pred = _scalar(cm.iteration(policy, b, c, tokens=n).total_s)
         pred_speedup = r["tokens_per_step"] / spec_pred * ar_pred
         res.speedup.append(Row(name, f"speedup {label}", pred_speedup, r["speedup"]))
 

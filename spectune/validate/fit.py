@@ -4,7 +4,8 @@ The cost model is used as a black box: its efficiencies are the parameters, and 
 least-squares fit minimises the log-ratio of predicted to measured seconds over
 - the verify grid of a calibration run (whole target forwards, batch x tree tokens x context),
 - the weight-GEMM micro-benchmarks of the same run (operators.gemm_time per shape and M),
-- the phases of measured speculative runs (verify over the tree, drafting, draft extend).
+- the phases of measured speculative runs (verify over the tree, drafting, draft extend) and
+  their whole steps, each read from the cost model's StepBreakdown (CostModel.iteration).
 Parameters: weight/attention/elementwise bandwidth efficiencies, attention FLOP efficiency,
 the per-kernel launch cost inside a graph, the fixed cost of each draft step beyond the
 drafter's forward (top-k, frontier sort, pool bookkeeping: draft_step_s; and
@@ -14,7 +15,7 @@ eff(M) = e_max * (1 - exp(-M / m0)) tabulated on a grid (M / eff grows with M, a
 requires). The fixed per-step costs (step overhead, per-request cost, tree building: fixed and
 per tree node, the static builder's fixed tree cost and pruning's per-iteration cost when
 such runs are measured) come from a linear fit of the non-forward phases. Each run is priced
-with its policy's builder and options (CostModel.option_time). Graph batch sizes are every
+as CostModel.iteration prices its policy (builder and options included). Graph batch sizes are every
 batch up to 256, because the executor captures a graph at each measured batch exactly (no
 padding).
 """
@@ -100,7 +101,6 @@ def _rows(
         c = doc["context"]
         for r in doc["runs"]:
             ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
-            builder = pol["builder"] if pol is not None else None
             if "ar_phases_ms" in r:
                 rows.append(
                     (
@@ -116,75 +116,31 @@ def _rows(
             rows.append(
                 ("verify", {"batch": b, "tokens": _tokens(r), "context": c}, ph["verify"] / 1e3)
             )
-            rows.append(
-                (
-                    "step",
-                    {
-                        "batch": b,
-                        "depth": pol["depth"],
-                        "topk": pol["topk"],
-                        "tokens": _tokens(r),
-                        "context": c,
-                        "builder": builder,
-                        "policy": TreePolicy(**pol),
-                    },
-                    ph["step"] / 1e3,
-                )
-            )
-            rows.append(
-                (
-                    "draft",
-                    {
-                        "batch": b,
-                        "depth": pol["depth"],
-                        "topk": pol["topk"],
-                        "context": c,
-                        "builder": builder,
-                    },
-                    ph["draft"] / 1e3,
-                )
-            )
-            rows.append(
-                (
-                    "extend",
-                    {"batch": b, "accepted": pol["depth"] + 1, "context": c},
-                    ph["extend"] / 1e3,
-                )
-            )
+            policy = TreePolicy(**pol)
+            run_args = {"batch": b, "policy": policy, "context": c}
+            rows.append(("step", {**run_args, "tokens": _tokens(r)}, ph["step"] / 1e3))
+            rows.append(("draft", run_args, ph["draft"] / 1e3))
+            rows.append(("extend", run_args, ph["extend"] / 1e3))
     return rows
 
 
 def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
-    """Seconds the cost model predicts for one observation."""
+    """Seconds the cost model predicts for one observation: a target forward ('verify'), a
+    weight GEMM ('gemm'), or a field of CostModel.iteration for a measured run: the whole step
+    ('step', over the run's verified tokens), its drafting ('draft') or its draft extend
+    ('extend', over depth + 1 tokens: the executor pads it so); 'ar': a plain decode step."""
     from spectune.planner.operators import gemm_time
 
     if kind == "verify":
         return _scalar(cm.verify_time(a["batch"], a["tokens"], a["context"]))
     if kind == "gemm":
         return _scalar(gemm_time(cm.rates, a["m"], a["n"], a["k"], float(cm.target.dtype_bytes)))
-    if kind == "draft":
-        return _scalar(
-            cm.draft_time(a["batch"], a["depth"], a["topk"], a["context"], builder=a["builder"])
-        )
-    if kind == "extend":
-        return _scalar(cm.draft_extend_time(a["batch"], a["accepted"], a["context"]))
-    if kind == "step":  # draft extend over depth + 1 tokens: the executor pads it so
-        step = _scalar(
-            cm.spec_step_time(
-                a["batch"],
-                a["depth"],
-                a["topk"],
-                a["tokens"],
-                a["context"],
-                a["depth"] + 1,
-                builder=a["builder"],
-            )
-        )
-        if "policy" in a:  # a pruned policy's pass and ragged packing (option_time)
-            step += _scalar(cm.option_time(a["batch"], a["policy"]))
-        return step
     if kind == "ar":
-        return _scalar(cm.ar_step_time(a["batch"], a["context"]))
+        return _scalar(cm.iteration(None, a["batch"], a["context"]).total_s)
+    if kind in ("step", "draft", "extend"):
+        step = cm.iteration(a["policy"], a["batch"], a["context"], tokens=a.get("tokens"))
+        field = {"step": step.total_s, "draft": step.draft_s, "extend": step.extend_s}[kind]
+        return _scalar(field)
     raise ValueError(kind)
 
 
@@ -240,7 +196,7 @@ def fit_calibration(
     rows = [rows[i] for i in keep]
     meas = meas[keep]
     w = np.sqrt(np.array([WEIGHTS[k] for k, _, _ in rows]))
-    static = any(a.get("builder") == "static" for _, a, _ in rows)
+    static = any(a["policy"].builder == "static" for _, a, _ in rows if "policy" in a)
     params = (*PARAMS, STATIC_PARAM) if static else PARAMS
 
     def model(x: Sequence[float] | np.ndarray) -> np.ndarray:

@@ -10,11 +10,10 @@ from spectune.planner.trees.build import (
     expected_tokens_for_policy,
     sample_accepted_lengths,
     sample_step,
-    static_shape,
 )
 from spectune.planner.trees.graft import graft_tree, prune_tree
 from spectune.planner.trees.pool import build_from_pool
-from spectune.planner.trees.static import StaticShape, sequoia_dp
+from spectune.planner.trees.static import StaticShape, sequoia_dp, static_shape
 
 __all__ = [
     "StaticShape",

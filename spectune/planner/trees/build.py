@@ -19,27 +19,23 @@ import numpy as np
 
 from spectune.planner.acceptance.base import LOG_ZERO, AcceptanceModel
 from spectune.planner.acceptance.replay import ReplayStep
-from spectune.planner.trees import flat, outcome
-from spectune.planner.trees.static import MAX_STATIC_WIDTH, StaticShape, sequoia_dp
+from spectune.planner.trees.flat import FlatPool, dynamic_pool, static_pool
+from spectune.planner.trees.outcome import (
+    Grafts,
+    choose_grafts,
+    expected_tokens,
+    keep_top,
+    row_threshold,
+    sample_tokens,
+    to_tree,
+)
+from spectune.planner.trees.pool import build_from_pool
+from spectune.planner.trees.static import static_shape
 from spectune.specs.policy import MAX_BUDGET, TreePolicy
 from spectune.specs.tree import DraftTree
 
-_SHAPES: OrderedDict[tuple[object, ...], StaticShape] = OrderedDict()
 _EXPECTED: OrderedDict[tuple[object, ...], float] = OrderedDict()
 _CACHE_SIZE = 4096
-
-
-def static_shape(model: AcceptanceModel, budget: int, depth: int, width: int) -> StaticShape:
-    """Sequoia-optimal shape for the model's mean positional table (cached per model)."""
-    width = max(1, min(width, MAX_STATIC_WIDTH))
-    key = (model.cache_key, budget, depth, width)
-    shape = _SHAPES.get(key)
-    if shape is None:
-        shape = sequoia_dp(model.positional_table(depth, width), budget, depth, width)
-        _SHAPES[key] = shape
-        if len(_SHAPES) > _CACHE_SIZE:
-            _SHAPES.popitem(last=False)
-    return shape
 
 
 def _pool(
@@ -49,23 +45,23 @@ def _pool(
     batch: int,
     shared: bool,
     reuse: bool = False,
-) -> flat.FlatPool:
+) -> FlatPool:
     """Draw the batch's candidate pools (`reuse`: in scratch buffers; the pool must not leave
     the calling function)."""
     if policy.builder == "static":
         size = min(2 * policy.budget, MAX_BUDGET) if shared and batch > 1 else policy.budget
         shape = static_shape(model, size, policy.depth, policy.topk)
-        return flat.static_pool(model, shape, rng, batch)
-    return flat.dynamic_pool(model, policy.depth, policy.topk, rng, batch, reuse)
+        return static_pool(model, shape, rng, batch)
+    return dynamic_pool(model, policy.depth, policy.topk, rng, batch, reuse)
 
 
 def _choose(
     policy: TreePolicy,
     model: AcceptanceModel,
-    pool: flat.FlatPool,
+    pool: FlatPool,
     rng: np.random.Generator,
     shared: bool,
-) -> tuple[np.ndarray, np.ndarray, outcome.Grafts | None]:
+) -> tuple[np.ndarray, np.ndarray, Grafts | None]:
     """(keep bool[B, T], P(accepted) float64[B, T], grafts) for a drawn pool."""
     b = pool.batch
     slots_each = policy.budget - 1
@@ -73,9 +69,9 @@ def _choose(
     p = pool.accept_prob() if need_p else np.empty((0, 0))  # P only when something needs it
     if shared and b > 1:
         score = np.where(p > 0, np.log(np.maximum(p, 1e-300)), 2 * LOG_ZERO)
-        keep = outcome.keep_top(score, None, b * slots_each)
+        keep = keep_top(score, None, b * slots_each)
     else:
-        keep = outcome.keep_top(pool.lp, slots_each, None)
+        keep = keep_top(pool.lp, slots_each, None)
     if policy.prune_threshold > 0.0:
         keep &= pool.lp >= np.log(policy.prune_threshold)
         keep[:, 0] = True
@@ -87,9 +83,7 @@ def _choose(
             slots = np.full(b, free // b, dtype=np.int64)
         else:
             slots = slots_each - used
-        grafts = outcome.choose_grafts(
-            model.retrieval, keep, pool, p, slots, policy.graft_budget, rng
-        )
+        grafts = choose_grafts(model.retrieval, keep, pool, p, slots, policy.graft_budget, rng)
     return keep, p, grafts
 
 
@@ -97,12 +91,10 @@ def build_tree(policy: TreePolicy, model: AcceptanceModel, rng: np.random.Genera
     """One request's draft tree for this step (pure: the result depends only on the inputs and
     the generator's state)."""
     if isinstance(model, ReplayStep):
-        from spectune.planner.trees.pool import build_from_pool
-
         return build_from_pool(policy, model, rng)
     pool = _pool(policy, model, rng, 1, False)
     keep, _, grafts = _choose(policy, model, pool, rng, False)
-    return outcome.to_tree(pool, keep, grafts, 0)
+    return to_tree(pool, keep, grafts, 0)
 
 
 def build_batch_trees(
@@ -117,7 +109,7 @@ def build_batch_trees(
     the whole batch; without it each request gets budget - 1 (equal split)."""
     pool = _pool(policy, model, rng, batch, shared_budget)
     keep, _, grafts = _choose(policy, model, pool, rng, shared_budget)
-    return [outcome.to_tree(pool, keep, grafts, i) for i in range(batch)]
+    return [to_tree(pool, keep, grafts, i) for i in range(batch)]
 
 
 #: largest [batch, candidates] array drawn at once (16 MB of float64); bigger batches of huge
@@ -156,10 +148,10 @@ def sample_accepted_lengths(
     pool = _pool(policy, model, rng, batch, shared_budget, reuse=True)
     if policy.graft_budget == 0 and not (shared_budget and batch > 1):
         lp_min = np.log(policy.prune_threshold) if policy.prune_threshold > 0 else -np.inf
-        thr = outcome.row_threshold(pool, policy.budget - 1, lp_min)
-        return outcome.sample_tokens(pool, thr, None, rng)
+        thr = row_threshold(pool, policy.budget - 1, lp_min)
+        return sample_tokens(pool, thr, None, rng)
     keep, _, grafts = _choose(policy, model, pool, rng, shared_budget)
-    return outcome.sample_tokens(pool, keep, grafts, rng)
+    return sample_tokens(pool, keep, grafts, rng)
 
 
 def sample_step(
@@ -181,19 +173,19 @@ def sample_step(
     pool = _pool(policy, model, rng, batch, shared_budget, reuse=True)
     if policy.graft_budget == 0 and not (shared_budget and batch > 1):
         lp_min = np.log(policy.prune_threshold) if policy.prune_threshold > 0 else -np.inf
-        thr = outcome.row_threshold(pool, policy.budget - 1, lp_min)
+        thr = row_threshold(pool, policy.budget - 1, lp_min)
         kept = thr.mask(pool)
         p = pool.accept_prob()
         expected = np.where(kept, p, 0.0).sum(axis=1)  # the root column counts the bonus 1
-        return outcome.sample_tokens(pool, thr, None, rng), kept.sum(axis=1), expected
+        return sample_tokens(pool, thr, None, rng), kept.sum(axis=1), expected
     keep, p, grafts = _choose(policy, model, pool, rng, shared_budget)
     if not ((shared_budget and batch > 1) or policy.graft_budget > 0):
         p = pool.accept_prob()
     nodes = keep.sum(axis=1)
     if grafts is not None:
         nodes = nodes + grafts.length.sum(axis=1)
-    expected = outcome.expected_tokens(keep, p, grafts)
-    return outcome.sample_tokens(pool, keep, grafts, rng), nodes, expected
+    expected = expected_tokens(keep, p, grafts)
+    return sample_tokens(pool, keep, grafts, rng), nodes, expected
 
 
 def expected_tokens_for_policy(
@@ -223,7 +215,7 @@ def expected_tokens_for_policy(
             keep, p, grafts = _choose(policy, model, pool, rng, shared_budget)
             if not ((shared_budget and n > 1) or policy.graft_budget > 0):
                 p = pool.accept_prob()
-            total += float(outcome.expected_tokens(keep, p, grafts).sum())
+            total += float(expected_tokens(keep, p, grafts).sum())
         value = total / samples
     _EXPECTED[key] = value
     if len(_EXPECTED) > _CACHE_SIZE:

@@ -3,10 +3,9 @@ outcomes of a step live in trees.outcome).
 
 Both builders first draw a candidate pool per request, then choose which candidates become tree
 nodes. Doing that for the whole batch at once, over [batch, nodes] arrays, is what lets the
-simulator sample one iteration of batch 64 (EAGLE-2 depth 7, top-k 10, 61 nodes) in ~0.8 ms of
-one core (benchmarks/bench_trees.py); build_tree is the same code
-with batch 1, turned into a DraftTree at the end, so the per-tree and batched paths share every
-rule.
+simulator sample one iteration of batch 64 (EAGLE-2 depth 7, top-k 10, 60 nodes) in ~0.8 ms of
+one core (benchmarks/bench_trees.py); build_tree is the same code with batch 1, turned into a
+DraftTree at the end, so the per-tree and batched paths share every rule.
 
 Layout: column 0 is the root, then the candidates level by level. For request b and column i:
     lp[b, i]     path draft log-probability (root 0)

@@ -7,7 +7,8 @@ chain of retrieved tokens hangs from a leaf, its j-th token matching (given the 
 with rho[m][j]; slots go one by one to the (leaf, position) with the largest expected gain
 P(leaf accepted) * rho_1 * ... * rho_j, i.e. to extensions of the most probable surviving paths.
 Chains hang from leaves, where no model branch remains, so they never duplicate a model child;
-the pool-based grafting in trees.replay deduplicates recorded retrieval tokens by token id.
+the pool-based grafting of recorded steps (trees.pool.graft_from_pool) deduplicates recorded
+retrieval tokens by token id.
 """
 
 from __future__ import annotations

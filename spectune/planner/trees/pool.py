@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from spectune.planner.acceptance.replay import ReplayStep
+from spectune.planner.trees.static import static_shape
 from spectune.specs.policy import TreePolicy
 from spectune.specs.tree import SOURCE_MODEL, SOURCE_RETRIEVAL, DraftTree
 
@@ -94,8 +95,6 @@ def build_from_pool(policy: TreePolicy, model: ReplayStep, rng: np.random.Genera
     del rng
     pool = model.step.pool
     if policy.builder == "static":
-        from spectune.planner.trees.build import static_shape
-
         if model.parent is None:
             raise ValueError("static trees from a ReplayStep need its TraceReplay (draw_step)")
         shape = static_shape(model.parent, policy.budget, policy.depth, policy.topk)

@@ -10,14 +10,18 @@ rank-2 child without a rank-1 one); the rank-r child is accepted with q[l+1][r],
 with h_W = 0 and f[D][n] = 1. Each (l, r) step is one [n, k] max over a (budget x budget)
 matrix, so a budget of 256, depth 16 and width 16 costs 256 matrix maxima of 256 x 256 entries.
 The root's f[0][budget] is the expected tokens of the best tree (root counts as the bonus token).
+`static_shape` caches the shape per acceptance model; the synthetic builders (trees.build), the
+trace-replay builder (trees.pool) and the executor's static drafter all take it from there.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
+from spectune.planner.acceptance.base import AcceptanceModel
 from spectune.specs.errors import SpecError
 
 MAX_STATIC_WIDTH = 16
@@ -95,4 +99,22 @@ def sequoia_dp(table: np.ndarray, budget: int, depth: int, width: int) -> Static
         expected_tokens=float(f[0, budget]),
         best_by_budget=np.r_[0.0, f[0, 1:]],
     )
+    return shape
+
+
+_SHAPES: OrderedDict[tuple[object, ...], StaticShape] = OrderedDict()
+_CACHE_SIZE = 4096
+
+
+def static_shape(model: AcceptanceModel, budget: int, depth: int, width: int) -> StaticShape:
+    """Sequoia-optimal shape for the model's mean positional table (cached per model, the
+    least recently added of _CACHE_SIZE shapes dropped first)."""
+    width = max(1, min(width, MAX_STATIC_WIDTH))
+    key = (model.cache_key, budget, depth, width)
+    shape = _SHAPES.get(key)
+    if shape is None:
+        shape = sequoia_dp(model.positional_table(depth, width), budget, depth, width)
+        _SHAPES[key] = shape
+        if len(_SHAPES) > _CACHE_SIZE:
+            _SHAPES.popitem(last=False)
     return shape

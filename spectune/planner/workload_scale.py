@@ -1,8 +1,14 @@
-"""Fitting workload parameters: scale a profile to a published mean accepted length, and derive
-a Workload from a recorded trace (spectune.trace/v1).
+"""Scaling a workload preset's acceptance so that a reference policy reproduces a published mean
+accepted length.
 
-The presets in specs.workload were fitted with `fit_confidence_scale` and
-`fit_retrieval_scale`; tests/test_acceptance.py checks that they still reproduce their sources.
+The confidence presets in specs.workload were scaled with `fit_confidence_scale` (one scale m1
+of the per-depth draft confidences, by bisection, so that EAGLE-2's default tree yields the
+published tokens per step) and their retrieval profiles with `fit_retrieval_scale` (one scale
+of the retrieval acceptances, so that a prompt-lookup chain yields PLD's published tokens per
+step); tests/test_acceptance.py checks that they still reproduce their sources. This module
+builds trees to count tokens per step, so it sits above planner.trees (and outside
+planner.acceptance, which the tree builders import). Fitting a whole Workload to a recorded
+trace is spectune.traces.fit.
 """
 
 from __future__ import annotations
@@ -12,14 +18,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from spectune.planner.acceptance import acceptance_model
 from spectune.planner.acceptance.base import RetrievalProfile
 from spectune.planner.acceptance.confidence import ConfidenceAcceptance
+from spectune.planner.space import EAGLE_DEFAULT
+from spectune.planner.trees import expected_tokens_for_policy
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import TreePolicy
 from spectune.specs.workload import Workload
-
-#: EAGLE-2's default tree: 60 draft tokens (+ the root), depth 7, top-k 10 (EAGLE repo defaults)
-EAGLE2_DEFAULT = TreePolicy("dynamic-topk", depth=7, topk=10, budget=61)
 
 
 def bisect(
@@ -43,20 +49,14 @@ def bisect(
 
 
 def confidence_means(m1: float, decay: float, levels: int = 8) -> tuple[float, ...]:
+    """Per-depth mean draft confidences m1 * decay**d (d = 0 .. levels-1), capped at 0.97."""
     return tuple(min(0.97, m1 * decay**d) for d in range(levels))
 
 
 def policy_tokens(wl: Workload, policy: TreePolicy, samples: int = 20000, seed: int = 0) -> float:
     """Mean expected tokens per step of `policy` on `wl` over `samples` trees (in chunks)."""
-    from spectune.planner.trees import expected_tokens_for_policy
-
-    model = ConfidenceAcceptance(wl) if wl.acceptance == "confidence" else None
-    if model is None:
-        from spectune.planner.acceptance import acceptance_model
-
-        m = acceptance_model(wl)
-    else:
-        m = model
+    # a fresh model per scaled workload: a bisection's many workloads stay out of the cache
+    m = ConfidenceAcceptance(wl) if wl.acceptance == "confidence" else acceptance_model(wl)
     chunk = 2000
     vals = [
         expected_tokens_for_policy(policy, m, samples=chunk, seed=seed + i)
@@ -66,7 +66,7 @@ def policy_tokens(wl: Workload, policy: TreePolicy, samples: int = 20000, seed: 
 
 
 def fit_confidence_scale(
-    base: Workload, target_tokens: float, policy: TreePolicy = EAGLE2_DEFAULT, samples: int = 20000
+    base: Workload, target_tokens: float, policy: TreePolicy = EAGLE_DEFAULT, samples: int = 20000
 ) -> float:
     """m1 such that confidence_mean = m1 * depth_decay**d makes `policy` yield target_tokens."""
 
