@@ -33,3 +33,14 @@ def positive(value: int, name: str) -> int:
     if value <= 0:
         raise SpecError(f"--{name} must be positive, got {value}")
     return value
+
+
+STRICT_HELP = (
+    "a (drafter, target) pair without an acceptance preset of its own, or a workload fitted for "
+    "another pair, is an error instead of a warning"
+)
+
+
+def add_strict(p: argparse.ArgumentParser) -> None:
+    """--strict: the option every command whose answer depends on acceptance takes."""
+    p.add_argument("--strict", action="store_true", help=STRICT_HELP)

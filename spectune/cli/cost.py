@@ -17,6 +17,7 @@ import numpy as np
 from spectune.cli.common import int_list
 from spectune.planner.costmodel import BREAKDOWN_KEYS, CostModel
 from spectune.specs import Calibration, SpecError, load_hardware, load_model
+from spectune.specs.compat import check_pair
 
 MS = 1e3  # milliseconds per second, for the table
 
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     hardware = load_hardware(args.gpu)
     target = load_model(args.target)
     drafter = None if args.drafter.lower() == "none" else load_model(args.drafter)
+    check_pair(target, drafter)
     calibration = Calibration.load(args.calibration) if args.calibration else None
     if args.tp < 1:
         raise SpecError(f"--tp must be a positive integer, got {args.tp}")

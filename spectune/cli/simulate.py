@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spectune.cli.common import float_list, int_list
+from spectune.cli.common import add_strict, float_list, int_list
 from spectune.specs import PolicyTable, SpecError, TreePolicy, load_hardware, load_model
+from spectune.specs.compat import check_pair
 
 DEFAULT_POLICY = "dynamic-topk:5,4,8"  # SGLang's EAGLE defaults: 5 steps, top-k 4, 8 tokens
 
@@ -132,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     hw = load_hardware(args.gpu)
     target = load_model(args.target)
     drafter = None if args.drafter == "none" else load_model(args.drafter)
-    workload = load_workload(args.workload)
+    check_pair(target, drafter)
+    workload = load_workload(args.workload, target=target, drafter=drafter, strict=args.strict)
     policy = _policy(args.policy)
     if isinstance(policy, PolicyTable) and (
         policy.target != target.name or policy.hardware != hw.name
@@ -225,6 +227,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--gpu", default="h100-sxm", help="GPU preset or spec file")
     p.add_argument("--workload", default="mt-bench", help="workload preset or file")
+    add_strict(p)
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs per replica")
     load = p.add_mutually_exclusive_group()
     load.add_argument("--qps", type=float_list, help="request rates, e.g. 1,4,16 (default)")

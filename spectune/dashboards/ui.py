@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from spectune.dashboards import artifacts, data, loadtest, plans, uploads
 from spectune.specs import HARDWARE_PRESETS, MODEL_PRESETS, WORKLOAD_PRESETS, SpecError, TreePolicy
+from spectune.specs.compat import compatible
 
 T = TypeVar("T")
 
@@ -113,7 +114,7 @@ def scenario_sidebar() -> data.Scenario:
     gpus = {**{n: HARDWARE_PRESETS[n] for n in sorted(HARDWARE_PRESETS)}, **store["gpu"]}
     models = {**{n: MODEL_PRESETS[n] for n in sorted(MODEL_PRESETS)}, **store["model"]}
     workloads = {**{n: WORKLOAD_PRESETS[n] for n in sorted(WORKLOAD_PRESETS)}, **store["workload"]}
-    targets = [n for n, m in models.items() if not m.is_draft_head]
+    targets = [n for n, m in models.items() if not m.is_head]
     k = SCENARIO_PREFIX
     gpu = sb.selectbox("GPU", list(gpus), key=k + "gpu",
                        index=_initial(k + "gpu", list(gpus).index(data.DEFAULT_GPU)))  # fmt: skip
@@ -122,9 +123,9 @@ def scenario_sidebar() -> data.Scenario:
     gpu = gpu if gpu in gpus else data.DEFAULT_GPU  # a kept choice that is no option any more
     target = target if target in targets else data.DEFAULT_TARGET
     tm = models[target]
-    heads = [n for n, m in models.items() if m.is_draft_head and m.hidden == tm.hidden]
-    smaller = [n for n, m in models.items()
-               if not m.is_draft_head and n != target and m.total_params() < tm.total_params()]  # fmt: skip
+    heads = [n for n, m in models.items() if m.is_head and compatible(tm, m)]
+    smaller = [n for n, m in models.items() if not m.is_head
+               and n != target and m.total_params() < tm.total_params() and compatible(tm, m)]  # fmt: skip
     drafters = [*heads, *smaller, NO_DRAFTER]
     preferred = f"eagle3-{tm.name}"
     default = drafters.index(preferred) if preferred in drafters else 0

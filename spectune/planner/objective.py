@@ -313,6 +313,7 @@ def closed_form_objective(
     from spectune.planner.acceptance import acceptance_model
     from spectune.planner.costmodel import CostModel
     from spectune.specs import load_hardware, load_model
+    from spectune.specs.compat import check_pair
     from spectune.specs.workload import load_workload
 
     cal = (
@@ -321,8 +322,9 @@ def closed_form_objective(
         else Calibration.load(calibration)
     )
     hw, tgt, dft = load_hardware(gpu), load_model(target), load_model(drafter)
+    check_pair(tgt, dft)
     cm = CostModel(hw, tgt, dft, tp=tp, calibration=cal)
-    wl = load_workload(workload)
+    wl = load_workload(workload, target=tgt, drafter=dft)
     model = acceptance_model(wl)
     out = float(wl.output_len_mean_tokens) if turnover else None
     kv = kv_budget(hw, tgt, dft, tp=tp) if kv_capacity else None

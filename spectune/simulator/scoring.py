@@ -60,7 +60,7 @@ def simulation_objective(scenario: Mapping[str, Any], metric: str = "goodput") -
         hw,
         target,
         drafter,
-        load_workload(scenario["workload"]),
+        load_workload(scenario["workload"], target=target, drafter=drafter),
         tp=tp,
         slo_tpot_s=seconds(scenario.get("slo_tpot_ms")),
         slo_ttft_s=seconds(scenario.get("slo_ttft_ms")),
