@@ -70,10 +70,10 @@ def run(args: argparse.Namespace) -> int:
     hardware = load_hardware(args.gpu)
     target = load_model(args.target)
     drafter = None if args.drafter.lower() == "none" else load_model(args.drafter)
-    check_pair(target, drafter)
     calibration = Calibration.load(args.calibration) if args.calibration else None
     if args.tp < 1:
         raise SpecError(f"--tp must be a positive integer, got {args.tp}")
+    check_pair(target, drafter)
     cm = CostModel(hardware, target, drafter, tp=args.tp, calibration=calibration)
     rows = build_rows(cm, args.batch, args.tokens, args.context)
     if args.json:

@@ -101,6 +101,7 @@ class PublishedFigure:
     role: str  # "fit" | "held-out" | "reported"
     source: str
     note: str = ""
+    across_datasets: bool = False  # one figure given across prompt sets (not per dataset)
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,7 @@ def published_figures() -> tuple[PublishedFigure, ...]:
                     role=f["role"],
                     source=f["source"],
                     note=f.get("note", ""),
+                    across_datasets=bool(f.get("across_datasets", False)),
                 )
             )
         except (KeyError, TypeError, ValueError) as e:

@@ -93,12 +93,13 @@ def check_pair(target: ModelSpec, drafter: ModelSpec | None) -> None:
     if problems:
         who = f"drafter {drafter.name!r}" if drafter is not None else "no drafter"
         raise SpecError(f"{who} cannot run with target {target.name!r}: " + "; ".join(problems))
-    trained_for = drafter.base_model if drafter is not None and drafter.is_head else ""
-    if trained_for and trained_for.lower() != target.name.lower():
+    if drafter is None or not drafter.is_head or not drafter.base_model:
+        return
+    if drafter.base_model.lower() != target.name.lower():
         warnings.warn(
-            f"drafter {drafter.name!r} is a {drafter.drafter_kind} head trained for "  # type: ignore[union-attr]
-            f"{trained_for!r}; it fits {target.name!r} in shape, but its acceptance there is "
-            "that of its own target's presets, not a measured one",
+            f"drafter {drafter.name!r} is a {drafter.drafter_kind} head trained for "
+            f"{drafter.base_model!r}; it fits {target.name!r} in shape, but its acceptance there "
+            "is that of its own target's presets, not a measured one",
             PairWarning,
             stacklevel=2,
         )

@@ -486,8 +486,10 @@ def model_preset(name: str) -> ModelSpec:
 
 def load_model(name_or_path: str | os.PathLike[str]) -> ModelSpec:
     """A preset name, the path of a JSON/TOML file with ModelSpec's fields, or a Hugging Face
-    config.json (a file named config.json, or a folder holding one)."""
-    hf = hf_config_path(name_or_path)
+    config.json (the file, a folder holding one, or any .json with a Hugging Face config's
+    keys). A bare preset name is the preset even where a folder of that name exists."""
+    s = str(name_or_path)
+    hf = None if s.lower() in MODEL_PRESETS and os.sep not in s else hf_config_path(s)
     if hf is not None:
         return ModelSpec.from_hf_config(hf)
     return load_spec(ModelSpec, name_or_path, MODEL_PRESETS, "model")

@@ -139,7 +139,7 @@ def derive_presets(fitted: dict[PresetKey, AcceptancePreset]) -> list[Acceptance
     for fam, kinds in COVERAGE.items():
         for kind in kinds:
             across = [k for k in fitted if (k.drafter, k.family) == (kind, fam)]
-            if len(across) == 1 and _figure(fitted[across[0]]).note.startswith("one figure"):
+            if len(across) == 1 and _figure(fitted[across[0]]).across_datasets:
                 src = across[0]
                 for d in DATASETS:
                     k = dataclasses.replace(src, dataset=d)
