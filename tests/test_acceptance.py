@@ -22,7 +22,6 @@ from spectune.planner.acceptance import (
     TraceReplay,
     acceptance_model,
 )
-from spectune.planner.space import EAGLE_DEFAULT
 from spectune.planner.trees import build_tree
 from spectune.planner.workload_scale import policy_tokens, retrieval_chain_tokens
 from spectune.specs import DraftTree, SpecError, TreePolicy
@@ -221,14 +220,17 @@ def test_medusa_preset_reproduces_top1_and_top5() -> None:
 
 @pytest.mark.parametrize(
     ("name", "tau", "pld"),
-    [
-        ("mt-bench", 4.36 * 2.71 / 2.25, 1.74 * 1.57 / 1.55),
-        ("summarization", 4.36 * 2.19 / 2.25, 1.74 * 2.31 / 1.55),
+    [  # EAGLE-3 paper Table 1, L31 8B EAGLE-3 (T=0) and V 13B PLD: MT-bench, CNN/DM
+        ("mt-bench", 6.13, 1.63),
+        ("summarization", 5.34, 2.50),
     ],
 )
 def test_presets_reproduce_sources(name: str, tau: float, pld: float) -> None:
+    """Dataset presets carry the default pair's acceptance (EAGLE-3 head on Llama-3.1-8B) and
+    the n-gram preset's retrieval profile; both reproduce the figures they were fitted to."""
     wl = WORKLOAD_PRESETS[name]
-    assert policy_tokens(wl, EAGLE_DEFAULT, samples=4000) == pytest.approx(tau, rel=0.03)
+    eagle3_tree = TreePolicy("dynamic-topk", depth=8, topk=10, budget=60)
+    assert policy_tokens(wl, eagle3_tree, samples=4000) == pytest.approx(tau, rel=0.02)
     prof = acceptance_model(wl).retrieval
     assert retrieval_chain_tokens(prof, 10) == pytest.approx(pld, rel=0.01)
 

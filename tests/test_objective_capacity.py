@@ -35,5 +35,5 @@ def test_batch_is_capped_by_kv_capacity_at_long_context() -> None:
 def test_model_that_does_not_fit_is_a_clear_error() -> None:
     with pytest.raises(SpecError, match="does not fit on 1 x h100-sxm"):
         closed_form_objective(
-            "deepseek-v3", "llama-3.2-1b", "h100-sxm", "mt-bench", kv_capacity=True
+            "deepseek-v3", "deepseek-v3-mtp", "h100-sxm", "mt-bench", kv_capacity=True
         )

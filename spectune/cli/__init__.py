@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
 
 from spectune import __version__
@@ -68,6 +69,30 @@ def _register_unavailable(sub: argparse._SubParsersAction, name: str, error: Imp
     p.set_defaults(func=explain)
 
 
+def _route_warnings(args: argparse.Namespace) -> None:
+    """Spec warnings (a pair without its own acceptance preset, an HF config format the cost
+    model cannot price) print as one 'spectune CMD: warning: ...' line each; with --strict, a
+    PairWarning is an error (it is a SpecError, so it exits 2 like one)."""
+    from spectune.specs.compat import PairWarning
+    from spectune.specs.hf_config import HFConfigWarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: object = None,
+        line: str | None = None,
+    ) -> None:
+        print(f"spectune {args.command}: warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show
+    for category in (PairWarning, HFConfigWarning):
+        warnings.simplefilter("default", category)
+    if getattr(args, "strict", False):
+        warnings.simplefilter("error", PairWarning)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -75,7 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            _route_warnings(args)
+            return int(args.func(args) or 0)
     except SpecError as e:
         print(f"spectune {args.command}: error: {e}", file=sys.stderr)
         return 2

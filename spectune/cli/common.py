@@ -54,3 +54,14 @@ def scenario_with_flags(
                 file=out or sys.stderr,
             )
     return scenario
+
+
+STRICT_HELP = (
+    "a (drafter, target) pair without an acceptance preset of its own, or a workload fitted for "
+    "another pair, is an error instead of a warning"
+)
+
+
+def add_strict(p: argparse.ArgumentParser) -> None:
+    """--strict: the option every command whose answer depends on acceptance takes."""
+    p.add_argument("--strict", action="store_true", help=STRICT_HELP)

@@ -17,6 +17,7 @@ import numpy as np
 from spectune.cli.common import int_list
 from spectune.planner.costmodel import BREAKDOWN_KEYS, CostModel
 from spectune.specs import Calibration, SpecError, load_hardware, load_model
+from spectune.specs.compat import check_pair
 
 MS = 1e3  # milliseconds per second, for the table
 
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     calibration = Calibration.load(args.calibration) if args.calibration else None
     if args.tp < 1:
         raise SpecError(f"--tp must be a positive integer, got {args.tp}")
+    check_pair(target, drafter)
     cm = CostModel(hardware, target, drafter, tp=args.tp, calibration=calibration)
     rows = build_rows(cm, args.batch, args.tokens, args.context)
     if args.json:

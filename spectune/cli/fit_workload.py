@@ -1,7 +1,8 @@
 """`spectune fit-workload TRACES... --out workload.json`: fit a workload preset (positional,
 confidence-calibration and retrieval profiles) from recorded spectune.trace/v1 traces, and
 report how well it predicts the replayed mean accepted length (optionally on held-out
-requests that the fit did not see)."""
+requests that the fit did not see). The workload records the (target, drafter) pair of the
+traces; using it with another pair warns (an error with --strict)."""
 
 from __future__ import annotations
 
@@ -55,9 +56,23 @@ def run(args: argparse.Namespace) -> int:
                 else ""
             )
         )
-    print(f"wrote {args.out} ({wl.name}, acceptance {wl.acceptance}, {len(train)} steps fitted)")
+    print(
+        f"wrote {args.out} ({wl.name}, acceptance {wl.acceptance}, {len(train)} steps fitted; "
+        f"recorded for target {wl.target!r} + drafter {wl.drafter!r}: applying it to another "
+        "pair warns)"
+    )
     if args.json:
-        print(json.dumps({"workload": wl.name, "out": args.out, "check": report}))
+        print(
+            json.dumps(
+                {
+                    "workload": wl.name,
+                    "out": args.out,
+                    "target": wl.target,
+                    "drafter": wl.drafter,
+                    "check": report,
+                }
+            )
+        )
     return 0
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from spectune import __version__
-from spectune.cli.common import int_list
+from spectune.cli.common import add_strict, int_list
 from spectune.planner.buckets import (
     DEFAULT_BATCH_EDGES,
     DEFAULT_CONTEXT_EDGES,
@@ -368,6 +368,7 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
         default=DEFAULTS.tp,
         help=f"tensor-parallel degree (default {DEFAULTS.tp})",
     )
+    add_strict(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

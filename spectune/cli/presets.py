@@ -1,10 +1,13 @@
-"""`spectune presets`: list the built-in hardware, model and workload presets."""
+"""`spectune presets`: list the built-in hardware, model and workload presets, the acceptance
+presets (drafter kind x target family x dataset x temperature, fitted or derived) and which
+(target, drafter) model pairs they cover."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+from typing import Any
 
 from spectune.specs import HARDWARE_PRESETS, MODEL_PRESETS
 
@@ -17,11 +20,74 @@ def _workload_names() -> list[str]:
     return sorted(workload.WORKLOAD_PRESETS)
 
 
+def acceptance_listing() -> dict[str, Any]:
+    """The acceptance presets and the model pairs they cover (compatible preset pairs only).
+
+    A pair is covered when its (drafter kind, target family) has a preset on every dataset at
+    both temperatures; otherwise the nearest preset is used, with a warning."""
+    from spectune.specs import acceptance_presets as aps
+    from spectune.specs.compat import compatible, drafter_kind
+
+    presets = aps.acceptance_presets()
+    rows = [aps.preset_to_dict(presets[k]) for k in aps.covered_keys()]
+    full = [m for m in MODEL_PRESETS.values() if not m.is_head]
+    pairs = []
+    for t in sorted(full, key=lambda m: m.name):
+        for d in [None, *sorted(MODEL_PRESETS.values(), key=lambda m: m.name)]:
+            if d is not None and (d.name == t.name or d.total_params() >= t.total_params()):
+                continue
+            if not compatible(t, d) or (d is not None and d.is_head and d.base_model != t.name):
+                continue
+            kind = drafter_kind(d)
+            keys = [
+                aps.PresetKey(kind, t.family, ds, temp)
+                for ds in aps.DATASETS
+                for temp in aps.TEMPERATURES
+            ]
+            have = [k for k in keys if k in presets]
+            fitted = [k for k in have if not presets[k].derived]
+            nearest = "" if have else aps.lookup(kind, t.family, "mt-bench", 0.0)[0].key.label
+            pairs.append(
+                {
+                    "target": t.name,
+                    "drafter": d.name if d is not None else "none",
+                    "kind": kind,
+                    "family": t.family,
+                    "covered": len(have) == len(keys),
+                    "keys_with_preset": len(have),
+                    "keys_fitted": len(fitted),
+                    "keys": len(keys),
+                    "nearest": nearest,
+                }
+            )
+    return {"acceptance": rows, "pairs": pairs}
+
+
+def _print_acceptance(listing: dict[str, Any]) -> None:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in listing["acceptance"]:
+        groups.setdefault((r["drafter"], r["family"]), []).append(r)
+    print("acceptance presets (drafter kind / target family: fitted + derived of 5 datasets x 2 T)")
+    for (kind, fam), rs in sorted(groups.items()):
+        fitted = sum(bool(r["fitted_to"]) for r in rs)
+        print(f"  {kind:<12} {fam:<12} {fitted:2d} fitted + {len(rs) - fitted:2d} derived")
+    print("pairs of model presets (target + drafter): acceptance presets over 5 datasets x 2 T")
+    for p in listing["pairs"]:
+        cover = (
+            f"covered ({p['keys_fitted']}/{p['keys']} fitted)"
+            if p["covered"]
+            else f"{p['keys_with_preset']}/{p['keys']} keys"
+            + (f", nearest preset used: {p['nearest']}" if p["nearest"] else "")
+        )
+        print(f"  {p['target']:<16} + {p['drafter']:<20} {p['kind']:<12} {cover}")
+
+
 def run(args: argparse.Namespace) -> int:
     listing = {
         "hardware": sorted(HARDWARE_PRESETS),
         "models": sorted(MODEL_PRESETS),
         "workloads": _workload_names(),
+        **acceptance_listing(),
     }
     if args.json:
         print(json.dumps(listing))
@@ -32,13 +98,19 @@ def run(args: argparse.Namespace) -> int:
             f"{hw.hbm_bytes_per_s / 1e12:5.2f} TB/s  {hw.hbm_bytes / 1e9:5.0f} GB"
         )
     for m in sorted(MODEL_PRESETS.values(), key=lambda m: m.name):
-        print(f"model    {m.name:<22} {m.total_params() / 1e9:8.2f} B params  {m.arch}")
+        print(
+            f"model    {m.name:<22} {m.total_params() / 1e9:8.2f} B params  {m.arch:<12} "
+            f"{m.family or '-':<12} {m.drafter_kind}"
+        )
     for w in listing["workloads"]:
         print(f"workload {w}")
+    _print_acceptance(listing)
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("presets", help="list built-in GPUs, models and workloads")
+    p = sub.add_parser(
+        "presets", help="list built-in GPUs, models, workloads and acceptance presets"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

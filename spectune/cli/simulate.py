@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from spectune.cli.common import float_list, int_list, scenario_with_flags
+from spectune.cli.common import add_strict, float_list, int_list, scenario_with_flags
 from spectune.specs import PolicyTable, Scenario, SpecError, TreePolicy
 
 DEFAULT_POLICY = "dynamic-topk:5,4,8"  # SGLang's EAGLE defaults: 5 steps, top-k 4, 8 tokens
@@ -261,6 +261,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="price steps with this fitted calibration, or 'none' (default: the policy file's)",
     )
+    add_strict(p)
     load = p.add_mutually_exclusive_group()
     load.add_argument("--qps", type=float_list, help="request rates, e.g. 1,4,16 (default)")
     load.add_argument("--concurrency", type=int_list, help="closed-loop clients, e.g. 1,8,64")

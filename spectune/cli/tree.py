@@ -1,5 +1,8 @@
 """`spectune tree`: build one draft tree for a workload (or an acceptance vector) and show it
-with its expected tokens per step."""
+with its expected tokens per step.
+
+The acceptance is the workload's for the (--target, --drafter) pair: the same dataset accepts
+differently under an EAGLE-2 head, an EAGLE-3 head or a draft model (specs.acceptance_presets)."""
 
 from __future__ import annotations
 
@@ -8,13 +11,15 @@ import json
 
 import numpy as np
 
-from spectune.cli.common import float_list
+from spectune.cli.common import add_strict, float_list
 from spectune.planner.acceptance import AcceptanceModel, PositionalAcceptance, acceptance_model
 from spectune.planner.trees import build_tree
+from spectune.specs.compat import check_pair
 from spectune.specs.errors import SpecError
+from spectune.specs.model import load_model
 from spectune.specs.policy import TreePolicy
 from spectune.specs.tree import SOURCE_NAMES, DraftTree
-from spectune.specs.workload import load_workload
+from spectune.specs.workload import Workload, load_workload
 
 BUILDERS = {
     "sequoia": "static",
@@ -45,7 +50,15 @@ def draw_tree(tree: DraftTree, accept: np.ndarray) -> list[str]:
     return lines
 
 
-def _model(args: argparse.Namespace) -> AcceptanceModel:
+def pair_workload(args: argparse.Namespace) -> Workload:
+    """The workload with the acceptance of the --target/--drafter pair (checked compatible)."""
+    target = load_model(args.target)
+    drafter = None if args.drafter.lower() == "none" else load_model(args.drafter)
+    check_pair(target, drafter)
+    return load_workload(args.workload, target=target, drafter=drafter, strict=args.strict)
+
+
+def _model(args: argparse.Namespace) -> tuple[AcceptanceModel, Workload | None]:
     if args.accept is not None:
         vec = args.accept
         if any(not 0 <= v <= 1 for v in vec) or sum(vec) > 1 + 1e-9:
@@ -53,12 +66,13 @@ def _model(args: argparse.Namespace) -> AcceptanceModel:
                 f"--accept must be probabilities in [0, 1] summing to <= 1 (one child of a node "
                 f"can be accepted), got {vec}"
             )
-        return PositionalAcceptance([vec])
-    return acceptance_model(load_workload(args.workload))
+        return PositionalAcceptance([vec]), None
+    wl = pair_workload(args)
+    return acceptance_model(wl), wl
 
 
 def run(args: argparse.Namespace) -> int:
-    model = _model(args)
+    model, wl = _model(args)
     topk = args.topk
     if topk is None:
         topk = len(args.accept) if args.accept is not None else 4
@@ -78,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     "expected_tokens": expected,
+                    "acceptance": wl.source if wl is not None else "--accept",
                     "parents": tree.parents.tolist(),
                     "depth": tree.depth.tolist(),
                     "source": [SOURCE_NAMES[int(s)] for s in tree.source],
@@ -86,7 +101,10 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    what = "--accept " + ",".join(f"{v:g}" for v in args.accept) if args.accept else args.workload
+    if wl is not None:
+        what = f"{args.workload} with {args.target} + {args.drafter}"
+    else:
+        what = "--accept " + ",".join(f"{v:g}" for v in args.accept)
     print(
         f"{policy.builder} tree for {what}: {tree.num_nodes} nodes (budget {policy.budget}), "
         f"depth {tree.max_depth}, top-k {policy.topk}"
@@ -94,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     for line in draw_tree(tree, accept):
         print(line)
     print(f"expected tokens per step: {expected:.4f} (accepted draft tokens + 1 bonus)")
+    if wl is not None:
+        print(f"acceptance: {wl.source}")
     return 0
 
 
@@ -117,6 +137,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="Sequoia acceptance vector by sibling rank, e.g. 0.6,0.2,0.1",
     )
+    p.add_argument("--target", default="llama-3.1-8b", help="target model preset or spec file")
+    p.add_argument(
+        "--drafter",
+        default="eagle3-llama-3.1-8b",
+        help="drafter preset or spec file; 'none' for n-gram / prompt lookup",
+    )
+    add_strict(p)
     p.add_argument("--budget", type=int, default=16, help="verify budget, root included (16)")
     p.add_argument("--depth", type=int, default=5, help="maximum depth below the root (5)")
     p.add_argument(

@@ -25,6 +25,7 @@ from spectune.specs import (
     SpecError,
     TreePolicy,
 )
+from spectune.specs.compat import compatible
 
 T = TypeVar("T")
 
@@ -130,7 +131,7 @@ def scenario_sidebar() -> tuple[Scenario, str]:
     models = {**{n: (n, MODEL_PRESETS[n]) for n in sorted(MODEL_PRESETS)}, **store["model"]}
     workloads = {**{n: (n, WORKLOAD_PRESETS[n]) for n in sorted(WORKLOAD_PRESETS)},
                  **store["workload"]}  # fmt: skip
-    targets = [n for n, (_, m) in models.items() if not m.is_draft_head]
+    targets = [n for n, (_, m) in models.items() if not m.is_head]
     d = data.DEFAULT_SCENARIO
     k = SCENARIO_PREFIX
     gpu = sb.selectbox("GPU", list(gpus), key=k + "gpu",
@@ -140,9 +141,10 @@ def scenario_sidebar() -> tuple[Scenario, str]:
     gpu = gpu if gpu in gpus else d.gpu  # a kept choice that is no option any more
     target = target if target in targets else d.target
     tm = models[target][1]
-    heads = [n for n, (_, m) in models.items() if m.is_draft_head and m.hidden == tm.hidden]
+    heads = [n for n, (_, m) in models.items() if m.is_head and compatible(tm, m)]
     smaller = [n for n, (_, m) in models.items()
-               if not m.is_draft_head and n != target and m.total_params() < tm.total_params()]  # fmt: skip
+               if not m.is_head and n != target
+               and m.total_params() < tm.total_params() and compatible(tm, m)]  # fmt: skip
     drafters = [*heads, *smaller, NO_DRAFTER_CHOICE]
     preferred = f"eagle3-{tm.name}"
     default = drafters.index(preferred) if preferred in drafters else 0

@@ -3,6 +3,11 @@
 Parameter and KV-byte helpers live here because the cost model, the simulator's KV admission and
 the executor's real-shape runner all need the same counts. Counts ignore norms and biases
 (under 0.01% of parameters for every preset).
+
+A model used as a drafter is one of the drafter kinds acceptance is keyed on
+(`drafter_kind`): a draft head (EAGLE, EAGLE-3, Medusa, an MTP module) or a full model (a draft
+model). `family` names the tokenizer family, which draft models must share with their target
+(specs.compat checks pairs). `load_model` also reads a Hugging Face config.json (specs.hf_config).
 """
 
 from __future__ import annotations
@@ -12,9 +17,13 @@ import os
 from dataclasses import dataclass
 
 from spectune.specs.errors import SpecError
-from spectune.specs.io import help_field, load_spec, preset
+from spectune.specs.hf_config import hf_config_fields, hf_config_path
+from spectune.specs.io import from_mapping, help_field, load_spec, preset
 
 ARCHS = ("decoder", "eagle3-head")
+#: how a model drafts: '' is a full model (a draft model when used as a drafter); the others are
+#: heads that read the target's hidden states
+DRAFT_METHODS = ("", "eagle", "eagle3", "medusa", "mtp")
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,21 @@ class ModelSpec:
     v_head_dim: int = help_field(0, help="MLA value width per head")
     dtype_bytes: int = help_field(2, help="bytes per weight element (2: bf16, 1: fp8)")
     kv_dtype_bytes: int = help_field(2, help="bytes per KV-cache element")
+    family: str = help_field(
+        "", help="tokenizer family, e.g. llama-3, qwen3 (draft models must share it; '' unknown)"
+    )
+    draft_method: str = help_field(
+        "", help="'' (full model: a draft model as drafter), or head kind eagle/eagle3/medusa/mtp"
+    )
+    base_model: str = help_field(
+        "", help="target a draft head or MTP module was trained for (a model name; '' none)"
+    )
+    weight_dtype: str = help_field(
+        "", help="checkpoint dtype as published (HF torch_dtype, e.g. bfloat16); '' unknown"
+    )
+    quantization: str = help_field(
+        "", help="weight quantization as published (HF quantization_config, e.g. fp8); '' none"
+    )
     source: str = help_field("user-provided", help="where these figures come from")
 
     def __post_init__(self) -> None:
@@ -84,6 +108,18 @@ class ModelSpec:
             raise SpecError("MLA needs qk_rope_head_dim, qk_nope_head_dim and v_head_dim > 0")
         if self.draft_vocab > self.vocab:
             raise SpecError("field 'draft_vocab' cannot exceed 'vocab'")
+        if self.draft_method not in DRAFT_METHODS:
+            raise SpecError(
+                f"field 'draft_method' must be one of {DRAFT_METHODS}, got {self.draft_method!r}"
+            )
+        if self.is_draft_head and self.draft_method not in ("", "eagle3"):
+            raise SpecError("an arch 'eagle3-head' model has draft_method 'eagle3' (or '')")
+
+    @classmethod
+    def from_hf_config(cls, path: str | os.PathLike[str], name: str = "") -> ModelSpec:
+        """The model a Hugging Face config.json describes (specs.hf_config reads it)."""
+        fields, where = hf_config_fields(path, name)
+        return from_mapping(cls, fields, where)
 
     # ---- shape facts ------------------------------------------------------------------------
     @property
@@ -97,6 +133,19 @@ class ModelSpec:
     @property
     def is_draft_head(self) -> bool:
         return self.arch == "eagle3-head"
+
+    @property
+    def is_head(self) -> bool:
+        """A draft head (EAGLE, EAGLE-3, Medusa, an MTP module): it drafts only for a target."""
+        return self.is_draft_head or bool(self.draft_method)
+
+    @property
+    def drafter_kind(self) -> str:
+        """The kind acceptance presets key on when this model drafts: eagle, eagle3, medusa,
+        mtp, or draft-model (a full model)."""
+        if self.draft_method:
+            return self.draft_method
+        return "eagle3" if self.is_draft_head else "draft-model"
 
     @property
     def lm_vocab(self) -> int:
@@ -214,6 +263,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             head_dim=128,
             ffn=14336,
             vocab=128256,
+            family="llama-3",
             source=_hf("meta-llama/Llama-3.1-8B-Instruct"),
         ),
         ModelSpec(
@@ -225,6 +275,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             head_dim=128,
             ffn=28672,
             vocab=128256,
+            family="llama-3",
             source=_hf("meta-llama/Llama-3.1-70B-Instruct"),
         ),
         ModelSpec(
@@ -237,6 +288,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=8192,
             vocab=128256,
             tie_embeddings=True,
+            family="llama-3",
             source=_hf("meta-llama/Llama-3.2-1B-Instruct"),
         ),
         ModelSpec(
@@ -248,6 +300,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             head_dim=128,
             ffn=12288,
             vocab=151936,
+            family="qwen3",
             source=_hf("Qwen/Qwen3-8B"),
         ),
         ModelSpec(  # a draft model that shares the Qwen3 vocabulary (0.60B with tied embeddings)
@@ -260,6 +313,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=3072,
             vocab=151936,
             tie_embeddings=True,
+            family="qwen3",
             source=_hf("Qwen/Qwen3-0.6B"),
         ),
         ModelSpec(
@@ -274,6 +328,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             experts=128,
             experts_topk=8,
             expert_ffn=768,
+            family="qwen3",
             source=_hf("Qwen/Qwen3-30B-A3B"),
         ),
         ModelSpec(
@@ -288,6 +343,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             experts=128,
             experts_topk=8,
             expert_ffn=1536,
+            family="qwen3",
             source=_hf("Qwen/Qwen3-235B-A22B"),
         ),
         ModelSpec(
@@ -310,6 +366,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             qk_nope_head_dim=128,
             v_head_dim=128,
             dtype_bytes=1,  # released as fp8 (block-scaled) weights
+            family="deepseek-v3",
             source=_hf("deepseek-ai/DeepSeek-V3") + " (fp8 weights; MTP module not counted)",
         ),
         ModelSpec(
@@ -322,6 +379,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=1536,
             vocab=49152,
             tie_embeddings=True,
+            family="smollm2",
             source=_hf("HuggingFaceTB/SmolLM2-135M-Instruct"),
         ),
         # EAGLE-3 heads: one decoder layer whose q/k/v read [embedding; fc(3 target states)].
@@ -336,6 +394,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=14336,
             vocab=128256,
             draft_vocab=32000,
+            family="llama-3",
+            base_model="llama-3.1-8b",
             source=_hf("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
         ),
         ModelSpec(
@@ -349,6 +409,8 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=28672,
             vocab=128256,
             draft_vocab=32000,
+            family="llama-3",
+            base_model="llama-3.1-70b",
             source=_hf("yuhuili/EAGLE3-LLaMA3.3-Instruct-70B")
             + " (trained for Llama-3.3-70B, the same shape as 3.1-70B)",
         ),
@@ -363,7 +425,55 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=12288,
             vocab=151936,
             draft_vocab=32000,
+            family="qwen3",
+            base_model="qwen3-8b",
             source=_hf("AngelSlim/Qwen3-8B_eagle3"),
+        ),
+        # An EAGLE(-1/-2) head: one decoder layer over [embedding; target top-layer feature]
+        # (fc 2*hidden -> hidden, 33M params, not counted) using the target's embedding and LM
+        # head; priced here as a one-layer decoder with its own LM head (the same matmul).
+        ModelSpec(
+            name="eagle-llama-3.1-8b",
+            layers=1,
+            hidden=4096,
+            heads=32,
+            kv_heads=8,
+            head_dim=128,
+            ffn=14336,
+            vocab=128256,
+            family="llama-3",
+            draft_method="eagle",
+            base_model="llama-3.1-8b",
+            source=_hf("yuhuili/EAGLE-LLaMA3.1-Instruct-8B")
+            + " (0.25B head; embedding and LM head are the target's)",
+        ),
+        # DeepSeek-V3's multi-token-prediction module: one more MoE decoder layer (MLA, 256
+        # routed experts + 1 shared) after a 2*hidden -> hidden projection, sharing the target's
+        # embedding and LM head; SGLang and vLLM run it as the drafter of its own target only.
+        ModelSpec(
+            name="deepseek-v3-mtp",
+            layers=1,
+            hidden=7168,
+            heads=128,
+            kv_heads=128,
+            head_dim=128,
+            ffn=0,
+            vocab=129280,
+            experts=256,
+            experts_topk=8,
+            expert_ffn=2048,
+            shared_experts=1,
+            q_lora_rank=1536,
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            dtype_bytes=1,
+            family="deepseek-v3",
+            draft_method="mtp",
+            base_model="deepseek-v3",
+            source=_hf("deepseek-ai/DeepSeek-V3")
+            + " (num_nextn_predict_layers 1: the MTP module; embedding and LM head shared)",
         ),
     )
 }
@@ -375,5 +485,11 @@ def model_preset(name: str) -> ModelSpec:
 
 
 def load_model(name_or_path: str | os.PathLike[str]) -> ModelSpec:
-    """A preset name, or the path of a JSON/TOML file with ModelSpec's fields."""
+    """A preset name, the path of a JSON/TOML file with ModelSpec's fields, or a Hugging Face
+    config.json (the file, a folder holding one, or any .json with a Hugging Face config's
+    keys). A bare preset name is the preset even where a folder of that name exists."""
+    s = str(name_or_path)
+    hf = None if s.lower() in MODEL_PRESETS and os.sep not in s else hf_config_path(s)
+    if hf is not None:
+        return ModelSpec.from_hf_config(hf)
     return load_spec(ModelSpec, name_or_path, MODEL_PRESETS, "model")

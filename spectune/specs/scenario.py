@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectune.specs.calibration import Calibration
+from spectune.specs.compat import check_pair
 from spectune.specs.errors import SpecError
 from spectune.specs.hardware import HardwareSpec, load_hardware
 from spectune.specs.io import from_mapping, help_field
@@ -109,12 +110,15 @@ class Scenario:
     def resolve(self) -> ResolvedScenario:
         """Load every spec the scenario names (SpecError naming the field and file)."""
         cal = Calibration.load(self.calibration) if self.calibration else None
+        target = load_model(self.target)
+        drafter = load_model(self.drafter) if self.has_drafter else None
+        check_pair(target, drafter)
         return ResolvedScenario(
             scenario=self,
             hardware=load_hardware(self.gpu),
-            target=load_model(self.target),
-            drafter=load_model(self.drafter) if self.has_drafter else None,
-            workload=load_workload(self.workload),
+            target=target,
+            drafter=drafter,
+            workload=load_workload(self.workload, target=target, drafter=drafter),
             calibration=cal,
         )
 

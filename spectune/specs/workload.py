@@ -16,18 +16,30 @@ Acceptance parameters, by model:
 - retrieval (any model, for grafted tokens): retrieval_accept[m-1][j-1] = P(the j-th grafted
   token matches | the previous one did) for a suffix match of length m; retrieval_match_probs[m-1]
   = P(a step finds a match of length m) (the remainder: no match).
+
+Acceptance belongs to a (drafter, target) pair. A dataset preset (mt-bench, humaneval, gsm8k,
+alpaca, cnn-dm; "-t1" at temperature 1) takes it from specs.acceptance_presets for the pair it runs
+with (`workload_for_pair`, or `load_workload(..., target=, drafter=)`): a pair without a preset of
+its own gets the nearest one and a PairWarning naming it. A workload fitted for one pair (traces,
+or a named preset like medusa-vicuna-7b) records that pair in `drafter`/`target`; applying it to
+another pair raises a PairWarning. With strict=True (the CLI's --strict) both are SpecErrors.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from spectune.specs import acceptance_presets as aps
+from spectune.specs.compat import PairWarning, drafter_kind
 from spectune.specs.errors import SpecError
 from spectune.specs.io import from_mapping, help_field, load_spec
+from spectune.specs.model import ModelSpec
 
 ACCEPTANCE_KINDS = ("positional", "confidence")
 LENGTH_DISTS = ("lognormal", "fixed")
@@ -75,6 +87,20 @@ class Workload:
     output_len_mean_tokens: float = help_field(256.0, help="mean output length, tokens")
     output_len_cv: float = help_field(0.8, help="output length coefficient of variation")
     output_len_max_tokens: int = help_field(4096, help="output lengths are clipped to this")
+    dataset: str = help_field(
+        "", help="prompt set the traffic is (mt-bench, humaneval, gsm8k, alpaca, cnn-dm; '' other)"
+    )
+    drafter: str = help_field(
+        "", help="drafter the acceptance is for: a drafter kind or model name ('' any)"
+    )
+    target: str = help_field(
+        "", help="target the acceptance is for: a target family or model name ('' any)"
+    )
+    acceptance_by_pair: bool = help_field(
+        False,
+        help="true: acceptance comes from the published presets of the (drafter, target) pair "
+        "it runs with (the fields hold the default pair's)",
+    )
     source: str = help_field("user-provided", help="where the figures come from")
     fitted: str = help_field("", help="how the parameters were fitted to the source")
 
@@ -156,9 +182,64 @@ def _table(t: tuple[tuple[float, ...], ...], name: str, w: str, *, row_sum: bool
             )
 
 
-def load_workload(name_or_path: str | os.PathLike[str]) -> Workload:
-    """A preset name, or the path of a JSON/TOML file with Workload's fields."""
-    return load_spec(Workload, name_or_path, WORKLOAD_PRESETS, "workload")
+def load_workload(
+    name_or_path: str | os.PathLike[str],
+    *,
+    target: ModelSpec | None = None,
+    drafter: ModelSpec | None = None,
+    strict: bool = False,
+) -> Workload:
+    """A preset name, or the path of a JSON/TOML file with Workload's fields. With `target`,
+    the workload's acceptance is the one for (target, drafter) (`workload_for_pair`;
+    drafter None = n-gram / prompt lookup)."""
+    wl = load_spec(Workload, name_or_path, WORKLOAD_PRESETS, "workload")
+    return wl if target is None else workload_for_pair(wl, target, drafter, strict=strict)
+
+
+def workload_for_pair(
+    wl: Workload, target: ModelSpec, drafter: ModelSpec | None, *, strict: bool = False
+) -> Workload:
+    """`wl` with the acceptance of the (target, drafter) pair.
+
+    acceptance_by_pair workloads take the preset of (drafter kind, target family, dataset,
+    temperature), or the nearest one with a PairWarning naming it. Other workloads keep their
+    acceptance; if they record another drafter or target, a PairWarning says so. strict=True
+    raises those warnings as SpecErrors instead."""
+    kind = drafter_kind(drafter)
+    dname = drafter.name if drafter is not None else "no drafter (n-gram)"
+    if wl.acceptance_by_pair:
+        fields, note = pair_acceptance(kind, target.family, wl.dataset, wl.temperature)
+        if note:
+            _pair_warning(f"workload {wl.name!r} for {target.name} + {dname}: {note}", strict)
+        return dataclasses.replace(wl, **fields)  # type: ignore[arg-type]
+    bad = []
+    if wl.drafter and not _names(wl.drafter, dname, kind):
+        bad.append(f"drafter {wl.drafter!r}")
+    if wl.target and not _names(wl.target, target.name, target.family):
+        bad.append(f"target {wl.target!r}")
+    if bad:
+        _pair_warning(
+            f"workload {wl.name!r} was fitted for {' and '.join(bad)}; applying it to "
+            f"{target.name} + {dname} (kind {kind}) assumes that pair accepts the same",
+            strict,
+        )
+    return wl
+
+
+def _names(recorded: str, *names: str) -> bool:
+    """Does a recorded drafter/target name one of `names` (equal, or one a prefix of the other,
+    as in smollm2-135m / smollm2-135m-instruct-q4_1)?"""
+    r = recorded.lower()
+    for n in (x.lower() for x in names if x):
+        if r == n or r.startswith(n + "-") or n.startswith(r + "-"):
+            return True
+    return False
+
+
+def _pair_warning(msg: str, strict: bool) -> None:
+    if strict:
+        raise PairWarning(f"{msg} (strict mode)")
+    warnings.warn(msg, PairWarning, stacklevel=4)
 
 
 def _load_data_dir(folder: Path) -> dict[str, Workload]:
@@ -179,109 +260,61 @@ def _load_data_dir(folder: Path) -> dict[str, Workload]:
 
 
 # ---- presets ----------------------------------------------------------------------------------
-# Spec-Bench (hemingkx/Spec-Bench Leaderboard.md, 3090 table, Vicuna-7B-v1.3, greedy): EAGLE-2
-# mean accepted tokens 4.36 over all tasks, overall speedup 2.25x; per-task speedups multi-turn
-# 2.71x, summarization 2.19x, math reasoning 2.71x. PLD 1.74 tokens, overall 1.55x; multi-turn
-# 1.57x, summarization 2.31x, math 1.62x. Per-task accepted tokens are estimated as
-# overall tokens x task speedup / overall speedup (speedup ~ tokens per step at a fixed step cost).
-_SPECBENCH = (
-    "Spec-Bench Leaderboard.md (hemingkx/Spec-Bench, RTX 3090 table, Vicuna-7B-v1.3, greedy): "
-    "EAGLE-2 4.36 mean accepted tokens, PLD 1.74; per-task speedups"
-)
-_FIT_EAGLE = (
-    "confidence_mean[d] = m1 * 0.93**d (d = 0..), Beta concentration 4, tail 0.45, identity "
-    "calibration (EAGLE-2: draft confidence ~ acceptance); m1 fitted by bisection so that "
-    "dynamic-topk depth 7, topk 10, budget 61 yields {tau:.2f} tokens/step = {why} "
-    "(spectune.planner.workload_scale.fit_confidence_scale, 8000 sampled trees); EAGLE-2's "
-    "default tree counts the root in its total_token=60 (planner.space.EAGLE_DEFAULT, budget "
-    "60), which yields 0.2% fewer tokens/step. Retrieval: rho[m][j] = s * (0.6, 0.8, 1.0)[m-1] * 0.9**j with match-length "
-    "probabilities (0.2, 0.2, 0.3); s fitted so a 10-token PLD chain yields {pld:.2f} tokens/step "
-    "= PLD's Spec-Bench 1.74 x task/overall speedup ({pld_why}). The shapes (decay 0.93, tail, "
-    "match-length weights) are assumptions; only the scales are fitted."
-)
-_RETR_MATCH = (0.2, 0.2, 0.3)
+# Dataset presets: the traffic of one prompt set; their acceptance follows the (drafter, target)
+# pair they run with (acceptance_by_pair), from specs.acceptance_presets. The acceptance fields
+# stored here are the default pair's (an EAGLE-3 head on Llama-3.1-8B, fitted to the EAGLE-3
+# paper's Table 1). Prompt/output lengths are rough assumptions per dataset, not measured.
+_TRAFFIC = {  # dataset: (mean prompt tokens, mean output tokens)
+    "mt-bench": (120.0, 400.0),
+    "humaneval": (150.0, 200.0),
+    "gsm8k": (100.0, 250.0),
+    "alpaca": (80.0, 250.0),
+    "cnn-dm": (900.0, 120.0),
+}
+_DEFAULT_DRAFTER, _DEFAULT_FAMILY = aps.DEFAULT_KEY[:2]
 
 
-def _retrieval_rows(scale: float) -> tuple[tuple[float, ...], ...]:
-    return tuple(tuple(min(0.98, scale * w * 0.9**j) for j in range(10)) for w in (0.6, 0.8, 1.0))
+def pair_acceptance(
+    drafter: str, family: str, dataset: str, temperature: float
+) -> tuple[dict[str, object], str]:
+    """(Workload fields, note) of the acceptance preset nearest the key: the drafter kind's
+    acceptance, the n-gram preset's retrieval profile, and where they come from. `note` is ''
+    when both keys have presets of their own, else says which nearest presets were used."""
+    model, note = aps.lookup(drafter, family, dataset, temperature)
+    retr, rnote = aps.lookup("ngram", family, dataset, temperature)
+    fields: dict[str, object] = {
+        **aps.acceptance_fields(model.key.drafter, model.scale),
+        **aps.retrieval_fields(retr.scale),
+        "drafter": model.key.drafter,
+        "target": model.key.family,
+        "source": f"{model.describe()}; retrieval from {retr.describe()}",
+        "fitted": "specs.acceptance_presets shapes at the preset scales (published figures: "
+        "specs/workload_data/published/figures.toml)",
+    }
+    notes = [n for n in (note, rnote if retr.key.family != model.key.family else "") if n]
+    return fields, "; ".join(notes)
 
 
-def _eagle_task(
-    name: str,
-    m1: float,
-    tau: float,
-    why: str,
-    pld_scale: float,
-    pld: float,
-    pld_why: str,
-    prompt: float,
-    output: float,
-) -> Workload:
+def _dataset_preset(name: str, dataset: str, temperature: float) -> Workload:
+    fields, _ = pair_acceptance(_DEFAULT_DRAFTER, _DEFAULT_FAMILY, dataset, temperature)
+    prompt, output = _TRAFFIC[dataset]
     return Workload(
         name=name,
-        acceptance="confidence",
-        temperature=0.0,
-        confidence_mean=tuple(min(0.97, m1 * 0.93**d) for d in range(8)),
-        depth_decay=0.93,
-        confidence_concentration=4.0,
-        confidence_tail=0.45,
-        retrieval_accept=_retrieval_rows(pld_scale),
-        retrieval_match_probs=_RETR_MATCH,
+        temperature=temperature,
+        dataset=dataset,
+        acceptance_by_pair=True,
         prompt_len_mean_tokens=prompt,
         output_len_mean_tokens=output,
-        source=_SPECBENCH + "; prompt/output lengths are rough assumptions, not measured",
-        fitted=_FIT_EAGLE.format(tau=tau, why=why, pld=pld, pld_why=pld_why),
+        **fields,  # type: ignore[arg-type]
     )
 
 
-# Fitted values (m1, pld scale): reproduced by tests/test_acceptance.py::test_presets_reproduce_sources.
 _PRESET_LIST = [
-    _eagle_task(
-        "mt-bench",
-        0.7935,
-        4.36 * 2.71 / 2.25,
-        "4.36 x 2.71/2.25 (multi-turn)",
-        0.6712,
-        1.74 * 1.57 / 1.55,
-        "multi-turn 1.57x",
-        prompt=120.0,
-        output=400.0,
-    ),
-    _eagle_task(
-        "gsm8k",
-        0.7944,
-        4.36 * 2.71 / 2.25,
-        "4.36 x 2.71/2.25 (Spec-Bench math reasoning is GSM8K)",
-        0.6969,
-        1.74 * 1.62 / 1.55,
-        "math 1.62x",
-        prompt=100.0,
-        output=250.0,
-    ),
-    _eagle_task(
-        "summarization",
-        0.6407,
-        4.36 * 2.19 / 2.25,
-        "4.36 x 2.19/2.25 (summarization, CNN/DM)",
-        0.9450,
-        1.74 * 2.31 / 1.55,
-        "summarization 2.31x",
-        prompt=900.0,
-        output=120.0,
-    ),
-    _eagle_task(
-        "humaneval",
-        0.7935,
-        4.36 * 2.71 / 2.25,
-        "ASSUMED equal to math reasoning (HumanEval is not a Spec-Bench task; replace with a "
-        "trace-fitted preset)",
-        0.6969,
-        1.74 * 1.62 / 1.55,
-        "ASSUMED as math",
-        prompt=150.0,
-        output=200.0,
-    ),
+    _dataset_preset(d if t == 0.0 else f"{d}-t1", d, t)
+    for d in aps.DATASETS
+    for t in aps.TEMPERATURES
 ]
+_PRESET_LIST.append(_dataset_preset("summarization", "cnn-dm", 0.0))  # Spec-Bench's task name
 
 
 def _chain_rows(reach: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
@@ -290,27 +323,13 @@ def _chain_rows(reach: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
     return tuple((round(a / p, 6),) for a, p in zip(reach, prev, strict=True))
 
 
-def _medusa_rows(
-    top1: tuple[float, ...], top5: tuple[float, ...], ratio: float = 0.6
-) -> tuple[tuple[float, ...], ...]:
-    """Rank 0 = top-1 accuracy; ranks 1..4 share top5 - top1 geometrically (ratio assumed)."""
-    w = [ratio**i for i in range(4)]
-    rows = []
-    for a1, a5 in zip(top1, top5, strict=True):
-        rest = a5 - a1
-        rows.append((a1, *(round(rest * x / sum(w), 6) for x in w)))
-    return tuple(rows)
-
-
 _PRESET_LIST += [
     Workload(
         name="medusa-vicuna-7b",
-        acceptance="positional",
         temperature=0.0,
-        accept_by_rank=_medusa_rows(
-            (0.560, 0.316, 0.201, 0.147, 0.118), (0.780, 0.563, 0.417, 0.340, 0.300)
-        ),
-        depth_decay=0.8,
+        drafter="medusa",
+        target="vicuna-7b-v1.3",
+        **aps.acceptance_fields("medusa", 1.0),
         prompt_len_mean_tokens=120.0,
         output_len_mean_tokens=400.0,
         source="FasterDecoding/Medusa assets/medusa_acc.csv: Vicuna-7B Medusa heads 1..5 top-1 "
@@ -324,6 +343,8 @@ _PRESET_LIST += [
         name="vllm-eagle3-minicpm3",
         acceptance="positional",
         temperature=0.0,
+        drafter="eagle3",
+        target="minicpm3",
         accept_by_rank=_chain_rows((0.58, 0.34, 0.22, 0.15, 0.11)),
         depth_decay=1.0,
         source="vllm PR #24243: EAGLE-3 on MiniCPM3, fraction of drafts whose k-th token is "
@@ -336,6 +357,8 @@ _PRESET_LIST += [
         name="vllm-eagle3-gptoss-t1",
         acceptance="positional",
         temperature=1.0,
+        drafter="eagle3",
+        target="gpt-oss-120b",
         accept_by_rank=_chain_rows((0.58, 0.31, 0.16, 0.08, 0.04, 0.02, 0.01)),
         depth_decay=1.0,
         source="vllm PR #24243: EAGLE-3 on gpt-oss-120b at temperature 1, fraction of drafts "
@@ -347,6 +370,7 @@ _PRESET_LIST += [
         name="ngram-code-edit",
         acceptance="positional",
         temperature=0.0,
+        drafter="ngram",
         accept_by_rank=_chain_rows((0.81, 0.74, 0.70, 0.68, 0.66)),
         depth_decay=1.0,
         retrieval_accept=(tuple(r[0] for r in _chain_rows((0.81, 0.74, 0.70, 0.68, 0.66))),),

@@ -16,6 +16,10 @@ this module fits the three acceptance profiles a Workload carries:
 - retrieval: rho[m-1][j-1] = P(the j-th token of a retrieved chain is the target's token | the
   previous was), for suffix matches of length m, and P(the root gets a chain of match length m).
 
+The fitted Workload records the pair it came from (`target` = the trace header's model,
+`drafter` = its drafter, `dataset` = its prompt set): applying it to another pair raises a
+PairWarning (specs.workload.workload_for_pair).
+
 `replayed_tokens` measures the exact mean tokens per step of a policy on recorded steps (trees
 built from each step's pool by planner.trees, replayed against the recorded targets);
 `predicted_tokens` is what the fitted acceptance model predicts for the same policy.
@@ -318,6 +322,13 @@ def fit_workload(
     match_max = max(1, max((int(s.match_len.max()) for s in steps), default=1))
     retr_rows, retr_probs = fit_retrieval(steps, match_max, 6)
     h = traces.headers[0]
+    pairs = {(x.model, x.drafter) for x in traces.headers}
+    if len(pairs) > 1:
+        raise SpecError(
+            f"traces mix (model, drafter) pairs {sorted(pairs)}; fit one pair at a time (the "
+            "workload records the pair its acceptance belongs to)"
+        )
+    sets = {x.prompt_set for x in traces.headers}
     first: dict[str, TraceStep] = {}
     for st in steps:
         if st.request not in first or st.step < first[st.request].step:
@@ -346,6 +357,9 @@ def fit_workload(
             "(recordings stop after a fixed number of tokens)"
         ),
         prompt_len_mean_tokens=prompt_mean,
+        dataset=sets.pop() if len(sets) == 1 else "",
+        drafter=h.drafter,
+        target=h.model,
         fitted="",
     )
     scale_note = ""

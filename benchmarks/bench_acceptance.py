@@ -1,0 +1,119 @@
+"""Acceptance presets against the published accept lengths they rest on.
+
+For every figure of spectune/specs/workload_data/published/figures.toml: the tokens per step
+its key's preset predicts for the figure's own tree, the published value and the error. Gates:
+within 5% on every figure used in the fit, within 10% on every held-out figure (the EAGLE-2 and
+EAGLE-3 rows of Llama-3.3-70B at T=0, predicted by presets fitted to Llama-3.1-8B at a larger
+verify budget; and EAGLE-1's static tree on Vicuna-13B, predicted by the preset fitted to
+EAGLE-2's dynamic tree with the same head). "reported" figures (Llama-3.3-70B at T=1) are shown
+with their error and not gated (figures.toml says why).
+
+    python benchmarks/bench_acceptance.py [--refit] [--samples N]
+
+--refit fits every preset again (spectune.traces.published.fit_presets, a few minutes) and
+rewrites presets.json before measuring. Prints a table, then one JSON document on the last line;
+exits 1 when a gate fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from spectune.specs import acceptance_presets as registry
+from spectune.specs.io import write_json_atomic
+from spectune.traces.published import SAMPLES, check_figures, fit_presets
+
+
+def refit(samples: int) -> None:
+    t0 = time.monotonic()
+    presets = fit_presets(samples=samples, progress=lambda s: print("  fit", s, flush=True))
+    rows = [registry.preset_to_dict(p) for p in presets]
+    rows.sort(key=lambda r: (r["drafter"], r["family"], r["dataset"], r["temperature"]))
+    doc = {
+        "schema": "spectune.acceptance-presets/v1",
+        "about": "scales of specs.acceptance_presets shapes, fitted to figures.toml or derived; "
+        "written by benchmarks/bench_acceptance.py --refit",
+        "samples": samples,
+        "presets": rows,
+    }
+    write_json_atomic(registry.PRESETS_FILE, doc)
+    registry.acceptance_presets.cache_clear()
+    print(f"wrote {registry.PRESETS_FILE} ({len(rows)} presets, {time.monotonic() - t0:.0f} s)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--refit", action="store_true", help="fit the presets again first")
+    ap.add_argument("--samples", type=int, default=SAMPLES, help="trees per prediction")
+    args = ap.parse_args()
+    if args.refit:
+        refit(args.samples)
+    checks = check_figures(samples=args.samples)
+    head = f"{'drafter':<12}{'target':<17}{'dataset':<10}{'T':>2} {'tree':<20}{'published':>10}"
+    head += f"{'predicted':>10}{'error':>8}  {'role':<9} ok"
+    print(head)
+    print("-" * len(head))
+    for c in checks:
+        f, t = c.figure, c.figure.tree
+        tree = f"{t.builder[:7]} d{t.depth} k{t.topk} n{t.budget}"
+        mark = "-" if c.tolerance is None else ("yes" if c.ok else "NO")
+        print(
+            f"{f.method:<12}{f.target:<17}{f.key.dataset:<10}{f.key.temperature:>2g} {tree:<20}"
+            f"{f.tokens_per_step:>10.2f}{c.predicted:>10.2f}{100 * c.error:>+7.1f}%  "
+            f"{f.role:<9} {mark}"
+        )
+    summary = {}
+    for role in ("fit", "held-out", "reported"):
+        errs = [abs(c.error) for c in checks if c.figure.role == role]
+        if errs:
+            summary[role] = {
+                "figures": len(errs),
+                "max_abs_error": round(max(errs), 4),
+                "mean_abs_error": round(sum(errs) / len(errs), 4),
+            }
+            if role != "reported":
+                summary[role]["within_gate"] = sum(c.ok for c in checks if c.figure.role == role)
+    presets = registry.acceptance_presets()
+    derived = sum(p.derived for p in presets.values())
+    print(
+        f"\n{len(presets)} presets ({len(presets) - derived} fitted, {derived} derived); "
+        + "; ".join(
+            f"{r}: "
+            + (
+                f"{s['within_gate']}/{s['figures']} within gate"
+                if "within_gate" in s
+                else f"{s['figures']} not gated"
+            )
+            + f", max |error| {100 * s['max_abs_error']:.1f}%"
+            for r, s in summary.items()
+        )
+    )
+    ok = all(c.ok for c in checks)
+    for c in checks:
+        if not c.ok:
+            print(f"outside its gate: {c.figure.id} ({100 * c.error:+.1f}%)")
+    doc = {
+        "bench": "acceptance",
+        "samples": args.samples,
+        "ok": ok,
+        "summary": summary,
+        "figures": [
+            {
+                "id": c.figure.id,
+                "role": c.figure.role,
+                "published": c.figure.tokens_per_step,
+                "predicted": round(c.predicted, 4),
+                "error": round(c.error, 4),
+            }
+            for c in checks
+        ],
+    }
+    print(json.dumps(doc))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

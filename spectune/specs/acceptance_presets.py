@@ -1,0 +1,308 @@
+"""Acceptance presets keyed by (drafter kind, target family, dataset, temperature).
+
+Why this exists: how many draft tokens a target accepts depends on who drafts (an EAGLE-2 head, an
+EAGLE-3 head, a 1B draft model and prompt lookup differ by 2x on the same traffic), on the
+target, on the prompts and on the sampling temperature. A Workload names the traffic; the pair
+(target, drafter) picks the acceptance from this registry (specs.workload.workload_for_pair).
+
+Each preset is one shape per drafter kind with one fitted scale (`acceptance_fields`):
+- eagle, eagle3, draft-model: confidence-calibrated (EAGLE-2): top-1 draft probability per depth
+  d = 0.. has mean min(0.97, scale * decay**d), Beta concentration 4, lower ranks sharing the rest
+  geometrically (tail 0.45), identity calibration (EAGLE-2's finding: draft confidence
+  approximates acceptance). decay (assumed, not fitted): 0.93 for EAGLE heads (acceptance falls
+  as the head feeds on its own features), 0.98 for EAGLE-3 (training-time test keeps it nearly
+  flat: EAGLE-3 paper Figure 7), 1.0 for draft models (they read real tokens);
+- medusa: positional rows of Medusa's published per-head top-1..top-5 accuracies (Vicuna-7B,
+  FasterDecoding/Medusa assets/medusa_acc.csv) times scale;
+- mtp: positional: rank 0 at depth d accepted with scale * 0.85**(d-1) (one MTP module reused
+  for further steps; the 0.85 decay is assumed), lower ranks share 0.3 of the rest, halving;
+- ngram: a single chain (prompt lookup proposes one continuation), conditionals scale times
+  vLLM's n-gram shape (vllm PR #24344: .81 .74 .70 .68 .66 reach, i.e. conditionals .81 .914
+  .946 .971 .971, flat after); the same chain is every preset's retrieval profile (grafting).
+
+The published figures (workload_data/published/figures.toml) and the fitted or derived scales
+(workload_data/published/presets.json, written by `python benchmarks/bench_acceptance.py
+--refit` with spectune.traces.published) are data; this module only reads them. A preset with no
+figure of its own is derived from named presets by a stated rule (its `rule`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from spectune.specs.errors import SpecError
+
+DATA_DIR = Path(__file__).with_name("workload_data") / "published"
+FIGURES_FILE = DATA_DIR / "figures.toml"
+PRESETS_FILE = DATA_DIR / "presets.json"
+
+DRAFTER_KINDS = ("eagle", "eagle3", "medusa", "mtp", "draft-model", "ngram")
+#: aliases accepted where a kind is named (EAGLE-2 is the EAGLE-1 head with a dynamic tree)
+KIND_ALIASES = {"eagle1": "eagle", "eagle2": "eagle", "eagle-2": "eagle", "eagle-3": "eagle3"}
+DATASETS = ("mt-bench", "humaneval", "gsm8k", "alpaca", "cnn-dm")
+TEMPERATURES = (0.0, 1.0)
+#: families tried, in order, when a key's own family has no preset
+FAMILY_ORDER = ("llama-3", "llama-2", "qwen3", "deepseek-v3")
+DEFAULT_KEY = ("eagle3", "llama-3", "mt-bench", 0.0)
+
+CONFIDENCE_DECAY = {"eagle": 0.93, "eagle3": 0.98, "draft-model": 1.0}
+CONFIDENCE_LEVELS = 8
+#: Medusa heads 1..5, top-1 accuracy and top-5 accuracy (FasterDecoding/Medusa medusa_acc.csv)
+MEDUSA_TOP1 = (0.560, 0.316, 0.201, 0.147, 0.118)
+MEDUSA_TOP5 = (0.780, 0.563, 0.417, 0.340, 0.300)
+MTP_DECAY = 0.85
+MTP_LEVELS = 8
+#: n-gram chain conditionals: vllm PR #24344 reach .81 .74 .70 .68 .66 as a_k / a_(k-1)
+NGRAM_SHAPE = (0.81, 0.74 / 0.81, 0.70 / 0.74, 0.68 / 0.70, 0.66 / 0.68)
+NGRAM_LENGTH = 10
+
+
+@dataclass(frozen=True)
+class PresetKey:
+    """What acceptance depends on: who drafts, for which target family, on what prompts."""
+
+    drafter: str
+    family: str
+    dataset: str
+    temperature: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.drafter}/{self.family}/{self.dataset}/T={self.temperature:g}"
+
+
+@dataclass(frozen=True)
+class FigureTree:
+    """The draft tree a figure was measured with (TreePolicy terms)."""
+
+    builder: str
+    depth: int
+    topk: int
+    budget: int
+
+
+@dataclass(frozen=True)
+class PublishedFigure:
+    """One published mean accepted length (tokens per step, bonus token included)."""
+
+    id: str
+    key: PresetKey
+    method: str
+    target: str
+    tokens_per_step: float
+    tree: FigureTree
+    role: str  # "fit" | "held-out" | "reported"
+    source: str
+    note: str = ""
+    across_datasets: bool = False  # one figure given across prompt sets (not per dataset)
+
+
+@dataclass(frozen=True)
+class AcceptancePreset:
+    """One preset: a drafter kind's shape at a fitted (or derived) scale."""
+
+    key: PresetKey
+    scale: float
+    fitted_to: tuple[str, ...]  # figure ids this scale was fitted to ((): derived)
+    rule: str  # how the scale was obtained
+
+    @property
+    def derived(self) -> bool:
+        return not self.fitted_to
+
+    def describe(self) -> str:
+        how = "fitted to " + ", ".join(self.fitted_to) if self.fitted_to else self.rule
+        return f"acceptance preset {self.key.label} (scale {self.scale:.4f}; {how})"
+
+
+# ---- shapes ------------------------------------------------------------------------------------
+def acceptance_fields(kind: str, scale: float) -> dict[str, Any]:
+    """The Workload acceptance fields of drafter kind `kind` at `scale` (see module docstring)."""
+    kind = normalize_kind(kind)
+    base: dict[str, Any] = {
+        "accept_by_rank": (),
+        "depth_decay": 1.0,
+        "confidence_mean": (),
+        "confidence_concentration": 4.0,
+        "confidence_tail": 0.45,
+        "calibration_x": (0.0, 1.0),
+        "calibration_y": (0.0, 1.0),
+    }
+    if kind in CONFIDENCE_DECAY:
+        decay = CONFIDENCE_DECAY[kind]
+        means = tuple(
+            float(min(0.97, max(0.01, scale * decay**d))) for d in range(CONFIDENCE_LEVELS)
+        )
+        return {**base, "acceptance": "confidence", "confidence_mean": means, "depth_decay": decay}
+    if kind == "medusa":
+        rows = []
+        for a1, a5 in zip(MEDUSA_TOP1, MEDUSA_TOP5, strict=True):
+            w = [0.6**i for i in range(4)]
+            row = [a1, *((a5 - a1) * x / sum(w) for x in w)]
+            rows.append(_cap_row([v * scale for v in row]))
+        return {
+            **base,
+            "acceptance": "positional",
+            "accept_by_rank": tuple(rows),
+            "depth_decay": 0.8,
+        }
+    if kind == "mtp":
+        rows = []
+        for d in range(MTP_LEVELS):
+            p0 = min(0.98, scale * MTP_DECAY**d)
+            rest = [(1 - p0) * 0.3 * 0.5**r for r in range(3)]
+            rows.append(_cap_row([p0, *rest]))
+        return {**base, "acceptance": "positional", "accept_by_rank": tuple(rows)}
+    if kind == "ngram":
+        return {
+            **base,
+            "acceptance": "positional",
+            "accept_by_rank": tuple((c,) for c in ngram_chain(scale)),
+        }
+    raise SpecError(f"unknown drafter kind {kind!r}; known: {', '.join(DRAFTER_KINDS)}")
+
+
+def ngram_chain(scale: float) -> tuple[float, ...]:
+    """Conditional acceptance of the 1st..NGRAM_LENGTH-th token of one looked-up chain."""
+    shape = NGRAM_SHAPE + (NGRAM_SHAPE[-1],) * (NGRAM_LENGTH - len(NGRAM_SHAPE))
+    return tuple(float(min(0.98, max(0.0, scale * c))) for c in shape)
+
+
+def retrieval_fields(ngram_scale: float) -> dict[str, Any]:
+    """The retrieval (graft) profile of an n-gram preset: one match class, always proposed."""
+    return {"retrieval_accept": (ngram_chain(ngram_scale),), "retrieval_match_probs": (1.0,)}
+
+
+def _cap_row(row: list[float]) -> tuple[float, ...]:
+    """Entries in [0, 1] and a row sum <= 1 (one child of a node can be accepted)."""
+    row = [min(1.0, max(0.0, v)) for v in row]
+    total = sum(row)
+    if total > 1.0:
+        row = [v / total for v in row]
+    return tuple(float(v) for v in row)
+
+
+def normalize_kind(kind: str) -> str:
+    k = kind.lower()
+    return KIND_ALIASES.get(k, k)
+
+
+# ---- the registry ------------------------------------------------------------------------------
+@functools.cache
+def published_figures() -> tuple[PublishedFigure, ...]:
+    """Every figure of figures.toml (SpecError naming the file and the entry if malformed)."""
+    try:
+        data = tomllib.loads(FIGURES_FILE.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise SpecError(f"{FIGURES_FILE}: {e}") from e
+    out = []
+    for i, f in enumerate(data.get("figure", [])):
+        where = f"{FIGURES_FILE}: figure {i} ({f.get('id', '?')})"
+        try:
+            tree = FigureTree(**f["tree"])
+            key = PresetKey(
+                normalize_kind(f["drafter"]), f["family"], f["dataset"], float(f["temperature"])
+            )
+            out.append(
+                PublishedFigure(
+                    id=f["id"],
+                    key=key,
+                    method=f["method"],
+                    target=f["target"],
+                    tokens_per_step=float(f["tokens_per_step"]),
+                    tree=tree,
+                    role=f["role"],
+                    source=f["source"],
+                    note=f.get("note", ""),
+                    across_datasets=bool(f.get("across_datasets", False)),
+                )
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise SpecError(f"{where}: {e!r}") from e
+    return tuple(out)
+
+
+@functools.cache
+def acceptance_presets() -> Mapping[PresetKey, AcceptancePreset]:
+    """Every preset of presets.json, by key."""
+    try:
+        rows = json.loads(PRESETS_FILE.read_text(encoding="utf-8"))["presets"]
+    except (OSError, json.JSONDecodeError, KeyError) as e:
+        raise SpecError(f"{PRESETS_FILE}: {e!r}") from e
+    out: dict[PresetKey, AcceptancePreset] = {}
+    for r in rows:
+        key = PresetKey(r["drafter"], r["family"], r["dataset"], float(r["temperature"]))
+        out[key] = AcceptancePreset(key, float(r["scale"]), tuple(r["fitted_to"]), r["rule"])
+    return out
+
+
+def preset_to_dict(p: AcceptancePreset) -> dict[str, Any]:
+    """The presets.json row of a preset."""
+    k = p.key
+    return {
+        "drafter": k.drafter,
+        "family": k.family,
+        "dataset": k.dataset,
+        "temperature": k.temperature,
+        "scale": round(p.scale, 6),
+        "fitted_to": list(p.fitted_to),
+        "rule": p.rule,
+    }
+
+
+def lookup(
+    drafter: str, family: str, dataset: str, temperature: float
+) -> tuple[AcceptancePreset, str]:
+    """(preset, note): the preset for the key, or the nearest one and a note naming it.
+
+    Nearest, in order: the nearest covered temperature; the same kind, dataset and temperature
+    in another family (FAMILY_ORDER first); the same kind and family on mt-bench; the same kind
+    anywhere; finally the default key (EAGLE-3 on Llama-3, MT-Bench)."""
+    presets = acceptance_presets()
+    kind = normalize_kind(drafter)
+    temp = min(TEMPERATURES, key=lambda t: (abs(t - temperature), t))
+    want = PresetKey(kind, family, dataset, float(temperature))
+    families = [family, *(f for f in FAMILY_ORDER if f != family)]
+    families += sorted({k.family for k in presets} - set(families))
+    candidates = [PresetKey(kind, f, dataset, temp) for f in families]
+    candidates += [PresetKey(kind, family, "mt-bench", temp)]
+    candidates += sorted(
+        (k for k in presets if k.drafter == kind),
+        key=lambda k: (k.temperature != temp, k.dataset != dataset, k.label),
+    )
+    candidates.append(PresetKey(*DEFAULT_KEY[:3], temp))
+    for c in candidates:
+        if c in presets:
+            if c == want:
+                return presets[c], ""
+            return presets[c], _nearest_note(want, c)
+    raise SpecError(f"{PRESETS_FILE}: no acceptance preset at all for {want.label}")
+
+
+def _nearest_note(want: PresetKey, got: PresetKey) -> str:
+    why = []
+    if want.drafter != got.drafter:
+        why.append(f"no preset for drafter kind {want.drafter!r}")
+    if want.family != got.family:
+        why.append(f"target family {want.family or 'unknown'!r} has none")
+    if want.dataset != got.dataset:
+        why.append(f"dataset {want.dataset or 'unknown'!r} has none")
+    if want.temperature != got.temperature:
+        why.append(f"presets exist at T = {', '.join(f'{t:g}' for t in TEMPERATURES)}")
+    return (
+        f"no acceptance preset for {want.label} ({'; '.join(why)}); using the nearest, {got.label}"
+    )
+
+
+def covered_keys() -> list[PresetKey]:
+    """Every key with a preset (fitted or derived), sorted."""
+    return sorted(
+        acceptance_presets(), key=lambda k: (k.drafter, k.family, k.dataset, k.temperature)
+    )

@@ -1,0 +1,269 @@
+"""Fitting the acceptance presets to published accept lengths, and checking them.
+
+Why this exists: spectune.specs.acceptance_presets holds one fitted scale per (drafter kind,
+target family, dataset, temperature); this module computes those scales from
+workload_data/published/figures.toml and measures how well every preset reproduces every
+figure (benchmarks/bench_acceptance.py, tests/test_acceptance_presets.py).
+
+- fit: for each key with a "fit" figure, the scale s such that the figure's own tree, built from
+  the kind's shape at s (specs.acceptance_presets.acceptance_fields), yields the published
+  tokens per step: bisection, since tokens per step grow with s.
+- derive: a key without a figure takes its scale from fitted keys by one of three rules, written
+  into the preset's `rule`:
+  * temperature: s(K, F, D, 1) = s(K, F, D, 0) * s(E, F', D, 1) / s(E, F', D, 0), with E the
+    EAGLE head (same weights at both temperatures) of family F' = F where fitted, else llama-3;
+  * family: s(K, F, D, T) = s(K, G, D, T) * r, where G is the nearest family with K fitted and
+    r = s(eagle, F, D, T) / s(eagle, G, D, T) when both families have EAGLE fits, else 1
+    (copied: no figure ties the two families together);
+  * dataset: a figure given across topics (DeepSeek-V3's MTP) carries to every dataset.
+- check: predicted tokens per step of every figure's tree under its key's preset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from spectune.specs.acceptance_presets import (
+    DATASETS,
+    TEMPERATURES,
+    AcceptancePreset,
+    PresetKey,
+    PublishedFigure,
+    acceptance_fields,
+    acceptance_presets,
+    published_figures,
+)
+from spectune.specs.errors import SpecError
+from spectune.specs.policy import TreePolicy
+from spectune.specs.workload import Workload
+
+#: trees sampled per prediction; the spread of a 4000-tree mean is about 0.2% of the value
+SAMPLES = 4000
+#: scale search interval per kind (confidence means are capped at 0.97 inside the shape)
+SCALE_RANGE = {"medusa": (0.05, 1.8), "ngram": (0.01, 1.2), "mtp": (0.05, 1.0)}
+DEFAULT_RANGE = (0.05, 1.2)
+#: families a key's scale may be copied or scaled from, nearest first
+FAMILY_SOURCES = ("llama-3", "llama-2")
+#: which kinds each family gets presets for (fitted or derived)
+COVERAGE = {
+    "llama-3": ("eagle", "eagle3", "medusa", "draft-model", "ngram"),
+    "llama-2": ("eagle", "eagle3", "medusa", "draft-model", "ngram"),
+    "qwen3": ("eagle3", "draft-model", "ngram"),
+    "deepseek-v3": ("mtp", "ngram"),
+}
+
+
+def figure_policy(fig: PublishedFigure) -> TreePolicy:
+    t = fig.tree
+    return TreePolicy(t.builder, depth=t.depth, topk=t.topk, budget=t.budget)
+
+
+def preset_workload(key: PresetKey, scale: float) -> Workload:
+    """A Workload carrying only key's acceptance at `scale` (named after the dataset, as the
+    pair workloads are, so both draw the same confidence banks)."""
+    return Workload(
+        name=key.dataset,
+        temperature=key.temperature,
+        source=f"acceptance preset {key.label}",
+        fitted=f"scale {scale:.6f}",
+        **acceptance_fields(key.drafter, scale),
+    )
+
+
+def predicted_tokens(fig: PublishedFigure, scale: float, samples: int = SAMPLES) -> float:
+    """Tokens per step of the figure's tree under its key's shape at `scale`."""
+    from spectune.planner.acceptance import acceptance_model
+    from spectune.planner.trees import expected_tokens_for_policy
+
+    model = acceptance_model(preset_workload(fig.key, scale))
+    return expected_tokens_for_policy(figure_policy(fig), model, samples=samples, seed=0)
+
+
+def _bisect(f: Callable[[float], float], target: float, lo: float, hi: float) -> float:
+    flo, fhi = f(lo), f(hi)
+    if not flo <= target <= fhi:
+        raise SpecError(
+            f"published {target:.3f} tokens/step is outside [{flo:.3f}, {fhi:.3f}], what the "
+            "shape reaches over its scale range"
+        )
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+        if hi - lo < 2e-4:
+            break
+    return 0.5 * (lo + hi)
+
+
+def fit_figure(fig: PublishedFigure, samples: int = SAMPLES) -> float:
+    """The scale at which the figure's tree yields its published tokens per step."""
+    lo, hi = SCALE_RANGE.get(fig.key.drafter, DEFAULT_RANGE)
+    return _bisect(lambda s: predicted_tokens(fig, s, samples), fig.tokens_per_step, lo, hi)
+
+
+def fit_presets(
+    figures: Sequence[PublishedFigure] | None = None,
+    samples: int = SAMPLES,
+    progress: Callable[[str], None] | None = None,
+) -> list[AcceptancePreset]:
+    """Fitted presets (one per key with a "fit" figure), then the derived ones."""
+    figures = published_figures() if figures is None else figures
+    fitted: dict[PresetKey, AcceptancePreset] = {}
+    for fig in figures:
+        if fig.role != "fit":
+            continue
+        if fig.key in fitted:
+            raise SpecError(f"two fit figures for {fig.key.label}: keep one, hold out the other")
+        s = fit_figure(fig, samples)
+        fitted[fig.key] = AcceptancePreset(fig.key, s, (fig.id,), f"fitted to {fig.method}")
+        if progress:
+            progress(f"{fig.key.label}: scale {s:.4f} ({fig.id})")
+    return [*fitted.values(), *derive_presets(fitted)]
+
+
+def derive_presets(fitted: dict[PresetKey, AcceptancePreset]) -> list[AcceptancePreset]:
+    """Presets for the COVERAGE keys without a figure, by the rules of the module docstring."""
+    have: dict[PresetKey, AcceptancePreset] = dict(fitted)
+    out: list[AcceptancePreset] = []
+
+    def add(p: AcceptancePreset) -> None:
+        have[p.key] = p
+        out.append(p)
+
+    def scale(k: PresetKey) -> float | None:
+        p = have.get(k)
+        return None if p is None else p.scale
+
+    # dataset rule first (figures given across topics), then temperature, then family
+    for fam, kinds in COVERAGE.items():
+        for kind in kinds:
+            across = [k for k in fitted if (k.drafter, k.family) == (kind, fam)]
+            if len(across) == 1 and _figure(fitted[across[0]]).across_datasets:
+                src = across[0]
+                for d in DATASETS:
+                    k = dataclasses.replace(src, dataset=d)
+                    if k not in have:
+                        add(
+                            AcceptancePreset(
+                                k,
+                                fitted[src].scale,
+                                (),
+                                f"derived (dataset rule): {src.label}'s figure is given across "
+                                "generation topics, so every dataset takes its scale",
+                            )
+                        )
+    for _ in range(2):  # temperature then family; a family copy may enable a temperature
+        for fam, kinds in COVERAGE.items():
+            for kind in kinds:
+                for d in DATASETS:
+                    k0 = PresetKey(kind, fam, d, 0.0)
+                    k1 = PresetKey(kind, fam, d, 1.0)
+                    if k1 not in have and k0 in have:
+                        p = _temperature_rule(k0, k1, scale)
+                        if p is not None:
+                            add(p)
+        for fam, kinds in COVERAGE.items():
+            for kind in kinds:
+                for d in DATASETS:
+                    for t in TEMPERATURES:
+                        k = PresetKey(kind, fam, d, t)
+                        if k not in have:
+                            p = _family_rule(k, scale)
+                            if p is not None:
+                                add(p)
+    return out
+
+
+def _figure(p: AcceptancePreset) -> PublishedFigure:
+    return next(f for f in published_figures() if f.id == p.fitted_to[0])
+
+
+def _temperature_rule(
+    k0: PresetKey, k1: PresetKey, scale: Callable[[PresetKey], float | None]
+) -> AcceptancePreset | None:
+    for fam in dict.fromkeys((k0.family, "llama-3")):
+        e0 = scale(PresetKey("eagle", fam, k0.dataset, 0.0))
+        e1 = scale(PresetKey("eagle", fam, k0.dataset, 1.0))
+        s0 = scale(k0)
+        if e0 and e1 and s0:
+            ref = PresetKey("eagle", fam, k0.dataset, 1.0)
+            return AcceptancePreset(
+                k1,
+                s0 * e1 / e0,
+                (),
+                f"derived (temperature rule): {k0.label} x {ref.label} / "
+                f"{dataclasses.replace(ref, temperature=0.0).label} = {s0:.4f} x {e1 / e0:.4f} "
+                "(no T=1 figure; the EAGLE head's T=1/T=0 ratio on the same dataset)",
+            )
+    return None
+
+
+def _family_rule(
+    k: PresetKey, scale: Callable[[PresetKey], float | None]
+) -> AcceptancePreset | None:
+    for g in FAMILY_SOURCES:
+        if g == k.family:
+            continue
+        src = dataclasses.replace(k, family=g)
+        s = scale(src)
+        if s is None:
+            continue
+        ef = scale(dataclasses.replace(k, drafter="eagle"))
+        eg = scale(dataclasses.replace(src, drafter="eagle"))
+        if ef and eg and k.drafter != "ngram":
+            return AcceptancePreset(
+                k,
+                s * ef / eg,
+                (),
+                f"derived (family rule): {src.label} x eagle/{k.family} / eagle/{g} "
+                f"= {s:.4f} x {ef / eg:.4f} (no figure for this family; the EAGLE head's "
+                "ratio between the two families on the same dataset and temperature)",
+            )
+        why = (
+            "prompt lookup depends on the text, not the model"
+            if k.drafter == "ngram"
+            else "no figure ties the two families together"
+        )
+        return AcceptancePreset(
+            k, s, (), f"derived (family rule): copied from {src.label} ({why}; no figure)"
+        )
+    return None
+
+
+# ---- checking ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FigureCheck:
+    """A preset's prediction of one published figure."""
+
+    figure: PublishedFigure
+    preset: AcceptancePreset
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.figure.tokens_per_step - 1.0
+
+    @property
+    def tolerance(self) -> float | None:
+        """Allowed |error|: 5% on fit figures, 10% held out, none for reported ones."""
+        return {"fit": 0.05, "held-out": 0.10}.get(self.figure.role)
+
+    @property
+    def ok(self) -> bool:
+        tol = self.tolerance
+        return tol is None or abs(self.error) <= tol
+
+
+def check_figures(
+    figures: Iterable[PublishedFigure] | None = None, samples: int = SAMPLES
+) -> list[FigureCheck]:
+    """Every figure predicted by its key's stored preset (specs.acceptance_presets)."""
+    presets = acceptance_presets()
+    out = []
+    for fig in published_figures() if figures is None else figures:
+        p = presets.get(fig.key)
+        if p is None:
+            raise SpecError(f"no preset for {fig.key.label}, which figure {fig.id} needs")
+        out.append(FigureCheck(fig, p, predicted_tokens(fig, p.scale, samples)))
+    return out

@@ -1,0 +1,188 @@
+"""Acceptance keyed by (drafter kind, target family, dataset, temperature): the registry, its
+fit to published figures, pair resolution with warnings and --strict, and pair-recording trace
+fits."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+
+import pytest
+
+from spectune.cli import main
+from spectune.planner.acceptance import PositionalAcceptance, acceptance_model
+from spectune.planner.objective import closed_form_objective
+from spectune.planner.trees import expected_tokens_for_policy
+from spectune.specs import MODEL_PRESETS, SpecError, TreePolicy
+from spectune.specs import acceptance_presets as aps
+from spectune.specs.compat import PairWarning
+from spectune.specs.trace import TraceHeader
+from spectune.specs.workload import WORKLOAD_PRESETS, load_workload, workload_for_pair
+from spectune.traces.fit import LoadedTraces, fit_workload
+from spectune.traces.published import COVERAGE, check_figures, derive_presets, fit_figure
+from tests.test_acceptance import synthetic_trace
+
+M = MODEL_PRESETS
+L8 = M["llama-3.1-8b"]
+#: the issue's tree: 8 steps, top-k 8, 64 verify tokens
+ISSUE_TREE = TreePolicy("dynamic-topk", depth=8, topk=8, budget=64)
+#: held-out figures the presets miss by more than 10% (bench_acceptance.py prints them):
+#: the Llama-3.3-70B EAGLE-2 head accepts less than the 8B's on HumanEval/GSM8K, and
+#: EAGLE-1's static tree at T=1 on MT-bench/HumanEval accepts less than the preset predicts
+KNOWN_MISSES = {
+    "eagle3paper-llama-3.3-70b-eagle-2-humaneval-t0",
+    "eagle3paper-llama-3.3-70b-eagle-2-gsm8k-t0",
+    "eagle3paper-vicuna-13b-v1.3-eagle-mt-bench-t1",
+    "eagle3paper-vicuna-13b-v1.3-eagle-humaneval-t1",
+}
+
+
+def _tokens(workload: str, drafter: str | None, policy: TreePolicy = ISSUE_TREE) -> float:
+    wl = load_workload(workload, target=L8, drafter=M[drafter] if drafter else None)
+    return expected_tokens_for_policy(policy, acceptance_model(wl), samples=2000)
+
+
+def test_the_issue_drafters_no_longer_share_one_acceptance() -> None:
+    eagle2 = _tokens("mt-bench", "eagle-llama-3.1-8b")
+    eagle3 = _tokens("mt-bench", "eagle3-llama-3.1-8b")
+    draft = _tokens("mt-bench", "llama-3.2-1b")
+    ngram = _tokens("mt-bench", None)
+    assert eagle3 > eagle2 > draft > ngram
+    # the EAGLE-3 paper's Table 1 (depth 8 / 6, top-k 10, 60 tokens): 6.13 and 4.05
+    assert eagle3 == pytest.approx(6.13, rel=0.03)
+    assert eagle2 == pytest.approx(4.05, rel=0.03)
+
+
+def test_every_covered_family_has_every_dataset_and_temperature() -> None:
+    presets = aps.acceptance_presets()
+    for fam, kinds in COVERAGE.items():
+        for kind in kinds:
+            for d in aps.DATASETS:
+                for t in aps.TEMPERATURES:
+                    assert aps.PresetKey(kind, fam, d, t) in presets, (kind, fam, d, t)
+    figures = {f.id: f for f in aps.published_figures()}
+    for p in presets.values():
+        if p.fitted_to:
+            assert all(figures[i].role == "fit" and figures[i].key == p.key for i in p.fitted_to)
+        else:
+            assert p.rule.startswith("derived (") and "/" in p.rule  # names its source presets
+
+
+def test_every_figure_cites_its_table_and_has_a_preset() -> None:
+    presets = aps.acceptance_presets()
+    for f in aps.published_figures():
+        assert "Table" in f.source or "Report" in f.source, f.id
+        assert f.role in ("fit", "held-out", "reported")
+        assert f.key in presets
+        if f.role == "reported":
+            assert f.note
+
+
+@pytest.mark.parametrize(
+    "fid",
+    [
+        "eagle3paper-llama-3.1-8b-eagle-3-mt-bench-t0",
+        "eagle3paper-vicuna-13b-v1.3-medusa-cnn-dm-t0",
+        "eagle3paper-vicuna-13b-v1.3-pld-alpaca-t0",
+        "deepseek-v3-report-mtp",
+    ],
+)
+def test_stored_scales_are_what_the_fit_gives(fid: str) -> None:
+    fig = next(f for f in aps.published_figures() if f.id == fid)
+    assert fit_figure(fig, samples=2000) == pytest.approx(
+        aps.acceptance_presets()[fig.key].scale, rel=0.01
+    )
+
+
+def test_presets_reproduce_fit_figures_and_held_out_ones() -> None:
+    checks = check_figures(samples=1000)
+    for c in checks:
+        if c.figure.role == "fit":
+            assert abs(c.error) <= 0.05, (c.figure.id, c.error)
+        elif c.figure.role == "held-out":
+            if c.figure.id in KNOWN_MISSES:
+                assert abs(c.error) <= 0.20, (c.figure.id, c.error)
+            else:
+                assert abs(c.error) <= 0.10, (c.figure.id, c.error)
+    held = [c for c in checks if c.figure.role == "held-out"]
+    assert len(held) == 20 and sum(c.ok for c in held) >= 16
+
+
+def test_dataset_preset_is_the_default_pair() -> None:
+    wl = WORKLOAD_PRESETS["mt-bench"]
+    assert (wl.acceptance_by_pair, wl.drafter, wl.target, wl.dataset) == (
+        True,
+        "eagle3",
+        "llama-3",
+        "mt-bench",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PairWarning)
+        assert workload_for_pair(wl, L8, M["eagle3-llama-3.1-8b"]) == wl
+    t1 = load_workload("gsm8k-t1", target=L8, drafter=M["eagle-llama-3.1-8b"])
+    assert t1.temperature == 1.0 and "eagle/llama-3/gsm8k/T=1" in t1.source
+
+
+def test_pair_without_a_preset_warns_naming_the_nearest_and_strict_refuses() -> None:
+    mixtral = dataclasses.replace(L8, name="mixtral-like", family="mistral")
+    with pytest.warns(PairWarning, match=r"using the nearest, eagle/llama-3/mt-bench/T=0"):
+        wl = load_workload("mt-bench", target=mixtral, drafter=M["eagle-llama-3.1-8b"])
+    assert wl.drafter == "eagle" and wl.target == "llama-3"
+    with pytest.raises(SpecError, match="no acceptance preset for eagle/mistral"):
+        load_workload("mt-bench", target=mixtral, drafter=M["eagle-llama-3.1-8b"], strict=True)
+    preset, note = aps.lookup("eagle3", "llama-3", "mt-bench", 0.7)
+    assert preset.key.temperature == 1.0 and "T = 0, 1" in note
+
+
+def test_trace_fit_records_its_pair_and_warns_on_another() -> None:
+    steps = synthetic_trace(PositionalAcceptance([[0.6, 0.2]]), 40, seed=1)
+    header = TraceHeader("smollm2-135m", "early-exit", "mt-bench", max_depth=3, max_topk=2)
+    wl = fit_workload(LoadedTraces([header], steps), "fitted", calibrate_to_replay=False)
+    assert (wl.target, wl.drafter, wl.dataset) == ("smollm2-135m", "early-exit", "mt-bench")
+    with pytest.warns(PairWarning, match=r"fitted for drafter 'early-exit' and target 'smollm2"):
+        workload_for_pair(wl, L8, M["eagle3-llama-3.1-8b"])
+    with pytest.raises(SpecError, match="strict"):
+        workload_for_pair(wl, L8, M["eagle3-llama-3.1-8b"], strict=True)
+    own_drafter = dataclasses.replace(M["smollm2-135m"], name="early-exit", layers=24)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PairWarning)
+        assert workload_for_pair(wl, M["smollm2-135m"], own_drafter) is wl
+    other = dataclasses.replace(header, drafter="other")
+    with pytest.raises(SpecError, match="mix"):
+        fit_workload(LoadedTraces([header, other], steps), "x")
+
+
+def test_the_planner_objective_uses_the_pair() -> None:
+    def tokens(drafter: str) -> float:
+        obj = closed_form_objective("llama-3.1-8b", drafter, "h100-sxm", "mt-bench")
+        return float(obj.expected_tokens(ISSUE_TREE))
+
+    assert tokens("eagle3-llama-3.1-8b") > tokens("eagle-llama-3.1-8b") + 1.0
+
+
+def test_cli_presets_lists_pairs_and_strict_turns_warnings_into_errors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["presets", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    pairs = {(p["target"], p["drafter"]): p for p in listing["pairs"]}
+    assert pairs[("llama-3.1-8b", "eagle3-llama-3.1-8b")]["keys_fitted"] == 10
+    assert pairs[("deepseek-v3", "deepseek-v3-mtp")]["covered"]
+    assert not pairs[("smollm2-135m", "none")]["covered"]
+    assert len(listing["acceptance"]) == len(aps.acceptance_presets())
+    args = ["tree", "--target", "smollm2-135m", "--drafter", "none"]
+    assert main(args) == 0
+    assert "warning: workload 'mt-bench'" in capsys.readouterr().err
+    assert main([*args, "--strict"]) == 2
+    assert "error: workload 'mt-bench'" in capsys.readouterr().err
+
+
+def test_derived_presets_follow_their_rules_from_the_fitted_ones() -> None:
+    stored = aps.acceptance_presets()
+    fitted = {k: p for k, p in stored.items() if p.fitted_to}
+    derived = {p.key: p for p in derive_presets(fitted)}
+    assert set(derived) == {k for k, p in stored.items() if not p.fitted_to}
+    for k, p in derived.items():
+        assert p.scale == pytest.approx(stored[k].scale, abs=2e-5), k.label
+        assert p.rule == stored[k].rule
