@@ -133,8 +133,7 @@ class SpecRunner:
         drafting = Drafting(drafter, draft_cache, syn, batch, context, self.root, other, dev)
         self.source = make_source(policy, acceptance, drafting)
         self.nodes = self.source.nodes
-        self.eagle = isinstance(drafter, Eagle3Head)
-        capture = target.eagle_capture_layers() if self.eagle else ()
+        capture = target.eagle_capture_layers() if isinstance(drafter, Eagle3Head) else ()
         self.verifier = self._verifier(capture, other, use_kernels)
         self.acceptor = PathAcceptor(
             self.source.tree, self.verifier.target_tok, self.root.token, target_cache,
@@ -178,19 +177,24 @@ class SpecRunner:
 
     # ---- one step --------------------------------------------------------------------------------
     def draft(self) -> None:
+        """Drafter steps over the root, then over the growing frontier (the tree source's)."""
         self.source.draft()
 
     def build(self) -> None:
+        """Phase "tree": this step's trees, handed to the verifier's attention plan."""
         self.source.build()
         self.verifier.load()
 
     def verify(self) -> None:
+        """Target forward over the trees; argmax, drawn target tokens, EAGLE-3 features."""
         self.verifier.verify()
 
     def accept(self) -> None:
+        """The longest matching root path of each tree and its bonus token (the next root)."""
         self.acceptor.accept()
 
     def compact(self) -> None:
+        """The accepted path's K/V to contiguous positions after the context."""
         self.acceptor.compact()
 
     def extend(self) -> None:
