@@ -4,8 +4,9 @@ A decoding loop verifies the same shape every step: B sequences of N tree tokens
 tokens in a fixed-capacity cache. What depends only on that shape is built once here: the index
 arrays (qo_indptr, kv_indptr, kv_lens), the bitmask buffer the step's tree is written into, and
 the launch (tile config, prefix splits: tree_attention_config.plan_launch). A step then costs one
-`set_mask` (the tree's ancestor matrix as bitmask words, on the device) and one `run` per layer,
-with no host work beyond the launch and no host sync, so both can be captured in a CUDA graph.
+`set_mask` (the tree's ancestor matrix as bitmask words, on the device) and one `run` per layer
+(the wrapper's shape checks and the launch; no split search, no host sync), so both can be
+captured in a CUDA graph.
 
 Tuning: `tune_tree_attention` times candidate configs for one shape (CUDA-graph replays) and
 records the fastest; a plan of that shape made afterwards without an explicit config uses it.
@@ -34,7 +35,7 @@ from spectune.kernels.tree_attention_config import (
 # (batch, tree tokens, context) -> the fastest (config, prefix splits or None) measured
 _TUNED: dict[tuple[int, int, int], tuple[TreeAttentionConfig, int | None]] = {}
 # (block_m, block_n, num_warps, num_stages, prefix splits per KV group and m-block: None = the
-# planner's own choice), tried by tune_tree_attention
+# plan_launch's own choice), tried by tune_tree_attention
 CANDIDATES = (
     (64, 128, 4, 3, None),
     (64, 128, 4, 3, 32),

@@ -13,6 +13,7 @@ from spectune.executor.sources.dynamic import DynamicTopK
 from spectune.executor.sources.pruned import Pruned
 from spectune.executor.sources.static import StaticPlan, StaticShape
 from spectune.executor.tree_build import tree_size
+from spectune.planner.trees import static_shape
 from spectune.specs import TreePolicy
 
 __all__ = [
@@ -32,8 +33,6 @@ def verify_tokens(policy: TreePolicy, acceptance: object) -> int:
     """Tree nodes (root included) a source of this policy verifies per sequence: the planner's
     static shape, or the dynamic tree's budget (the whole pool if smaller)."""
     if policy.builder == "static":
-        from spectune.planner.trees import static_shape
-
         return int(static_shape(acceptance, policy.budget, policy.depth, policy.topk).parents.size)  # type: ignore[arg-type]
     return tree_size(policy.depth, policy.topk, policy.budget)
 
@@ -44,8 +43,6 @@ def make_source(policy: TreePolicy, acceptance: object, drafting: Drafting) -> T
     prune = policy.prune_threshold > 0
     source: TreeSource
     if policy.builder == "static":
-        from spectune.planner.trees import static_shape
-
         shape = static_shape(acceptance, policy.budget, policy.depth, policy.topk)  # type: ignore[arg-type]
         plan = StaticPlan(shape.parents, shape.rank, drafting.device)
         source = StaticShape(drafting, plan, with_score=prune)
