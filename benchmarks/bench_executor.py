@@ -77,10 +77,10 @@ def main() -> None:
         flush=True,
     )
     summary: dict[str, object] = {"gpu": gpu, "hardware": hw}
-    from spectune.executor import attention as _attn
+    from spectune.kernels.span_attention import BACKENDS
 
     print(
-        f"attention self-check: rel err {session.attention_check:.2e}; grouped flash prefix: {_attn._FA_VARLEN}; triton tree/split: {_attn._FUSED_OK}",
+        f"span attention self-check: rel err {session.attention_check:.2e}; backends: {BACKENDS}",
         flush=True,
     )
     write_json_atomic(

@@ -70,8 +70,8 @@ def gpu_us(fn: Callable[[], Any], reps: int = 10, trials: int = 7) -> float | No
     """GPU time of one call with a cold L2 and no launch gaps: a CUDA graph of `reps` x (flush +
     fn) minus a graph of `reps` x flush, per call. The flush READS 128 MiB (a max-reduction), so
     L2 holds only clean lines afterwards and no write-back of flush data lands in fn's time
-    (run 3 zeroed the buffer instead, which charged every measured path with ~50 MB of dirty
-    L2 write-back). None if fn cannot be captured."""
+    (a flush that writes, e.g. zeroing the buffer, charges every measured path with ~50 MB of
+    dirty L2 write-back). None if fn cannot be captured."""
     if not _FLUSH:
         _FLUSH.append(torch.ones(32 << 20, dtype=torch.float32, device="cuda"))
         _FLUSH.append(torch.empty((), dtype=torch.float32, device="cuda"))
@@ -256,8 +256,8 @@ def torch_paths(
 
 
 def candidate_configs(n: int) -> list[TreeAttentionConfig]:
-    """Tile shapes worth trying (run 2 on the H200 ruled out 8-warp and 2-stage 64-row tiles,
-    and 4-warp or 2-stage 128-row tiles)."""
+    """Tile shapes worth trying (an H200 sweep ruled out 8-warp and 2-stage 64-row tiles, and
+    4-warp or 2-stage 128-row tiles)."""
     if (HQ // HKV) * n <= 64:
         blocks = [(64, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 4), (64, 64, 4, 2)]
     else:

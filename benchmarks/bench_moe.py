@@ -5,7 +5,7 @@ measured vs the cost model, and the fused MoE kernel vs the torch expert loop.
 
 One verify forward = embedding, 48 x (q|k|v, RoPE + KV store, tree attention, o, add+norm,
 router, top-k, expert alignment, gate_up+SiLU, down, combine+add+norm), LM head on every token,
-argmax; captured in a CUDA graph and replayed (median of --reps, like executor.timing.graph_time)
+argmax; captured in a CUDA graph and replayed (median of --reps, like kernels.timing.graph_time)
 over batch x tree tokens x context. Predictions: spectune's CostModel.verify_time for this GPU's
 HardwareSpec, uncalibrated, and (on an H200) with each measurements/h200*/calibration-h200.json.
 Where the KV cache of every layer does not fit beside the weights (an H100 at batch 64 x 4096),
@@ -25,8 +25,6 @@ from typing import Any
 
 import torch
 
-from spectune.executor.attention import KernelLayout, kernels_ready, tune_attention
-from spectune.executor.gemm import autotune, linear, set_plan
 from spectune.executor.moe import (
     MoEDecoder,
     MoELayerWeights,
@@ -37,7 +35,6 @@ from spectune.executor.moe import (
     moe_weight_shapes,
     tune_moe,
 )
-from spectune.executor.timing import PhaseTimer, graph_time
 from spectune.kernels.fused_moe import (
     moe_align,
     moe_combine,
@@ -45,6 +42,9 @@ from spectune.kernels.fused_moe import (
     reference_moe,
     route_topk,
 )
+from spectune.kernels.gemm import autotune, linear, set_plan
+from spectune.kernels.timing import PhaseTimer, graph_time
+from spectune.kernels.tree_attention_plan import TreeAttentionPlan, tune_tree_attention
 from spectune.planner.costmodel import CostModel
 from spectune.specs import hardware_preset, load_calibration, load_model, write_json_atomic
 from spectune.validate.measure import gpu_hardware_name
@@ -78,13 +78,13 @@ def _verify_seconds(
     pos = context + torch.arange(tokens, device=dev).expand(batch, tokens)
     mask = torch.ones((tokens, tokens), dtype=torch.bool, device=dev).tril()
     mask = mask.expand(batch, tokens, tokens).contiguous()
-    layout = KernelLayout(batch, tokens, context, cache.capacity, dev) if kern else None
-    if layout is not None:
-        layout.set_mask(mask)
+    plan = TreeAttentionPlan(batch, tokens, context, cache.capacity, m.heads, dev) if kern else None
+    if plan is not None:
+        plan.set_mask(mask)
     out = torch.zeros((batch, tokens), dtype=torch.int64, device=dev)
 
     def fwd() -> None:
-        h, _ = m.forward(tok, pos, cache, context, mask, kernel=layout)
+        h, _ = m.forward(tok, pos, cache, context, mask, plan=plan)
         out.copy_(m.lm_head(h).argmax(dim=-1))
 
     return graph_time(fwd, dev, reps)
@@ -221,7 +221,7 @@ def main() -> None:
         f"{gpu} ({hw_name}): {spec.name} weights {doc['weights_gb']:.1f} GB in {doc['build_s']:.0f} s"
     )
 
-    kern = kernels_ready() and cuda
+    kern = cuda
     if not args.no_tune and cuda:
         plan, doc["gemm_tuning"] = autotune(moe_weight_shapes(spec), dev, buckets=(1, 16, 64, 256))
         set_plan(plan)
@@ -256,7 +256,7 @@ def main() -> None:
                     doc["rows"].append(row)
                     continue
                 if kern and not args.no_tune:
-                    tune_attention(batch, n, context, cache.layer(0, batch), spec.heads)
+                    tune_tree_attention(batch, n, context, cache.layer(0, batch), spec.heads)
                 sec = _verify_seconds(m, cache, batch, n, context, args.reps, kern)
                 floor = moe_floor_bytes(spec, batch, n, context)
                 row.update(

@@ -1,4 +1,4 @@
-"""Feasibility probe for issue 9's batch-1 goal: a CUDA prototype that reduces the KV splits
+"""Feasibility probe for the batch-1 tree-attention goal: a CUDA prototype that reduces the KV splits
 through a thread-block cluster's distributed shared memory (benchmarks/cuda/
 tree_attention_cluster.cu: one launch, no partials in HBM, no merge kernel), timed beside the
 Triton kernel's default in the same process with the same method (bench_kernels.gpu_us: graph

@@ -1,4 +1,4 @@
-"""Nsight Compute target: batch-1 tree attention launches (issue 9's latency-bound shapes).
+"""Nsight Compute target: batch-1 tree attention launches (the latency-bound shapes).
 
 Compiles and warms every case outside the profiled range, then runs each once between
 cudaProfilerStart / Stop, so `ncu --profile-from-start off` sees exactly these launches (ncu

@@ -13,20 +13,77 @@ from __future__ import annotations
 import torch
 
 from spectune.kernels import (
+    HeadShape,
+    RaggedTreePlan,
     TreeAttentionConfig,
+    add_rmsnorm,
     compact_kv,
     make_compact_inputs,
+    make_elementwise_inputs,
+    make_gemm_inputs,
+    make_rope_inputs,
+    make_span_attention_inputs,
     make_tree_attention_inputs,
     make_verify_inputs,
+    reference_add_rmsnorm,
     reference_compact_kv,
+    reference_linear,
+    reference_span_attention,
     reference_tree_attention,
     reference_walk_tree,
+    rope_scatter_,
+    rope_store_,
     sample_target,
+    silu_mul,
+    span_attention,
+    splitk_linear,
     tree_attention,
     verify_greedy,
     verify_stochastic,
 )
 from spectune.kernels.fused_moe import fused_moe, make_moe_inputs, reference_moe, route_topk
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.float() - want.float()).norm() / want.float().norm())
+
+
+def decoder_kernels(dev: str, dtype: torch.dtype = torch.bfloat16) -> None:
+    """The kernels of a decoder layer: span attention (drafting), add + RMSNorm, silu * up,
+    RoPE + K/V store (contiguous and scattered), split-K GEMMs, a ragged tree-attention bucket."""
+    for batch, tokens, span, context in ((1, 1, 1, 3000), (4, 10, 31, 700), (2, 40, 40, 300)):
+        si = make_span_attention_inputs(
+            batch, tokens, span, context, 32, 8, 128, dtype, dev, seed=batch
+        )
+        err = rel_err(span_attention(*si.args()), reference_span_attention(*si.args()))
+        print(f"span_attention B={batch} N={tokens} S={span}: rel err {err:.2e}")
+        assert err < 2e-2
+    ei = make_elementwise_inputs(9, 4096, 1000, dtype, dev, seed=6)
+    r1, r2 = ei.residual.clone(), ei.residual.clone()
+    assert (
+        rel_err(add_rmsnorm(ei.x, r1, ei.weight), reference_add_rmsnorm(ei.x, r2, ei.weight, 1e-5))
+        < 1e-2
+    )
+    silu_mul(ei.gate_up)
+    ri = make_rope_inputs(3, 5, 32, 8, 128, 16, dtype, dev, seed=7)
+    rope_store_(ri.qkv.clone(), ri.hq, ri.hk, ri.pos, ri.cos, ri.sin, ri.kv, 4)
+    rope_scatter_(ri.qkv.clone(), ri.hq, ri.hk, ri.pos, ri.dst, ri.cos, ri.sin, ri.kv)
+    for gated in (False, True):
+        x, w = make_gemm_inputs(37, 1000, 520, gated=gated, dtype=dtype, device=dev)
+        for splits in (1, 4):
+            err = rel_err(splitk_linear(x, w, splits, gated=gated), reference_linear(x, w, gated))
+            assert err < 1e-2, (gated, splits, err)
+    heads = HeadShape(32, 8, 128, dtype)
+    lay = RaggedTreePlan(3, 20, 500, 600, heads, torch.device(dev))
+    mask = torch.ones((20, 20), dtype=torch.bool, device=dev).tril().expand(3, 20, 20)
+    depth = torch.arange(20, device=dev).expand(3, 20)
+    tokens = torch.zeros((3, 20), dtype=torch.int64, device=dev)
+    lay.set_trees(tokens, depth, mask, torch.tensor([5, 20, 1], device=dev))
+    bucket = lay.bucket_plan(lay.bucket(26))
+    bucket.prepare()
+    kv = torch.randn((2, 3, 600, 8, 128), device=dev).to(dtype)
+    bucket.run(torch.randn((1, bucket.tokens, 32, 128), device=dev).to(dtype), kv)
+    print("decoder kernels ran and matched their references")
 
 
 def main() -> None:
@@ -91,6 +148,7 @@ def main() -> None:
     rk, rv = reference_compact_kv(*ci.args())
     compact_kv(*ci.args())
     assert torch.equal(ci.k_cache, rk) and torch.equal(ci.v_cache, rv)
+    decoder_kernels(dev)
     torch.cuda.synchronize()
     print("sanitize_kernels: all kernels ran and matched their references")
 

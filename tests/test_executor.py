@@ -8,22 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from spectune.executor.attention import reference_tree_attention, tree_attention  # noqa: E402
+from spectune.executor.accept import greedy_accept  # noqa: E402
 from spectune.executor.drafter import Eagle3Head, ModelDrafter  # noqa: E402
-from spectune.executor.fused import (  # noqa: E402
-    add_rmsnorm,
-    reference_add_rmsnorm,
-    reference_rope_,
-    reference_silu_mul,
-    rope_,
-    rope_scatter_,
-    rope_store_,
-    rope_tables,
-    silu_mul,
-)
-from spectune.executor.gemm import splitk_linear  # noqa: E402
-from spectune.executor.loop import ARRunner, SpecRunner, greedy_accept  # noqa: E402
+from spectune.executor.loop import ARRunner, SpecRunner  # noqa: E402
 from spectune.executor.model import Decoder, floor_bytes  # noqa: E402
+from spectune.executor.sources import DynamicTopK, Pruned, StaticShape  # noqa: E402
 from spectune.executor.synthetic import draw_target_tokens  # noqa: E402
 from spectune.executor.tree_build import (  # noqa: E402
     ancestor_mask,
@@ -67,76 +56,6 @@ def _target() -> Decoder:
 
 
 # ---- model pieces ---------------------------------------------------------------------------------
-def test_tree_attention_matches_one_softmax() -> None:
-    b, n, c = 2, 6, 11
-    q = torch.randn(b, n, 4, 16)
-    kp, vp = torch.randn(b, 2, c, 16), torch.randn(b, 2, c, 16)
-    kn, vn = torch.randn(b, 2, n, 16), torch.randn(b, 2, n, 16)
-    mask = ancestor_mask(torch.tensor([[-1, 0, 0, 1, 1, 2], [-1, 0, 1, 2, 3, 4]]), 5)
-    out = tree_attention(q, kp, vp, kn, vn, mask)
-    ref = reference_tree_attention(q, kp, vp, kn, vn, mask)
-    assert torch.allclose(out, ref, atol=1e-5)
-    assert torch.allclose(
-        tree_attention(q, None, None, kn, vn, mask),
-        reference_tree_attention(q, None, None, kn, vn, mask),
-        atol=1e-5,
-    )
-
-
-def test_fused_triton_kernels_match_references() -> None:
-    x, res, w = torch.randn(5, 40), torch.randn(5, 40), torch.rand(40) + 0.5
-    r1, r2 = res.clone(), res.clone()
-    assert torch.allclose(
-        add_rmsnorm(x, r1, w, use_triton=True), reference_add_rmsnorm(x, r2, w, 1e-5), atol=1e-5
-    )
-    assert torch.allclose(r1, r2)
-    gu = torch.randn(3, 2 * 50)
-    assert torch.allclose(silu_mul(gu, use_triton=True), reference_silu_mul(gu), atol=1e-5)
-    cos, sin = rope_tables(64, 16, 10000.0, torch.device("cpu"))
-    qkv = torch.randn(4, 5 * 16)
-    pos = torch.tensor([0, 3, 17, 63])
-    a, b_ = qkv.clone(), qkv.clone()
-    rope_(a, 3, pos, cos, sin, use_triton=True)
-    reference_rope_(b_, 3, pos, cos, sin)
-    assert torch.allclose(a, b_, atol=1e-5)
-    assert torch.equal(a[:, 48:], qkv[:, 48:])  # v untouched
-
-
-def test_rope_store_and_scatter_kernels_match_torch() -> None:
-    """The one RoPE + K/V store kernel, both ways: contiguous positions per sequence
-    (rope_store_) and packed tokens to flat slots, padding (dst < 0) not stored (rope_scatter_).
-    Rotated q comes back in qkv; rotated k only goes to the cache (the torch path also rotates
-    qkv's k columns in place, which nothing reads), so the q columns and the cache are compared."""
-    hq, hk, d, b, cap, n = 4, 2, 16, 2, 12, 3
-    cos, sin = rope_tables(64, d, 10000.0, torch.device("cpu"))
-    qkv = torch.randn(b * n, (hq + 2 * hk) * d)
-    pos = torch.randint(0, 64, (b * n,))
-    outs = []
-    for tri in (True, False):
-        x, kv = qkv.clone(), torch.zeros(2, b, cap, hk, d)
-        rope_store_(x, hq, hk, pos, cos, sin, kv, 5, use_triton=tri)
-        outs.append((x, kv))
-    torch.testing.assert_close(outs[0][0][:, : hq * d], outs[1][0][:, : hq * d])
-    torch.testing.assert_close(outs[0][1], outs[1][1])
-    assert outs[0][1][:, :, 5:8].abs().sum() > 0 and outs[0][1][:, :, :5].abs().sum() == 0
-    dst = torch.tensor([0 * cap + 7, 1 * cap + 4, -1, 1 * cap + 5, 0 * cap + 8, -1])
-    outs = []
-    for tri in (True, False):
-        x, kv = qkv.clone(), torch.zeros(2, b, cap, hk, d)
-        rope_scatter_(x, hq, hk, pos, dst, cos, sin, kv, use_triton=tri)
-        outs.append((x, kv))
-    torch.testing.assert_close(outs[0][0][:, : hq * d], outs[1][0][:, : hq * d])
-    torch.testing.assert_close(outs[0][1], outs[1][1])
-    stored = outs[0][1].view(2, b * cap, hk, d).abs().sum((0, 2, 3)) > 0
-    assert stored.nonzero().flatten().tolist() == sorted(int(s) for s in dst if s >= 0)
-
-
-def test_splitk_linear_matches_matmul() -> None:
-    for m, n, k, s in ((1, 40, 300, 1), (5, 64, 512, 4), (17, 70, 256, 2)):
-        x, w = torch.randn(m, k), torch.randn(n, k)
-        assert torch.allclose(splitk_linear(x, w, s), x @ w.T, atol=1e-3)
-
-
 def test_chain_forward_equals_token_by_token() -> None:
     m = _target()
     b, n, c = 2, 5, 20
@@ -205,15 +124,16 @@ def _runner(
 def test_torch_builder_equals_planner_numpy_builder(policy: TreePolicy) -> None:
     """The device pool + selection equals planner.trees' EAGLE-2 selection on the same pool."""
     r = _runner(policy=policy)
+    src = _dynamic(r)
     for _ in range(3):
         r.draft()
         r.build()
         for b in range(r.batch):
             pool = DraftTree.from_parents(
-                np.r_[-1, r.pool_parent[b].numpy() + 1],
-                tokens=np.r_[r.root_token[b].item(), r.pool_token[b].numpy()],
+                np.r_[-1, src.pool_parent[b].numpy() + 1],
+                tokens=np.r_[r.root.token[b].item(), src.pool_token[b].numpy()],
                 logprobs=np.r_[0.0, _edge_logprobs(r, b)],
-                source=np.r_[0, np.full(r.pool_token.shape[1], SOURCE_MODEL)],
+                source=np.r_[0, np.full(src.pool_token.shape[1], SOURCE_MODEL)],
             )
             keep = select_dynamic(pool, policy.depth, policy.topk, policy.budget)
             ref = pool.subtree(keep)
@@ -224,10 +144,25 @@ def test_torch_builder_equals_planner_numpy_builder(policy: TreePolicy) -> None:
             np.testing.assert_array_equal(ref.ancestor_matrix, r.tree.mask[b].numpy())
 
 
+def _dynamic(r: SpecRunner) -> DynamicTopK:
+    """The runner's dynamic top-k source (under the pruning, for pruned policies)."""
+    src = r.source.base if isinstance(r.source, Pruned) else r.source
+    assert isinstance(src, DynamicTopK)
+    return src
+
+
+def _static(r: SpecRunner) -> StaticShape:
+    """The runner's static source (under the pruning, for pruned policies)."""
+    src = r.source.base if isinstance(r.source, Pruned) else r.source
+    assert isinstance(src, StaticShape)
+    return src
+
+
 def _edge_logprobs(r: SpecRunner, b: int) -> np.ndarray:
     """Per-entry draft log-prob (score minus the parent's score)."""
-    score = r.pool_score[b].double().numpy()
-    par = r.pool_parent[b].numpy()
+    src = _dynamic(r)
+    score = src.pool_score[b].double().numpy()
+    par = src.pool_parent[b].numpy()
     return score - np.where(par >= 0, score[np.maximum(par, 0)], 0.0)
 
 
@@ -340,12 +275,13 @@ def test_spec_runner_runs_and_reports(drafter: str) -> None:
         "step",
     }
     assert 1.0 <= res.tokens_per_step <= 5.0
-    assert (r.path[:, 0] == 0).all()
+    path, num_acc = r.acceptor.path, r.acceptor.num_acc
+    assert (path[:, 0] == 0).all()
     # accepted path is a root path: each entry is the parent of the next
     for b in range(r.batch):
-        n = int(r.num_acc[b])
+        n = int(num_acc[b])
         for j in range(1, n + 1):
-            assert r.tree.parents[b, r.path[b, j]] == r.path[b, j - 1]
+            assert r.tree.parents[b, path[b, j]] == path[b, j - 1]
     ar = ARRunner(r.target, 2, 24, r.tcache)
     assert ar.run(2, warmup=0).tokens_per_step == 1.0
 
@@ -358,12 +294,15 @@ def test_kernel_path_equals_torch_path() -> None:
     for kern in (False, True):
         torch.manual_seed(5)
         r = _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6), batch=2, use_kernels=kern)
-        assert (r.layout is not None) == kern
+        assert (r.verifier.plan is not None) == kern
         torch.manual_seed(6)
         for _ in range(2):
             for f in (r.draft, r.build, r.verify, r.accept, r.compact, r.extend):
                 f()
-        outs.append((r.tree.tokens.clone(), r.path.clone(), r.tcache.kv.clone(), r.num_acc.clone()))
+        acc = r.acceptor
+        outs.append(
+            (r.tree.tokens.clone(), acc.path.clone(), r.tcache.kv.clone(), acc.num_acc.clone())
+        )
     assert torch.equal(outs[0][0], outs[1][0])
     assert torch.equal(outs[0][1], outs[1][1])
     for b in range(2):  # valid cache rows: the prefix and the compacted accepted path
@@ -395,7 +334,7 @@ def test_static_tree_is_the_planner_shape_and_accepts_as_predicted() -> None:
 def test_graft_is_rejected_clearly_and_prune_is_run() -> None:
     with pytest.raises(SpecError, match="cannot graft"):
         _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, 0.0, 4))
-    assert _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, 0.1, 0)).ragged is not None
+    assert isinstance(_runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, 0.1, 0)).source, Pruned)
 
 
 # ---- GPU ---------------------------------------------------------------------------------------------
@@ -409,31 +348,3 @@ def test_gpu_small_session_graphs() -> None:
     )
     assert recs[0]["tokens_per_step"] >= 1.0
     assert s.verify_time(2, 4, 128, reps=3) > 0
-
-
-def test_fused_tree_merge_kernel_matches_reference() -> None:
-    """The Triton tree-part + log-sum-exp merge kernel (interpreter) against one softmax."""
-    pytest.importorskip("triton")
-    g = torch.Generator().manual_seed(4)
-    for b, n, h, kvh, c, s in ((2, 5, 4, 2, 30, 5), (1, 3, 8, 2, 0, 7), (2, 9, 4, 2, 40, 12)):
-        q = torch.randn(b, n, h, 16, generator=g)
-        kp, vp = torch.randn(b, kvh, c, 16, generator=g), torch.randn(b, kvh, c, 16, generator=g)
-        kn, vn = torch.randn(b, kvh, s, 16, generator=g), torch.randn(b, kvh, s, 16, generator=g)
-        mask = torch.rand(b, n, s, generator=g) < 0.6
-        mask[:, :, 0] = True
-        pre = (kp, vp) if c else (None, None)
-        out = tree_attention(q, *pre, kn, vn, mask, use_triton=True)
-        assert torch.allclose(out, reference_tree_attention(q, *pre, kn, vn, mask), atol=1e-5)
-
-
-def test_split_prefix_path_matches_reference() -> None:
-    """Few query rows over a long prefix: flash-decoding splits merged with the tree part."""
-    pytest.importorskip("triton")
-    g = torch.Generator().manual_seed(5)
-    for b, n, h, kvh, c, s in ((2, 5, 4, 2, 700, 5), (3, 1, 4, 1, 1000, 1)):
-        q = torch.randn(b, n, h, 16, generator=g)
-        kp, vp = torch.randn(b, kvh, c, 16, generator=g), torch.randn(b, kvh, c, 16, generator=g)
-        kn, vn = torch.randn(b, kvh, s, 16, generator=g), torch.randn(b, kvh, s, 16, generator=g)
-        mask = torch.ones(b, n, s, dtype=torch.bool)
-        out = tree_attention(q, kp, vp, kn, vn, mask, use_triton=True)
-        assert torch.allclose(out, reference_tree_attention(q, kp, vp, kn, vn, mask), atol=1e-5)

@@ -11,7 +11,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from spectune.executor.gemm import linear  # noqa: E402
 from spectune.executor.model import Decoder  # noqa: E402
 from spectune.executor.moe import (  # noqa: E402
     AliasedKVCache,
@@ -28,6 +27,7 @@ from spectune.kernels.fused_moe import (  # noqa: E402
     reference_route_topk,
     route_topk,
 )
+from spectune.kernels.gemm import linear  # noqa: E402
 from spectune.specs import ModelSpec, SpecError, model_preset  # noqa: E402
 
 TINY = ModelSpec(

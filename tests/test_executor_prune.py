@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from test_executor import TARGET, _runner  # noqa: E402
+from test_executor import TARGET, _dynamic, _runner, _static  # noqa: E402
 
-from spectune.executor.attention import TOKEN_BUCKET, token_bucket  # noqa: E402
-from spectune.executor.loop import SpecRunner, greedy_accept  # noqa: E402
+from spectune.executor.accept import greedy_accept  # noqa: E402
+from spectune.executor.loop import SpecRunner  # noqa: E402
 from spectune.executor.synthetic import draw_target_tokens  # noqa: E402
 from spectune.executor.tree_build import (  # noqa: E402
     PRUNED,
@@ -29,6 +29,7 @@ from spectune.executor.tree_build import (  # noqa: E402
     reference_prune,
     select_tree,
 )
+from spectune.executor.verifiers import RaggedVerifier  # noqa: E402
 from spectune.planner.acceptance import acceptance_model  # noqa: E402
 from spectune.planner.trees import expected_tokens_for_policy, sample_step  # noqa: E402
 from spectune.planner.trees.build import _choose  # noqa: E402
@@ -101,6 +102,7 @@ def _compact(
 
 
 def _assert_row(r: SpecRunner, b: int, parents: np.ndarray, tokens: np.ndarray, depth: np.ndarray):
+    assert r.counts is not None
     n = int(r.counts[b])
     assert n == parents.size
     np.testing.assert_array_equal(r.tree.parents[b, :n].numpy(), parents)
@@ -124,19 +126,20 @@ def _assert_row(r: SpecRunner, b: int, parents: np.ndarray, tokens: np.ndarray, 
 def test_dynamic_pruning_equals_planner_choose(policy: TreePolicy) -> None:
     """select_tree + prune_tree on the drafted pool == planner.trees.build._choose on it."""
     r = _runner(policy=policy, batch=4, use_kernels=False)
+    src = _dynamic(r)
     rng = np.random.default_rng(0)
     for _ in range(3):
         r.draft()
         r.build()
-        score = r.pool_score.numpy()
-        parent = r.pool_parent.numpy()
+        score = src.pool_score.numpy()
+        parent = src.pool_parent.numpy()
         pool = _dynamic_flat_pool(
             score, parent, pool_levels(policy.depth, policy.topk), policy.topk
         )
         keep, _, grafts = _choose(policy, MODEL, pool, rng, False)
         assert grafts is None
         for b in range(r.batch):
-            tok = np.r_[r.root_token[b].item(), r.pool_token[b].numpy()]
+            tok = np.r_[r.root.token[b].item(), src.pool_token[b].numpy()]
             dep = pool.level
             _assert_row(r, b, *_compact(keep[b], pool.parent[b], tok, dep))
 
@@ -147,18 +150,18 @@ def test_static_pruning_equals_planner_choose() -> None:
     policy = TreePolicy("static", 4, 3, 14, 0.08)
     r = _runner(policy=policy, batch=5, use_kernels=False)
     rng = np.random.default_rng(0)
-    assert r.static is not None
-    parents = r.static.parents.numpy()
-    depth = r.static.depth.numpy()
+    src = _static(r)
+    parents = src.plan.parents.numpy()
+    depth = src.plan.depth.numpy()
     pruned_some = False
     for _ in range(4):
         r.draft()
         r.build()
-        assert r.drafted.score is not None
-        pool = _static_flat_pool(parents, depth, r.drafted.score.numpy())
+        assert src.drafted.score is not None and r.counts is not None
+        pool = _static_flat_pool(parents, depth, src.drafted.score.numpy())
         keep, _, _ = _choose(policy, MODEL, pool, rng, False)
         for b in range(r.batch):
-            tok = r.drafted.tokens[b].numpy()
+            tok = src.drafted.tokens[b].numpy()
             _assert_row(r, b, *_compact(keep[b], parents, tok, depth))
         pruned_some |= bool((r.counts < r.nodes).any())
     assert pruned_some
@@ -221,15 +224,6 @@ def test_prune_tree_equals_planner_on_random_pools(case: tuple[int, int, int, fl
 
 
 # ---- the ragged verify ----------------------------------------------------------------------------
-def test_token_bucket() -> None:
-    assert token_bucket(1, 64) == TOKEN_BUCKET
-    assert token_bucket(16, 64) == 16
-    assert token_bucket(17, 64) == 32
-    assert token_bucket(63, 48) == 48
-    assert token_bucket(690, 696) == 696  # the top bucket is B x N itself (8 x 87)
-    assert token_bucket(680, 696) == 688
-
-
 def test_ragged_verify_equals_dense_verify_on_the_same_trees() -> None:
     """The packed verify of the kept nodes gives the dense verify's argmax and EAGLE-3
     features on every kept node and the same K/V in their slots; pruned slots, padding rows and
@@ -237,8 +231,8 @@ def test_ragged_verify_equals_dense_verify_on_the_same_trees() -> None:
     pytest.importorskip("triton")
     policy = TreePolicy("dynamic-topk", 4, 3, 12, 0.2)
     r = _runner(policy=policy, batch=3)
-    assert r.ragged is not None
-    lay = r.ragged
+    assert isinstance(r.verifier, RaggedVerifier) and r.counts is not None
+    lay = r.verifier.plan
     torch.manual_seed(3)
     for _ in range(20):  # a step where something is pruned
         r.draft()
@@ -252,12 +246,12 @@ def test_ragged_verify_equals_dense_verify_on_the_same_trees() -> None:
     before = r.tcache.kv.clone()
     r.verify()
     after = r.tcache.kv.clone()
-    argmax, h3 = r.argmax_tok.clone(), r.hidden3.clone()
+    argmax, h3 = r.verifier.argmax_tok.clone(), r.verifier.hidden3.clone()
     # the dense path on the same trees (pruned slots given a real token; nobody sees them)
     r.tcache.kv.copy_(before)
     t = r.tree
     hidden, captured = r.target.forward(
-        t.tokens.clamp(min=0), 24 + t.depth, r.tcache, 24, t.mask, capture=r.capture_layers
+        t.tokens.clamp(min=0), 24 + t.depth, r.tcache, 24, t.mask, capture=r.verifier.capture_layers
     )
     logits = r.target.lm_head(hidden)
     dense_h3 = torch.cat(captured, dim=-1)
@@ -283,24 +277,26 @@ def test_pruned_run_verifies_exactly_the_kept_tokens() -> None:
     policy = TreePolicy("dynamic-topk", 3, 2, 7, 0.15)
     r = _runner(policy=policy, batch=2)
     res = r.run(2, warmup=0)
-    assert r.ragged is not None
+    assert isinstance(r.verifier, RaggedVerifier) and r.counts is not None
     assert len(res.verified) == 2
     assert res.verified_mean == pytest.approx(sum(res.verified) / 2)
     assert all(1.0 <= v <= r.nodes for v in res.verified)
-    assert r._totals[-1] == int(r.counts.sum()) == int(r.ragged.qo[-1])
+    assert r.verifier.totals[-1] == int(r.counts.sum()) == int(r.verifier.plan.qo[-1])
     assert res.verified[-1] == pytest.approx(float(r.counts.double().mean()))
+    src = _dynamic(r)
     full = select_tree(
-        r.pool_token, r.pool_parent, r.pool_score, r.pool_accept, r.pool_lo,
-        r.pool_level, r.root_token, r.nodes, policy.depth, with_score=True,
+        src.pool_token, src.pool_parent, src.pool_score, src.pool_accept, src.pool_lo,
+        src.pool_level, r.root.token, r.nodes, policy.depth, with_score=True,
     )  # fmt: skip
     assert full.score is not None
     want = (full.score.double() >= math.log(policy.prune_threshold)).sum(dim=1)  # root: 0 >= log p
     assert torch.equal(r.counts, want)
     # accepted paths stay root paths of the pruned trees
+    path, num_acc = r.acceptor.path, r.acceptor.num_acc
     for b in range(r.batch):
-        for j in range(1, int(r.num_acc[b]) + 1):
-            assert r.tree.parents[b, r.path[b, j]] == r.path[b, j - 1]
-            assert r.path[b, j] < r.counts[b]
+        for j in range(1, int(num_acc[b]) + 1):
+            assert r.tree.parents[b, path[b, j]] == path[b, j - 1]
+            assert path[b, j] < r.counts[b]
 
 
 def test_prune_zero_is_the_dense_runner_and_a_no_op_threshold_matches_it() -> None:
@@ -311,14 +307,17 @@ def test_prune_zero_is_the_dense_runner_and_a_no_op_threshold_matches_it() -> No
     for p in (0.0, 1e-30):
         torch.manual_seed(5)
         r = _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, p), batch=2)
-        assert (r.ragged is None) == (p == 0)
+        assert isinstance(r.verifier, RaggedVerifier) == (p > 0)
         torch.manual_seed(6)
         for _ in range(2):
             for f in (r.draft, r.build, r.verify, r.accept, r.compact, r.extend):
                 f()
-        if r.ragged is not None:
+        if r.counts is not None:
             assert (r.counts == r.nodes).all()
-        outs.append((r.tree.tokens.clone(), r.path.clone(), r.tcache.kv.clone(), r.num_acc.clone()))
+        acc = r.acceptor
+        outs.append(
+            (r.tree.tokens.clone(), acc.path.clone(), r.tcache.kv.clone(), acc.num_acc.clone())
+        )
     assert torch.equal(outs[0][0], outs[1][0])
     assert torch.equal(outs[0][1], outs[1][1])
     assert torch.equal(outs[0][3], outs[1][3])
@@ -425,7 +424,7 @@ def test_gpu_pruned_session_graphs() -> None:
 def test_route_buckets() -> None:
     """A bucket runs at a larger one (within reach) only when that is cheaper by the margin;
     the route never goes to a smaller bucket; no costs, no routes."""
-    from spectune.executor.attention import route_buckets
+    from spectune.executor.verifiers import route_buckets
 
     cost = {16: 1.0, 32: 1.1, 48: 2.0, 64: 1.2, 80: 1.3, 96: 1.31}
     route = route_buckets(cost, reach=2, margin=0.02)
@@ -439,7 +438,7 @@ def test_route_buckets() -> None:
 @given(st.lists(st.floats(0.1, 10.0), min_size=1, max_size=12), st.integers(0, 5))
 def test_route_buckets_properties(costs: list[float], reach: int) -> None:
     """Routes stay within reach, never go down, and never to a costlier bucket."""
-    from spectune.executor.attention import route_buckets
+    from spectune.executor.verifiers import route_buckets
 
     cost = {16 * (i + 1): c for i, c in enumerate(costs)}
     route = route_buckets(cost, reach=reach)

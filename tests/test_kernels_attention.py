@@ -106,7 +106,7 @@ def test_tree_split() -> None:
     ragged sequences (a short one leaves prefix splits empty), trees longer than one tree block
     and one split (direct store, where there is no tree split). 32 resident programs per SM (x 4
     "SMs" off the GPU) leave room for the tree programs at 2 and 7 splits, not at 4."""
-    from spectune.kernels.tree_attention import tree_split_fits
+    from spectune.kernels.tree_attention_config import tree_split_fits
 
     inp = make_tree_attention_inputs(
         [70, 20, 3], [9, 16, 40], num_q_heads=4, num_kv_heads=2, head_dim=16,

@@ -1,12 +1,14 @@
 """Runs policies on a real GPU: real-shape models, the spec-decoding loop, calibration (needs torch).
 
-Modules (one concept each): model (dense decoder + KV cache), drafter (EAGLE-3 head, draft
-model), attention / fused / gemm (the kernels a forward runs), tree_build (device EAGLE-2
-builder), synthetic (acceptance-model-driven target tokens), loop (the speculative loop and the
-baseline), timing (CUDA-event phases), session (one GPU session), calibrate (the GPU side of
-calibration: micro-benchmarks and timed runs). The CPU side of measurement (measurement documents, check, the
-calibration fit) is spectune.validate. This package's __init__ imports nothing, so importing it
-costs nothing until a GPU part is used.
+Modules (one concept each): model (dense decoder + KV cache), moe (MoE decoder), drafter
+(EAGLE-3 head, draft model), loop (the speculative loop and the baseline), sources/ (tree
+sources: dynamic top-k, static shape, pruned), verifiers/ (dense and ragged verify), accept
+(accept + KV compaction), tree_build (device EAGLE-2 builder and pruning), synthetic
+(acceptance-model-driven target tokens), graphs (phase CUDA graphs), session (one GPU session),
+calibrate (the GPU side of calibration: micro-benchmarks and timed runs). Every Triton kernel a
+forward runs, its planning and the CUDA-event timers are in spectune.kernels. The CPU side of
+measurement (measurement documents, check, the calibration fit) is spectune.validate. This
+package's __init__ imports nothing, so importing it costs nothing until a GPU part is used.
 """
 
 from __future__ import annotations

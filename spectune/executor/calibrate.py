@@ -19,10 +19,11 @@ from typing import Any
 
 import torch
 
-from spectune.executor.attention import KernelLayout, tree_attention
-from spectune.executor.gemm import linear
 from spectune.executor.session import Session
-from spectune.executor.timing import PhaseTimer, graph_time
+from spectune.kernels.gemm import linear
+from spectune.kernels.span_attention import span_attention
+from spectune.kernels.timing import PhaseTimer, graph_time
+from spectune.kernels.tree_attention_plan import TreeAttentionPlan
 
 RUN_SCHEMA = "spectune.calibration-run/v1"
 GEMM_TOKENS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -118,13 +119,13 @@ def attention_sweep(
                     .expand(b, n, n)
                     .contiguous()
                 )
-                lay = (
-                    KernelLayout(b, n, c, session.tcache.capacity, dev)
+                plan = (
+                    TreeAttentionPlan(b, n, c, session.tcache.capacity, session.target.heads, dev)
                     if session.use_kernels
                     else None
                 )
-                if lay is not None:
-                    lay.set_mask(mask)
+                if plan is not None:
+                    plan.set_mask(mask)
 
                 def fn(
                     q: torch.Tensor = q,
@@ -132,12 +133,12 @@ def attention_sweep(
                     mask: torch.Tensor = mask,
                     c: int = c,
                     n: int = n,
-                    lay: KernelLayout | None = lay,
+                    plan: TreeAttentionPlan | None = plan,
                 ) -> None:
-                    if lay is not None:
-                        lay.attend(q, kv)
+                    if plan is not None:
+                        plan.run(q, kv)
                         return
-                    tree_attention(
+                    span_attention(
                         q,
                         kv[0, :, :c].transpose(1, 2),
                         kv[1, :, :c].transpose(1, 2),

@@ -21,8 +21,6 @@ from typing import Protocol
 
 import torch
 
-from spectune.executor.fused import add_rmsnorm, rope_tables
-from spectune.executor.gemm import linear
 from spectune.executor.model import (
     ROPE_THETA,
     Decoder,
@@ -31,6 +29,9 @@ from spectune.executor.model import (
     _fill,
     layer_forward,
 )
+from spectune.kernels.elementwise import add_rmsnorm
+from spectune.kernels.gemm import linear
+from spectune.kernels.rope import rope_tables
 from spectune.specs import ModelSpec, SpecError
 
 

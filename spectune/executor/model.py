@@ -1,10 +1,15 @@
 """A real-shape Llama-family dense decoder with a KV cache, driven by a ModelSpec.
 
 Weights are random (latency does not depend on their values) and filled on the device, so the
-8B target costs no host time or host memory. Per layer a forward is: fused q|k|v GEMM, RoPE,
-K/V written into the cache, tree attention (prefix by a flash kernel, tree tokens by mask),
-output GEMM, add+RMSNorm, fused gate|up GEMM, silu*up, down GEMM, add+RMSNorm: nine kernels plus
-attention's few, which keeps a CUDA-graph replay near the weight-streaming floor.
+8B target costs no host time or host memory. Per layer a forward is: fused q|k|v GEMM, RoPE
+fused with the K/V store into the cache, attention, output GEMM, add+RMSNorm, fused gate|up
+GEMM, silu*up, down GEMM, add+RMSNorm: nine kernels plus attention's few (spectune.kernels),
+which keeps a CUDA-graph replay near the weight-streaming floor.
+
+Attention is planned by the caller: a verify passes a TreeAttentionPlan (B x N tree tokens) or a
+RaggedBucket (packed pruned trees) and each layer calls its `run`; without a plan (drafting,
+or verifying without the tree kernel) the new tokens attend through span_attention with a bool
+mask over the span of new keys.
 
 Bytes one forward must move (the roofline floor): every layer weight and the LM head once
 (ModelSpec.weight_bytes() minus the untied embedding, of which only B*N rows are read), plus the
@@ -17,10 +22,16 @@ from dataclasses import dataclass
 
 import torch
 
-from spectune.executor.attention import KernelLayout, RaggedView, tree_attention
-from spectune.executor.fused import add_rmsnorm, rope_store_, rope_tables
-from spectune.executor.gemm import linear, linear_gated
+from spectune.kernels.elementwise import add_rmsnorm
+from spectune.kernels.gemm import linear, linear_gated
+from spectune.kernels.ragged_plan import RaggedBucket
+from spectune.kernels.rope import rope_store_, rope_tables
+from spectune.kernels.span_attention import span_attention
+from spectune.kernels.tree_attention_plan import HeadShape, TreeAttentionPlan
 from spectune.specs import ModelSpec, SpecError
+
+#: what a verify hands each layer's attention: the dense plan or one bucket of a ragged plan
+AttentionPlan = TreeAttentionPlan | RaggedBucket
 
 ROPE_THETA = 500000.0  # Llama 3 rope_theta (config.json); latency does not depend on it
 INIT_RANGE = 0.02  # uniform(-a, a) fill: keeps activations finite through random layers
@@ -120,7 +131,7 @@ def attention_block(
     span: int,
     mask: torch.Tensor | None,
     rope: tuple[torch.Tensor, torch.Tensor],
-    kernel: KernelLayout | RaggedView | None = None,
+    plan: AttentionPlan | None = None,
 ) -> torch.Tensor:
     """The attention half of a pre-norm decoder layer (dense and MoE layers share it). h: [B, N,
     in_width] its normed input; residual: [B, N, hidden] the residual stream (updated in place:
@@ -128,23 +139,23 @@ def attention_block(
 
     kv: [2, B, cap, KVH, D] this layer's cache; the N new K/V go to [context+slot, +N); attention
     sees the prefix [0, context) fully and keys [context, context+span) through mask: bool[B, N, span].
-    kernel: when given (verify passes, slot 0, span N), spectune.kernels' Triton tree attention;
-    a RaggedView (packed pruned trees: h is [1, T, .], kv holds the B sequences) also places
+    plan: when given (verify passes, slot 0, span N), its tree attention runs instead; a
+    RaggedBucket (packed pruned trees: h is [1, T, .], kv holds the B sequences) also places
     each token's K/V in its own sequence's slot.
     """
     b, n, _ = h.shape
     hq, hk, d = spec.heads, spec.kv_heads, spec.head_dim
     qkv = linear(h.view(b * n, -1), w.wqkv)  # [B*N, (Hq+2Hk)*D]
-    if isinstance(kernel, RaggedView):
-        kernel.store(qkv, hq, hk, pos.reshape(-1), rope, kv)
+    if isinstance(plan, RaggedBucket):
+        plan.store(qkv, hq, hk, pos.reshape(-1), rope, kv)
     else:
         rope_store_(qkv, hq, hk, pos.reshape(-1), *rope, kv, context + slot)
     q = qkv[:, : hq * d].view(b, n, hq, d)
-    if kernel is not None:
-        attn = kernel.attend(q, kv)
+    if plan is not None:
+        attn = plan.run(q, kv)
     else:
-        assert mask is not None, "the torch attention path needs the tree mask"
-        attn = tree_attention(
+        assert mask is not None, "span attention needs the mask over the new keys"
+        attn = span_attention(
             q,
             kv[0, :, :context].transpose(1, 2),
             kv[1, :, :context].transpose(1, 2),
@@ -168,12 +179,12 @@ def layer_forward(
     span: int,
     mask: torch.Tensor | None,
     rope: tuple[torch.Tensor, torch.Tensor],
-    kernel: KernelLayout | RaggedView | None = None,
+    plan: AttentionPlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One pre-norm dense decoder layer: attention_block (same arguments), then the SwiGLU MLP.
     Returns (the MLP output [B, N, hidden], to be added to the residual by the caller's fused
     add+norm, and the residual stream)."""
-    h2 = attention_block(h, residual, w, spec, kv, pos, context, slot, span, mask, rope, kernel)
+    h2 = attention_block(h, residual, w, spec, kv, pos, context, slot, span, mask, rope, plan)
     b, n, _ = h2.shape
     gu = linear(h2.view(b * n, -1), w.w_gate_up)
     mlp = linear_gated(gu, w.w_down).view(b, n, -1)
@@ -218,6 +229,12 @@ class Decoder:
     def new_cache(self, max_batch: int, capacity: int) -> KVCache:
         return KVCache(self.spec, max_batch, capacity, self.device, self.dtype)
 
+    @property
+    def heads(self) -> HeadShape:
+        """The attention heads an attention plan for this model is made for."""
+        s = self.spec
+        return HeadShape(s.heads, s.kv_heads, s.head_dim, self.dtype)
+
     def forward(
         self,
         tokens: torch.Tensor,
@@ -227,7 +244,7 @@ class Decoder:
         mask: torch.Tensor,
         slot: int = 0,
         capture: tuple[int, ...] = (),
-        kernel: KernelLayout | None = None,
+        plan: TreeAttentionPlan | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """tokens, pos: int64[B, N]; mask: bool[B, N, slot + N] over the new keys
         [context, context + slot + N). Returns (final normed hidden [B, N, hidden], the residual
@@ -238,18 +255,18 @@ class Decoder:
             raise SpecError(
                 f"cache capacity {cache.capacity} < context {context} + {span} new keys"
             )
-        return self._layers(tokens, pos, cache, b, context, slot, span, mask, capture, kernel)
+        return self._layers(tokens, pos, cache, b, context, slot, span, mask, capture, plan)
 
     def forward_ragged(
         self,
         tokens: torch.Tensor,
         pos: torch.Tensor,
         cache: KVCache,
-        ragged: RaggedView,
+        ragged: RaggedBucket,
         capture: tuple[int, ...] = (),
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """A verify over packed trees: tokens, pos int64[T] (T = ragged.tokens, the sequences'
-        kept nodes then padding), K/V to the slots ragged's layout names, attention by the
+        kept nodes then padding), K/V to the slots ragged's plan names, attention by the
         kernels' ragged tree attention. Returns (hidden [T, hidden], captured [T, hidden] each)."""
         lay = ragged.layout
         if lay.context + lay.nodes > cache.capacity:
@@ -272,7 +289,7 @@ class Decoder:
         span: int,
         mask: torch.Tensor | None,
         capture: tuple[int, ...],
-        kernel: KernelLayout | RaggedView | None,
+        plan: AttentionPlan | None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Every layer over tokens [B', N'] (cache rows 0..rows-1) -> (hidden, captured)."""
         residual = torch.nn.functional.embedding(tokens, self.embed)  # fresh tensor: the stream
@@ -281,7 +298,7 @@ class Decoder:
         for i, w in enumerate(self.layers):
             nxt = self.layers[i + 1].norm_attn if i + 1 < len(self.layers) else self.norm_final
             args = (self.spec, cache.layer(i, rows), pos, context, slot, span, mask, self.rope)
-            x = self._layer(x, residual, w, args, kernel, nxt)
+            x = self._layer(x, residual, w, args, plan, nxt)
             if i in capture:
                 captured[i] = residual.clone()
         return x, [captured[i] for i in capture]
@@ -292,13 +309,13 @@ class Decoder:
         residual: torch.Tensor,
         w: LayerWeights,
         args: LayerArgs,
-        kernel: KernelLayout | RaggedView | None,
+        plan: AttentionPlan | None,
         nxt: torch.Tensor,
     ) -> torch.Tensor:
         """One layer: x [B, N, .] its normed input, residual updated in place, args as
         layer_forward's (spec .. rope); returns the next layer's normed input (norm weight nxt).
         The hook an MoE decoder overrides for its MLP."""
-        mlp, residual = layer_forward(x, residual, w, *args, kernel)
+        mlp, residual = layer_forward(x, residual, w, *args, plan)
         return add_rmsnorm(mlp, residual, nxt)  # residual += mlp; x = norm(residual)
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:

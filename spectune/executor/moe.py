@@ -31,12 +31,10 @@ from dataclasses import dataclass
 
 import torch
 
-from spectune.executor.attention import KernelLayout, RaggedView
-from spectune.executor.fused import rope_tables
-from spectune.executor.gemm import linear
 from spectune.executor.model import (
     INIT_RANGE,
     ROPE_THETA,
+    AttentionPlan,
     Decoder,
     KVCache,
     LayerArgs,
@@ -51,6 +49,9 @@ from spectune.kernels.fused_moe import (
     moe_expert_rows,
     route_topk,
 )
+from spectune.kernels.gemm import linear
+from spectune.kernels.rope import rope_tables
+from spectune.kernels.timing import graph_time
 from spectune.planner.operators import expected_experts
 from spectune.specs import ModelSpec, SpecError
 
@@ -251,14 +252,14 @@ class MoEDecoder(Decoder):
         residual: torch.Tensor,
         w: LayerWeights,
         args: LayerArgs,
-        kernel: KernelLayout | RaggedView | None,
+        plan: AttentionPlan | None,
         nxt: torch.Tensor,
     ) -> torch.Tensor:
         """Decoder._layer with the MoE MLP on MoE layers (forward and forward_ragged both)."""
         if not isinstance(w, MoELayerWeights):
-            return super()._layer(x, residual, w, args, kernel, nxt)
+            return super()._layer(x, residual, w, args, plan, nxt)
         b, n, _ = x.shape
-        h2 = attention_block(x, residual, w, *args, kernel)
+        h2 = attention_block(x, residual, w, *args, plan)
         mlp_rows = moe_rows(h2.view(b * n, -1), w, self.spec, self.use_triton, self.routing)
         # residual += sum of the k weighted rows; x = norm(residual) (one kernel)
         return moe_combine(mlp_rows, residual, nxt, use_triton=self.use_triton).view(b, n, -1)
@@ -285,8 +286,6 @@ def tune_moe(
     """Time the MoE FFN (router to combine) of `layers` layers in turn (their experts do not fit
     in L2 together) under each candidate per step size T, CUDA-graph replays, and keep the
     fastest for moe_rows. Returns the timing rows (seconds per layer, GB/s of the roofline)."""
-    from spectune.executor.timing import graph_time
-
     spec, dev = decoder.spec, decoder.device
     moe_layers = [w for w in decoder.layers if isinstance(w, MoELayerWeights)][:layers]
     out: list[dict[str, object]] = []

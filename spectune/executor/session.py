@@ -14,12 +14,15 @@ from dataclasses import dataclass
 
 import torch
 
-from spectune.executor.attention import KernelLayout, kernels_ready, self_check, tune_attention
 from spectune.executor.drafter import Drafter, make_drafter
-from spectune.executor.gemm import autotune, set_plan
-from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner, _Graphs, verify_tokens
+from spectune.executor.graphs import PhaseGraphs
+from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner
 from spectune.executor.model import Decoder
-from spectune.executor.timing import PhaseTimer
+from spectune.executor.sources import verify_tokens
+from spectune.kernels.gemm import autotune, set_plan
+from spectune.kernels.span_attention import self_check
+from spectune.kernels.timing import PhaseTimer
+from spectune.kernels.tree_attention_plan import TreeAttentionPlan, tune_tree_attention
 from spectune.specs import ModelSpec, SpecError, TreePolicy
 
 
@@ -70,7 +73,7 @@ class SessionConfig:
     max_context: int
     max_tree: int = 128  # largest tree (verify tokens per sequence) any run will use
     use_graphs: bool = True
-    use_kernels: bool = True  # spectune.kernels' tree attention / walk when available
+    use_kernels: bool = True  # spectune.kernels' tree attention / walk / compaction on CUDA
     autotune_gemm: bool = True  # time split-K vs cuBLAS per weight shape and M at start
 
 
@@ -88,7 +91,7 @@ class Session:
         self.drafter: Drafter = make_drafter(drafter, self.target)
         self.tcache = self.target.new_cache(cfg.max_batch, cap)
         self.dcache = self.drafter.new_cache(cfg.max_batch, cap)
-        self.use_kernels = cfg.use_kernels and self.device.type == "cuda" and kernels_ready()
+        self.use_kernels = cfg.use_kernels and self.device.type == "cuda"
         self.attention_check = self_check(self.device) if self.device.type == "cuda" else 0.0
         self.gemm_rows: list[dict[str, object]] = []
         self.attention_rows: list[dict[str, object]] = []
@@ -124,7 +127,7 @@ class Session:
     def tune(self, batch: int, tokens: int, context: int) -> None:
         """Pick the fastest tree-attention config for this verify shape (once per shape)."""
         if self.use_kernels:
-            rows = tune_attention(
+            rows = tune_tree_attention(
                 batch, tokens, context, self.tcache.layer(0, batch), self.target.spec.heads
             )
             if rows:
@@ -183,7 +186,7 @@ class Session:
         `batch` sequences x `tokens` chain tokens at `context`, replayed from a CUDA graph."""
         self._check(batch, context, tokens)
         dev = self.device
-        kern = self.use_kernels if use_kernels is None else (use_kernels and kernels_ready())
+        kern = self.use_kernels if use_kernels is None else use_kernels
         if kern:
             self.tune(batch, tokens, context)
         tok = torch.randint(0, self.target.spec.vocab, (batch, tokens), device=dev)
@@ -194,16 +197,20 @@ class Session:
             .expand(batch, tokens, tokens)
             .contiguous()
         )
-        layout = KernelLayout(batch, tokens, context, self.tcache.capacity, dev) if kern else None
-        if layout is not None:
-            layout.set_mask(mask)
+        plan = (
+            TreeAttentionPlan(batch, tokens, context, self.tcache.capacity, self.target.heads, dev)
+            if kern
+            else None
+        )
+        if plan is not None:
+            plan.set_mask(mask)
         out = torch.zeros((batch, tokens), dtype=torch.int64, device=dev)
 
         def fwd() -> None:
-            h, _ = self.target.forward(tok, pos, self.tcache, context, mask, kernel=layout)
+            h, _ = self.target.forward(tok, pos, self.tcache, context, mask, plan=plan)
             out.copy_(self.target.lm_head(h).argmax(dim=-1))
 
-        g = _Graphs([fwd], dev, self.cfg.use_graphs)
+        g = PhaseGraphs([fwd], dev, self.cfg.use_graphs)
         fn = g.phases()[0]
         for _ in range(2):
             fn()

@@ -20,6 +20,9 @@ KV cache (tree attention and KV compaction), one layer:
 
 A packed cache uses kv_lens = diff(kv_indptr); a fixed-capacity cache [B, max_len, H, D] is
 viewed as [B * max_len, H, D] with kv_indptr = arange(B + 1) * max_len and kv_lens = used rows.
+
+`pack_trees` builds this layout on the host from DraftTrees; `mask_words` builds the bitmask on
+the device from a bool ancestor matrix (fixed shapes, no host sync: what a CUDA graph needs).
 """
 
 from __future__ import annotations
@@ -92,6 +95,23 @@ def random_trees(
             depth[i] = depth[p] + 1
         out.append(DraftTree.from_parents(parents, tokens=rng.integers(0, vocab, n)))
     return out
+
+
+def word_bits(words: int, device: torch.device) -> torch.Tensor:
+    """int64[words, 64]: the value of bit j of each mask word (bit 63 is the sign bit)."""
+    j = torch.arange(words * 64, device=device)
+    bits = torch.where(j % 64 == 63, torch.iinfo(torch.int64).min, 1 << (j % 64).clamp(max=62))
+    return bits.view(words, 64)
+
+
+def mask_words(rows: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    """bool[R, n] mask rows -> int64[R, words] bitmask words, with bits = word_bits(words, .)
+    (a sum of distinct bits is their OR). Fixed shapes, no host sync."""
+    r, n = rows.shape
+    words = bits.shape[0]
+    full = torch.zeros((r, words * 64), dtype=torch.int64, device=rows.device)
+    full[:, :n] = rows.long()
+    return (full.view(r, words, 64) * bits).sum(-1)
 
 
 def unpack_mask_row(mask_row: np.ndarray, n: int) -> np.ndarray:

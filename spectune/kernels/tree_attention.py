@@ -17,7 +17,9 @@ Work decomposition, one program per (m-block, split x kv head, sequence):
   a float32 partial output and its log-sum-exp; `_merge_splits_kernel` combines them. With
   S == 1 the kernel writes the final output directly (no second launch, no partials).
 
-The torch reference and the seeded input builder are in tree_attention_reference.py.
+The split count and tile config come from tree_attention_config.plan_launch (per call, or once
+per shape by a caller that plans: tree_attention_plan.py). The torch reference and the seeded
+input builder are in tree_attention_reference.py.
 
 Roofline per call: bytes = K + V of every used slot, read once = 2 * sum(kv_lens) * Hkv * D *
 elem (+ q and out, + 2 * S * total_q * Hq * D * 4 of partials when S > 1); FLOPs = 4 *
@@ -30,98 +32,15 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 import triton
 import triton.language as tl
 
+from spectune.kernels.tree_attention_config import TreeAttentionConfig, plan_launch
+
 LOG2E = 1.4426950408889634
-MIN_CHUNK = 64  # fewest prefix keys per split
-SM_SMEM_BYTES = 233472  # Hopper: shared memory per SM (228 KiB); 1 KiB of it is reserved per CTA
-# Split-chooser costs in "key" units (the time one program takes per prefix key at full occupancy):
-PROGRAM_OVERHEAD_KEYS = 48  # Q load, pipeline fill, epilogue of one program
-MERGE_OVERHEAD_KEYS = 64  # the merge launch
-# What one split's partials cost beyond their bytes (writes, the merge's reads, its programs):
-# refitted (session 4) to the batch-1 ctx 4096 split sweep of `probe_batch1.py --timeline`
-# (H200) after the merge moved to one warp per row and the tree keys to programs of their own:
-# 13 splits measured best at N = 16 (13.4 us; 8 splits 14.2-14.4), 7-8 at N = 64, which this
-# scale picks; every B >= 8 and ctx 32768 pick is unchanged (session 3's scale 12 was fitted
-# to the slower two-warp merge).
-PARTIAL_COST_SCALE = 4.0
-
-
-@dataclass(frozen=True)
-class TreeAttentionConfig:
-    """Tile sizes and launch shape (block_n must be a multiple of tree_block; tree_block | 64)."""
-
-    block_m: int = 64  # packed (token, head) rows per program
-    block_n: int = 64  # prefix keys per inner iteration
-    tree_block: int = 64  # tree keys per inner iteration (shares one mask word)
-    num_warps: int = 4
-    num_stages: int = 3
-    ctas_per_sm: int | None = None  # resident programs per SM for the split chooser (None: guess)
-    # Fused merge: the last split of a tile to finish merges all of them (atomic ticket) instead of
-    # a second launch. Off by default: run 4 (H200) measured it slower at high split counts (the
-    # merging program walks S partials serially: B=1 ctx 4096 N 16 32 us fused vs 16 us).
-    fuse_merge: bool = False
-    min_chunk: int = MIN_CHUNK
-    # Programmatic dependent launch (Hopper+, CUDA only): the merge kernel is launched while the
-    # attention kernel still runs and waits on it in-kernel (griddepcontrol), and the attention
-    # kernel itself may start while the previous kernel drains (it waits before its first read).
-    # Saves launch gaps on short, latency-bound calls (batch 1). Ignored where unsupported.
-    pdl: bool = False
-    # Partial outputs of the splits stored in q's dtype instead of float32 (the LSE stays
-    # float32): halves the partial traffic, which grows with splits x rows (at batch 1, N = 64
-    # each split writes as many bytes as 1/8 of the KV it read). Adds one rounding per split.
-    half_partials: bool = False
-    # Warps per merge program (one program per (tree token, query head) row). One warp was the
-    # fastest at every batch-1 split count measured (H200, probe_batch1.py --timeline: 12 splits
-    # at N = 16 13.6 us on 1 warp vs 15.2 / 16.2 on 2 / 4; N = 64, 8 splits 19.9 vs 24.5 / 28.6).
-    merge_warps: int = 1
-    # With more than one split, the tree keys get a program of their own (one more partial per
-    # row) where it fits in the last round's free slots (tree_split_fits): in the last prefix
-    # split the masked tree step ran serially after a full prefix chunk and ended 2.3-2.8 us
-    # after every other split (H200, batch 1, probe_batch1.py --timeline), on the critical
-    # path of the call.
-    tree_split: bool = True
-
-
-@lru_cache(maxsize=8)
-def _num_sms(device_index: int) -> int:
-    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
-
-
-def default_config(
-    rows_per_group: int, device: torch.device, groups: int | None = None
-) -> TreeAttentionConfig:
-    """A sensible config for G*N packed rows over `groups` (sequence, KV head) pairs; GPU
-    configs were swept in benchmarks/bench_kernels.py and probe_batch1.py."""
-    if device.type != "cuda":  # the interpreter: small tiles keep numpy work small
-        bm = 16 if rows_per_group <= 16 else 32
-        return TreeAttentionConfig(block_m=bm, block_n=32, tree_block=32, num_warps=4, min_chunk=32)
-    # measured on an H200 (benchmarks/KERNELS_NOTES.md): memory-bound rows <= 64 like 64-key
-    # blocks, compute-bound rows >= 128 like 128 x 128 tiles on 8 warps
-    # pdl: programmatic dependent launch of the merge, 0.5-1 us less at split launches (probe)
-    if rows_per_group <= 16:
-        return TreeAttentionConfig(block_m=16, block_n=64, num_warps=4, num_stages=4, pdl=True)
-    if rows_per_group <= 32:
-        return TreeAttentionConfig(block_m=32, block_n=64, num_warps=4, num_stages=4, pdl=True)
-    if rows_per_group <= 64:
-        return TreeAttentionConfig(block_m=64, block_n=64, num_warps=4, num_stages=4, pdl=True)
-    # half partials: at batch 1, N = 64 they took the best split launch from 21.2 to 19.6 us
-    # (probe_batch1.py, H200); direct launches (one split) have no partials.
-    # Few (sequence, KV head) groups (batch 1: 8): 64-row tiles give the splits more programs;
-    # best at B=1 x N=64 for ctx 4096 (21.9 vs 23.2 us) and 32768 (77.6 vs 78.4), while B >= 8
-    # prefers 128 x 128 on 8 warps (run 5, kernels_h200.json)
-    if groups is not None and groups <= 16:
-        return TreeAttentionConfig(
-            block_m=64, block_n=64, num_warps=4, num_stages=3, pdl=True, half_partials=True
-        )
-    return TreeAttentionConfig(
-        block_m=128, block_n=128, num_warps=8, num_stages=3, pdl=True, half_partials=True
-    )
 
 
 @triton.jit
@@ -406,76 +325,6 @@ def pdl_supported(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def resident_programs(cfg: TreeAttentionConfig, head_dim: int, elem_bytes: int) -> int:
-    """Programs of this config that fit on one SM at once (shared memory and a register budget
-    of ~128 per thread), unless cfg.ctas_per_sm says."""
-    if cfg.ctas_per_sm:
-        return cfg.ctas_per_sm
-    smem = (cfg.num_stages * 2 * cfg.block_n + cfg.block_m) * head_dim * elem_bytes + 1024
-    by_smem = max(1, SM_SMEM_BYTES // smem)
-    by_regs = max(1, 65536 // (cfg.num_warps * 32 * 128))
-    return min(by_smem, by_regs, 4)
-
-
-@lru_cache(maxsize=4096)
-def choose_splits(
-    batch: int,
-    kv_heads: int,
-    m_blocks: int,
-    max_prefix: int,
-    tree_len: int,
-    cfg: TreeAttentionConfig,
-    slots: int,
-    partial_keys_per_split: float = 0.0,
-) -> tuple[int, int]:
-    """(prefix splits, chunk) minimising a small cost model: rounds of `slots` concurrent
-    programs x (chunk + tree keys + per-program overhead), plus the merge (launch + partial
-    traffic, `partial_keys_per_split` key units per split) when there is more than one split.
-    Where tree_split_fits, the tree keys of a split launch get programs of their own (on top
-    of the returned count), so they drop out of the prefix programs' time.
-
-    Only split counts that end a round exactly (k * slots / programs per split, k = 1..8) and
-    their neighbours are tried, and results are cached: this runs on every call (run 4 found an
-    exhaustive Python search costing 0.3-2 ms of host time per call)."""
-    per_split = batch * kv_heads * m_blocks
-    prefix = max(max_prefix, 1)
-    max_splits = max(1, min(512, prefix // cfg.min_chunk))
-    candidates = {1, max_splits}
-    for k in (0.25, 0.5, 1, 2, 3, 4, 5, 6, 7, 8):  # fractions: fewer programs than slots
-        full = int(k * slots) // per_split
-        candidates.update((full - 1, full, full + 1))
-    best: tuple[float, int, int] | None = None
-    for want in sorted(c for c in candidates if 1 <= c <= max_splits):
-        chunk = triton.cdiv(triton.cdiv(prefix, want), cfg.block_n) * cfg.block_n
-        splits = triton.cdiv(prefix, chunk)
-        rounds = triton.cdiv(per_split * splits, slots)
-        cost = rounds * (chunk + tree_len + PROGRAM_OVERHEAD_KEYS)
-        if splits > 1:
-            cost += MERGE_OVERHEAD_KEYS + partial_keys_per_split * splits
-            if tree_split_fits(per_split, splits, slots, cfg):
-                # the tree programs run beside the prefix programs: the tree keys leave the
-                # critical path, one more partial per row joins the merge
-                cost += partial_keys_per_split - rounds * tree_len
-        if best is None or cost < best[0]:
-            best = (cost, splits, chunk)
-    assert best is not None
-    return best[1], best[2]
-
-
-def tree_split_fits(
-    programs_per_split: int, splits: int, slots: int, cfg: TreeAttentionConfig
-) -> bool:
-    """Whether a split launch gives the tree keys programs of their own: cfg.tree_split, more
-    than one split, and the extra programs fit in the free slots of the last round (they then
-    run beside the prefix programs instead of adding a round)."""
-    used = programs_per_split * splits
-    return (
-        cfg.tree_split
-        and splits > 1
-        and used + programs_per_split <= triton.cdiv(used, slots) * slots
-    )
-
-
 def tree_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -504,8 +353,9 @@ def tree_attention(
     kv_lens:   int32[B] used slots (prefix + N_b; tree K/V last); default diff(kv_indptr)
     max_q_len / max_kv_len: host-side bounds of N_b and kv_lens (pass them to avoid a device
         sync, e.g. under CUDA-graph capture)
-    num_splits: prefix splits (default: chosen by choose_splits); where tree_split_fits, the
-        tree keys get one more program per (sequence, KV head, m-block)
+    config, num_splits: the tile config and prefix splits (default: tree_attention_config.
+        plan_launch's choice); where tree_split_fits, the tree keys get one more program per
+        (sequence, KV head, m-block)
     split_batch: sequences the split count is chosen for (default: all B); a caller whose
         last sequence only holds padding rows passes B - 1, so the padding does not halve the
         splits of a batch-1 call
@@ -531,31 +381,13 @@ def tree_attention(
         out = torch.empty_like(q)
     if total_q == 0 or batch == 0:
         return out
-    cfg = config or default_config(group * max_q_len, q.device, (split_batch or batch) * hkv)
-    if cfg.block_n % cfg.tree_block or 64 % cfg.tree_block:
-        raise ValueError("tree_block must divide 64 and block_n")
-    m_blocks = triton.cdiv(group * max_q_len, cfg.block_m)
-    # the split count is chosen for a typical prefix; each program cuts its own sequence's
-    # prefix into that many chunks (a host-side chunk from the bound max_kv_len - 1 left
-    # splits empty: 13 of 16 used at batch 1, ctx 4096, N 16)
-    typical_prefix = max(max_kv_len - max_q_len, 1)
-    sms = _num_sms(q.device.index or 0) if q.device.type == "cuda" else 4
-    slots = sms * resident_programs(cfg, dim, q.element_size())
-    if num_splits is None:
-        # partials: write + read of float32 rows, in units of one program's K/V bytes per key
-        part_bytes = 2 if cfg.half_partials else 4
-        partial = (
-            PARTIAL_COST_SCALE * 2 * part_bytes * total_q * hq * dim
-            / (2 * dim * q.element_size() * slots)
-        )  # fmt: skip
-        splits = choose_splits(
-            split_batch or batch, hkv, m_blocks, typical_prefix, max_q_len, cfg, slots, partial
-        )[0]
-    else:
-        splits = max(1, num_splits)
-    prefix_splits = splits
-    if tree_split_fits((split_batch or batch) * hkv * m_blocks, splits, slots, cfg):
-        splits += 1  # the tree keys' own programs (see TreeAttentionConfig.tree_split)
+    launch = plan_launch(
+        batch=batch, q_heads=hq, kv_heads=hkv, head_dim=dim, elem_bytes=q.element_size(),
+        total_q=total_q, max_q_len=max_q_len, max_kv_len=max_kv_len, device=q.device,
+        config=config, num_splits=num_splits, split_batch=split_batch,
+    )  # fmt: skip
+    cfg, m_blocks = launch.config, launch.m_blocks
+    prefix_splits, splits = launch.prefix_splits, launch.splits
     block_d = triton.next_power_of_2(max(dim, 16))
     scale = (1.0 / math.sqrt(dim)) if sm_scale is None else sm_scale
     direct = splits == 1
@@ -569,7 +401,7 @@ def tree_attention(
         stride_ps, stride_ls = o_part.stride(0), lse_part.stride(0)
     fuse = cfg.fuse_merge and not direct
     pdl = cfg.pdl and pdl_supported(q.device)
-    launch = {"launch_pdl": True} if pdl else {}
+    pdl_kw = {"launch_pdl": True} if pdl else {}
     sem = _tickets(q.device, batch * hkv * m_blocks) if fuse else qo_indptr
     grid = (m_blocks, splits * hkv, batch)
     stamp = stamps is not None
@@ -587,7 +419,7 @@ def tree_attention(
         TREE_BLOCK=cfg.tree_block, DIRECT=direct, EVEN_D=block_d == dim, FUSE_MERGE=fuse,
         BLOCK_S=triton.next_power_of_2(splits),
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl,
-        STAMP=stamp, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
+        STAMP=stamp, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kw,
     )  # fmt: skip
     if not direct and not fuse:
         block_s = triton.next_power_of_2(splits)
@@ -595,6 +427,6 @@ def tree_attention(
         _merge_splits_kernel[(total_q * hq,)](
             o_part, lse_part, out, stamps[-1] if stamps is not None else lse_part, splits, hq,
             stride_ps, stride_ls, out.stride(0), out.stride(1), HEAD_DIM=dim, BLOCK_D=block_d,
-            BLOCK_S=block_s, PDL=pdl, STAMP=stamp, num_warps=warps, **launch,
+            BLOCK_S=block_s, PDL=pdl, STAMP=stamp, num_warps=warps, **pdl_kw,
         )  # fmt: skip
     return out

@@ -5,19 +5,23 @@ acceptance model's mean positional table), so the executor verifies exactly the 
 priced. Every node of depth l that has children is drafted at step l (W_l of them); its rank-r
 child takes the drafter's r-th most probable token, and, as for dynamic trees, its draft
 confidence and conditional acceptance come from one bank row of the acceptance model per
-drafted node (synthetic.py); with pruning on, each node's path log-prob is summed along too
-(the planner's static_pool does the same) and tree_build.prune_tree cuts the shape per step.
-Parents, depths, the ancestor mask and all gather indices are static tensors built once, so a
-step is a fixed sequence of kernels (one CUDA graph per phase).
+drafted node (synthetic.py); with scores on (for pruning), each node's path log-prob is summed
+along too (the planner's static_pool does the same) and the pruned source cuts the shape per step.
+Parents, depths, the ancestor mask and all gather indices are static tensors built once
+(`StaticPlan`), so a step is a fixed sequence of kernels (one CUDA graph per phase), and the
+build phase has nothing to do.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
+from spectune.executor.sources.base import Drafting, TreeSource
+from spectune.executor.tree_build import TreeBatch
 from spectune.specs import DraftTree
 
 
@@ -85,3 +89,67 @@ class StaticPlan:
         self.parents = torch.tensor(tree.parents.astype(np.int64), device=device)
         self.depth = torch.tensor(depth.astype(np.int64), device=device)
         self.mask = torch.tensor(anc, device=device)
+
+
+class StaticShape(TreeSource):
+    """A fixed Sequoia tree shape (StaticPlan), drafted level by level each step. With
+    `with_score`, drafting writes into a separate `drafted` tree that also sums path log-probs
+    (what pruning reads); otherwise `drafted` is `tree` itself."""
+
+    def __init__(self, drafting: Drafting, plan: StaticPlan, with_score: bool = False):
+        self.d, self.plan, self.nodes = drafting, plan, plan.nodes
+        b, n, dev = drafting.batch, plan.nodes, drafting.device
+        i64: dict[str, Any] = {"dtype": torch.int64, "device": dev}
+        f32: dict[str, Any] = {"dtype": torch.float32, "device": dev}
+        # fixed shape: parents, depths and mask never change
+        self.tree = TreeBatch(
+            plan.parents.expand(b, n).contiguous(),
+            torch.zeros((b, n), **i64),
+            plan.depth.expand(b, n).contiguous(),
+            torch.ones((b, n), **f32),
+            torch.zeros((b, n), **f32),
+            plan.mask.expand(b, n, n).contiguous(),
+        )
+        self.pos = [
+            torch.full((b, lv.nodes.numel()), drafting.context + i, **i64)
+            for i, lv in enumerate(plan.levels)
+        ]
+        self.drafted = self.tree
+        if with_score:
+            t0 = self.tree
+            self.drafted = TreeBatch(
+                t0.parents.clone(), t0.tokens.clone(), t0.depth.clone(), t0.accept.clone(),
+                t0.lo.clone(), t0.mask.clone(), torch.zeros((b, n), **f32),
+            )  # fmt: skip
+
+    def draft(self) -> None:
+        """The rank-r child of each drafted node takes its r-th most probable token and the r-th
+        entry of the node's bank row."""
+        st, d = self.plan, self.d
+        b, c, dev, t, syn = d.batch, d.context, d.device, self.drafted, d.synthetic
+        t.tokens[:, 0] = d.root.token
+        prev = d.root.hidden[:, None]
+        mask_all = st.slot_mask.expand(b, st.slots, st.slots)
+        for i, lv in enumerate(st.levels):
+            w = lv.nodes.numel()
+            tokens = t.tokens[:, lv.nodes]
+            hidden = prev[:, lv.from_prev]
+            mask = mask_all[:, lv.slot0 : lv.slot0 + w, : lv.slot0 + w]
+            hid = d.drafter.draft_step(tokens, hidden, self.pos[i], d.cache, c, lv.slot0, mask)
+            top = d.topk_tokens(hid, lv.width)  # [B, W, width]
+            logc, acc, lo = syn.children(i + 1, syn.draw_rows(i + 1, (b, w), dev), lv.width)
+            t.tokens[:, lv.children] = top.reshape(b, -1)[:, lv.pick]
+            t.accept[:, lv.children] = acc.reshape(b, -1)[:, lv.pick]
+            t.lo[:, lv.children] = lo.reshape(b, -1)[:, lv.pick]
+            if t.score is not None:  # path log-prob = parent's + own draft log-prob
+                own = logc.reshape(b, -1)[:, lv.pick]
+                t.score[:, lv.children] = t.score[:, lv.child_parents] + own
+            prev = hid
+
+    def build(self) -> None:
+        """Nothing: the shape is fixed and drafting wrote its tokens."""
+
+    def full_tree(self) -> TreeBatch:
+        if self.drafted.score is None:
+            raise ValueError("full_tree needs a StaticShape built with_score")
+        return self.drafted

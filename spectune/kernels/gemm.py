@@ -8,7 +8,8 @@ M = 64 moved 2.1 TB/s of a 4.3 TB/s copy rate). Splitting K as well fills the GP
   reduce kernel to bf16 (bytes: N*K*2 of weights + 2*S*M*N*4 of partials);
 - `cublas`: torch's linear (best once M is large enough for N tiles to fill the waves).
 `GemmPlan` holds, per weight shape and M bucket, the fastest variant measured on this GPU
-(`autotune`, a few seconds at session start); without a plan (CPU, tests) linear is used.
+(`autotune`, a few seconds at session start); `linear` / `linear_gated` run the planned variant
+(one plan per process: one GPU); without a plan (CPU, tests) torch's linear is used.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from spectune.executor.timing import graph_time
+from spectune.kernels.elementwise import silu_mul
+from spectune.kernels.timing import graph_time
 
 
 @triton.jit
@@ -84,6 +86,12 @@ def splitk_linear(
     x is [M, 2K] = [gate | up] and the GEMM input is silu(gate) * up (never written out)."""
     m = x.shape[0]
     n, k = w.shape
+    if x.dim() != 2 or x.shape[1] != (2 * k if gated else k) or x.stride(1) != 1:
+        raise ValueError(
+            f"x must be [M, {2 * k if gated else k}] with a contiguous last dim for w {tuple(w.shape)}"
+        )
+    if not w.is_contiguous():
+        raise ValueError("w must be contiguous")
     block_m = max(16, min(64, triton.next_power_of_2(m)))
     k_per = triton.cdiv(triton.cdiv(k, splits), block_k) * block_k
     splits = triton.cdiv(k, k_per)
@@ -152,8 +160,30 @@ def run_variant(v: str, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return splitk_linear(x, w, **parse_variant(v))
 
 
-def reference_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.linear(x, w)
+def reference_linear(x: torch.Tensor, w: torch.Tensor, gated: bool = False) -> torch.Tensor:
+    """x @ w.T in float32 (gated: silu(gate) * up of x = [gate | up] first), in x's dtype."""
+    if gated:
+        g, u = x.float().chunk(2, dim=-1)
+        x32 = torch.nn.functional.silu(g) * u
+    else:
+        x32 = x.float()
+    return torch.nn.functional.linear(x32, w.float()).to(x.dtype)
+
+
+def make_gemm_inputs(
+    m: int,
+    n: int,
+    k: int,
+    gated: bool = False,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded (x [M, K] or [M, 2K] when gated, w [N, K]) at the scale of the executor's weights."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn((m, 2 * k if gated else k), generator=gen, device=device).to(dtype)
+    w = (torch.rand((n, k), generator=gen, device=device) * 0.04 - 0.02).to(dtype)
+    return x, w
 
 
 # split-K variants "splitk{S}" or "splitk{S}/{BLOCK_N}x{BLOCK_K}/{warps}w{stages}s"
@@ -210,8 +240,6 @@ def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def linear_gated(gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up @ w[N, K]^T for gate_up: [..., 2K] (SwiGLU's down projection); fused into
     the split-K kernel where the plan picks one, else silu_mul then `linear`."""
-    from spectune.executor.fused import silu_mul
-
     k = w.shape[1]
     m = gate_up.numel() // (2 * k)
     v = _PLAN.variant(w.shape[0], k, m, gated=True)
@@ -231,8 +259,6 @@ def autotune(
     """Time every variant per weight shape (N, K) and M bucket, and for the `gated` shapes also
     the SwiGLU-fused form; weights rotate over enough copies that L2 never holds them.
     Returns the plan and the timing rows."""
-    from spectune.executor.fused import silu_mul
-
     choice: dict[tuple[int, int, int, bool], str] = {}
     rows: list[dict[str, object]] = []
     jobs = [(n, k, False) for n, k in shapes] + [(n, k, True) for n, k in gated]

@@ -1,4 +1,7 @@
-"""Per-phase GPU timing with CUDA events: one event between consecutive phases of every step.
+"""GPU timing with CUDA events: the executor's per-phase step timer and the CUDA-graph replay
+timer that kernel tuning (tree attention, split-K GEMMs, fused MoE) and benchmarks use.
+
+PhaseTimer records one event between consecutive phases of every step.
 
 Events are recorded on the stream the phases run on, so they time the GPU timeline (graph
 replays included) without a host sync per step; all readings happen after one synchronize at

@@ -1,113 +1,26 @@
-"""Fused elementwise work of a decoder layer, so a decode step is a handful of kernels per layer.
+"""Rotary position embedding (Llama's rotate-half convention), alone or fused with the K/V store.
 
-Unfused, RMSNorm + residual add, SwiGLU's silu(gate) * up and RoPE are ~15 tiny kernels per
-layer; at batch 1 each one costs a launch and a round trip through HBM, which is what keeps a
-plain PyTorch decode step far above the weight-streaming floor. Each op here is one Triton
-kernel on CUDA tensors and a plain torch expression elsewhere (`reference_*`, also the CPU path).
+A decoder layer's fused q|k|v projection gives rows [T, (Hq + 2 * Hk) * D]. `rope_` rotates the
+q and k heads in place; `rope_store_` does that and writes the rotated k and the v heads into
+the KV cache in the same pass (one kernel instead of RoPE + two strided copies), at contiguous
+positions per sequence; `rope_scatter_` does the same for packed (ragged) tokens, each to its
+own flat cache slot. Each is one Triton kernel on CUDA tensors (or under the interpreter when
+asked) and plain torch elsewhere.
 
-Bytes per call (bf16, T tokens): add_rmsnorm reads 2*T*H and writes 2*T*H elements; silu_mul
-reads 2*T*F and writes T*F; rope rewrites the T*(Hq+Hk)*D query/key elements in place.
+Bytes per call (bf16, T tokens): rope_ rewrites the T * (Hq + Hk) * D q/k elements in place;
+rope_store_ / rope_scatter_ read qkv once, write q back and K/V into the cache.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 
-# ---- add + RMSNorm -------------------------------------------------------------------------
-@triton.jit
-def _add_rmsnorm_kernel(
-    x_ptr, res_ptr, w_ptr, out_ptr, H, eps, HAS_RES: tl.constexpr, BLOCK: tl.constexpr
-):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    m = cols < H
-    x = tl.load(x_ptr + row * H + cols, mask=m, other=0.0).to(tl.float32)
-    if HAS_RES:
-        x += tl.load(res_ptr + row * H + cols, mask=m, other=0.0).to(tl.float32)
-        tl.store(res_ptr + row * H + cols, x.to(res_ptr.dtype.element_ty), mask=m)
-    var = tl.sum(x * x, axis=0) / H
-    w = tl.load(w_ptr + cols, mask=m, other=0.0).to(tl.float32)
-    y = x * tl.rsqrt(var + eps) * w
-    tl.store(out_ptr + row * H + cols, y.to(out_ptr.dtype.element_ty), mask=m)
-
-
-def reference_add_rmsnorm(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
-) -> torch.Tensor:
-    """residual += x (in place, when given); return rmsnorm(residual or x) * weight."""
-    if residual is not None:
-        residual.add_(x)
-        x = residual
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
-    return y.to(x.dtype)
-
-
-def add_rmsnorm(
-    x: torch.Tensor,
-    residual: torch.Tensor | None,
-    weight: torch.Tensor,
-    eps: float = 1e-5,
-    use_triton: bool | None = None,
-) -> torch.Tensor:
-    """x, residual: [..., H] contiguous; weight: [H]. Updates residual in place (residual += x)
-    and returns rmsnorm(residual) * weight; without a residual, rmsnorm(x) * weight."""
-    if not (x.is_cuda if use_triton is None else use_triton):
-        return reference_add_rmsnorm(x, residual, weight, eps)
-    h = x.shape[-1]
-    rows = x.numel() // h
-    out = torch.empty_like(x)
-    res = residual if residual is not None else x
-    _add_rmsnorm_kernel[(rows,)](
-        x,
-        res,
-        weight,
-        out,
-        h,
-        eps,
-        HAS_RES=residual is not None,
-        BLOCK=triton.next_power_of_2(h),
-        num_warps=8 if h >= 4096 else 4,
-    )
-    return out
-
-
-# ---- SwiGLU ----------------------------------------------------------------------------------
-@triton.jit
-def _silu_mul_kernel(gu_ptr, out_ptr, F, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    m = cols < F
-    g = tl.load(gu_ptr + row * 2 * F + cols, mask=m, other=0.0).to(tl.float32)
-    u = tl.load(gu_ptr + row * 2 * F + F + cols, mask=m, other=0.0).to(tl.float32)
-    y = g / (1.0 + tl.exp(-g)) * u
-    tl.store(out_ptr + row * F + cols, y.to(out_ptr.dtype.element_ty), mask=m)
-
-
-def reference_silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """gate_up: [..., 2F] (gate first) -> silu(gate) * up: [..., F]."""
-    g, u = gate_up.chunk(2, dim=-1)
-    return (torch.nn.functional.silu(g.float()) * u.float()).to(gate_up.dtype)
-
-
-def silu_mul(gate_up: torch.Tensor, use_triton: bool | None = None) -> torch.Tensor:
-    """gate_up: [T, 2F] contiguous -> [T, F]."""
-    if not (gate_up.is_cuda if use_triton is None else use_triton):
-        return reference_silu_mul(gate_up)
-    f = gate_up.shape[-1] // 2
-    rows = gate_up.numel() // (2 * f)
-    out = torch.empty(*gate_up.shape[:-1], f, dtype=gate_up.dtype, device=gate_up.device)
-    block = 1024
-    _silu_mul_kernel[(rows, triton.cdiv(f, block))](gate_up, out, f, BLOCK=block, num_warps=4)
-    return out
-
-
-# ---- rotary position embedding ----------------------------------------------------------------
 @triton.jit
 def _rope_kernel(x_ptr, pos_ptr, cos_ptr, sin_ptr, row_stride, HALF: tl.constexpr):
     t = tl.program_id(0)
@@ -160,6 +73,10 @@ def rope_(
         reference_rope_(x, heads, pos, cos, sin)
         return
     half = cos.shape[1]
+    if x.dim() != 2 or x.stride(-1) != 1 or x.shape[1] < heads * 2 * half:
+        raise ValueError(f"x must be [T, >= {heads * 2 * half}] with a contiguous last dim")
+    if pos.shape != (x.shape[0],):
+        raise ValueError(f"pos must be int64[{x.shape[0]}], got {tuple(pos.shape)}")
     _rope_kernel[(x.shape[0], heads)](x, pos, cos, sin, x.stride(0), HALF=half, num_warps=1)
 
 
@@ -265,3 +182,55 @@ def rope_scatter_(
     ok = dst >= 0  # the torch path (CPU tests) may sync with the host
     flat = kv.view(2, b * cap, hk, d)
     flat[:, dst[ok]] = qkv[:, hq * d :].view(-1, 2, hk, d)[ok].transpose(0, 1)
+
+
+@dataclass
+class RopeInputs:
+    """qkv: [B*N, (hq + 2*hk) * D]; pos: int64[B*N]; cos, sin: float32[max_pos, D/2];
+    kv: [2, B, capacity, hk, D] (zeros); dst: int64[B*N] flat cache slots (-1: not stored)."""
+
+    qkv: torch.Tensor
+    pos: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    kv: torch.Tensor
+    dst: torch.Tensor
+    hq: int
+    hk: int
+
+
+def make_rope_inputs(
+    batch: int,
+    tokens: int,
+    hq: int,
+    hk: int,
+    head_dim: int,
+    capacity: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    max_pos: int = 64,
+) -> RopeInputs:
+    """Seeded random inputs for the three RoPE ops: positions below max_pos, and for the scatter
+    distinct slots of each sequence's row with about a quarter of the tokens not stored."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    t = batch * tokens
+    qkv = torch.randn((t, (hq + 2 * hk) * head_dim), generator=gen).to(dtype)
+    pos = torch.randint(0, max_pos, (t,), generator=gen)
+    slots = torch.stack(
+        [b * capacity + torch.randperm(capacity, generator=gen)[:tokens] for b in range(batch)]
+    )
+    keep = torch.rand((batch, tokens), generator=gen) >= 0.25
+    dst = torch.where(keep, slots, -1).reshape(-1)
+    cos, sin = rope_tables(max_pos, head_dim, 10000.0, torch.device("cpu"))
+    kv = torch.zeros((2, batch, capacity, hk, head_dim), dtype=dtype)
+    return RopeInputs(
+        qkv.to(device),
+        pos.to(device),
+        cos.to(device),
+        sin.to(device),
+        kv.to(device),
+        dst.to(device),
+        hq,
+        hk,
+    )

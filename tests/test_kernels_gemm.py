@@ -1,0 +1,82 @@
+"""Split-K weight GEMMs (plain and SwiGLU-fused) against the torch reference, and the per-shape
+plan that `linear` consults (interpreter on CPU; bf16 on the GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from spectune.kernels import (  # noqa: E402
+    GemmPlan,
+    linear,
+    linear_gated,
+    make_gemm_inputs,
+    reference_linear,
+    splitk_linear,
+)
+from spectune.kernels.gemm import VARIANTS, parse_variant, set_plan  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+
+
+def test_splitk_linear_matches_matmul() -> None:
+    for m, n, k, s in ((1, 40, 300, 1), (5, 64, 512, 4), (17, 70, 256, 2)):
+        x, w = torch.randn(m, k), torch.randn(n, k)
+        assert torch.allclose(splitk_linear(x, w, s), x @ w.T, atol=1e-3)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("variant", ["splitk1", "splitk2/32x64/4w3s", "splitk4"])
+def test_splitk_variants_match_reference(gated: bool, variant: str) -> None:
+    """Each tile/split variant, plain and with silu(gate) * up fused into the input read; K not
+    a multiple of the split (the last split is partial)."""
+    x, w = make_gemm_inputs(9, 48, 200, gated=gated, seed=3)
+    out = splitk_linear(x, w, gated=gated, **parse_variant(variant))
+    torch.testing.assert_close(out, reference_linear(x, w, gated=gated), atol=1e-4, rtol=1e-4)
+
+
+def test_plan_picks_variant_per_bucket_and_linear_dispatches() -> None:
+    plan = GemmPlan({(48, 64, 16, False): "splitk2", (48, 64, 64, True): "splitk4"})
+    assert plan.variant(48, 64, 1) == "cublas"  # no entry: the library GEMM
+    assert plan.variant(48, 64, 9) == "splitk2"  # M 9 falls in bucket 16
+    assert plan.variant(48, 64, 40, gated=True) == "splitk4"
+    assert plan.variant(48, 64, 4096) == "cublas"  # past the last bucket
+    assert plan.to_dict() == {"48x64@16": "splitk2", "48x64@64+silu": "splitk4"}
+    assert all(v == "cublas" or parse_variant(v)["splits"] in (1, 2, 4, 8) for v in VARIANTS)
+    # off the GPU linear / linear_gated are torch's, whatever the plan
+    set_plan(plan)
+    try:
+        x, w = make_gemm_inputs(9, 48, 64, seed=1)
+        torch.testing.assert_close(linear(x, w), reference_linear(x, w), atol=1e-4, rtol=1e-4)
+        gu, _ = make_gemm_inputs(9, 48, 64, gated=True, seed=2)
+        torch.testing.assert_close(
+            linear_gated(gu, w), reference_linear(gu, w, gated=True), atol=1e-4, rtol=1e-4
+        )
+    finally:
+        set_plan(GemmPlan())
+
+
+def test_rejects_malformed_inputs() -> None:
+    x, w = make_gemm_inputs(4, 16, 32)
+    with pytest.raises(ValueError, match="x must be"):
+        splitk_linear(x[:, :31], w, 1)
+    with pytest.raises(ValueError, match="x must be"):
+        splitk_linear(x, w, 1, gated=True)
+    with pytest.raises(ValueError, match="w must be contiguous"):
+        splitk_linear(x, torch.randn(32, 16).t(), 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gated", [False, True])
+def test_gpu_bf16_variants_match_reference(gated: bool) -> None:
+    x, w = make_gemm_inputs(64, 4096, 1024, gated=gated, dtype=torch.bfloat16, device="cuda")
+    ref = reference_linear(x, w, gated=gated).float()
+    for v in ("splitk1", "splitk4/128x128/8w3s", "splitk8/64x256/4w3s"):
+        out = splitk_linear(x, w, gated=gated, **parse_variant(v)).float()
+        assert float((out - ref).norm() / ref.norm()) < 1e-2, v
