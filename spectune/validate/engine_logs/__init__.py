@@ -65,11 +65,12 @@ def _first_content(path: Path) -> Line | None:
     return None
 
 
-def _load_json(text: str, where: str) -> Any:
+def _load_json(text: str, where: str, ended: bool = True) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        hint = " (truncated?)" if e.pos >= len(text.rstrip()) else ""
+        cut = not ended or e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated")
+        hint = " (the file ends inside it: truncated?)" if cut else ""
         raise SpecError(f"{where}: not valid JSON: {e.msg} at column {e.colno}{hint}") from None
     except (RecursionError, ValueError) as e:
         raise SpecError(f"{where}: not valid JSON: {type(e).__name__}") from None
@@ -99,7 +100,7 @@ def _iter_json_docs(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         where = f"{name}:{ln.number}"
         if ln.overlong:
             raise SpecError(f"{where}: JSON line longer than {JSON_DOC_BYTES} bytes")
-        doc = _load_json(ln.text, where)
+        doc = _load_json(ln.text, where, ln.ended)
         if not isinstance(doc, dict):
             raise SpecError(f"{where}: expected a JSON object, got {type(doc).__name__}")
         yield ln.number, doc

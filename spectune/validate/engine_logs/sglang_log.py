@@ -54,7 +54,6 @@ _PREFIX = re.compile(
 )
 _HEAD = re.compile(r"Decode batch(?: \[(?P<iter>\d+)\])?[.,] ")
 _GRAPH_KEYS = ("cuda graph", "cpu graph", "npu graph")
-_TOKEN_KEYS = ("#token", "#full token")
 
 
 def _config(text: str) -> StatedConfig:
@@ -136,9 +135,8 @@ class SGLangDecodeLog(TextFormat):
             if fields[graph_key] not in ("True", "False"):
                 raise SpecError(f"{where}: {graph_key!r} must be True or False")
             graph = fields[graph_key] == "True"
-        tokens_key = next((k for k in _TOKEN_KEYS if k in fields), None)
         known = {"#running-req", "gen throughput (token/s)", "#queue-req", "accept len"}
-        known.update(("accept rate", graph_key or "", tokens_key or ""))
+        known.update(("accept rate", graph_key or ""))
         running = num("#running-req", integer=True)
         queued = num("#queue-req", integer=True)
         gen = num("gen throughput (token/s)")
