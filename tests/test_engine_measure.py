@@ -150,7 +150,9 @@ def test_published_document(path: Path) -> None:
     assert path.name in readme  # every document is in the README table
     for p in doc["points"]:
         if p.get("speedup") and p.get("tokens_per_s") and p.get("baseline_tokens_per_s"):
-            assert p["speedup"] == pytest.approx(p["tokens_per_s"] / p["baseline_tokens_per_s"], rel=0.02)
+            assert p["speedup"] == pytest.approx(
+                p["tokens_per_s"] / p["baseline_tokens_per_s"], rel=0.02
+            )
 
 
 def test_check_skips_engine_measurements() -> None:

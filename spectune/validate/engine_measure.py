@@ -81,8 +81,18 @@ class EngineRun:
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
-            raise SpecError(f"engine run: engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
-        for name in ("tp", "num_steps", "topk", "num_draft_tokens", "batch", "input_len", "output_len"):
+            raise SpecError(
+                f"engine run: engine must be one of {', '.join(ENGINES)}, got {self.engine!r}"
+            )
+        for name in (
+            "tp",
+            "num_steps",
+            "topk",
+            "num_draft_tokens",
+            "batch",
+            "input_len",
+            "output_len",
+        ):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise SpecError(f"engine run: {name} must be a positive integer, got {v!r}")
@@ -214,10 +224,15 @@ def _check_point(p: Any, w: str, published: bool) -> None:
             raise SpecError(f"{w}: field {k!r} must be positive, got {p[k]!r}")
     if p.get("accept_length") is not None and _number(p["accept_length"], w, "accept_length") < 1:
         raise SpecError(f"{w}: field 'accept_length' counts the bonus token: must be >= 1")
-    if p.get("accept_rate") is not None and not 0 <= _number(p["accept_rate"], w, "accept_rate") <= 1:
+    if (
+        p.get("accept_rate") is not None
+        and not 0 <= _number(p["accept_rate"], w, "accept_rate") <= 1
+    ):
         raise SpecError(f"{w}: field 'accept_rate' must be in [0, 1]")
     pos = p.get("per_position_accept", [])
-    if not isinstance(pos, list) or any(not 0 <= _number(x, w, "per_position_accept") <= 1 for x in pos):
+    if not isinstance(pos, list) or any(
+        not 0 <= _number(x, w, "per_position_accept") <= 1 for x in pos
+    ):
         raise SpecError(f"{w}: field 'per_position_accept' must be a list of numbers in [0, 1]")
     if not any(p.get(k) is not None for k in _POINT_FIGURES):
         raise SpecError(f"{w}: a point needs one of {', '.join(_POINT_FIGURES)}")

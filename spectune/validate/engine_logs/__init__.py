@@ -136,9 +136,9 @@ def detect_format(path: str | os.PathLike[str]) -> EngineFormat:
                 + ", ".join(f.format_id for f in JSON_FORMATS)
             )
     for ln in iter_lines(p, LOG_LINE_BYTES):
-        for f in TEXT_FORMATS:
-            if f.sniff_line(ln.text):
-                return f
+        for tf in TEXT_FORMATS:
+            if tf.sniff_line(ln.text):
+                return tf
     raise SpecError(
         f"{p}: unknown format: no line of an SGLang decode log, a vLLM log or vLLM /metrics, "
         f"and not a benchmark-result JSON; known: {', '.join(FORMATS)}"

@@ -122,7 +122,7 @@ class EngineObservation:
     mean_tpot_ms: float | None = help_field(None, help="mean time per output token, ms")
     mean_itl_ms: float | None = help_field(None, help="mean inter-token latency, ms")
     cuda_graph: bool | None = help_field(None, help="whether the interval ran under CUDA graphs")
-    config: StatedConfig = help_field(NO_CONFIG, help="what the file states about the run")
+    config: StatedConfig = help_field(NO_CONFIG, help="what the file states about the run")  # noqa: RUF009 (frozen)
     extra: tuple[tuple[str, str], ...] = help_field(
         (), help="other printed fields, (name, text) pairs"
     )

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import inspect
 import io
 import json
@@ -340,10 +341,8 @@ def _sglang_server_args(src: Path) -> str:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = node.targets[0]
             if isinstance(target, ast.Name):
-                try:
+                with contextlib.suppress(ValueError):
                     ns[target.id] = ast.literal_eval(node.value)
-                except ValueError:
-                    pass
     for _ in range(100):  # other names its defaults use: placeholders
         try:
             args = _compile_alone(path, "ServerArgs", dict(ns))(**SGLANG_SPEC)
