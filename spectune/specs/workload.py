@@ -35,7 +35,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from spectune.specs import acceptance_presets as aps
+import spectune.specs.acceptance_presets as aps
 from spectune.specs.compat import PairWarning, drafter_kind
 from spectune.specs.errors import SpecError
 from spectune.specs.io import from_mapping, help_field, load_spec
