@@ -44,6 +44,11 @@ class ModelSpec:
     v_head_dim: int = help_field(0, help="MLA value width per head")
     dtype_bytes: int = help_field(2, help="bytes per weight element (2: bf16, 1: fp8)")
     kv_dtype_bytes: int = help_field(2, help="bytes per KV-cache element")
+    hf_repo: str = help_field(
+        "",
+        help="Hugging Face repo id of the checkpoint these figures describe (what engines load "
+        "by default); empty: none known",
+    )
     source: str = help_field("user-provided", help="where these figures come from")
 
     def __post_init__(self) -> None:
@@ -214,6 +219,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             head_dim=128,
             ffn=14336,
             vocab=128256,
+            hf_repo="meta-llama/Llama-3.1-8B-Instruct",
             source=_hf("meta-llama/Llama-3.1-8B-Instruct"),
         ),
         ModelSpec(
@@ -225,6 +231,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             head_dim=128,
             ffn=28672,
             vocab=128256,
+            hf_repo="meta-llama/Llama-3.1-70B-Instruct",
             source=_hf("meta-llama/Llama-3.1-70B-Instruct"),
         ),
         ModelSpec(
@@ -237,6 +244,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=8192,
             vocab=128256,
             tie_embeddings=True,
+            hf_repo="meta-llama/Llama-3.2-1B-Instruct",
             source=_hf("meta-llama/Llama-3.2-1B-Instruct"),
         ),
         ModelSpec(
@@ -248,6 +256,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             head_dim=128,
             ffn=12288,
             vocab=151936,
+            hf_repo="Qwen/Qwen3-8B",
             source=_hf("Qwen/Qwen3-8B"),
         ),
         ModelSpec(  # a draft model that shares the Qwen3 vocabulary (0.60B with tied embeddings)
@@ -260,6 +269,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=3072,
             vocab=151936,
             tie_embeddings=True,
+            hf_repo="Qwen/Qwen3-0.6B",
             source=_hf("Qwen/Qwen3-0.6B"),
         ),
         ModelSpec(
@@ -274,6 +284,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             experts=128,
             experts_topk=8,
             expert_ffn=768,
+            hf_repo="Qwen/Qwen3-30B-A3B",
             source=_hf("Qwen/Qwen3-30B-A3B"),
         ),
         ModelSpec(
@@ -288,6 +299,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             experts=128,
             experts_topk=8,
             expert_ffn=1536,
+            hf_repo="Qwen/Qwen3-235B-A22B",
             source=_hf("Qwen/Qwen3-235B-A22B"),
         ),
         ModelSpec(
@@ -310,6 +322,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             qk_nope_head_dim=128,
             v_head_dim=128,
             dtype_bytes=1,  # released as fp8 (block-scaled) weights
+            hf_repo="deepseek-ai/DeepSeek-V3",
             source=_hf("deepseek-ai/DeepSeek-V3") + " (fp8 weights; MTP module not counted)",
         ),
         ModelSpec(
@@ -322,6 +335,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=1536,
             vocab=49152,
             tie_embeddings=True,
+            hf_repo="HuggingFaceTB/SmolLM2-135M-Instruct",
             source=_hf("HuggingFaceTB/SmolLM2-135M-Instruct"),
         ),
         # EAGLE-3 heads: one decoder layer whose q/k/v read [embedding; fc(3 target states)].
@@ -336,6 +350,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=14336,
             vocab=128256,
             draft_vocab=32000,
+            hf_repo="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
             source=_hf("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
         ),
         ModelSpec(
@@ -349,6 +364,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=28672,
             vocab=128256,
             draft_vocab=32000,
+            hf_repo="yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
             source=_hf("yuhuili/EAGLE3-LLaMA3.3-Instruct-70B")
             + " (trained for Llama-3.3-70B, the same shape as 3.1-70B)",
         ),
@@ -363,6 +379,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=12288,
             vocab=151936,
             draft_vocab=32000,
+            hf_repo="AngelSlim/Qwen3-8B_eagle3",
             source=_hf("AngelSlim/Qwen3-8B_eagle3"),
         ),
     )
