@@ -1,8 +1,11 @@
-"""`spectune export`: write a policy file as SGLang, vLLM or TensorRT-LLM configuration.
+"""`spectune export`: write a policy file as SGLang, vLLM or TensorRT-LLM configuration and a
+launch script beside it.
 
-Each output is checked against the engine's own rules. Engines express less than a spectune
-table (one tree shape, batch size only); what had to be approximated is printed here and
-written into the exported files.
+--engine takes an engine profile (`spectune presets` lists them: sglang, vllm, vllm-0.11,
+trtllm, trtllm-1.4, trtllm-stage1) or a profile file. Engines load the models' Hugging Face
+repo ids unless --model-path / --draft-model-path name other checkpoints. Each output is checked
+against the engine's own rules. Engines express less than a spectune table (one tree shape,
+batch size only); what had to be approximated is printed here and written into the files.
 """
 
 from __future__ import annotations
@@ -10,8 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spectune.planner.export import ENGINES, Evaluate, TreeShaper, export_policy
+from spectune.planner.export import Evaluate, TreeShaper, export_policy
 from spectune.planner.objective import closed_form_objective
+from spectune.specs.engine import load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import PolicyTable, TreePolicy
 from spectune.specs.tree import DraftTree
@@ -50,36 +54,35 @@ def _objective(table: PolicyTable) -> tuple[Evaluate | None, str]:
 
 def run(args: argparse.Namespace) -> int:
     table = PolicyTable.load(args.policy)
-    needs_shape = (args.engine == "vllm" and args.vllm_tree) or (
-        args.engine == "trtllm" and args.trtllm_static_tree
+    profile = load_engine("vllm-0.11" if args.engine == "vllm" and args.vllm_tree else args.engine)
+    static = any(b.policy is not None and b.policy.builder == "static" for b in table.buckets)
+    needs_shape = profile.static_tree_choices and (
+        (profile.engine == "vllm" and profile.trees)
+        or (profile.engine == "trtllm" and (args.trtllm_static_tree or static))
     )
     shaper = _shaper(table) if needs_shape else None
-    if (
-        args.engine == "trtllm"
-        and not needs_shape
-        and any(b.policy is not None and b.policy.builder == "static" for b in table.buckets)
-    ):
-        shaper = _shaper(table)
     evaluate, why = _objective(table)
     export = export_policy(
         table,
-        args.engine,
+        profile,
         context=args.context,
-        vllm_tree=args.vllm_tree,
         trtllm_static_tree=True if args.trtllm_static_tree else None,
         shaper=shaper,
         evaluate=evaluate,
+        model_path=args.model_path,
+        draft_model_path=args.draft_model_path,
     )
     if why:
         print(f"note: {why}", file=sys.stderr)
     for path in export.write(args.out):
         print(f"wrote {path}")
     if export.approximations:
-        print(f"{args.engine} cannot express all of {args.policy}; approximated:", file=sys.stderr)
+        print(f"{profile.name} cannot express all of {args.policy}; approximated:", file=sys.stderr)
         for note in export.approximations:
             print(f"  - {note}", file=sys.stderr)
     else:
-        print(f"{args.engine} expresses {args.policy} exactly")
+        print(f"{profile.name} expresses {args.policy} exactly")
+    print(f"launch: {args.out}/launch_{export.engine}.sh")
     return 0
 
 
@@ -91,7 +94,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("policy", help="policy file written by `spectune plan`")
-    p.add_argument("--engine", choices=ENGINES, required=True, help="serving engine")
+    p.add_argument(
+        "--engine",
+        required=True,
+        help="engine profile: sglang, vllm, vllm-0.11, trtllm, trtllm-1.4, trtllm-stage1 "
+        "(`spectune presets`), or a profile JSON/TOML file",
+    )
+    p.add_argument(
+        "--model-path",
+        default=None,
+        help="target checkpoint the engine loads (Hugging Face repo id or local folder; "
+        "default: the target preset's hf_repo)",
+    )
+    p.add_argument(
+        "--draft-model-path",
+        default=None,
+        help="draft checkpoint (Hugging Face repo id or local folder; default: the drafter "
+        "preset's hf_repo)",
+    )
     p.add_argument("--out", default="export", help="output folder (default ./export)")
     p.add_argument(
         "--context",
@@ -103,8 +123,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--vllm-tree",
         action="store_true",
-        help="vLLM before the May 2026 tree-attention removal: also export one "
-        "static speculative_token_tree",
+        help="with --engine vllm: export for vllm-0.11 (one static speculative_token_tree; "
+        "releases before the May 2026 tree-attention removal)",
     )
     p.add_argument(
         "--trtllm-static-tree",

@@ -1,4 +1,4 @@
-"""`spectune presets`: list the built-in hardware, model and workload presets."""
+"""`spectune presets`: list the built-in hardware, model, workload and engine presets."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import importlib
 import json
 
 from spectune.specs import HARDWARE_PRESETS, MODEL_PRESETS
+from spectune.specs.engine import ENGINE_PRESETS
 
 
 def _workload_names() -> list[str]:
@@ -22,6 +23,7 @@ def run(args: argparse.Namespace) -> int:
         "hardware": sorted(HARDWARE_PRESETS),
         "models": sorted(MODEL_PRESETS),
         "workloads": _workload_names(),
+        "engines": sorted(ENGINE_PRESETS),
     }
     if args.json:
         print(json.dumps(listing))
@@ -35,10 +37,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"model    {m.name:<22} {m.total_params() / 1e9:8.2f} B params  {m.arch}")
     for w in listing["workloads"]:
         print(f"workload {w}")
+    for e in sorted(ENGINE_PRESETS.values(), key=lambda e: e.name):
+        kind = "trees" if e.trees else "chains"
+        print(f"engine   {e.name:<22} {e.engine} {e.versions}  ({kind}, schedule {e.schedule})")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("presets", help="list built-in GPUs, models and workloads")
+    p = sub.add_parser("presets", help="list built-in GPUs, models, workloads and engine profiles")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

@@ -193,8 +193,9 @@ class EngineProfile:
         help="engine-specific HBM for speculation beyond draft weights and draft KV (which the "
         "planner's KV budget holds), bytes; 0: not measured",
     )
-    overheads: EngineOverheads = help_field(
-        NO_OVERHEADS, help="host seconds per iteration (EngineOverheads)"
+    overheads: EngineOverheads = field(
+        default_factory=EngineOverheads,
+        metadata={"help": "host seconds per iteration (EngineOverheads)"},
     )
     cite: Mapping[str, str] = field(
         default_factory=dict,
@@ -226,7 +227,9 @@ class EngineProfile:
             if isinstance(v, int | float) and not isinstance(v, bool) and v < 0:
                 raise SpecError(f"field {fld.name!r} must be >= 0, got {v!r}")
         if not self.trees and (self.dynamic_tree or self.max_topk > 1):
-            raise SpecError("a chain-only profile (trees=false) cannot set dynamic_tree or max_topk > 1")
+            raise SpecError(
+                "a chain-only profile (trees=false) cannot set dynamic_tree or max_topk > 1"
+            )
         if self.schedule_min_steps > 1:
             raise SpecError("field 'schedule_min_steps' must be 0 or 1")
         if list(self.cuda_graph_batches) != sorted(set(self.cuda_graph_batches)):
