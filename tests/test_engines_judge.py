@@ -264,7 +264,7 @@ def _sglang() -> types.ModuleType:
 def _resolve_sglang(argv: list[str]) -> dict[str, Any]:
     server_args = _sglang()
     assert argv[:3] == ["python", "-m", "sglang.launch_server"]
-    sa = server_args.prepare_server_args(argv[3:] + ["--device", "cuda"])
+    sa = server_args.prepare_server_args([*argv[3:], "--device", "cuda"])
     sa.resolve_once()
     resolved: dict[str, Any] = sa.resolved_dict()
     return resolved
@@ -325,7 +325,7 @@ def test_sglang_falls_back_to_static_with_adaptive_tree(
         "speculative_eagle_topk": 4,
         "speculative_num_draft_tokens": 8,
     }
-    with pytest.raises(SpecError, match="top-k 1|topk 1"):
+    with pytest.raises(SpecError, match=r"top-k 1|topk 1"):
         check_sglang(args, {"1": {"candidate_steps": [5]}})
 
 
@@ -391,7 +391,7 @@ def test_vllm_rejects_what_it_cannot_run(stubs: dict[str, str]) -> None:
     with pytest.raises(Exception, match="speculative_token_tree"):
         _vllm_config([*base, "--speculative-config", json.dumps(tree)])
     name = {"method": "eagle3", "model": "eagle3-llama-3.1-8b", "num_speculative_tokens": 3}
-    with pytest.raises(Exception, match="eagle3-llama-3.1-8b"):
+    with pytest.raises(Exception, match=r"eagle3-llama-3\.1-8b"):
         _vllm_config([*base, "--speculative-config", json.dumps(name)])
 
 
