@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,9 +21,11 @@ from spectune.planner.export import (
     export_sglang,
     export_trtllm,
     export_vllm,
+    schedule_for,
     to_yaml,
     tree_choices,
 )
+from spectune.specs.engine import load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import Bucket, ChainChoice, PolicyTable, Prediction, TreePolicy
 from spectune.specs.tree import DraftTree
@@ -65,20 +69,27 @@ def fake_shaper(policy: TreePolicy) -> DraftTree:
 
 
 def test_sglang_adaptive_config_follows_the_table() -> None:
+    """SGLang runs its adaptive schedule only with top-k 1: the trees of MIXED's small batches
+    become their recorded best chains, so the draft length can follow the batch size."""
     ex = export_sglang(MIXED)
     adaptive = json.loads(ex.files["sglang_adaptive.json"])
-    assert adaptive["strategy"] == "ema"
-    assert adaptive["1"] == {"candidate_steps": [7]}
-    assert adaptive["2"] == {"candidate_steps": [5]}
+    assert "strategy" not in adaptive  # SGLang skips keys that are not batch sizes
+    assert adaptive["1"] == {"candidate_steps": [5]}
+    assert adaptive["2"] == {"candidate_steps": [4]}
     assert adaptive["9"] == {"candidate_steps": [3]}
     assert adaptive["65"] == {"candidate_steps": [0]}  # off
     args = ex.config["server_args"]
-    assert args["speculative_num_steps"] == 7
-    assert args["speculative_eagle_topk"] == 8 and args["speculative_num_draft_tokens"] == 48
-    text = ex.files["sglang_args.txt"]
-    assert "--speculative-adaptive-config sglang_adaptive.json" in text
+    assert args["speculative_num_steps"] == 5
+    assert args["speculative_eagle_topk"] == 1 and args["speculative_num_draft_tokens"] == 6
+    assert args["speculative_draft_model_path"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    assert ex.config["max_running_requests"] == 256 and ex.config["tp_size"] == 1
+    text = ex.files["launch_sglang.sh"]
+    assert '--speculative-adaptive-config "$HERE/sglang_adaptive.json"' in text
+    assert "--max-running-requests 256" in text and "--tp-size 1" in text
+    assert "exec python -m sglang.launch_server" in text
+    assert "--model-path meta-llama/Llama-3.1-8B-Instruct" in text
     notes = " ".join(ex.approximations)
-    assert "pruning" in notes and "graft" in notes and "one top-k" in notes
+    assert "pruning" in notes and "graft" in notes and "top-k 1" in notes
     assert all(f"#   - {n}" in text for n in ex.approximations)  # metadata inside the file
     side = json.loads(ex.files["sglang.spectune.json"])
     assert side["approximations"] == list(ex.approximations)
@@ -94,25 +105,44 @@ def test_sglang_topk1_forces_steps_plus_one() -> None:
         check_sglang({**args, "speculative_num_draft_tokens": 8}, None)
 
 
+def test_sglang_adaptive_routing_follows_cuda_graph_padding() -> None:
+    """SGLang pads a batch to its CUDA-graph size before picking the adaptive slot; the export
+    says which batches move to the next range."""
+    t = table(
+        _bucket(1, 9, TreePolicy("dynamic-topk", 4, 1, 5), 4),
+        _bucket(10, 256, TreePolicy("dynamic-topk", 2, 1, 3), 2),
+    )
+    notes = " ".join(export_sglang(t).approximations)
+    assert "batches 9-9 run range 10-256's draft length" in notes
+
+
 def test_sglang_rules() -> None:
     ok = {
         "speculative_num_steps": 3,
         "speculative_eagle_topk": 2,
         "speculative_num_draft_tokens": 6,
     }
-    check_sglang(ok, {"strategy": "ema", "1": {"candidate_steps": [3]}})
+    check_sglang(ok, None)
+    chain = {**ok, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+    check_sglang(chain, {"1": {"candidate_steps": [3]}, "64": {"candidate_steps": [0]}})
+    with pytest.raises(SpecError, match="only with --speculative-eagle-topk 1"):
+        check_sglang(ok, {"1": {"candidate_steps": [3]}})
+    with pytest.raises(SpecError, match="skips it"):
+        check_sglang(chain, {"strategy": "ema", "1": {"candidate_steps": [3]}})
     with pytest.raises(SpecError, match="exceed"):
         check_sglang({**ok, "speculative_num_draft_tokens": 20}, None)
     with pytest.raises(SpecError, match="'1'"):
-        check_sglang(ok, {"8": {"candidate_steps": [3]}})
+        check_sglang(chain, {"8": {"candidate_steps": [3]}})
     with pytest.raises(SpecError, match=r"0\.\.3"):
-        check_sglang(ok, {"1": {"candidate_steps": [5]}})
+        check_sglang(chain, {"1": {"candidate_steps": [5]}})
+    with pytest.raises(SpecError, match="one of the adaptive candidate"):
+        check_sglang(chain, {"1": {"candidate_steps": [2]}})
 
 
 def test_sglang_all_off() -> None:
     ex = export_sglang(table(_bucket(1, 256, None, 0)))
     assert "without --speculative-algorithm" in " ".join(ex.approximations)
-    assert "--speculative" not in ex.files["sglang_args.txt"].replace(
+    assert "--speculative" not in ex.files["launch_sglang.sh"].replace(
         "without --speculative-algorithm", ""
     )
 
@@ -126,13 +156,30 @@ def test_vllm_exports_best_chains_per_batch_range() -> None:
     assert cfg["method"] == "eagle3" and cfg["num_speculative_tokens"] == 5
     ranges = cfg["num_speculative_tokens_per_batch_size"]
     assert ranges[0][0] == 1
-    assert ranges == [[1, 1, 5], [2, 8, 4], [9, 64, 3], [65, 4096, 0]]
+    assert ranges == [[1, 1, 5], [2, 8, 4], [9, 64, 3], [65, 256, 0]]  # K = 0: off
+    assert cfg["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    assert ex.config["max_num_seqs"] == 256  # where vLLM's schedule lookup ends
     notes = " ".join(ex.approximations)
     assert "chains only" in notes and "-20.0%" in notes  # what the tree policy loses
     check_vllm(cfg)
     side = json.loads(ex.files["vllm.spectune.json"])
     assert side["approximations"] == list(ex.approximations)
     assert "approximations" not in cfg  # vLLM rejects unknown keys
+
+
+def _with_drafter(t: PolicyTable, drafter: str) -> PolicyTable:
+    """The table with another drafter name (its scenario names the same one)."""
+    return replace(t, drafter=drafter, scenario=t.scenario.replace(drafter=drafter))
+
+
+def test_vllm_refuses_trees_without_chains() -> None:
+    t = table(Bucket((1, 8), (0, 4095), TreePolicy("dynamic-topk", 4, 4, 12)))
+    with pytest.raises(SpecError, match="chains only"):
+        export_vllm(t)
+    with pytest.raises(SpecError, match="pass --draft-model-path"):
+        export_vllm(_with_drafter(MIXED, "no-such-drafter"))
+    ex = export_vllm(_with_drafter(MIXED, "x"), draft_model_path="/ckpt/eagle")
+    assert ex.config["speculative_config"]["model"] == "/ckpt/eagle"
 
 
 def test_vllm_rules() -> None:
@@ -151,11 +198,11 @@ def test_vllm_rules() -> None:
 
 def test_vllm_tree_for_older_releases() -> None:
     ex = export_vllm(MIXED, tree=True, shaper=fake_shaper)
-    cfg = ex.config
+    cfg = ex.config["speculative_config"]
     assert cfg["speculative_token_tree"] == "[(0,),(1,),(0,0),(1,0)]"
     assert cfg["num_speculative_tokens"] == 2
     assert "num_speculative_tokens_per_batch_size" not in cfg
-    assert any("speculative_token_tree" in n for n in ex.approximations)
+    assert any("one static tree" in n for n in ex.approximations)
     with pytest.raises(SpecError, match="shaper"):
         export_vllm(MIXED, tree=True)
 
@@ -166,13 +213,18 @@ def test_vllm_tree_for_older_releases() -> None:
 def test_trtllm_dynamic_tree_and_schedule() -> None:
     ex = export_trtllm(MIXED)
     text = ex.files["trtllm_extra_llm_api_options.yaml"]
-    doc = yaml.safe_load(text)["speculative_config"]
+    full = yaml.safe_load(text)
+    assert full == ex.config  # the YAML says what the config says
+    assert full["max_batch_size"] == 256 and full["tensor_parallel_size"] == 1
+    doc = full["speculative_config"]
     assert doc["decoding_type"] == "Eagle3"
+    assert doc["speculative_model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
     assert doc["use_dynamic_tree"] is True and doc["dynamic_tree_max_topK"] == 8
     assert doc["max_draft_len"] == 7
     assert doc["max_draft_len"] <= doc["max_total_draft_tokens"] <= 8 * 7
-    assert doc["draft_len_schedule"] == {1: 7, 8: 5, 64: 3, 256: 0}
-    assert doc == ex.config  # the YAML says what the config says
+    # keys are upper bounds; batches above the largest key (65-256, off) get 0
+    assert doc["draft_len_schedule"] == {1: 7, 8: 5, 64: 3}
+    assert "engine: trtllm" in text
     check_trtllm(doc)
     for n in ex.approximations:
         assert n in text  # metadata inside the file, as comments
@@ -195,8 +247,19 @@ def test_trtllm_rules() -> None:
         check_trtllm({**base, "max_total_draft_tokens": 9})
     with pytest.raises(SpecError, match="mutually exclusive"):
         check_trtllm({**base, "eagle_choices": [[0]]})
+    check_trtllm({**base, "draft_len_schedule": {4: 4}})  # upper bounds: 1-4 -> 4
     with pytest.raises(SpecError, match="batch size 1"):
-        check_trtllm({**base, "draft_len_schedule": {4: 4}})
+        check_trtllm({**base, "draft_len_schedule": {4: 4}}, "trtllm-stage1")
+    with pytest.raises(SpecError, match="no eagle_choices"):
+        check_trtllm({"max_draft_len": 2, "eagle_choices": [[0], [0, 0]]}, "trtllm-1.4")
+
+
+def test_trtllm_schedule_keys_follow_the_version() -> None:
+    rows = list(MIXED.buckets)
+    assert schedule_for(rows, [5, 4, 3, 0], load_engine("trtllm"), 256) == {1: 5, 8: 4, 64: 3}
+    assert schedule_for(rows, [5, 4, 3, 3], load_engine("trtllm"), 256) == {1: 5, 8: 4, 256: 3}
+    stage1 = load_engine("trtllm-stage1")
+    assert schedule_for(rows, [5, 4, 3, 0], stage1, 256) == {1: 5, 2: 4, 9: 3, 65: 0}
 
 
 def test_trtllm_deeper_later_buckets_are_cut_and_said() -> None:
@@ -205,9 +268,9 @@ def test_trtllm_deeper_later_buckets_are_cut_and_said() -> None:
         _bucket(2, 256, TreePolicy("dynamic-topk", 6, 2, 10), 5),
     )
     ex = export_trtllm(t)
-    assert ex.config["draft_len_schedule"] == {1: 3, 256: 3}
+    spec = ex.config["speculative_config"]
+    assert spec["max_draft_len"] == 3 and "draft_len_schedule" not in spec  # 3 everywhere
     assert any("cut" in n for n in ex.approximations)
-    assert any("batches above 256 get 0" in n for n in ex.approximations)
 
 
 def test_trtllm_static_tree_uses_eagle_choices() -> None:
@@ -215,8 +278,11 @@ def test_trtllm_static_tree_uses_eagle_choices() -> None:
     doc = yaml.safe_load(ex.files["trtllm_extra_llm_api_options.yaml"])["speculative_config"]
     assert doc["eagle_choices"] == [[0], [1], [0, 0], [1, 0]]
     assert "use_dynamic_tree" not in doc
-    assert doc["max_draft_len"] == 2 and doc["draft_len_schedule"][1] == 2
+    assert doc["max_draft_len"] == 2 and doc["draft_len_schedule"] == {64: 2}
     check_trtllm(doc)
+    ex14 = export_trtllm(MIXED, static_tree=True, shaper=fake_shaper, profile="trtllm-1.4")
+    assert "eagle_choices" not in ex14.config["speculative_config"]  # gone in 1.4
+    assert any("no eagle_choices" in n for n in ex14.approximations)
 
 
 def test_yaml_writer_quotes_strings() -> None:
@@ -258,15 +324,23 @@ def test_export_command_writes_files_and_says_approximations(
     policy = tmp_path / "policy.json"
     MIXED.save(policy)
     for engine, name in (
-        ("sglang", "sglang_args.txt"),
+        ("sglang", "sglang.spectune.json"),
         ("vllm", "vllm_speculative_config.json"),
         ("trtllm", "trtllm_extra_llm_api_options.yaml"),
     ):
         out = tmp_path / engine
         assert main(["export", "--engine", engine, str(policy), "--out", str(out)]) == 0
         assert (out / name).is_file()
+        launch = out / f"launch_{engine}.sh"
+        assert launch.is_file() and os.access(launch, os.X_OK)
         err = capsys.readouterr().err
         assert "approximated" in err
+    out = tmp_path / "paths"
+    argv = ["export", "--engine", "vllm", str(policy), "--out", str(out)]
+    assert main([*argv, "--model-path", "/m", "--draft-model-path", "/d"]) == 0
+    text = (out / "launch_vllm.sh").read_text()
+    assert "vllm serve /m" in text and '"model":"/d"' in text
+    assert main(["export", "--engine", "tgi", str(policy)]) == 2
     assert not list(tmp_path.rglob("*.tmp"))
     assert main(["export", "--engine", "vllm", str(tmp_path / "missing.json")]) == 2
 
@@ -287,7 +361,10 @@ def test_engine_shape_fit_uses_the_objective() -> None:
     capped, _ = fit_engine_shape(rows, obj, cap_by_first=True)
     assert all(d <= capped.depths[0] for d in capped.depths)
     ex = export_trtllm(MIXED, evaluate=obj)
-    check_trtllm(ex.config)
+    check_trtllm(ex.config["speculative_config"])
     assert any("fitted one shape" in n for n in ex.approximations)
     ex = export_sglang(MIXED, evaluate=obj)
-    assert ex.config["server_args"]["speculative_eagle_topk"] == shape.topk
+    args = ex.config["server_args"]
+    if ex.config["adaptive"] is not None:  # a per-batch schedule runs only with top-k 1
+        assert args["speculative_eagle_topk"] == 1
+    assert any("fitted" in n for n in ex.approximations)

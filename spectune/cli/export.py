@@ -1,8 +1,11 @@
-"""`spectune export`: write a policy file as SGLang, vLLM or TensorRT-LLM configuration.
+"""`spectune export`: write a policy file as SGLang, vLLM or TensorRT-LLM configuration and a
+launch script beside it.
 
-Each output is checked against the engine's own rules. Engines express less than a spectune
-table (one tree shape, batch size only); what had to be approximated is printed here and
-written into the exported files. The table's Scenario (its workload, GPU, models and
+--engine takes an engine profile (`spectune presets` lists them: sglang, vllm, vllm-0.11,
+trtllm, trtllm-1.4, trtllm-stage1) or a profile file. Engines load the models' Hugging Face
+repo ids unless --model-path / --draft-model-path name other checkpoints. Each output is checked
+against the engine's own rules. Engines express less than a spectune table (one tree shape,
+batch size only); what had to be approximated is printed here and written into the files. The table's Scenario (its workload, GPU, models and
 calibration) gives the tree shapes and the closed form that fits the engines' one global shape
 (planner.export.export_table, which the dashboards' Planner page calls too).
 """
@@ -12,29 +15,33 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spectune.planner.export import ENGINES, export_table
+from spectune.planner.export import export_table
+from spectune.specs.engine import load_engine
 from spectune.specs.policy import PolicyTable
 
 
 def run(args: argparse.Namespace) -> int:
     table = PolicyTable.load(args.policy)
+    profile = load_engine("vllm-0.11" if args.engine == "vllm" and args.vllm_tree else args.engine)
     export, why = export_table(
         table,
-        args.engine,
+        profile,
         context=args.context,
-        vllm_tree=args.vllm_tree,
         trtllm_static_tree=True if args.trtllm_static_tree else None,
+        model_path=args.model_path,
+        draft_model_path=args.draft_model_path,
     )
     if why:
         print(f"note: {why}", file=sys.stderr)
     for path in export.write(args.out):
         print(f"wrote {path}")
     if export.approximations:
-        print(f"{args.engine} cannot express all of {args.policy}; approximated:", file=sys.stderr)
+        print(f"{profile.name} cannot express all of {args.policy}; approximated:", file=sys.stderr)
         for note in export.approximations:
             print(f"  - {note}", file=sys.stderr)
     else:
-        print(f"{args.engine} expresses {args.policy} exactly")
+        print(f"{profile.name} expresses {args.policy} exactly")
+    print(f"launch: {args.out}/launch_{export.engine}.sh")
     return 0
 
 
@@ -46,7 +53,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("policy", help="policy file written by `spectune plan`")
-    p.add_argument("--engine", choices=ENGINES, required=True, help="serving engine")
+    p.add_argument(
+        "--engine",
+        required=True,
+        help="engine profile: sglang, vllm, vllm-0.11, trtllm, trtllm-1.4, trtllm-stage1 "
+        "(`spectune presets`), or a profile JSON/TOML file",
+    )
+    p.add_argument(
+        "--model-path",
+        default=None,
+        help="target checkpoint the engine loads (Hugging Face repo id or local folder; "
+        "default: the target preset's hf_repo)",
+    )
+    p.add_argument(
+        "--draft-model-path",
+        default=None,
+        help="draft checkpoint (Hugging Face repo id or local folder; default: the drafter "
+        "preset's hf_repo)",
+    )
     p.add_argument("--out", default="export", help="output folder (default ./export)")
     p.add_argument(
         "--context",
@@ -58,8 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--vllm-tree",
         action="store_true",
-        help="vLLM before the May 2026 tree-attention removal: also export one "
-        "static speculative_token_tree",
+        help="with --engine vllm: export for vllm-0.11 (one static speculative_token_tree; "
+        "releases before the May 2026 tree-attention removal)",
     )
     p.add_argument(
         "--trtllm-static-tree",

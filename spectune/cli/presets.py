@@ -1,6 +1,6 @@
-"""`spectune presets`: list the built-in hardware, model and workload presets, the acceptance
-presets (drafter kind x target family x dataset x temperature, fitted or derived) and which
-(target, drafter) model pairs they cover."""
+"""`spectune presets`: list the built-in hardware, model, workload and engine presets, the
+acceptance presets (drafter kind x target family x dataset x temperature, fitted or derived)
+and which (target, drafter) model pairs they cover."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from spectune.specs import HARDWARE_PRESETS, MODEL_PRESETS
+from spectune.specs.engine import ENGINE_PRESETS
 
 
 def _workload_names() -> list[str]:
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         "models": sorted(MODEL_PRESETS),
         "workloads": _workload_names(),
         **acceptance_listing(),
+        "engines": sorted(ENGINE_PRESETS),
     }
     if args.json:
         print(json.dumps(listing))
@@ -104,13 +106,16 @@ def run(args: argparse.Namespace) -> int:
         )
     for w in listing["workloads"]:
         print(f"workload {w}")
+    for e in sorted(ENGINE_PRESETS.values(), key=lambda e: e.name):
+        kind = "trees" if e.trees else "chains"
+        print(f"engine   {e.name:<22} {e.engine} {e.versions}  ({kind}, schedule {e.schedule})")
     _print_acceptance(listing)
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "presets", help="list built-in GPUs, models, workloads and acceptance presets"
+        "presets", help="list built-in GPUs, models, workloads, engines and acceptance presets"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

@@ -11,15 +11,22 @@ depth and top-k is cut to that size, a graft budget larger than the draft slots 
 and a shared verify budget (ECHO super-tree) is drawn only where the bucket has batches above 1
 (at batch 1 it is the per-request budget), so two draws that build the same tree are the same
 policy.
+
+`engine_space` restricts the space to what a serving engine runs (an `EngineProfile`):
+vLLM 0.33 a chain length per batch range, SGLang one (steps, top-k, draft tokens) or an adaptive
+per-batch draft length with top-k 1, TensorRT-LLM one dynamic or static tree with a draft-length
+schedule, spectune's own executor everything. `engine_policy` maps a policy to what the engine
+runs, and `check_engine_*` refuse what it cannot run, naming what it supports.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from spectune.specs.engine import EngineProfile
 from spectune.specs.errors import SpecError
 from spectune.specs.io import help_field
 from spectune.specs.policy import BUILDERS, TreePolicy
@@ -275,3 +282,121 @@ def neighbours(
             if q != p and q not in out:
                 out.append(q)
     return out
+
+
+# ---- what an engine can run -------------------------------------------------------------------
+
+
+def engine_space(profile: EngineProfile, base: PolicySpace | None = None) -> PolicySpace:
+    """The part of `base` (default: the whole space) that `profile`'s engine runs.
+
+    Serving engines grow EAGLE-2 dynamic top-k trees (or chains), with no confidence pruning,
+    no grafting and no shared verify budget; a static tree only where the engine accepts one as
+    a list of paths. Chain-only engines (vLLM 0.33) get top-k 1. Depth and top-k are capped by
+    the profile. spectune's own executor runs the whole space."""
+    space = base or PolicySpace()
+    if profile.engine == "spectune":
+        return space
+    builders = tuple(
+        b
+        for b in space.builders
+        if (b == "dynamic-topk" and (profile.dynamic_tree or not profile.trees))
+        or (b == "static" and profile.static_tree_choices)
+    ) or ("dynamic-topk",)
+    topk_hi = 1 if not profile.trees else space.topk[1]
+    if profile.max_topk:
+        topk_hi = min(topk_hi, profile.max_topk)
+    depth_hi = min(space.depth[1], profile.max_steps) if profile.max_steps else space.depth[1]
+    return replace(
+        space,
+        builders=builders,
+        depth=(min(space.depth[0], depth_hi), depth_hi),
+        topk=(min(space.topk[0], topk_hi), topk_hi),
+        allow_prune=False,
+        graft=(0, 0),
+        allow_shared=False,
+    )
+
+
+def engine_policy(policy: TreePolicy | None, profile: EngineProfile) -> TreePolicy | None:
+    """The policy `profile`'s engine runs for `policy`: a chain's budget is depth + 1, the
+    budget is cut to the engine's draft-token bound, and pruning, grafting and the shared
+    budget are dropped (no engine but spectune's executor runs them). Raises SpecError when
+    the engine cannot run the policy's shape at all (a tree on a chain-only engine, a static
+    tree on an engine without tree paths)."""
+    check_engine_policy(policy, profile)
+    if policy is None or profile.engine == "spectune":
+        return policy
+    tokens = 1 + min(policy.budget - 1, profile.max_draft_tokens(policy.depth, policy.topk))
+    if policy.topk == 1:
+        tokens = policy.depth + 1
+    return TreePolicy(policy.builder, policy.depth, policy.topk, max(2, tokens))
+
+
+def check_engine_policy(policy: TreePolicy | None, profile: EngineProfile) -> None:
+    """SpecError naming what the engine supports when it cannot run `policy`'s tree shape
+    (pruning, grafting and a shared budget are dropped by `engine_policy`, not refused)."""
+    if policy is None or profile.engine == "spectune":
+        return
+    who = f"{profile.name} ({profile.versions})"
+    if policy.topk > 1 and not profile.trees:
+        raise SpecError(
+            f"{who} verifies chains only (top-k 1); the policy {policy.label} is a tree. "
+            "Plan with this engine's space (chains), or export for an engine that runs trees"
+        )
+    if profile.max_topk and policy.topk > profile.max_topk:
+        raise SpecError(f"{who} runs top-k up to {profile.max_topk}; got {policy.label}")
+    if profile.max_steps and policy.depth > profile.max_steps:
+        raise SpecError(f"{who} runs up to {profile.max_steps} draft steps; got {policy.label}")
+    if policy.topk > 1 and not (profile.static_tree_choices or profile.dynamic_tree):
+        raise SpecError(f"{who} runs neither static nor dynamic trees; got {policy.label}")
+
+
+def check_engine_drafter(drafter_kind: str, profile: EngineProfile) -> None:
+    """SpecError when the engine does not run this kind of drafter (DRAFTERS in specs.engine)."""
+    if drafter_kind not in profile.drafters:
+        raise SpecError(
+            f"{profile.name} ({profile.versions}) does not run a {drafter_kind} drafter; it "
+            f"runs {', '.join(profile.drafters)}"
+        )
+
+
+def check_engine_schedule(
+    policies: Sequence[TreePolicy | None], profile: EngineProfile, *, adaptive: bool = True
+) -> None:
+    """SpecError when the engine cannot run these per-batch-range policies (batch order) as
+    one configuration: engines whose schedule varies only the draft length need one top-k and
+    budget for every range where speculation is on; SGLang's adaptive schedule needs top-k 1
+    (`adaptive` False: the caller exports one static setting and checks no schedule);
+    an engine without a schedule needs one policy everywhere; a schedule whose entries cannot
+    be 0 cannot turn a range off."""
+    if profile.engine == "spectune":
+        return
+    on = [p for p in policies if p is not None]
+    who = f"{profile.name} ({profile.versions})"
+    depths = {p.depth for p in on}
+    varies = len(set(policies)) > 1
+    if not varies or not on:
+        return
+    if not profile.has_schedule:
+        raise SpecError(
+            f"{who} has no per-batch-size schedule: one speculative setting for every batch; "
+            f"the plan varies it ({', '.join(p.label if p else 'off' for p in policies)})"
+        )
+    if profile.schedule_varies == "steps":
+        shapes = {(p.topk, p.budget if p.topk > 1 else 0) for p in on}
+        if len(shapes) > 1:
+            raise SpecError(
+                f"{who} varies only the draft length with the batch size: one top-k and tree "
+                f"size for all ranges; the plan uses {sorted(shapes)}"
+            )
+    if profile.schedule_topk1_only and adaptive and (len(depths) > 1 or None in policies):
+        topk = max(p.topk for p in on)
+        if topk > 1:
+            raise SpecError(
+                f"{who} runs its adaptive per-batch schedule only with top-k 1 (with top-k "
+                f"{topk} it warns and falls back to static parameters); plan chains for a "
+                "per-batch schedule, or one tree setting for every batch"
+            )
+    if profile.schedule_min_steps > 0 and None in policies:
+        raise SpecError(f"{who} cannot turn speculation off for a batch range (its floor is 1)")

@@ -68,6 +68,11 @@ class ModelSpec:
     quantization: str = help_field(
         "", help="weight quantization as published (HF quantization_config, e.g. fp8); '' none"
     )
+    hf_repo: str = help_field(
+        "",
+        help="Hugging Face repo id of the checkpoint these figures describe (what engines load "
+        "by default); empty: none known",
+    )
     source: str = help_field("user-provided", help="where these figures come from")
 
     def __post_init__(self) -> None:
@@ -264,6 +269,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=14336,
             vocab=128256,
             family="llama-3",
+            hf_repo="meta-llama/Llama-3.1-8B-Instruct",
             source=_hf("meta-llama/Llama-3.1-8B-Instruct"),
         ),
         ModelSpec(
@@ -276,6 +282,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=28672,
             vocab=128256,
             family="llama-3",
+            hf_repo="meta-llama/Llama-3.1-70B-Instruct",
             source=_hf("meta-llama/Llama-3.1-70B-Instruct"),
         ),
         ModelSpec(
@@ -289,6 +296,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             vocab=128256,
             tie_embeddings=True,
             family="llama-3",
+            hf_repo="meta-llama/Llama-3.2-1B-Instruct",
             source=_hf("meta-llama/Llama-3.2-1B-Instruct"),
         ),
         ModelSpec(
@@ -301,6 +309,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             ffn=12288,
             vocab=151936,
             family="qwen3",
+            hf_repo="Qwen/Qwen3-8B",
             source=_hf("Qwen/Qwen3-8B"),
         ),
         ModelSpec(  # a draft model that shares the Qwen3 vocabulary (0.60B with tied embeddings)
@@ -314,6 +323,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             vocab=151936,
             tie_embeddings=True,
             family="qwen3",
+            hf_repo="Qwen/Qwen3-0.6B",
             source=_hf("Qwen/Qwen3-0.6B"),
         ),
         ModelSpec(
@@ -329,6 +339,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             experts_topk=8,
             expert_ffn=768,
             family="qwen3",
+            hf_repo="Qwen/Qwen3-30B-A3B",
             source=_hf("Qwen/Qwen3-30B-A3B"),
         ),
         ModelSpec(
@@ -344,6 +355,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             experts_topk=8,
             expert_ffn=1536,
             family="qwen3",
+            hf_repo="Qwen/Qwen3-235B-A22B",
             source=_hf("Qwen/Qwen3-235B-A22B"),
         ),
         ModelSpec(
@@ -367,6 +379,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             v_head_dim=128,
             dtype_bytes=1,  # released as fp8 (block-scaled) weights
             family="deepseek-v3",
+            hf_repo="deepseek-ai/DeepSeek-V3",
             source=_hf("deepseek-ai/DeepSeek-V3") + " (fp8 weights; MTP module not counted)",
         ),
         ModelSpec(
@@ -380,6 +393,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             vocab=49152,
             tie_embeddings=True,
             family="smollm2",
+            hf_repo="HuggingFaceTB/SmolLM2-135M-Instruct",
             source=_hf("HuggingFaceTB/SmolLM2-135M-Instruct"),
         ),
         # EAGLE-3 heads: one decoder layer whose q/k/v read [embedding; fc(3 target states)].
@@ -396,6 +410,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             draft_vocab=32000,
             family="llama-3",
             base_model="llama-3.1-8b",
+            hf_repo="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
             source=_hf("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
         ),
         ModelSpec(
@@ -411,6 +426,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             draft_vocab=32000,
             family="llama-3",
             base_model="llama-3.1-70b",
+            hf_repo="yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
             source=_hf("yuhuili/EAGLE3-LLaMA3.3-Instruct-70B")
             + " (trained for Llama-3.3-70B, the same shape as 3.1-70B)",
         ),
@@ -427,6 +443,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             draft_vocab=32000,
             family="qwen3",
             base_model="qwen3-8b",
+            hf_repo="AngelSlim/Qwen3-8B_eagle3",
             source=_hf("AngelSlim/Qwen3-8B_eagle3"),
         ),
         # An EAGLE(-1/-2) head: one decoder layer over [embedding; target top-layer feature]
@@ -444,6 +461,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             family="llama-3",
             draft_method="eagle",
             base_model="llama-3.1-8b",
+            hf_repo="yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
             source=_hf("yuhuili/EAGLE-LLaMA3.1-Instruct-8B")
             + " (0.25B head; embedding and LM head are the target's)",
         ),
@@ -472,6 +490,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             family="deepseek-v3",
             draft_method="mtp",
             base_model="deepseek-v3",
+            hf_repo="deepseek-ai/DeepSeek-V3",  # the MTP layer ships in the target's checkpoint
             source=_hf("deepseek-ai/DeepSeek-V3")
             + " (num_nextn_predict_layers 1: the MTP module; embedding and LM head shared)",
         ),

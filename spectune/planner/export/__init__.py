@@ -9,14 +9,19 @@ which no engine runs: the per-request budget is exported). The list is printed b
 written into the export (comments in text/YAML files, a sidecar `*.spectune.json` next to JSON
 files whose engines reject unknown keys).
 
-  sglang: server arguments + the adaptive config (keys: batch-size lower bounds,
-          candidate_steps; 0 = off). With top-k 1, num_draft_tokens must be steps + 1.
+Each export targets an `EngineProfile` (specs.engine: an engine over a version range) and runs
+as planned: the engine loads the models' Hugging Face repo ids (or the user's paths), the
+launch command (`launch_<engine>.sh`, beside the config) sets tensor parallelism and the max
+running requests / batch size of the plan, and every engine-imposed cap is set or said. What
+the engine cannot run at all raises SpecError naming what it supports.
+
+  sglang: launch_server arguments; a static (steps, top-k, draft tokens), or adaptive chains
+          with the adaptive config (keys: batch-size lower bounds, candidate_steps; 0 = off).
   vllm:   speculative_config with num_speculative_tokens_per_batch_size ([lo, hi, K], inclusive,
-          first lo = 1, K <= num_speculative_tokens). vLLM 0.33 verifies chains only, so each
-          bucket gets its best chain; `tree=True` adds speculative_token_tree for older vLLM.
-  trtllm: speculative_config YAML: draft_len_schedule (batch <= key gets the value; the
-          smallest key maps to max_draft_len), dynamic-tree limits
-          (max_draft_len <= max_total_draft_tokens <= topK * max_draft_len) or eagle_choices.
+          first lo = 1, K = 0 off); vLLM 0.33 verifies chains only; the vllm-0.11 profile
+          exports one speculative_token_tree instead.
+  trtllm: extra_llm_api_options YAML: draft_len_schedule in the key semantics of the profile's
+          version, dynamic-tree limits or eagle_choices (not in 1.4).
 
 `export_table` is what `spectune export` and the dashboards' Planner page both call: the table
 exported with what its Scenario gives, static tree shapes from the workload's acceptance model
@@ -28,18 +33,22 @@ from __future__ import annotations
 
 from spectune.planner.export.base import (
     ENGINES,
+    HERE,
     EngineShape,
     Evaluate,
     Export,
+    ModelPaths,
     TreeShaper,
     batch_plan,
     check_choices,
     fit_engine_shape,
+    model_paths,
     tree_choices,
 )
 from spectune.planner.export.sglang import check_sglang, export_sglang
-from spectune.planner.export.trtllm import check_trtllm, export_trtllm, to_yaml
+from spectune.planner.export.trtllm import check_trtllm, export_trtllm, schedule_for, to_yaml
 from spectune.planner.export.vllm import check_vllm, export_vllm
+from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import PolicyTable, TreePolicy
 from spectune.specs.tree import DraftTree
@@ -47,39 +56,68 @@ from spectune.specs.tree import DraftTree
 
 def export_policy(
     table: PolicyTable,
-    engine: str,
+    engine: str | EngineProfile,
     *,
     context: int | None = None,
     vllm_tree: bool = False,
     trtllm_static_tree: bool | None = None,
     shaper: TreeShaper | None = None,
     evaluate: Evaluate | None = None,
+    model_path: str | None = None,
+    draft_model_path: str | None = None,
 ) -> Export:
-    """Export a table for one engine. `evaluate` (the planner's objective) lets engines with
-    one global tree shape get the shape that loses least; without it they take the
-    smallest-batch bucket's shape."""
-    if engine == "sglang":
-        return export_sglang(table, context=context, evaluate=evaluate)
-    if engine == "vllm":
-        return export_vllm(table, context=context, tree=vllm_tree, shaper=shaper)
-    if engine == "trtllm":
+    """Export a table for one engine profile (a preset name such as sglang, vllm, vllm-0.11,
+    trtllm, trtllm-1.4, a profile file, or an EngineProfile). `evaluate` (the planner's
+    objective) lets engines with one global tree shape get the shape that loses least; without
+    it they take the smallest-batch bucket's shape. `vllm_tree` picks vllm-0.11 for 'vllm'.
+    `model_path` / `draft_model_path` override the models' Hugging Face repo ids."""
+    if engine == "vllm" and vllm_tree:
+        engine = "vllm-0.11"
+    prof = load_engine(engine)
+    if prof.engine == "sglang":
+        return export_sglang(
+            table,
+            context=context,
+            evaluate=evaluate,
+            profile=prof,
+            model_path=model_path,
+            draft_model_path=draft_model_path,
+        )
+    if prof.engine == "vllm":
+        return export_vllm(
+            table,
+            context=context,
+            shaper=shaper,
+            profile=prof,
+            model_path=model_path,
+            draft_model_path=draft_model_path,
+        )
+    if prof.engine == "trtllm":
         return export_trtllm(
             table,
             context=context,
             static_tree=trtllm_static_tree,
             shaper=shaper,
             evaluate=evaluate,
+            profile=prof,
+            model_path=model_path,
+            draft_model_path=draft_model_path,
         )
-    raise SpecError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    raise SpecError(
+        f"engine profile {prof.name!r} ({prof.engine}) has no export: spectune's own executor "
+        f"reads the policy file itself; export for one of {', '.join(ENGINES)}"
+    )
 
 
 def export_table(
     table: PolicyTable,
-    engine: str,
+    engine: str | EngineProfile,
     *,
     context: int | None = None,
     vllm_tree: bool = False,
     trtllm_static_tree: bool | None = None,
+    model_path: str | None = None,
+    draft_model_path: str | None = None,
 ) -> tuple[Export, str]:
     """export_policy with the table's Scenario: tree shapes from its workload's acceptance
     model (built when an engine needs one), and its closed form to fit the engines' one
@@ -95,6 +133,8 @@ def export_table(
             trtllm_static_tree=trtllm_static_tree,
             shaper=table_shaper(table),
             evaluate=evaluate,
+            model_path=model_path,
+            draft_model_path=draft_model_path,
         ),
         note,
     )
@@ -134,9 +174,11 @@ def table_shaper(table: PolicyTable) -> TreeShaper:
 
 __all__ = [
     "ENGINES",
+    "HERE",
     "EngineShape",
     "Evaluate",
     "Export",
+    "ModelPaths",
     "TreeShaper",
     "batch_plan",
     "check_choices",
@@ -149,6 +191,8 @@ __all__ = [
     "export_trtllm",
     "export_vllm",
     "fit_engine_shape",
+    "model_paths",
+    "schedule_for",
     "table_objective",
     "table_shaper",
     "to_yaml",

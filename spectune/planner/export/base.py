@@ -1,24 +1,30 @@
 """Shared parts of the engine exporters: the Export result, choosing the batch ranges of one
-context, fitting the one global tree shape engines allow, tree paths ('choices'), and the
-metadata every exported file carries."""
+context, fitting the one global tree shape engines allow, tree paths ('choices'), the model
+paths engines load (Hugging Face repo ids of the presets, or the user's overrides), the launch
+script written beside each config, and the metadata every exported file carries."""
 
 from __future__ import annotations
 
 import json
 import math
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from spectune.specs.engine import EngineProfile
 from spectune.specs.errors import SpecError
 from spectune.specs.io import write_text_atomic
+from spectune.specs.model import ModelSpec, load_model
 from spectune.specs.policy import Bucket, PolicyTable, TreePolicy
 from spectune.specs.tree import DraftTree
 
 ENGINES = ("sglang", "vllm", "trtllm")
-VLLM_MAX_BATCH = 4096
+HERE = "{here}"
+"""Stands for the export folder in an Export's launch argv: the launch script writes "$HERE"
+(its own folder, resolved at run time), so config files next to it are found from any cwd."""
 
 TreeShaper = Callable[[TreePolicy], DraftTree]
 """Builds the static tree an engine with a fixed tree should use for a policy."""
@@ -26,22 +32,105 @@ TreeShaper = Callable[[TreePolicy], DraftTree]
 
 @dataclass(frozen=True)
 class Export:
-    """Files for one engine (name -> text) and what could not be expressed exactly."""
+    """Files for one engine (name -> text), what could not be expressed exactly, the resolved
+    config, and the launch command (argv; HERE stands for the export folder). The launch
+    command is also one of the files (`launch_<engine>.sh`)."""
 
     engine: str
     files: Mapping[str, str]
     approximations: tuple[str, ...] = ()
     config: Mapping[str, Any] = field(default_factory=dict)
+    launch: tuple[str, ...] = ()
 
     def write(self, out_dir: str | Path) -> list[Path]:
-        """Write every file atomically under out_dir; returns the paths."""
+        """Write every file atomically under out_dir (launch scripts executable); returns the
+        paths."""
         out = Path(out_dir)
         paths = []
         for name, text in self.files.items():
             p = out / name
             write_text_atomic(p, text)
+            if name.endswith(".sh"):
+                p.chmod(p.stat().st_mode | 0o111)
             paths.append(p)
         return paths
+
+    def argv(self, here: str | Path) -> list[str]:
+        """The launch command with HERE replaced by the folder the files were written to."""
+        return [a.replace(HERE, str(here)) for a in self.launch]
+
+
+@dataclass(frozen=True)
+class ModelPaths:
+    """What the engine loads: the target and the drafter (Hugging Face repo id or a local
+    path), and the drafter's kind (specs.engine.DRAFTERS)."""
+
+    target: str
+    drafter: str
+    drafter_kind: str
+
+
+def _hf_repo(name: str, what: str, flag: str) -> tuple[str, ModelSpec | None]:
+    try:
+        spec = load_model(name)
+    except (SpecError, OSError) as e:
+        raise SpecError(
+            f"cannot find the {what} {name!r} of the policy file ({e}); pass {flag}"
+        ) from None
+    if not spec.hf_repo:
+        raise SpecError(
+            f"the {what} {name!r} names no Hugging Face repo (ModelSpec.hf_repo); pass {flag} "
+            "with a repo id or a local checkpoint folder"
+        )
+    return spec.hf_repo, spec
+
+
+def model_paths(
+    table: PolicyTable, model_path: str | None = None, draft_model_path: str | None = None
+) -> ModelPaths:
+    """The target and drafter checkpoints an engine loads: the user's overrides, else the
+    Hugging Face repo ids of the table's model presets (never a spectune preset name, which no
+    engine can load). The drafter's kind comes from its ModelSpec (an EAGLE-3 head, or a
+    draft model), 'eagle3' when only an override path is known."""
+    target = model_path or _hf_repo(table.target, "target", "--model-path")[0]
+    kind = "eagle3"
+    try:
+        dspec: ModelSpec | None = load_model(table.drafter)
+    except (SpecError, OSError):
+        dspec = None
+    if dspec is not None:
+        kind = "eagle3" if dspec.is_draft_head else "draft-model"
+    drafter = draft_model_path or _hf_repo(table.drafter, "drafter", "--draft-model-path")[0]
+    return ModelPaths(target, drafter, kind)
+
+
+def max_batch(rows: Sequence[Bucket]) -> int:
+    """The largest batch the plan covers: the engine's max running requests / batch size."""
+    return max(b.batch[1] for b in rows)
+
+
+def launch_script(argv: Sequence[str], header_text: str) -> str:
+    """A bash script that runs `argv` from any directory (HERE -> its own folder)."""
+
+    def quote(a: str) -> str:
+        if HERE in a:
+            return '"' + a.replace(HERE, "$HERE") + '"'
+        return shlex.quote(a)
+
+    words: list[list[str]] = []
+    for a in argv:
+        if not words or a.startswith("--"):
+            words.append([quote(a)])
+        else:
+            words[-1].append(quote(a))
+    lines = [
+        "#!/usr/bin/env bash",
+        header_text.rstrip("\n"),
+        "set -euo pipefail",
+        'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        "exec " + " \\\n  ".join(" ".join(w) for w in words),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 # ---- shared helpers ---------------------------------------------------------------------------
@@ -135,18 +224,25 @@ def _row_score(evaluate: Evaluate, policy: TreePolicy | None, b: Bucket) -> floa
 
 
 def fit_engine_shape(
-    rows: Sequence[Bucket], evaluate: Evaluate, *, cap_by_first: bool = False
+    rows: Sequence[Bucket],
+    evaluate: Evaluate,
+    *,
+    cap_by_first: bool = False,
+    shapes: Sequence[tuple[int, int]] | None = None,
 ) -> tuple[EngineShape, float]:
     """The global (top-k, budget) and per-range depths that maximise the geometric mean of
     predicted tokens/s over the batch ranges, for engines that vary only the draft depth with
     the batch size (SGLang adaptive steps, TensorRT-LLM draft_len_schedule). Candidates: each
     bucket's own (top-k, budget) and chains. Ranges the plan turns off stay off; others may go
     off too when that is faster. cap_by_first: depths may not exceed the first range's
-    (TensorRT-LLM maps the smallest schedule key to max_draft_len).
+    (TensorRT-LLM maps the smallest schedule key to max_draft_len). `shapes` restricts the
+    candidate (top-k, budget) pairs ((1, 0): chains).
     Returns the shape and its mean log-ratio to the plan's own predictions (0 = no loss)."""
     on = [b.policy for b in rows if b.policy is not None]
     max_depth = max(p.depth for p in on) + 1
     cands = list(dict.fromkeys([(p.topk, p.budget) for p in on] + [(1, 0)]))
+    if shapes is not None:
+        cands = list(shapes)
     best: tuple[float, EngineShape] | None = None
     for topk, budget in cands:
         probe = EngineShape(topk, budget, ())
@@ -238,10 +334,11 @@ def check_choices(choices: Sequence[Sequence[int]]) -> None:
             raise SpecError(f"tree choice {list(c)} skips sibling rank {c[-1] - 1}")
 
 
-def header(table: PolicyTable, engine: str, notes: Sequence[str], prefix: str) -> str:
+def header(table: PolicyTable, profile: EngineProfile, notes: Sequence[str], prefix: str) -> str:
     lines = [
-        f"spectune export --engine {engine}: {table.target} + {table.drafter} on "
+        f"spectune export --engine {profile.name}: {table.target} + {table.drafter} on "
         f"{table.hardware} (tp {table.tp}), workload {table.workload or '-'}",
+        f"engine: {profile.engine} {profile.versions} (rules read at {profile.read_at})",
     ]
     if notes:
         lines.append("approximations:")
@@ -251,10 +348,19 @@ def header(table: PolicyTable, engine: str, notes: Sequence[str], prefix: str) -
     return "".join(f"{prefix}{line}\n" for line in lines)
 
 
-def sidecar(table: PolicyTable, engine: str, notes: Sequence[str], config: Any) -> str:
+def sidecar(
+    table: PolicyTable,
+    profile: EngineProfile,
+    notes: Sequence[str],
+    config: Any,
+    launch: Sequence[str] = (),
+) -> str:
     meta = {
         "schema": "spectune.export/v1",
-        "engine": engine,
+        "engine": profile.engine,
+        "profile": profile.name,
+        "versions": profile.versions,
+        "launch": list(launch),
         "source": {
             "target": table.target,
             "drafter": table.drafter,
@@ -275,12 +381,14 @@ def engine_shape(
     engine: str,
     *,
     cap_by_first: bool = False,
+    shapes: Sequence[tuple[int, int]] | None = None,
 ) -> tuple[EngineShape, list[str]]:
     """One global tree shape and a depth per batch range, fitted with the objective when there
-    is one, else the smallest-batch policy's shape; plus notes on what that gives up."""
+    is one (among `shapes` when given), else the smallest-batch policy's shape; plus notes on
+    what that gives up."""
     notes: list[str] = []
     if evaluate is not None:
-        shape, loss = fit_engine_shape(rows, evaluate, cap_by_first=cap_by_first)
+        shape, loss = fit_engine_shape(rows, evaluate, cap_by_first=cap_by_first, shapes=shapes)
         kind = "chains" if shape.topk == 1 else f"top-k {shape.topk}, {shape.budget} tree tokens"
         notes.append(
             f"{engine} varies only the draft depth with the batch size: fitted one shape for "

@@ -1,27 +1,49 @@
-"""SGLang: server arguments and the adaptive config (candidate steps per batch-size lower bound)."""
+"""SGLang: `python -m sglang.launch_server` arguments and, for a per-batch draft length, the
+adaptive config (keys: batch-size lower bounds; candidate_steps; 0 = off).
+
+SGLang runs its adaptive schedule only with top-k 1 (with top-k > 1 it warns and falls back to
+static parameters), forces num_draft_tokens = steps + 1 with top-k 1, requires
+--speculative-num-steps to be one of the adaptive candidates, resets max running requests to 48
+when speculation is on and none is set, and routes a batch to its adaptive slot after padding it
+to the CUDA-graph batch size. The export therefore runs either one static (steps, top-k, draft
+tokens) for every batch, or adaptive chains; it always sets --tp-size, --max-running-requests
+(the plan's largest batch) and --cuda-graph-max-bs-decode, and says where SGLang's padding moves
+a batch into the next range.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spectune.planner.export.base import (
+    HERE,
     Evaluate,
     Export,
-    all_off,
+    ModelPaths,
     batch_plan,
-    engine_shape,
+    fit_engine_shape,
     header,
-    primary_policy,
+    launch_script,
+    max_batch,
+    model_paths,
+    range_label,
+    shape_notes,
     sidecar,
 )
+from spectune.planner.space import check_engine_drafter, check_engine_policy, engine_policy
+from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
-from spectune.specs.policy import PolicyTable
+from spectune.specs.policy import Bucket, PolicyTable, TreePolicy
+
+ALGORITHMS = {"eagle3": "EAGLE3", "eagle": "EAGLE", "mtp": "NEXTN", "draft-model": "STANDALONE"}
+ADAPTIVE_FILE = "sglang_adaptive.json"
 
 
 def check_sglang(args: Mapping[str, Any], adaptive: Mapping[str, Any] | None) -> None:
-    """SGLang's rules for EAGLE arguments and the adaptive config."""
+    """SGLang's rules for EAGLE arguments and the adaptive config (0.5.23)."""
     steps = args["speculative_num_steps"]
     topk = args["speculative_eagle_topk"]
     tokens = args["speculative_num_draft_tokens"]
@@ -38,14 +60,22 @@ def check_sglang(args: Mapping[str, Any], adaptive: Mapping[str, Any] | None) ->
         )
     if adaptive is None:
         return
-    keys = [k for k in adaptive if k != "strategy"]
+    if topk != 1:
+        raise SpecError(
+            f"sglang runs --speculative-adaptive only with --speculative-eagle-topk 1 (with "
+            f"{topk} it warns and falls back to static parameters)"
+        )
+    keys = list(adaptive)
     if "1" not in keys:
         raise SpecError(
             "sglang adaptive config: keys are batch-size lower bounds and must include '1'"
         )
+    cands: set[int] = set()
     for k in keys:
         if not k.isdigit() or int(k) < 1:
-            raise SpecError(f"sglang adaptive config: key {k!r} is not a batch size >= 1")
+            raise SpecError(
+                f"sglang adaptive config: key {k!r} is not a batch size >= 1 (SGLang skips it)"
+            )
         cand = adaptive[k].get("candidate_steps")
         if not isinstance(cand, list) or not cand or cand != sorted(set(cand)):
             raise SpecError(
@@ -56,56 +86,206 @@ def check_sglang(args: Mapping[str, Any], adaptive: Mapping[str, Any] | None) ->
                 f"sglang adaptive config[{k}]: candidate_steps must lie in 0..{steps} "
                 f"(--speculative-num-steps), got {cand}"
             )
+        cands.update(cand)
+    if steps not in cands:
+        raise SpecError(
+            f"sglang: --speculative-num-steps {steps} must be one of the adaptive candidate "
+            f"steps {sorted(cands)}"
+        )
+
+
+def graph_batches(profile: EngineProfile, max_bs: int) -> list[int]:
+    """The decode CUDA-graph batch sizes SGLang captures with speculation on and a max batch
+    of `max_bs` (the profile's list cut at max_bs, plus max_bs)."""
+    out = [b for b in profile.cuda_graph_batches if b <= max_bs]
+    if not out or out[-1] != max_bs:
+        out.append(max_bs)
+    return out
+
+
+def adaptive_routing(rows: Sequence[Bucket], graphs: Sequence[int]) -> list[tuple[int, int, int]]:
+    """Where SGLang's adaptive routing differs from the plan: (batch, planned range index,
+    routed range index) for each batch whose CUDA-graph padding lands in a later range."""
+    los = [b.batch[0] for b in rows]
+    out = []
+    for i, b in enumerate(rows):
+        for x in range(b.batch[0], b.batch[1] + 1):
+            padded = next((g for g in graphs if g >= x), x)
+            j = max(k for k, lo in enumerate(los) if lo <= padded)
+            if j != i:
+                out.append((x, i, j))
+    return out
+
+
+def _choose(
+    rows: Sequence[Bucket],
+    policies: Sequence[TreePolicy | None],
+    evaluate: Evaluate | None,
+    notes: list[str],
+) -> tuple[TreePolicy | None, list[int] | None]:
+    """One static policy for every batch (second item None), or chains with a draft length per
+    range (first item the chain of the largest length)."""
+    on = [p for p in policies if p is not None]
+    if len(set(policies)) == 1:
+        return on[0], None
+    if all(p.topk == 1 for p in on):
+        depths = [0 if p is None else p.depth for p in policies]
+        return TreePolicy("dynamic-topk", max(depths), 1, max(depths) + 1), depths
+    # trees that vary with the batch size: SGLang cannot run them (adaptive needs top-k 1)
+    if evaluate is not None:
+        chains, loss_c = fit_engine_shape(rows, evaluate, shapes=[(1, 0)])
+        best: tuple[float, TreePolicy | None, list[int]] = (loss_c, None, list(chains.depths))
+        for p in dict.fromkeys(on):
+            loss_p = _static_loss(rows, p, evaluate)
+            if loss_p > best[0]:
+                best = (loss_p, p, [])
+        loss, static, depths = best
+        if static is None:
+            kind = "chains with a draft length per range (" + ", ".join(
+                f"{range_label(b)}: {d}" for b, d in zip(rows, depths, strict=True)
+            )
+        else:
+            kind = f"one static setting for every batch ({static.label}"
+        notes.append(
+            "sglang runs a per-batch schedule only with top-k 1, and the plan varies trees with "
+            f"the batch size: fitted {kind}); predicted tokens/s "
+            f"{100 * (math.exp(loss) - 1):+.1f}% vs the per-bucket plan (geometric mean)"
+        )
+        if static is not None:
+            return static, None
+        top = max(depths)
+        return (TreePolicy("dynamic-topk", top, 1, top + 1) if top else None), depths
+    if all(b.chain is not None for b in rows):
+        depths = [
+            0 if p is None else p.depth if p.topk == 1 else _chain_len(b)
+            for b, p in zip(rows, policies, strict=True)
+        ]
+        notes.append(
+            "sglang runs a per-batch schedule only with top-k 1: tree buckets use their best "
+            "chain (recorded by the planner) so the draft length can follow the batch size"
+        )
+        m = max(depths)
+        return (TreePolicy("dynamic-topk", m, 1, m + 1) if m else None), depths
+    first = on[0]
+    notes.append(
+        "sglang runs a per-batch schedule only with top-k 1 and the policy file records no "
+        f"chains: one static setting ({first.label}) for every batch size"
+    )
+    return first, None
+
+
+def _chain_len(b: Bucket) -> int:
+    assert b.chain is not None
+    return b.chain.draft_tokens
+
+
+def _static_loss(rows: Sequence[Bucket], p: TreePolicy, evaluate: Evaluate) -> float:
+    """Mean log-ratio of tokens/s of `p` at every batch range to the plan's own policies."""
+    total = 0.0
+    for b in rows:
+        ctx = (b.context[0] + b.context[1] + 1) // 2
+        for x in sorted({b.batch[0], b.batch[1]}):
+            total += math.log(max(evaluate(p, x, ctx), 1e-300))
+            total -= math.log(max(evaluate(b.policy, x, ctx), 1e-300))
+    return total / (2 * len(rows))
 
 
 def export_sglang(
-    table: PolicyTable, *, context: int | None = None, evaluate: Evaluate | None = None
+    table: PolicyTable,
+    *,
+    context: int | None = None,
+    evaluate: Evaluate | None = None,
+    profile: EngineProfile | str = "sglang",
+    model_path: str | None = None,
+    draft_model_path: str | None = None,
 ) -> Export:
+    prof = load_engine(profile)
     rows, notes = batch_plan(table, context)
-    p = primary_policy(rows)
-    if p is None:
+    paths = model_paths(table, model_path, draft_model_path)
+    check_engine_drafter(paths.drafter_kind, prof)
+    m = max_batch(rows)
+    for b in rows:
+        check_engine_policy(b.policy, prof)
+    policies = [engine_policy(b.policy, prof) for b in rows]
+    first = next((b.policy for b in rows if b.policy is not None), None)
+    if first is not None:
+        notes += [n for n in shape_notes(rows, first, "sglang") if "one top-k" not in n]
+        if any(b.policy is not None and b.policy.builder == "static" for b in rows):
+            notes.append(
+                "sglang grows EAGLE-2 dynamic top-k trees; static-builder buckets are "
+                "approximated by top-k and tree tokens"
+            )
+    static, depths = (None, None) if first is None else _choose(rows, policies, evaluate, notes)
+    graph_max = min(m, prof.cuda_graph_max_batch) if prof.cuda_graph_max_batch else m
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", paths.target]
+    argv += ["--tp-size", str(table.tp), "--max-running-requests", str(m)]
+    adaptive: dict[str, Any] | None = None
+    args: dict[str, Any] = {}
+    if static is None:
         notes.append(
-            "speculation is off for every batch size: run SGLang without --speculative-algorithm"
+            "speculation is off for every batch size: SGLang runs without --speculative-algorithm"
         )
-        text = header(table, "sglang", notes, "# ") + "# (no speculative arguments)\n"
-        return Export(
-            "sglang",
-            {"sglang_args.txt": text, "sglang.spectune.json": sidecar(table, "sglang", notes, {})},
-            tuple(notes),
+    else:
+        args = _spec_args(paths, static)
+        if depths is not None:
+            adaptive = {
+                str(b.batch[0]): {"candidate_steps": [d]} for b, d in zip(rows, depths, strict=True)
+            }
+            _routing_notes(rows, graph_batches(prof, graph_max), notes)
+        check_sglang(args, adaptive)
+        for k, v in args.items():
+            argv += [f"--{k.replace('_', '-')}", str(v)]
+        argv += ["--cuda-graph-max-bs-decode", str(graph_max)]
+        if adaptive is not None:
+            argv += ["--speculative-adaptive", "--speculative-adaptive-config"]
+            argv.append(f"{HERE}/{ADAPTIVE_FILE}")
+    if graph_max < m:
+        notes.append(
+            f"batches {graph_max + 1}-{m} run without CUDA graphs (SGLang captures decode "
+            f"graphs up to {graph_max} on this GPU class)"
         )
-    shape, shape_notes = engine_shape(rows, p, evaluate, "sglang")
-    notes += shape_notes
-    steps = max(shape.depths)
-    if steps == 0:  # the fit turned every range off
-        return export_sglang(all_off(table), context=context)
-    topk = shape.topk
-    tokens = steps + 1 if topk == 1 else shape.budget
-    if topk == 1 and shape.budget not in (0, steps + 1):
-        notes.append(f"top-k 1 forces num_draft_tokens = steps + 1 = {steps + 1}")
-    adaptive: dict[str, Any] = {"strategy": "ema"}
-    for b, d in zip(rows, shape.depths, strict=True):
-        adaptive[str(b.batch[0])] = {"candidate_steps": [d]}
-    varying = len({d for d in shape.depths})
-    args = {
-        "speculative_algorithm": "EAGLE3",
-        "speculative_draft_model_path": table.drafter,
-        "speculative_num_steps": steps,
-        "speculative_eagle_topk": topk,
-        "speculative_num_draft_tokens": tokens,
+    config = {
+        "server_args": args,
+        "adaptive": adaptive,
+        "tp_size": table.tp,
+        "max_running_requests": m,
+        "cuda_graph_max_bs_decode": graph_max if args else None,
     }
-    use_adaptive = varying > 1
-    check_sglang(args, adaptive if use_adaptive else None)
-    argv = [f"--{k.replace('_', '-')} {v}" for k, v in args.items()]
-    if use_adaptive:
-        argv += ["--speculative-adaptive", "--speculative-adaptive-config sglang_adaptive.json"]
-        notes.append(
-            "adaptive mode: one candidate step count per batch range, so the EMA "
-            "controller keeps the planned depth (0 = off)"
+    head = header(table, prof, notes, "# ")
+    files = {"launch_sglang.sh": launch_script(argv, head)}
+    if adaptive is not None:
+        files[ADAPTIVE_FILE] = json.dumps(adaptive, indent=2) + "\n"
+    files["sglang.spectune.json"] = sidecar(table, prof, notes, config, argv)
+    return Export("sglang", files, tuple(notes), config, tuple(argv))
+
+
+def _spec_args(paths: ModelPaths, p: TreePolicy) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    if paths.drafter_kind == "ngram":
+        args["speculative_algorithm"] = "NGRAM"
+    else:
+        args["speculative_algorithm"] = ALGORITHMS[paths.drafter_kind]
+        args["speculative_draft_model_path"] = paths.drafter
+    args["speculative_num_steps"] = p.depth
+    args["speculative_eagle_topk"] = p.topk
+    args["speculative_num_draft_tokens"] = p.depth + 1 if p.topk == 1 else p.budget
+    return args
+
+
+def _routing_notes(rows: Sequence[Bucket], graphs: Sequence[int], notes: list[str]) -> None:
+    moved = adaptive_routing(rows, graphs)
+    if not moved:
+        return
+    spans: dict[tuple[int, int], list[int]] = {}
+    for x, i, j in moved:
+        spans.setdefault((i, j), []).append(x)
+    notes.append(
+        "SGLang pads a batch to its CUDA-graph batch size before choosing the adaptive slot: "
+        + "; ".join(
+            f"batches {min(xs)}-{max(xs)} run range {range_label(rows[j])}'s draft length"
+            for (i, j), xs in sorted(spans.items())
         )
-    text = header(table, "sglang", notes, "# ") + " \\\n  ".join(argv) + "\n"
-    files = {"sglang_args.txt": text}
-    if use_adaptive:
-        files["sglang_adaptive.json"] = json.dumps(adaptive, indent=2) + "\n"
-    config = {"server_args": args, "adaptive": adaptive if use_adaptive else None}
-    files["sglang.spectune.json"] = sidecar(table, "sglang", notes, config)
-    return Export("sglang", files, tuple(notes), config)
+    )
+
+
+__all__ = ["ADAPTIVE_FILE", "adaptive_routing", "check_sglang", "export_sglang", "graph_batches"]

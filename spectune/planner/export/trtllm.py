@@ -1,31 +1,57 @@
-"""TensorRT-LLM: an Eagle3 speculative_config YAML (draft_len_schedule, dynamic-tree limits or
-eagle_choices), written by hand: no YAML dependency in the core."""
+"""TensorRT-LLM: `trtllm-serve MODEL --extra_llm_api_options FILE` with an Eagle3
+speculative_config (draft_len_schedule, dynamic-tree limits or eagle_choices), written by hand
+(no YAML dependency in the core), in the semantics of the profile's version:
+
+  trtllm, trtllm-1.4   draft_len_schedule keys are upper bounds (batch <= key gets the value),
+                       batches above the largest key get 0; the smallest key maps to
+                       max_draft_len. trtllm-1.4 has no eagle_choices.
+  trtllm-stage1        keys are lower bounds (the largest key <= batch); the schedule drives
+                       the two-model drafter (eagle3_one_model: false), which drafts chains.
+
+The YAML also sets max_batch_size (the plan's largest batch: every batch the schedule sees is
+covered) and tensor_parallel_size.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spectune.planner.export.base import (
+    HERE,
     Evaluate,
     Export,
     TreeShaper,
-    all_off,
     batch_plan,
     check_choices,
     engine_shape,
     header,
-    primary_policy,
+    launch_script,
+    max_batch,
+    model_paths,
     range_label,
     tree_choices,
 )
+from spectune.planner.space import check_engine_drafter, check_engine_policy
+from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
-from spectune.specs.policy import PolicyTable, TreePolicy
+from spectune.specs.policy import Bucket, PolicyTable, TreePolicy
+
+YAML_FILE = "trtllm_extra_llm_api_options.yaml"
+DECODING_TYPES = {
+    "eagle3": "Eagle3",
+    "eagle": "Eagle",
+    "mtp": "MTP",
+    "draft-model": "Draft_Target",
+    "ngram": "NGram",
+}
 
 
-def check_trtllm(cfg: Mapping[str, Any]) -> None:
-    """TensorRT-LLM's rules for an Eagle3 speculative_config."""
+def check_trtllm(cfg: Mapping[str, Any], profile: EngineProfile | str = "trtllm") -> None:
+    """TensorRT-LLM's rules for an Eagle3 speculative_config (llm_args.py at the profile's
+    revision)."""
+    prof = load_engine(profile)
     d = cfg["max_draft_len"]
     if d < 1:
         raise SpecError("trtllm: max_draft_len must be > 0 for Eagle")
@@ -33,8 +59,8 @@ def check_trtllm(cfg: Mapping[str, Any]) -> None:
     if sched:
         if min(sched) < 1 or min(sched.values()) < 0:
             raise SpecError("trtllm: draft_len_schedule keys must be >= 1 and values >= 0")
-        if 1 not in sched:
-            raise SpecError("trtllm: draft_len_schedule must include batch size 1")
+        if 1 not in sched and prof.schedule == "lower-bound":
+            raise SpecError("trtllm: a lower-bound draft_len_schedule must include batch size 1")
         if sched[min(sched)] != d:
             raise SpecError(
                 f"trtllm: draft_len_schedule[{min(sched)}] must equal max_draft_len {d}"
@@ -43,6 +69,10 @@ def check_trtllm(cfg: Mapping[str, Any]) -> None:
             raise SpecError(f"trtllm: draft_len_schedule values must be <= max_draft_len {d}")
     choices = cfg.get("eagle_choices")
     if choices is not None:
+        if not prof.static_tree_choices:
+            raise SpecError(
+                f"trtllm: {prof.name} ({prof.versions}) has no eagle_choices; use a dynamic tree"
+            )
         if cfg.get("use_dynamic_tree"):
             raise SpecError("trtllm: eagle_choices and use_dynamic_tree are mutually exclusive")
         check_choices(choices)
@@ -60,6 +90,31 @@ def check_trtllm(cfg: Mapping[str, Any]) -> None:
             )
 
 
+def schedule_for(
+    rows: Sequence[Bucket], lengths: Sequence[int], profile: EngineProfile, m: int
+) -> dict[int, int]:
+    """draft_len_schedule for per-range draft lengths (batch order; lengths[0] is the global
+    max_draft_len), in the key semantics of `profile`: upper bounds (each run of equal
+    lengths keyed by its last batch; the last run keyed by the max batch `m`, so no batch the
+    server admits falls past the largest key) or lower bounds (keyed by its first batch)."""
+    runs: list[tuple[int, int, int]] = []
+    for b, v in zip(rows, lengths, strict=True):
+        if runs and runs[-1][2] == v:
+            runs[-1] = (runs[-1][0], b.batch[1], v)
+        else:
+            runs.append((b.batch[0], b.batch[1], v))
+    if profile.schedule == "lower-bound":
+        return {lo: v for lo, _, v in runs}
+    out = {hi: v for _, hi, v in runs}
+    if runs[-1][2] == 0:  # batches past the largest key get 0 anyway
+        out.pop(runs[-1][1])
+        if not out:
+            return {}
+    else:
+        out[m] = out.pop(runs[-1][1])
+    return out
+
+
 def export_trtllm(
     table: PolicyTable,
     *,
@@ -67,26 +122,74 @@ def export_trtllm(
     static_tree: bool | None = None,
     shaper: TreeShaper | None = None,
     evaluate: Evaluate | None = None,
+    profile: EngineProfile | str = "trtllm",
+    model_path: str | None = None,
+    draft_model_path: str | None = None,
 ) -> Export:
+    prof = load_engine(profile)
     rows, notes = batch_plan(table, context)
-    p = primary_policy(rows)
+    paths = model_paths(table, model_path, draft_model_path)
+    check_engine_drafter(paths.drafter_kind, prof)
+    m = max_batch(rows)
+    for b in rows:
+        check_engine_policy(b.policy, prof)
+    argv = ["trtllm-serve", paths.target, "--backend", "pytorch", "--tp_size", str(table.tp)]
+    argv += ["--max_batch_size", str(m), "--extra_llm_api_options", f"{HERE}/{YAML_FILE}"]
+    doc: dict[str, Any] = {"tensor_parallel_size": table.tp, "max_batch_size": m}
+    cfg = _spec_config(
+        rows, prof, paths.drafter, paths.drafter_kind, m, notes, static_tree, shaper, evaluate
+    )
+    if cfg is not None:
+        check_trtllm(cfg, prof)
+        doc["speculative_config"] = cfg
+    head = header(table, prof, notes, "# ")
+    files = {"launch_trtllm.sh": launch_script(argv, head), YAML_FILE: head + to_yaml(doc)}
+    return Export("trtllm", files, tuple(notes), doc, tuple(argv))
+
+
+def _spec_config(
+    rows: Sequence[Bucket],
+    prof: EngineProfile,
+    drafter: str,
+    kind: str,
+    m: int,
+    notes: list[str],
+    static_tree: bool | None,
+    shaper: TreeShaper | None,
+    evaluate: Evaluate | None,
+) -> dict[str, Any] | None:
+    p = next((b.policy for b in rows if b.policy is not None), None)
     if p is None:
         notes.append(
             "speculation is off for every batch size: run TensorRT-LLM without speculative_config"
         )
-        text = header(table, "trtllm", notes, "# ") + "{}\n"
-        return Export("trtllm", {"trtllm_extra_llm_api_options.yaml": text}, tuple(notes))
+        return None
     use_static = p.builder == "static" if static_tree is None else static_tree
+    if use_static and not prof.static_tree_choices:
+        notes.append(
+            f"{prof.name} ({prof.versions}) has no eagle_choices (static trees): exported a "
+            "dynamic tree with the same top-k and tree tokens"
+        )
+        use_static = False
     if use_static and shaper is None:
         notes.append("no tree shaper available for eagle_choices: exported a dynamic tree")
         use_static = False
-    shape, shape_notes = engine_shape(
-        rows, p, None if use_static else evaluate, "trtllm", cap_by_first=True
+    shapes = [(1, 0)] if not prof.trees else None
+    shape, shape_notes_ = engine_shape(
+        rows, p, None if use_static else evaluate, "trtllm", cap_by_first=True, shapes=shapes
     )
-    notes += shape_notes
-    if max(shape.depths) == 0:
-        return export_trtllm(all_off(table), context=context)
+    notes += shape_notes_
+    if not prof.trees and shape.topk > 1:
+        raise SpecError(
+            f"{prof.name} ({prof.versions}) drafts chains only with a draft_len_schedule "
+            f"(two-model drafter); the plan's trees need --engine trtllm"
+        )
     depths = list(shape.depths)
+    if max(depths) == 0:
+        notes.append(
+            "speculation is off for every batch size: run TensorRT-LLM without speculative_config"
+        )
+        return None
     d_max = depths[0] if depths[0] > 0 else max(depths)
     if depths[0] == 0:
         notes.append(
@@ -98,38 +201,30 @@ def export_trtllm(
         notes.append(
             f"draft lengths above the batch-1 value {d_max} were cut to it: " + ", ".join(clamped)
         )
-    sched_vals = [min(d, d_max) for d in depths]
-    sched_vals[0] = d_max
-    keys_vals: list[tuple[int, int]] = []
-    for b, v in zip(rows, sched_vals, strict=True):
-        if keys_vals and keys_vals[-1][1] == v:
-            keys_vals[-1] = (b.batch[1], v)
-        else:
-            keys_vals.append((b.batch[1], v))
-    schedule = dict(keys_vals)
-    if 1 not in schedule:
-        schedule = {1: sched_vals[0], **schedule}
-    if keys_vals[-1][1] > 0:
+    lengths = [min(d, d_max) for d in depths]
+    lengths[0] = d_max
+    if prof.schedule_min_steps and 0 in lengths:
         notes.append(
-            f"batches above {keys_vals[-1][0]} get 0 draft tokens in TensorRT-LLM's "
-            "draft_len_schedule (the table would keep the last bucket's policy)"
+            f"{prof.name} raises a draft length of 0 to {prof.schedule_min_steps}: ranges the "
+            "plan turns off speculate 1 token"
         )
-    cfg: dict[str, Any] = {
-        "decoding_type": "Eagle3",
-        "speculative_model_dir": table.drafter,
-        "max_draft_len": d_max,
-    }
+        lengths = [max(v, prof.schedule_min_steps) for v in lengths]
+    cfg: dict[str, Any] = {"decoding_type": DECODING_TYPES[kind], "max_draft_len": d_max}
+    model_key = "speculative_model_dir" if prof.schedule == "lower-bound" else "speculative_model"
+    if kind != "ngram":
+        cfg[model_key] = drafter
+    if prof.schedule == "lower-bound" and kind == "eagle3":
+        cfg["eagle3_one_model"] = False
     if use_static:
         assert shaper is not None
-        shape_policy = TreePolicy("static", d_max, p.topk, p.budget)
-        choices = tree_choices(shaper(shape_policy))
-        cfg["max_draft_len"] = max(len(c) for c in choices)
-        schedule = {k: min(v, cfg["max_draft_len"]) for k, v in schedule.items()}
-        schedule[1] = cfg["max_draft_len"]
+        choices = tree_choices(shaper(TreePolicy("static", d_max, p.topk, p.budget)))
+        cfg["max_draft_len"] = d_max = max(len(c) for c in choices)
+        lengths = [min(v, d_max) for v in lengths]
+        lengths[0] = d_max
         cfg["eagle_choices"] = choices
         notes.append(
-            f"one static tree (eagle_choices, {len(choices)} draft tokens) for every "
-            "batch size; TensorRT-LLM marks eagle_choices deprecated"
+            f"one static tree (eagle_choices, {len(choices)} draft tokens) for every batch "
+            f"size; {prof.name} marks eagle_choices deprecated (removed in 1.4)"
         )
     elif shape.topk > 1:
         t = min(max(shape.budget - 1, d_max), shape.topk * d_max)
@@ -141,10 +236,9 @@ def export_trtllm(
         cfg.update(
             use_dynamic_tree=True, dynamic_tree_max_topK=shape.topk, max_total_draft_tokens=t
         )
-    cfg["draft_len_schedule"] = schedule
-    check_trtllm(cfg)
-    text = header(table, "trtllm", notes, "# ") + to_yaml({"speculative_config": cfg})
-    return Export("trtllm", {"trtllm_extra_llm_api_options.yaml": text}, tuple(notes), cfg)
+    if len(set(lengths)) > 1:
+        cfg["draft_len_schedule"] = schedule_for(rows, lengths, prof, m)
+    return cfg
 
 
 def to_yaml(obj: Any, indent: int = 0) -> str:

@@ -1,5 +1,13 @@
-"""vLLM: speculative_config with num_speculative_tokens_per_batch_size (chains; vLLM 0.33) and,
-for older releases, speculative_token_tree."""
+"""vLLM: `vllm serve MODEL --speculative-config JSON` with num_speculative_tokens_per_batch_size
+(vLLM 0.33: chains, inclusive [lo, hi, K] ranges from batch 1, K = 0 turns a range off, K capped
+at num_speculative_tokens) or, for releases with tree attention (vllm-0.11 profile), one static
+speculative_token_tree and no per-batch schedule.
+
+The export sets --tensor-parallel-size and --max-num-seqs (the plan's largest batch, which is
+also where vLLM's dense schedule lookup ends), and the draft model's Hugging Face repo id or
+path. vLLM rejects unknown keys in speculative_config, so what spectune has to say goes into a
+sidecar `vllm.spectune.json`.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +16,31 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spectune.planner.export.base import (
-    VLLM_MAX_BATCH,
     Export,
     TreeShaper,
     batch_plan,
     check_choices,
-    primary_policy,
+    header,
+    launch_script,
+    max_batch,
+    model_paths,
     range_label,
     shape_notes,
     sidecar,
     tree_choices,
 )
+from spectune.planner.space import check_engine_drafter
+from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
-from spectune.specs.policy import PolicyTable
+from spectune.specs.policy import Bucket, PolicyTable
+
+METHODS = {
+    "eagle3": "eagle3",
+    "eagle": "eagle",
+    "mtp": "mtp",
+    "draft-model": "draft_model",
+    "ngram": "ngram",
+}
 
 
 def check_vllm(cfg: Mapping[str, Any], tree: Sequence[Sequence[int]] | None = None) -> None:
@@ -30,25 +50,61 @@ def check_vllm(cfg: Mapping[str, Any], tree: Sequence[Sequence[int]] | None = No
     if k_max < 1:
         raise SpecError("vllm: num_speculative_tokens must be >= 1")
     ranges = cfg.get("num_speculative_tokens_per_batch_size")
-    if ranges is None:
-        return
-    if not ranges or ranges[0][0] != 1:
-        raise SpecError("vllm: num_speculative_tokens_per_batch_size must start at batch 1")
-    prev_hi = 0
-    for lo, hi, k in ranges:
-        if lo != prev_hi + 1 or hi < lo:
-            raise SpecError(
-                f"vllm: range [{lo}, {hi}] does not follow [.., {prev_hi}] (inclusive, contiguous)"
-            )
-        if not 0 <= k <= k_max:
-            raise SpecError(
-                f"vllm: K={k} for [{lo}, {hi}] must be in 0..num_speculative_tokens={k_max}"
-            )
-        prev_hi = hi
+    if ranges is not None:
+        if tree is not None:
+            raise SpecError("vllm: no release runs a token tree with a per-batch-size schedule")
+        if not ranges or ranges[0][0] != 1:
+            raise SpecError("vllm: num_speculative_tokens_per_batch_size must start at batch 1")
+        prev_hi = 0
+        for lo, hi, k in ranges:
+            if lo != prev_hi + 1 or hi < lo:
+                raise SpecError(
+                    f"vllm: range [{lo}, {hi}] does not follow [.., {prev_hi}] "
+                    "(inclusive, contiguous)"
+                )
+            if not 0 <= k <= k_max:
+                raise SpecError(
+                    f"vllm: K={k} for [{lo}, {hi}] must be in 0..num_speculative_tokens={k_max}"
+                )
+            prev_hi = hi
     if tree is not None:
         check_choices(tree)
         if max(len(c) for c in tree) != k_max:
             raise SpecError("vllm: the token tree's depth must equal num_speculative_tokens")
+
+
+def chain_lengths(rows: Sequence[Bucket], notes: list[str]) -> list[int]:
+    """K per batch range: 0 where the plan turns speculation off, the policy's depth where it
+    is a chain, the planner's best chain (`Bucket.chain`) where it is a tree; a tree without
+    a recorded chain cannot run on a chain-only vLLM (SpecError)."""
+    ks: list[int] = []
+    losses = []
+    for b in rows:
+        if b.policy is None:
+            ks.append(0)
+        elif b.policy.topk == 1:
+            ks.append(b.policy.depth)
+        elif b.chain is not None:
+            ks.append(b.chain.draft_tokens)
+            if b.predicted is not None and b.predicted.tokens_per_s > 0:
+                loss = 1 - b.chain.tokens_per_s / b.predicted.tokens_per_s
+                losses.append(
+                    f"{range_label(b)}: {b.predicted.tokens_per_s:.0f} -> "
+                    f"{b.chain.tokens_per_s:.0f} tok/s ({-100 * loss:+.1f}%)"
+                )
+        else:
+            raise SpecError(
+                f"vLLM 0.33 verifies chains only (tree attention removed, vllm PR #42121) and "
+                f"bucket {range_label(b)} plans the tree {b.policy.label} with no best chain "
+                "recorded: re-plan for --engine vllm (chains), or export --engine vllm-0.11 "
+                "(speculative_token_tree, no per-batch schedule)"
+            )
+    if losses:
+        notes.append(
+            "vLLM 0.33 verifies chains only (tree attention removed): tree buckets use their "
+            "best chain; predicted loss of tree -> chain: " + "; ".join(losses)
+        )
+    return ks
 
 
 def export_vllm(
@@ -57,89 +113,89 @@ def export_vllm(
     context: int | None = None,
     tree: bool = False,
     shaper: TreeShaper | None = None,
-    max_batch: int = VLLM_MAX_BATCH,
+    profile: EngineProfile | str | None = None,
+    model_path: str | None = None,
+    draft_model_path: str | None = None,
 ) -> Export:
+    """`tree` selects the vllm-0.11 profile (speculative_token_tree) when no profile is given."""
+    prof = load_engine(profile or ("vllm-0.11" if tree else "vllm"))
     rows, notes = batch_plan(table, context)
-    ks = []
-    for b in rows:
-        if b.chain is not None:
-            k = b.chain.draft_tokens
-        else:
-            k = 0 if b.policy is None else b.policy.depth
-        ks.append(k)
-    if any(b.chain is None and b.policy is not None for b in rows):
-        notes.append(
-            "the policy file records no best chain for some buckets (planned by an "
-            "older spectune): used the tree's depth as the chain length"
-        )
-    if not tree:
-        losses = []
-        for b in rows:
-            if b.policy is None or b.policy.topk == 1 or b.chain is None or b.predicted is None:
-                continue
-            loss = 1 - b.chain.tokens_per_s / b.predicted.tokens_per_s
-            losses.append(
-                f"{range_label(b)}: {b.predicted.tokens_per_s:.0f} -> "
-                f"{b.chain.tokens_per_s:.0f} tok/s ({-100 * loss:+.1f}%)"
-            )
-        if losses:
-            notes.append(
-                "vLLM 0.33 verifies chains only (tree attention removed): each bucket "
-                "uses its best chain; predicted loss of tree -> chain: " + "; ".join(losses)
-            )
-    ranges: list[list[int]] = []
-    for b, k in zip(rows, ks, strict=True):
-        hi = b.batch[1]
-        if ranges and ranges[-1][2] == k:
-            ranges[-1][1] = hi
-        else:
-            ranges.append([b.batch[0], hi, k])
-    if ranges[-1][1] < max_batch:
-        notes.append(
-            f"batches {ranges[-1][1] + 1}-{max_batch} beyond the last bucket use its "
-            f"setting (K={ranges[-1][2]})"
-        )
-        ranges[-1][1] = max_batch
+    paths = model_paths(table, model_path, draft_model_path)
+    check_engine_drafter(paths.drafter_kind, prof)
+    m = max_batch(rows)
+    argv = ["vllm", "serve", paths.target, "--tensor-parallel-size", str(table.tp)]
+    argv += ["--max-num-seqs", str(m)]
+    cfg: dict[str, Any] | None
+    choices = None
+    if prof.trees and prof.static_tree_choices and not prof.has_schedule:
+        cfg, choices = _tree_config(rows, paths.drafter, shaper, notes, prof)
+    else:
+        cfg = _chain_config(rows, paths.drafter, m, notes)
+    if cfg is not None:
+        cfg = {"method": METHODS[paths.drafter_kind], **cfg}
+        if paths.drafter_kind == "ngram":
+            cfg.pop("model", None)
+        check_vllm(cfg, choices)
+        argv += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
+    head = header(table, prof, notes, "# ")
+    files = {
+        "launch_vllm.sh": launch_script(argv, head),
+        "vllm_speculative_config.json": json.dumps(cfg, indent=2) + "\n",
+        "vllm.spectune.json": sidecar(table, prof, notes, cfg, argv),
+    }
+    config = {"speculative_config": cfg, "tensor_parallel_size": table.tp, "max_num_seqs": m}
+    return Export("vllm", files, tuple(notes), config, tuple(argv))
+
+
+def _chain_config(
+    rows: Sequence[Bucket], drafter: str, m: int, notes: list[str]
+) -> dict[str, Any] | None:
+    ks = chain_lengths(rows, notes)
     k_max = max(ks)
     if k_max == 0:
-        notes.append("speculation is off for every batch size: run vLLM without speculative_config")
-        return Export(
-            "vllm",
-            {
-                "vllm_speculative_config.json": "null\n",
-                "vllm.spectune.json": sidecar(table, "vllm", notes, None),
-            },
-            tuple(notes),
-        )
-    cfg: dict[str, Any] = {
-        "method": "eagle3",
-        "model": table.drafter,
-        "num_speculative_tokens": k_max,
-    }
-    if len(ranges) > 1 or ranges[0][2] != k_max:
-        cfg["num_speculative_tokens_per_batch_size"] = ranges
-    choices = None
-    if tree:
-        p = primary_policy(rows)
-        assert p is not None
-        if shaper is None:
-            raise SpecError(
-                "vllm tree export needs a tree shaper (the workload's acceptance model)"
-            )
-        choices = tree_choices(shaper(p))
-        depth = max(len(c) for c in choices)
-        cfg["num_speculative_tokens"] = depth
-        cfg.pop("num_speculative_tokens_per_batch_size", None)
-        cfg["speculative_token_tree"] = str([tuple(c) for c in choices]).replace(" ", "")
         notes.append(
-            "speculative_token_tree (vLLM releases before the May 2026 removal of tree "
-            f"attention): one static tree of {len(choices) + 1} tokens for every batch "
-            "size; per-batch-size settings dropped"
+            "speculation is off for every batch size: vLLM runs without speculative_config"
         )
-        notes += shape_notes(rows, p, "vllm static tree")
-    check_vllm(cfg, choices)
-    files = {
-        "vllm_speculative_config.json": json.dumps(cfg, indent=2) + "\n",
-        "vllm.spectune.json": sidecar(table, "vllm", notes, cfg),
+        return None
+    ranges: list[list[int]] = []
+    for b, k in zip(rows, ks, strict=True):
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = b.batch[1]
+        else:
+            ranges.append([b.batch[0], b.batch[1], k])
+    cfg: dict[str, Any] = {"model": drafter, "num_speculative_tokens": k_max}
+    if len(ranges) > 1:
+        cfg["num_speculative_tokens_per_batch_size"] = ranges
+    return cfg
+
+
+def _tree_config(
+    rows: Sequence[Bucket],
+    drafter: str,
+    shaper: TreeShaper | None,
+    notes: list[str],
+    prof: EngineProfile,
+) -> tuple[dict[str, Any] | None, list[list[int]] | None]:
+    first = next((b.policy for b in rows if b.policy is not None), None)
+    if first is None:
+        notes.append(
+            "speculation is off for every batch size: vLLM runs without speculative_config"
+        )
+        return None, None
+    if shaper is None:
+        raise SpecError("vllm tree export needs a tree shaper (the workload's acceptance model)")
+    choices = tree_choices(shaper(first))
+    depth = max(len(c) for c in choices)
+    cfg = {
+        "model": drafter,
+        "num_speculative_tokens": depth,
+        "speculative_token_tree": str([tuple(c) for c in choices]).replace(" ", ""),
     }
-    return Export("vllm", files, tuple(notes), cfg)
+    if len({b.policy for b in rows}) > 1:
+        notes.append(
+            f"{prof.name} ({prof.versions}) has no per-batch-size schedule: one static tree of "
+            f"{len(choices) + 1} tokens for every batch size; the other buckets' settings are "
+            "dropped"
+        )
+    notes += shape_notes(rows, first, "vllm static tree")
+    return cfg, choices
