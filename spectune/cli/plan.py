@@ -32,6 +32,7 @@ from spectune.planner.buckets import (
 )
 from spectune.planner.objective import ClosedFormObjective
 from spectune.planner.search import BucketResult, Scorer, SearchSettings, choose, search
+from spectune.planner.space import check_engine_drafter, engine_default, engine_space
 from spectune.planner.studies import (
     ATTR_SETUP,
     make_storage,
@@ -42,6 +43,8 @@ from spectune.planner.studies import (
 from spectune.planner.table import build_table
 from spectune.simulator.scoring import build_scorer
 from spectune.specs.calibration import load_calibration
+from spectune.specs.compat import drafter_kind
+from spectune.specs.engine import load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import policy_label
 from spectune.specs.scenario import OBJECTIVES, Scenario
@@ -72,6 +75,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         tp=args.tp,
         workload=args.workload,
         calibration=calibration or None,
+        engine=getattr(args, "engine", DEFAULTS.engine),
         objective=args.objective,
         slo_tpot_ms=args.slo_tpot_ms,
         slo_ttft_ms=args.slo_ttft_ms,
@@ -81,15 +85,30 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
 # ---- output ---------------------------------------------------------------------------------
 
 
+def _default_legend(engine: str) -> str:
+    """What the "vs default" column compares with, for the engine planned for."""
+    profile = load_engine(engine)
+    if profile.engine == "spectune":
+        return "over the better of the SGLang (5/4/8) and EAGLE (7/10/60) trees"
+    default = engine_default(profile)
+    if default is None:
+        return f"{profile.name} has no default speculative config (it requires one), so over off"
+    return f"over {profile.name}'s own default config ({default.label})"
+
+
 def format_range(r: tuple[int, int]) -> str:
     return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
 
 
 def print_table(
-    results: Sequence[BucketResult], out: Any = None, closed: ClosedFormObjective | None = None
+    results: Sequence[BucketResult],
+    out: Any = None,
+    closed: ClosedFormObjective | None = None,
+    engine: str = "spectune",
 ) -> None:
     """The plan as a table; with `closed`, buckets whose largest batch the KV cache cannot hold
-    at their context say how many requests actually run."""
+    at their context say how many requests actually run. `engine`: the engine profile planned
+    for, whose default config the "vs default" column compares with."""
     out = out or sys.stdout
     head = (
         f"{'batch':>8} {'context':>12}  {'policy':<30} {'tok/s':>9} {'vs off':>7} "
@@ -126,7 +145,7 @@ def print_table(
     print(
         "tok/s: predicted output tokens/s of a saturated server (decode plus the prefill of "
         "replacement requests with prompt = context), geometric mean over the bucket's batch ends; "
-        "vs default: over the better of the SGLang (5/4/8) and EAGLE (7/10/60) trees; "
+        f"vs default: {_default_legend(engine)}; "
         "chain: best chain length for chain-only engines (0 = off)",
         file=out,
     )
@@ -197,8 +216,15 @@ def _redact(url: str | None) -> str:
     return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
 
 
-def _settings(args: argparse.Namespace) -> SearchSettings:
+def _settings(args: argparse.Namespace, scenario: Scenario) -> SearchSettings:
+    """The search settings the flags name, within what the scenario's engine runs."""
+    profile = load_engine(scenario.engine)
+    if profile.engine != "spectune":
+        resolved = scenario.resolve()
+        check_engine_drafter(drafter_kind(resolved.drafter), profile)
     return SearchSettings(
+        space=engine_space(profile),
+        engine=scenario.engine,
         trials=args.trials,
         seed=args.seed,
         multi_objective=args.multi_objective,
@@ -287,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 0:
         raise SpecError(f"--workers must be >= 0, got {args.workers}")
     scenario = scenario_from_args(args)
-    settings = _settings(args)
+    settings = _settings(args, scenario)
     buckets = buckets_from_edges(args.batch_edges, args.context_edges)
     scorer, closed = build_scorer(scenario)
     prefix = args.study or default_study_prefix(scenario, args.seed)
@@ -335,7 +361,7 @@ def run(args: argparse.Namespace) -> int:
         f"spectune plan: {scenario.label}, objective {scenario.objective}, "
         f"{provenance['trials']} trials in {elapsed:.1f} s"
     )
-    print_table(results, closed=closed)
+    print_table(results, closed=closed, engine=scenario.engine)
     table.save(args.out)
     print(f"wrote {args.out}")
     return 0
@@ -367,6 +393,15 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULTS.tp,
         help=f"tensor-parallel degree (default {DEFAULTS.tp})",
+    )
+    p.add_argument(
+        "--engine",
+        default=DEFAULTS.engine,
+        help="serving engine to plan for: an engine profile (`spectune presets` lists sglang, "
+        "vllm, vllm-0.11, trtllm, trtllm-1.4, trtllm-stage1) or a profile file. The search "
+        "draws only what that engine runs, prices its host overheads, and compares with its "
+        f"own default config (default {DEFAULTS.engine}: spectune's executor, every policy, "
+        "measured overheads only)",
     )
     add_strict(p)
 

@@ -301,7 +301,8 @@ class ClosedFormObjective:
 
 def scenario_cost_model(resolved: ResolvedScenario) -> CostModel:
     """The cost model of a scenario: its GPU, target, drafter and TP, priced with its
-    calibration (defaults without one; one fitted on another GPU is a SpecError)."""
+    calibration (defaults without one; one fitted on another GPU is a SpecError) and its
+    engine's per-iteration host overheads (zero for spectune's own executor)."""
     from spectune.planner.costmodel import CostModel
 
     return CostModel(
@@ -310,6 +311,7 @@ def scenario_cost_model(resolved: ResolvedScenario) -> CostModel:
         resolved.drafter,
         tp=resolved.tp,
         calibration=resolved.calibration,
+        engine=resolved.engine.overheads,
     )
 
 

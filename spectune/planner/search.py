@@ -40,8 +40,6 @@ from optuna.trial import FrozenTrial, TrialState
 from spectune.planner.buckets import BucketSpec
 from spectune.planner.objective import Latency, Objective
 from spectune.planner.space import (
-    ENGINE_DEFAULTS,
-    REFERENCES,
     PolicySpace,
     canonical_policy,
     neighbours,
@@ -106,8 +104,9 @@ class BucketResult:
 
     @property
     def best_default(self) -> tuple[str, float]:
-        """The better engine default and its tokens/s."""
-        name = max(ENGINE_DEFAULTS, key=lambda n: geomean(self.references[n]))
+        """The better engine default and its tokens/s ('off' when the engine has none)."""
+        names = [n for n in self.references if n != "off"] or ["off"]
+        name = max(names, key=lambda n: geomean(self.references[n]))
         return name, geomean(self.references[name])
 
 
@@ -263,7 +262,8 @@ def choose(
     study: optuna.Study, bucket: BucketSpec, scorer: Scorer, settings: SearchSettings
 ) -> BucketResult:
     """Pick the bucket's policy from a finished study (see the module docstring)."""
-    refs = {name: scorer.point_values(p, bucket) for name, p in REFERENCES.items()}
+    references = settings.references
+    refs = {name: scorer.point_values(p, bucket) for name, p in references.items()}
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
     failed = sum(t.state == TrialState.FAIL for t in study.get_trials(deepcopy=False))
     cands: dict[TreePolicy | None, tuple[float, ...]] = {}
@@ -274,7 +274,7 @@ def choose(
         cands[p] = tuple(pts) if pts else scorer.point_values(p, bucket)
         if settings.multi_objective:
             lat[p] = float(t.values[1])
-    for name, p in REFERENCES.items():
+    for name, p in references.items():
         cands.setdefault(p, refs[name])
         if settings.multi_objective and p not in lat:
             lat[p] = scorer.latency_value(p, bucket)
@@ -288,7 +288,7 @@ def choose(
             fastest = min(cands, key=lambda p: lat[p])
             pool = {fastest: cands[fastest]}
             note = f"no policy meets step latency {limit * 1e3:.2f} ms; took the fastest"
-        refs_ok = {n: v for n, v in refs.items() if lat[REFERENCES[n]] <= limit}
+        refs_ok = {n: v for n, v in refs.items() if lat[references[n]] <= limit}
     else:
         refs_ok = refs
     safe = {p: v for p, v in pool.items() if _dominates(v, refs_ok)} if refs_ok else pool
@@ -302,12 +302,12 @@ def choose(
             policy, safe, refs_ok, bucket, scorer, settings
         )
     searched_pick = policy
-    kept = [p for p in REFERENCES.values() if p in safe and p != policy]
-    if settings.min_gain > 0 and policy not in REFERENCES.values() and kept:
+    kept = [p for p in references.values() if p in safe and p != policy]
+    if settings.min_gain > 0 and policy not in references.values() and kept:
         ref = max(kept, key=lambda p: geomean(safe[p]))
         gain = geomean(safe[policy]) / geomean(safe[ref]) - 1
         if gain < settings.min_gain:
-            name = next(n for n, p in REFERENCES.items() if p == ref)
+            name = next(n for n, p in references.items() if p == ref)
             note = note or (
                 f"kept {name}: the best searched policy ({policy_label(policy)}) is predicted only "
                 f"{100 * gain:+.1f}% (< min_gain {100 * settings.min_gain:.0f}%)"

@@ -400,3 +400,27 @@ def check_engine_schedule(
             )
     if profile.schedule_min_steps > 0 and None in policies:
         raise SpecError(f"{who} cannot turn speculation off for a batch range (its floor is 1)")
+
+
+def engine_default(profile: EngineProfile) -> TreePolicy | None:
+    """The speculative config `profile`'s engine runs when the user sets nothing (its
+    default_steps / default_topk / default_draft_tokens, from the engine's source), as a policy;
+    None when the engine has no default (it requires the user to choose, e.g. vLLM's
+    num_speculative_tokens) or is spectune's own executor."""
+    if profile.engine == "spectune" or profile.default_steps <= 0:
+        return None
+    topk = max(1, profile.default_topk)
+    tokens = profile.default_draft_tokens or profile.default_steps + 1
+    return engine_policy(
+        canonical_policy("dynamic-topk", profile.default_steps, topk, tokens), profile
+    )
+
+
+def engine_references(profile: EngineProfile | None) -> Mapping[str, TreePolicy | None]:
+    """What a plan for `profile` must not lose to: no speculation and the engine's own default
+    config (named after the profile). spectune's executor (or no profile) is compared with the
+    SGLang and EAGLE defaults (REFERENCES)."""
+    if profile is None or profile.engine == "spectune":
+        return REFERENCES
+    default = engine_default(profile)
+    return {OFF: None} if default is None else {OFF: None, profile.name: default}

@@ -21,11 +21,12 @@ from optuna.trial import TrialState
 
 from spectune.planner.buckets import BucketSpec
 from spectune.planner.space import (
-    REFERENCES,
     SEED_POLICIES,
     PolicySpace,
+    engine_references,
     policy_params,
 )
+from spectune.specs.engine import load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.io import help_field
 from spectune.specs.policy import TreePolicy
@@ -61,6 +62,17 @@ class SearchSettings:
         None, help="a trial without heartbeat this long is failed (default 3 x heartbeat)"
     )
     max_retry: int = help_field(3, help="times a failed (killed) trial is run again")
+    engine: str = help_field(
+        "spectune",
+        help="engine profile (name or file) whose default config every plan must beat, beside "
+        "no speculation; `space` holds what the engine runs (planner.space.engine_space)",
+    )
+
+    @property
+    def references(self) -> Mapping[str, TreePolicy | None]:
+        """The policies every bucket's choice must not lose to (planner.space.engine_references
+        for the engine): no speculation and the engine's default config."""
+        return engine_references(None if self.engine == "spectune" else load_engine(self.engine))
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -178,7 +190,7 @@ def prepare_study(
         return
     seeds = SEED_POLICIES if settings.seeds else ()
     queue: list[TreePolicy | None] = []
-    for policy in (*REFERENCES.values(), *warm, *seeds):
+    for policy in (*settings.references.values(), *warm, *seeds):
         if (policy is None and not settings.space.allow_off) or policy in queue:
             continue
         queue.append(policy)

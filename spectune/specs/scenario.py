@@ -17,11 +17,12 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spectune.specs.calibration import Calibration
 from spectune.specs.compat import check_pair
+from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.hardware import HardwareSpec, load_hardware
 from spectune.specs.io import from_mapping, help_field
@@ -120,6 +121,7 @@ class Scenario:
             drafter=drafter,
             workload=load_workload(self.workload, target=target, drafter=drafter),
             calibration=cal,
+            engine=load_engine(self.engine),
         )
 
 
@@ -133,6 +135,7 @@ class ResolvedScenario:
     drafter: ModelSpec | None  # None: retrieval drafting only (drafter "none")
     workload: Workload
     calibration: Calibration | None
+    engine: EngineProfile = field(default_factory=lambda: load_engine("spectune"))
 
     @property
     def tp(self) -> int:
