@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spectune.cli.common import check_out_path, int_range
 from spectune.planner.export import ENGINES, Evaluate, TreeShaper, export_policy
 from spectune.planner.objective import closed_form_objective
 from spectune.specs.errors import SpecError
@@ -49,6 +50,7 @@ def _objective(table: PolicyTable) -> tuple[Evaluate | None, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out_path(args.out, folder=True)
     table = PolicyTable.load(args.policy)
     needs_shape = (args.engine == "vllm" and args.vllm_tree) or (
         args.engine == "trtllm" and args.trtllm_static_tree
@@ -95,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="export", help="output folder (default ./export)")
     p.add_argument(
         "--context",
-        type=int,
+        type=int_range(0, 1 << 24),
         default=None,
         help="context length whose bucket policies to export (engines key by batch "
         "size only; default: the shortest-context buckets)",

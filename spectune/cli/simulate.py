@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spectune.cli.common import float_list, int_list
+from spectune.cli.common import check_out_path, float_range, floats, int_range, ints, seed
 from spectune.specs import PolicyTable, SpecError, TreePolicy, load_hardware, load_model
 
 DEFAULT_POLICY = "dynamic-topk:5,4,8"  # SGLang's EAGLE defaults: 5 steps, top-k 4, 8 tokens
@@ -129,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     from spectune.simulator.trace_export import write_chrome_trace
     from spectune.specs.workload import load_workload
 
+    if args.chrome_trace is not None:
+        check_out_path(args.chrome_trace, "--chrome-trace")
     hw = load_hardware(args.gpu)
     target = load_model(args.target)
     drafter = None if args.drafter == "none" else load_model(args.drafter)
@@ -214,6 +216,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from spectune.simulator.arrivals import MAX_CONCURRENCY, MAX_CV, MAX_QPS, MAX_THINK_S
+    from spectune.simulator.config import MAX_REQUESTS
+
     p = sub.add_parser(
         "simulate",
         help="simulate serving traffic with a policy, against speculation off",
@@ -225,19 +230,38 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--gpu", default="h100-sxm", help="GPU preset or spec file")
     p.add_argument("--workload", default="mt-bench", help="workload preset or file")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs per replica")
+    p.add_argument(
+        "--tp", type=int_range(1, 64), default=1, help="tensor-parallel GPUs per replica"
+    )
     load = p.add_mutually_exclusive_group()
-    load.add_argument("--qps", type=float_list, help="request rates, e.g. 1,4,16 (default)")
-    load.add_argument("--concurrency", type=int_list, help="closed-loop clients, e.g. 1,8,64")
+    load.add_argument(
+        "--qps",
+        type=floats(0, MAX_QPS, lo_open=True),
+        help="request rates, e.g. 1,4,16 (default)",
+    )
+    load.add_argument(
+        "--concurrency",
+        type=ints(1, MAX_CONCURRENCY),
+        help="closed-loop clients, e.g. 1,8,64",
+    )
     load.add_argument("--trace", help="replay a CSV/JSONL trace: arrival_s, prompt/output tokens")
     p.add_argument(
-        "--burstiness", type=float, default=1.0, help="cv of inter-arrival times (>1: Gamma)"
+        "--burstiness",
+        type=float_range(0, MAX_CV, lo_open=True),
+        default=1.0,
+        help="cv of inter-arrival times (>1: Gamma)",
     )
     p.add_argument(
-        "--requests", type=int, default=1000, help="requests per load level (a trace: its first N)"
+        "--requests",
+        type=int_range(1, MAX_REQUESTS),
+        default=1000,
+        help=f"requests per load level, at most {MAX_REQUESTS} (a trace: its first N)",
     )
     p.add_argument(
-        "--think-ms", type=float, default=0.0, help="closed loop: client pause between requests"
+        "--think-ms",
+        type=float_range(0, MAX_THINK_S * 1e3),
+        default=0.0,
+        help="closed loop: client pause between requests",
     )
     p.add_argument(
         "--policy",
@@ -251,18 +275,30 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ECHO: one verify budget per batch for every policy (overrides the policies' own "
         "shared_budget, which a policy file or a ',echo' policy sets per policy)",
     )
-    p.add_argument("--replicas", type=int, default=1, help="replicas behind the router")
+    p.add_argument(
+        "--replicas", type=int_range(1, 1024), default=1, help="replicas behind the router"
+    )
     p.add_argument("--router", choices=("rr", "least"), default="rr", help="request routing")
-    p.add_argument("--max-batch", type=int, help="max running sequences (default: from KV, <= 256)")
-    p.add_argument("--max-batch-tokens", type=int, default=8192, help="token budget per iteration")
+    p.add_argument(
+        "--max-batch",
+        type=int_range(1, 1 << 16),
+        help="max running sequences (default: from KV, <= 256)",
+    )
+    p.add_argument(
+        "--max-batch-tokens",
+        type=int_range(1, 1 << 24),
+        default=8192,
+        help="token budget per iteration",
+    )
     p.add_argument(
         "--lengths", help="length preset: sharegpt, alpaca, mt-bench, humaneval, longbench"
     )
     p.add_argument("--prompt-tokens", help="prompt length: N or MEAN~CV (overrides the workload)")
     p.add_argument("--output-tokens", help="output length: N or MEAN~CV (overrides the workload)")
-    p.add_argument("--slo-ttft-ms", type=float, help="goodput SLO: time to first token, ms")
-    p.add_argument("--slo-tpot-ms", type=float, help="goodput SLO: time per output token, ms")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
+    slo = float_range(0, 1e7, lo_open=True)
+    p.add_argument("--slo-ttft-ms", type=slo, help="goodput SLO: time to first token, ms")
+    p.add_argument("--slo-tpot-ms", type=slo, help="goodput SLO: time per output token, ms")
+    p.add_argument("--seed", type=seed, default=0, help="random seed")
     p.add_argument("--chrome-trace", help="write the iterations as a Chrome trace JSON")
     p.add_argument("--json", action="store_true", help='print {"runs": [...]} only')
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -26,6 +26,7 @@ from spectune.specs import (
     load_model,
     load_workload,
 )
+from spectune.specs.io import names_a_file
 
 # ---- planning -----------------------------------------------------------------------------------
 
@@ -215,6 +216,11 @@ def scenario_for_table(table: PolicyTable, fallback: Scenario) -> tuple[Scenario
 
     def pick(kind: str, name: str, load: Any, current: Any) -> Any:
         if not name:
+            return current
+        if names_a_file(name):  # never open a path a table (an upload) names on this machine
+            notes.append(
+                f"{kind} {name!r} is a file, not a preset; using {getattr(current, 'name', '-')}"
+            )
             return current
         try:
             return load(name)

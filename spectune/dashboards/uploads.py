@@ -1,27 +1,24 @@
 """Uploaded files, parsed as data and never as code: JSON or TOML into plain dicts and then
 into the specs' frozen dataclasses (HardwareSpec, ModelSpec, Workload, PolicyTable), arrival
 traces through the simulator's CSV/JSONL reader, acceptance traces through the planner's
-spectune.trace/v1 reader. Every file is checked against a size limit first, and every problem
+spectune.trace/v1 reader. Every file is checked against a size limit first and read within the
+bounds of spectune.specs.io (nesting, numbers, strings, decompressed bytes), and every problem
 becomes a SpecError that names the file, so a page shows one clear line instead of a traceback.
-Nothing is unpickled, imported or evaluated.
+Nothing is unpickled, imported or evaluated, and nothing an upload names is opened on the
+server: a policy's or a measurement's target, drafter, GPU and workload are preset names
+(dashboards.plans.scenario_for_table uses the page's own, possibly uploaded, specs for any other
+name; dashboards.artifacts.check_measurement rejects a measurement naming a file).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
 
 from spectune.specs import HardwareSpec, ModelSpec, PolicyTable, SpecError, Workload
-from spectune.specs.io import from_mapping
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from spectune.specs.io import SPEC_LIMITS, from_mapping, parse_document
 
 MAX_SPEC_BYTES = 1 << 20  # specs, policies, measurements, benchmark results: 1 MiB
 MAX_TRACE_BYTES = 32 << 20  # arrival and acceptance traces: 32 MiB
@@ -30,24 +27,9 @@ T = TypeVar("T")
 
 
 def parse_mapping(name: str, data: bytes, limit: int = MAX_SPEC_BYTES) -> dict[str, Any]:
-    """A JSON or TOML document (by the file name's suffix) as a dict; SpecError otherwise."""
-    if len(data) > limit:
-        raise SpecError(f"{name}: {len(data)} bytes is over the {limit}-byte limit for this file")
-    suffix = Path(name).suffix.lower()
-    if suffix not in (".json", ".toml"):
-        raise SpecError(f"{name}: unsupported file type {suffix or '(none)'!r}; use .json or .toml")
-    try:
-        text = data.decode("utf-8")
-        doc = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{name}: not UTF-8 text ({e})") from None
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        raise SpecError(f"{name}: not valid {suffix[1:].upper()}: {e}") from None
-    except RecursionError:
-        raise SpecError(f"{name}: nested too deeply") from None
-    if not isinstance(doc, dict):
-        raise SpecError(f"{name}: expected an object at the top level, got {type(doc).__name__}")
-    return doc
+    """A JSON or TOML document (by the file name's suffix) as a dict, within the reading bounds
+    of specs.io (nesting, numbers, strings) and `limit` bytes; SpecError otherwise."""
+    return parse_document(name, data, dataclasses.replace(SPEC_LIMITS, max_bytes=limit))
 
 
 def _build(cls: type[T], name: str, data: bytes) -> T:
