@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -114,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as e:
         print(f"spectune {args.command}: error: {one_line(str(e))}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`| head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as e:  # the system refused a file: name it
         where = f"{e.filename}: " if e.filename else ""
         what = e.strerror or str(e)

@@ -11,11 +11,13 @@ before a long computation rather than after it, and creates nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from spectune.specs.errors import SpecError
 
@@ -130,6 +132,23 @@ int_list = ints(0, 2**31 - 1)
 """'1,8,64' -> [1, 8, 64]: non-negative integers (prefer `ints(lo, hi)` with the option's range)."""
 float_list = floats(-MAX_FLOAT, MAX_FLOAT)
 """'0.6,0.2,0.1' -> finite floats (prefer `floats(lo, hi)` with the option's range)."""
+
+
+def json_text(obj: Any) -> str:
+    """`obj` as strict JSON for --json output: NaN and infinities (an undefined statistic,
+    e.g. TPOT of one-token outputs) become null, numpy scalars plain numbers."""
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [clean(v) for v in x]
+        if isinstance(x, bool | int | str) or x is None:
+            return x
+        f = float(x)
+        return f if math.isfinite(f) else None
+
+    return json.dumps(clean(obj), allow_nan=False)
 
 
 def positive(value: int, name: str) -> int:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 from typing import Any
 
 import numpy as np
 
-from spectune.cli.common import int_range, ints
+from spectune.cli.common import int_range, ints, json_text
 from spectune.planner.costmodel import BREAKDOWN_KEYS, CostModel
 from spectune.specs import Calibration, SpecError, load_hardware, load_model
 
@@ -75,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     cm = CostModel(hardware, target, drafter, tp=args.tp, calibration=calibration)
     rows = build_rows(cm, args.batch, args.tokens, args.context)
     if args.json:
-        print(json.dumps({"rows": rows}))
+        print(json_text({"rows": rows}))
     else:
         _print_table(cm, rows)
     return 0

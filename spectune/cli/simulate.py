@@ -8,14 +8,21 @@ speculation-off baseline beside it on the same arrivals and lengths. `--json` pr
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from spectune.cli.common import check_out_path, float_range, floats, int_range, ints, seed
+from spectune.cli.common import (
+    check_out_path,
+    float_range,
+    floats,
+    int_range,
+    ints,
+    json_text,
+    seed,
+)
 from spectune.specs import PolicyTable, SpecError, TreePolicy, load_hardware, load_model
 
 DEFAULT_POLICY = "dynamic-topk:5,4,8"  # SGLang's EAGLE defaults: 5 steps, top-k 4, 8 tokens
@@ -211,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
                 f"(max batch {res.max_batch}, KV {res.kv_tokens} tokens per replica; {wall:.1f} s)"
             )
     if args.json:
-        print(json.dumps({"runs": runs}, default=float))
+        print(json_text({"runs": runs}))
     return 0
 
 

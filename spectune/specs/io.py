@@ -124,7 +124,9 @@ def check_values(obj: Any, where: str, limits: Limits = SPEC_LIMITS) -> Any:
     while stack:
         container, path = stack.pop()
         if len(path) >= limits.max_depth:
-            raise SpecError(f"{where}: {_field(list(path))}: nested deeper than {limits.max_depth}")
+            raise SpecError(
+                f"{where}: {_field(list(path))}: nested too deeply (more than {limits.max_depth} levels)"
+            )
         items = container.items() if isinstance(container, dict) else enumerate(container)
         count += len(container)
         if count > limits.max_items:
@@ -151,7 +153,9 @@ def loads_json(text: str | bytes, where: str, limits: Limits = SPEC_LIMITS) -> A
     try:
         obj = json.loads(text, parse_constant=_parse_constant)
     except RecursionError:
-        raise SpecError(f"{where}: nested deeper than {limits.max_depth}") from None
+        raise SpecError(
+            f"{where}: nested too deeply (more than {limits.max_depth} levels)"
+        ) from None
     except UnicodeDecodeError as e:
         raise SpecError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
@@ -166,7 +170,9 @@ def loads_toml(text: str, where: str, limits: Limits = SPEC_LIMITS) -> dict[str,
     try:
         obj = tomllib.loads(text, parse_float=_parse_float)
     except RecursionError:
-        raise SpecError(f"{where}: nested deeper than {limits.max_depth}") from None
+        raise SpecError(
+            f"{where}: nested too deeply (more than {limits.max_depth} levels)"
+        ) from None
     except (tomllib.TOMLDecodeError, ValueError) as e:
         raise SpecError(f"{where}: not valid TOML: {e}") from None
     return typing.cast(dict[str, Any], check_values(obj, where, limits))

@@ -229,7 +229,7 @@ def parse_step(obj: Any, where: str) -> TraceStep:
             raise SpecError(f"{where}: field 'logprobs'[{i}] must be a number <= 0, got {v!r}")
     codes = []
     for i, s in enumerate(cols["source"]):
-        if s not in _SOURCE_CODES:
+        if not isinstance(s, str) or s not in _SOURCE_CODES:
             raise SpecError(
                 f"{where}: field 'source'[{i}] must be 'root', 'model' or 'retrieval', got {s!r}"
             )
