@@ -148,14 +148,14 @@ def test_measurement_schema() -> None:
             validate_measurement(broken)
 
 
-def test_execute_without_gpu_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_execute_without_gpu_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    assert (
-        main(["execute", "--policy", "dynamic-topk:5,4,8", "--batch", "1", "--out", "/dev/null"])
-        == 2
-    )
+    out = str(tmp_path / "m.json")  # --out must be a regular file (never /dev/null: it is replaced)
+    assert main(["execute", "--policy", "dynamic-topk:5,4,8", "--batch", "1", "--out", out]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
     assert main(["execute", "--policy", "static:5,4", "--batch", "1"]) == 2
 

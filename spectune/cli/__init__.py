@@ -2,19 +2,23 @@
 
 Each command module defines `register(subparsers)` that adds its parser and sets `func`
 (a callable taking the parsed args and returning an exit code). Bad input anywhere raises
-SpecError, which becomes a one-line message on stderr and exit code 2.
+SpecError, which becomes a one-line message on stderr and exit code 2; so do argparse's own
+errors (a bad option or an out-of-range value) and a file the system refuses (OSError, with its
+path). Every message is one line and has its secrets masked (specs.errors.mask_secrets).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from spectune import __version__
-from spectune.specs.errors import SpecError
+from spectune.specs.errors import SpecError, mask_secrets
 
 # Subcommand modules, in the order `spectune --help` lists them.
 COMMAND_MODULES = (
@@ -34,8 +38,24 @@ COMMAND_MODULES = (
 )
 
 
+MAX_MESSAGE_CHARS = 1000
+
+
+def one_line(message: str) -> str:
+    """A message as one line, secrets masked, at most MAX_MESSAGE_CHARS characters."""
+    text = " ".join(mask_secrets(message).split())
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors on one line (usage is one --help away), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="spectune",
         description="Tune speculative-decoding draft trees per batch size for a GPU, models and workload.",
     )
@@ -84,7 +104,7 @@ def _route_warnings(args: argparse.Namespace) -> None:
         file: object = None,
         line: str | None = None,
     ) -> None:
-        print(f"spectune {args.command}: warning: {message}", file=sys.stderr)
+        print(f"spectune {args.command}: warning: {one_line(str(message))}", file=sys.stderr)
 
     warnings.showwarning = show
     for category in (PairWarning, HFConfigWarning):
@@ -93,19 +113,44 @@ def _route_warnings(args: argparse.Namespace) -> None:
         warnings.simplefilter("error", PairWarning)
 
 
+def _warning_line(command: str) -> Callable[..., str]:
+    """warnings.formatwarning for the CLI: one masked line naming the command."""
+
+    def fmt(message: Warning | str, *_rest: object, **_kw: object) -> str:
+        return f"spectune {command}: warning: {one_line(str(message))}\n"
+
+    return fmt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a bad argument (already reported)
+        return e.code if isinstance(e.code, int) else 2
+
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    formatwarning = warnings.formatwarning
+    warnings.formatwarning = _warning_line(args.command)
     try:
         with warnings.catch_warnings():
             _route_warnings(args)
             return int(args.func(args) or 0)
     except SpecError as e:
-        print(f"spectune {args.command}: error: {e}", file=sys.stderr)
+        print(f"spectune {args.command}: error: {one_line(str(e))}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (`| head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as e:  # the system refused a file: name it
+        where = f"{e.filename}: " if e.filename else ""
+        what = e.strerror or str(e)
+        print(f"spectune {args.command}: error: {one_line(where + what)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = formatwarning

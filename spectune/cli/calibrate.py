@@ -9,29 +9,36 @@ Calibration to them.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+from typing import Any
 
-from spectune.cli.common import int_list
+from spectune.cli.common import check_out_path, ints
 from spectune.specs import SpecError, load_hardware, load_model, write_json_atomic
+from spectune.specs.io import loads_json, read_bytes_bounded
 
 
-def _read(path: str) -> dict:
+def _read(path: str) -> dict[str, Any]:
+    """A JSON document within the reading bounds (specs.io), as a dict."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"{p}: no such file")
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{p}: not valid JSON: {e}") from e
+    doc = loads_json(read_bytes_bounded(p), str(p))
+    if not isinstance(doc, dict):
+        raise SpecError(f"{p}: expected a JSON object at the top level, got {type(doc).__name__}")
+    return doc
 
 
 def run(args: argparse.Namespace) -> int:
     from spectune.validate.fit import fit_calibration
+    from spectune.validate.measure import validate_calibration_run, validate_measurement
 
+    check_out_path(args.out)
+    if args.raw_out is not None:
+        check_out_path(args.raw_out, "--raw-out")
     measurements = [_read(m) for m in args.measurements]
+    for path, doc in zip(args.measurements, measurements, strict=True):
+        validate_measurement(doc, path)
     if args.from_run:
         raw = _read(args.from_run)
+        validate_calibration_run(raw, args.from_run)
     else:
         import torch
 
@@ -87,9 +94,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--target", default="llama-3.1-8b", help="target model preset/file")
     p.add_argument("--drafter", default="eagle3-llama-3.1-8b", help="drafter preset/file")
-    p.add_argument("--batch", type=int_list, default=[1, 4, 16, 64], help="verify-grid batches")
     p.add_argument(
-        "--tokens", type=int_list, default=[1, 16, 64, 128], help="verify-grid tree tokens"
+        "--batch", type=ints(1, 4096), default=[1, 4, 16, 64], help="verify-grid batches"
     )
-    p.add_argument("--context", type=int_list, default=[512, 4096], help="verify-grid contexts")
+    p.add_argument(
+        "--tokens", type=ints(1, 1024), default=[1, 16, 64, 128], help="verify-grid tree tokens"
+    )
+    p.add_argument(
+        "--context", type=ints(1, 1 << 20), default=[512, 4096], help="verify-grid contexts"
+    )
     p.set_defaults(func=run)

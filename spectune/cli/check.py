@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from spectune.cli.common import float_range
+
 
 def run(args: argparse.Namespace) -> int:
     from spectune.validate.check import check_folder, format_check
@@ -23,13 +25,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("folder", nargs="?", default="measurements", help="folder of measurement JSONs")
     p.add_argument(
         "--speedup-tol",
-        type=float,
+        type=float_range(0, 10),
         default=0.10,
         help="largest allowed |predicted/measured - 1| of any speedup (default 0.10)",
     )
     p.add_argument(
         "--mape-tol",
-        type=float,
+        type=float_range(0, 10),
         default=0.10,
         help="largest allowed verify-latency MAPE (default 0.10)",
     )

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 from typing import Any
 
 import numpy as np
 
-from spectune.cli.common import int_list
+from spectune.cli.common import int_range, ints, json_text
 from spectune.planner.costmodel import BREAKDOWN_KEYS, CostModel
 from spectune.specs import Calibration, SpecError, load_hardware, load_model
 from spectune.specs.compat import check_pair
@@ -77,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     cm = CostModel(hardware, target, drafter, tp=args.tp, calibration=calibration)
     rows = build_rows(cm, args.batch, args.tokens, args.context)
     if args.json:
-        print(json.dumps({"rows": rows}))
+        print(json_text({"rows": rows}))
     else:
         _print_table(cm, rows)
     return 0
@@ -98,15 +97,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="drafter preset or path (EAGLE-3 head or a draft model); 'none' for no model drafter",
     )
     p.add_argument("--gpu", default="h100-sxm", help="GPU preset or JSON/TOML path")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
-    p.add_argument("--batch", type=int_list, default=[1, 8, 64], help="batch sizes, e.g. 1,8,64")
+    p.add_argument("--tp", type=int_range(1, 64), default=1, help="tensor-parallel GPUs")
+    p.add_argument(
+        "--batch", type=ints(1, 1 << 16), default=[1, 8, 64], help="batch sizes, e.g. 1,8,64"
+    )
     p.add_argument(
         "--tokens",
-        type=int_list,
+        type=ints(1, 1 << 16),
         default=[1, 16, 64],
         help="tree tokens per sequence, e.g. 1,16,64",
     )
-    p.add_argument("--context", type=int_list, default=[4096], help="cached tokens per sequence")
+    p.add_argument(
+        "--context", type=ints(0, 1 << 24), default=[4096], help="cached tokens per sequence"
+    )
     p.add_argument("--calibration", default=None, help="calibration JSON/TOML (spectune calibrate)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from spectune.cli.common import int_range
 from spectune.specs.errors import SpecError
 
 APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
@@ -71,7 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--port", type=int, default=8501, help="port to serve on (default 8501)")
+    p.add_argument(
+        "--port", type=int_range(1, 65535), default=8501, help="port to serve on (default 8501)"
+    )
     p.add_argument(
         "--address",
         default="127.0.0.1",

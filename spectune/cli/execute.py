@@ -20,7 +20,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from spectune.cli.common import int_list, positive, scenario_with_flags
+from spectune.cli.common import (
+    check_out_path,
+    int_range,
+    ints,
+    positive,
+    scenario_with_flags,
+)
 from spectune.specs import (
     PolicyTable,
     Scenario,
@@ -59,6 +65,7 @@ def scenario_of(args: argparse.Namespace, table: PolicyTable | None) -> Scenario
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out_path(args.out)
     table, single = parse_policy_arg(args.policy)
     batches = args.batch
     for b in batches:
@@ -79,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         from spectune.specs.trace import read_trace
 
         _, trace_steps = read_trace(args.acceptance_trace)
+        if not trace_steps:
+            raise SpecError(f"{args.acceptance_trace}: the trace holds no steps (only a header)")
         replay = TraceReplay(trace_steps)
         workload = f"trace:{Path(args.acceptance_trace).name}"
 
@@ -132,10 +141,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="policy file (spectune plan's JSON), 'static:D,K,B' / 'dynamic-topk:D,K,B', or 'off'",
     )
     p.add_argument(
-        "--batch", type=int_list, default=[1, 8, 32, 64], help="batch sizes (default 1,8,32,64)"
+        "--batch",
+        type=ints(1, 4096),
+        default=[1, 8, 32, 64],
+        help="batch sizes (default 1,8,32,64)",
     )
     p.add_argument(
-        "--context", type=int, default=4096, help="context length, tokens (default 4096)"
+        "--context",
+        type=int_range(1, 1 << 20),
+        default=4096,
+        help="context length, tokens (default 4096)",
     )
     p.add_argument("--out", default="measurement.json", help="measurement JSON to write")
     p.add_argument(
@@ -165,8 +180,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--hardware", default=None, help="HardwareSpec preset of this GPU (default: from its name)"
     )
-    p.add_argument("--steps", type=int, default=40, help="timed steps per run (default 40)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps per run (default 5)")
+    p.add_argument(
+        "--steps", type=int_range(1, 100_000), default=40, help="timed steps per run (default 40)"
+    )
+    p.add_argument(
+        "--warmup", type=int_range(0, 100_000), default=5, help="untimed steps per run (default 5)"
+    )
     p.add_argument(
         "--no-kernels",
         action="store_true",

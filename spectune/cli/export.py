@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spectune.cli.common import check_out_path, int_range
 from spectune.planner.export import export_table
 from spectune.specs.engine import load_engine
 from spectune.specs.policy import PolicyTable
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out_path(args.out, folder=True)
     table = PolicyTable.load(args.policy)
     profile = load_engine("vllm-0.11" if args.engine == "vllm" and args.vllm_tree else args.engine)
     export, why = export_table(
@@ -74,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="export", help="output folder (default ./export)")
     p.add_argument(
         "--context",
-        type=int,
+        type=int_range(0, 1 << 24),
         default=None,
         help="context length whose bucket policies to export (engines key by batch "
         "size only; default: the shortest-context buckets)",

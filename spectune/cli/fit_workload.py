@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from spectune.cli.common import check_out_path, int_range, ints
 from spectune.specs.errors import SpecError
 from spectune.specs.io import write_json_atomic
+from spectune.specs.policy import MAX_BUDGET
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
         workload_to_dict,
     )
 
+    check_out_path(args.out)
     traces = load_traces(args.traces)
     train, held = split_requests(traces.steps, args.holdout_every)
     if not train:
@@ -33,7 +36,6 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or "fitted-" + "-".join(sorted({h.prompt_set for h in traces.headers}))
     wl = fit_workload(fit_on, name, acceptance=args.acceptance)
     doc = workload_to_dict(wl)
-    write_json_atomic(args.out, doc)
     report = []
     for budget in args.budgets:
         pol = reference_policy(traces.max_depth, traces.max_topk, budget)
@@ -56,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
                 else ""
             )
         )
+    write_json_atomic(args.out, doc)  # last: a failure above leaves no file behind
     print(
         f"wrote {args.out} ({wl.name}, acceptance {wl.acceptance}, {len(train)} steps fitted; "
         f"recorded for target {wl.target!r} + drafter {wl.drafter!r}: applying it to another "
@@ -77,8 +80,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from spectune.cli.common import int_list
-
     p = sub.add_parser(
         "fit-workload", help="fit a workload preset from recorded traces (spectune.trace/v1)"
     )
@@ -93,12 +94,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--holdout-every",
-        type=int,
+        type=int_range(0, 1_000_000),
         default=0,
         help="hold out every N-th request (sorted by id) from the fit and check on them",
     )
     p.add_argument(
-        "--budgets", type=int_list, default=[8, 16, 32, 64], help="verify budgets to check"
+        "--budgets",
+        type=ints(2, MAX_BUDGET),
+        default=[8, 16, 32, 64],
+        help="verify budgets to check",
     )
     p.add_argument("--json", action="store_true", help="print the check as JSON last")
     p.set_defaults(func=run)

@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from spectune import __version__
-from spectune.cli.common import add_strict, int_list
+from spectune.cli.common import (
+    STORAGE_ENV,
+    add_strict,
+    check_out_path,
+    float_range,
+    int_range,
+    ints,
+    seed,
+)
 from spectune.planner.buckets import (
     DEFAULT_BATCH_EDGES,
     DEFAULT_CONTEXT_EDGES,
@@ -45,7 +53,7 @@ from spectune.simulator.scoring import build_scorer
 from spectune.specs.calibration import load_calibration
 from spectune.specs.compat import drafter_kind
 from spectune.specs.engine import load_engine
-from spectune.specs.errors import SpecError
+from spectune.specs.errors import SpecError, mask_secrets
 from spectune.specs.policy import policy_label
 from spectune.specs.scenario import OBJECTIVES, Scenario
 
@@ -211,9 +219,7 @@ def default_study_prefix(scenario: Scenario, seed: int) -> str:
 
 
 def _redact(url: str | None) -> str:
-    if not url:
-        return "memory"
-    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+    return mask_secrets(url) if url else "memory"
 
 
 def _settings(args: argparse.Namespace, scenario: Scenario) -> SearchSettings:
@@ -273,18 +279,10 @@ def _run_distributed(
             _check_same_scenario(study, scenario, name)
             prepare_study(study, b, settings, {"scenario": scenario.to_dict()})
             studies.append(study)
-        cmd = [
-            sys.executable,
-            "-m",
-            "spectune",
-            "worker",
-            "--storage",
-            url,
-            "--study",
-            prefix,
-            "--quiet",
-        ]
-        procs = [subprocess.Popen(cmd) for _ in range(args.workers)]
+        # the URL (a password in it) goes through the environment, never the command line
+        cmd = [sys.executable, "-m", "spectune", "worker", "--study", prefix, "--quiet"]
+        env = {**os.environ, STORAGE_ENV: url}
+        procs = [subprocess.Popen(cmd, env=env) for _ in range(args.workers)]
         total = settings.trials * len(buckets)
         while any(p.poll() is None for p in procs):
             done = sum(min(settings.trials, _complete(s)) for s in studies)
@@ -310,8 +308,7 @@ def run(args: argparse.Namespace) -> int:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if args.workers < 0:
-        raise SpecError(f"--workers must be >= 0, got {args.workers}")
+    check_out_path(args.out)
     scenario = scenario_from_args(args)
     settings = _settings(args, scenario)
     buckets = buckets_from_edges(args.batch_edges, args.context_edges)
@@ -390,7 +387,7 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--tp",
-        type=int,
+        type=int_range(1, 64),
         default=DEFAULTS.tp,
         help=f"tensor-parallel degree (default {DEFAULTS.tp})",
     )
@@ -434,33 +431,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--slo-tpot-ms",
-        type=float,
+        type=float_range(0, 1e7, lo_open=True),
         default=None,
         help="TPOT SLO for --objective goodput (simulator default if unset)",
     )
     p.add_argument(
         "--slo-ttft-ms",
-        type=float,
+        type=float_range(0, 1e7, lo_open=True),
         default=None,
         help="TTFT SLO for --objective goodput (simulator default if unset)",
     )
     p.add_argument(
         "--trials",
-        type=int,
+        type=int_range(1, 100_000),
         default=SearchSettings.trials,
         help=f"complete trials per bucket study (default {SearchSettings.trials})",
     )
-    p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="sampler seed (default 0)")
     p.add_argument(
         "--min-gain",
-        type=float,
+        type=float_range(0, 10),
         default=SearchSettings.min_gain,
         help="keep off or an engine default unless a searched policy is predicted this much "
         f"faster (default {SearchSettings.min_gain}: a margin for model error)",
     )
     p.add_argument(
         "--storage",
-        default=os.environ.get("SPECTUNE_STORAGE") or None,
+        default=os.environ.get(STORAGE_ENV) or None,
         help="Optuna storage: sqlite:///spectune.db or postgresql://USER:PW@HOST/DB "
         "(default: in memory; env SPECTUNE_STORAGE)",
     )
@@ -471,7 +468,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--workers",
-        type=int,
+        type=int_range(0, 256),
         default=0,
         help="start N local worker processes on the storage (default 0: search here)",
     )
@@ -482,25 +479,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-step-ms",
-        type=float,
+        type=float_range(0, 1e7, lo_open=True),
         default=None,
         help="with --multi-objective: pick the fastest-throughput policy under this step latency",
     )
     p.add_argument(
         "--batch-edges",
-        type=int_list,
+        type=ints(1, 1 << 16),
         default=list(DEFAULT_BATCH_EDGES),
         help="upper edges of batch buckets (default 1,2,4,...,256)",
     )
     p.add_argument(
         "--context-edges",
-        type=int_list,
+        type=ints(1, 1 << 24),
         default=list(DEFAULT_CONTEXT_EDGES),
         help="upper edges of context buckets (default 4096,16384,32768)",
     )
     p.add_argument(
         "--heartbeat-s",
-        type=int,
+        type=int_range(1, 3600),
         default=SearchSettings.heartbeat_s,
         help="worker heartbeat for shared storages, seconds (default 5)",
     )

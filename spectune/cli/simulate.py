@@ -11,7 +11,6 @@ speculation-off baseline beside it on the same arrivals and lengths. `--json` pr
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -19,7 +18,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from spectune.cli.common import add_strict, float_list, int_list, scenario_with_flags
+from spectune.cli.common import (
+    add_strict,
+    check_out_path,
+    float_range,
+    floats,
+    int_range,
+    ints,
+    json_text,
+    scenario_with_flags,
+    seed,
+)
 from spectune.specs import PolicyTable, Scenario, SpecError, TreePolicy
 
 DEFAULT_POLICY = "dynamic-topk:5,4,8"  # SGLang's EAGLE defaults: 5 steps, top-k 4, 8 tokens
@@ -155,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
     from spectune.simulator.scoring import scenario_sim_config
     from spectune.simulator.trace_export import write_chrome_trace
 
+    if args.chrome_trace is not None:
+        check_out_path(args.chrome_trace, "--chrome-trace")
     policy = _policy(args.policy)
     scenario = scenario_of(args, policy)
     resolved = scenario.resolve()
@@ -225,11 +236,14 @@ def run(args: argparse.Namespace) -> int:
                 f"(max batch {res.max_batch}, KV {res.kv_tokens} tokens per replica; {wall:.1f} s)"
             )
     if args.json:
-        print(json.dumps({"runs": runs}, default=float))
+        print(json_text({"runs": runs}))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from spectune.simulator.arrivals import MAX_CONCURRENCY, MAX_CV, MAX_QPS, MAX_THINK_S
+    from spectune.simulator.config import MAX_REQUESTS
+
     p = sub.add_parser(
         "simulate",
         help="simulate serving traffic with a policy, against speculation off",
@@ -253,7 +267,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--tp",
-        type=int,
+        type=int_range(1, 64),
         help=f"tensor-parallel GPUs per replica (default: the policy file's, else {d.tp})",
     )
     p.add_argument(
@@ -263,17 +277,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_strict(p)
     load = p.add_mutually_exclusive_group()
-    load.add_argument("--qps", type=float_list, help="request rates, e.g. 1,4,16 (default)")
-    load.add_argument("--concurrency", type=int_list, help="closed-loop clients, e.g. 1,8,64")
+    load.add_argument(
+        "--qps",
+        type=floats(0, MAX_QPS, lo_open=True),
+        help="request rates, e.g. 1,4,16 (default)",
+    )
+    load.add_argument(
+        "--concurrency",
+        type=ints(1, MAX_CONCURRENCY),
+        help="closed-loop clients, e.g. 1,8,64",
+    )
     load.add_argument("--trace", help="replay a CSV/JSONL trace: arrival_s, prompt/output tokens")
     p.add_argument(
-        "--burstiness", type=float, default=1.0, help="cv of inter-arrival times (>1: Gamma)"
+        "--burstiness",
+        type=float_range(0, MAX_CV, lo_open=True),
+        default=1.0,
+        help="cv of inter-arrival times (>1: Gamma)",
     )
     p.add_argument(
-        "--requests", type=int, default=1000, help="requests per load level (a trace: its first N)"
+        "--requests",
+        type=int_range(1, MAX_REQUESTS),
+        default=1000,
+        help=f"requests per load level, at most {MAX_REQUESTS} (a trace: its first N)",
     )
     p.add_argument(
-        "--think-ms", type=float, default=0.0, help="closed loop: client pause between requests"
+        "--think-ms",
+        type=float_range(0, MAX_THINK_S * 1e3),
+        default=0.0,
+        help="closed loop: client pause between requests",
     )
     p.add_argument(
         "--policy",
@@ -287,26 +318,38 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ECHO: one verify budget per batch for every policy (overrides the policies' own "
         "shared_budget, which a policy file or a ',echo' policy sets per policy)",
     )
-    p.add_argument("--replicas", type=int, default=1, help="replicas behind the router")
+    p.add_argument(
+        "--replicas", type=int_range(1, 1024), default=1, help="replicas behind the router"
+    )
     p.add_argument("--router", choices=("rr", "least"), default="rr", help="request routing")
-    p.add_argument("--max-batch", type=int, help="max running sequences (default: from KV, <= 256)")
-    p.add_argument("--max-batch-tokens", type=int, default=8192, help="token budget per iteration")
+    p.add_argument(
+        "--max-batch",
+        type=int_range(1, 1 << 16),
+        help="max running sequences (default: from KV, <= 256)",
+    )
+    p.add_argument(
+        "--max-batch-tokens",
+        type=int_range(1, 1 << 24),
+        default=8192,
+        help="token budget per iteration",
+    )
     p.add_argument(
         "--lengths", help="length preset: sharegpt, alpaca, mt-bench, humaneval, longbench"
     )
     p.add_argument("--prompt-tokens", help="prompt length: N or MEAN~CV (overrides the workload)")
     p.add_argument("--output-tokens", help="output length: N or MEAN~CV (overrides the workload)")
+    slo = float_range(0, 1e7, lo_open=True)
     p.add_argument(
         "--slo-ttft-ms",
-        type=float,
+        type=slo,
         help="goodput SLO: time to first token, ms (default: the policy file's)",
     )
     p.add_argument(
         "--slo-tpot-ms",
-        type=float,
+        type=slo,
         help="goodput SLO: time per output token, ms (default: the policy file's)",
     )
-    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--seed", type=seed, default=0, help="random seed")
     p.add_argument("--chrome-trace", help="write the iterations as a Chrome trace JSON")
     p.add_argument("--json", action="store_true", help='print {"runs": [...]} only')
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -11,13 +11,13 @@ import json
 
 import numpy as np
 
-from spectune.cli.common import add_strict, float_list
+from spectune.cli.common import add_strict, float_range, floats, int_range, seed
 from spectune.planner.acceptance import AcceptanceModel, PositionalAcceptance, acceptance_model
 from spectune.planner.trees import build_tree
 from spectune.specs.compat import check_pair
 from spectune.specs.errors import SpecError
 from spectune.specs.model import load_model
-from spectune.specs.policy import TreePolicy
+from spectune.specs.policy import MAX_BUDGET, MAX_DEPTH, MAX_TOPK, TreePolicy
 from spectune.specs.tree import SOURCE_NAMES, DraftTree
 from spectune.specs.workload import Workload, load_workload
 
@@ -133,7 +133,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     src.add_argument(
         "--accept",
-        type=float_list,
+        type=floats(0, 1),
         default=None,
         help="Sequoia acceptance vector by sibling rank, e.g. 0.6,0.2,0.1",
     )
@@ -144,23 +144,33 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="drafter preset or spec file; 'none' for n-gram / prompt lookup",
     )
     add_strict(p)
-    p.add_argument("--budget", type=int, default=16, help="verify budget, root included (16)")
-    p.add_argument("--depth", type=int, default=5, help="maximum depth below the root (5)")
+    p.add_argument(
+        "--budget",
+        type=int_range(2, MAX_BUDGET),
+        default=16,
+        help="verify budget, root included (16)",
+    )
+    p.add_argument(
+        "--depth", type=int_range(1, MAX_DEPTH), default=5, help="maximum depth below the root (5)"
+    )
     p.add_argument(
         "--topk",
-        type=int,
+        type=int_range(1, MAX_TOPK),
         default=None,
         help="children per node (default 4, or the length of --accept)",
     )
     p.add_argument(
         "--prune-threshold",
-        type=float,
+        type=float_range(0, 0.999999),
         default=0.0,
         help="drop nodes whose path draft probability is below this (0)",
     )
     p.add_argument(
-        "--graft-budget", type=int, default=0, help="freed slots retrieved tokens may fill (0)"
+        "--graft-budget",
+        type=int_range(0, MAX_BUDGET),
+        default=0,
+        help="freed slots retrieved tokens may fill (0)",
     )
-    p.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed (0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

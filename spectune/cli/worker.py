@@ -9,10 +9,12 @@ trial is marked failed once its heartbeat stops and is retried by a surviving wo
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
+from spectune.cli.common import STORAGE_ENV, int_range
 from spectune.planner.search import Scorer, run_worker
 from spectune.simulator.scoring import build_scorer
 from spectune.specs.errors import SpecError
@@ -34,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = args.storage or os.environ.get(STORAGE_ENV)
+    if not storage:
+        raise SpecError(f"no storage: pass --storage URL or set {STORAGE_ENV}")
     override: dict[str, Any] = {}
     if args.heartbeat_s is not None:
         override["heartbeat_s"] = args.heartbeat_s
@@ -42,9 +47,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"\rworker: {bucket} {done}/{target}".ljust(60), end="", file=sys.stderr)
 
-    n = run_worker(
-        args.storage, args.study, _make_scorer, settings_override=override, progress=progress
-    )
+    n = run_worker(storage, args.study, _make_scorer, settings_override=override, progress=progress)
     if not args.quiet:
         print(f"\nworker: {n} bucket studies done", file=sys.stderr)
     return 0
@@ -59,13 +62,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--storage",
-        required=True,
-        help="the plan's storage URL, e.g. postgresql://USER:PW@HOST:5432/DB",
+        default=None,
+        help="the plan's storage URL, e.g. postgresql://USER:PW@HOST:5432/DB (default: env "
+        f"{STORAGE_ENV}, which keeps a password off the command line)",
     )
     p.add_argument("--study", required=True, help="the plan's study name prefix")
     p.add_argument(
         "--heartbeat-s",
-        type=int,
+        type=int_range(1, 3600),
         default=None,
         help="heartbeat interval, seconds (default: the plan's)",
     )

@@ -18,7 +18,7 @@ from typing import Any
 from spectune.dashboards.data import objective_for
 from spectune.dashboards.uploads import MAX_SPEC_BYTES, parse_mapping
 from spectune.specs import HARDWARE_PRESETS, NO_DRAFTER, Scenario, SpecError, TreePolicy
-from spectune.specs.io import from_mapping
+from spectune.specs.io import from_mapping, names_a_file
 
 MEASUREMENT_SCHEMA = "spectune.measurement/v1"
 ENV_MEASUREMENTS = "SPECTUNE_MEASUREMENTS_DIR"
@@ -45,6 +45,9 @@ def check_measurement(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
     for key, typ in (("hardware", str), ("target", str), ("drafter", str), ("context", int)):
         if not isinstance(doc.get(key), typ) or isinstance(doc.get(key), bool):
             raise SpecError(f"{name}: field {key!r} must be a {typ.__name__}")
+    for key in ("hardware", "target", "drafter", "workload"):
+        if isinstance(doc.get(key), str) and names_a_file(doc[key]):  # never opened here
+            raise SpecError(f"{name}: field {key!r} names a file ({doc[key][:80]!r}), not a preset")
     runs = doc.get("runs")
     if not isinstance(runs, list) or not runs:
         raise SpecError(f"{name}: field 'runs' must be a non-empty list")

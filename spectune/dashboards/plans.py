@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spectune.dashboards.data import objective_for, policy_label, trace_label
+from spectune.dashboards.uploads import is_kept_upload
 from spectune.planner.buckets import buckets_from_edges
 from spectune.planner.export import ENGINES, Export, export_table
 from spectune.planner.search import BucketResult, SearchSettings, search
@@ -24,6 +25,7 @@ from spectune.specs import (
     load_workload,
 )
 from spectune.specs.calibration import Calibration
+from spectune.specs.io import names_a_file
 
 # ---- planning -----------------------------------------------------------------------------------
 
@@ -227,6 +229,12 @@ def scenario_for_table(table: PolicyTable, fallback: Scenario) -> tuple[Scenario
             if name == "workload":
                 notes.append(f"the table names no workload; using {fallback.workload}")
                 scenario = scenario.replace(workload=fallback.workload)
+            continue
+        if names_a_file(str(value)) and not is_kept_upload(str(value)):
+            # never open a path a table (an upload) names on this server
+            replacement = getattr(fallback, name) if name != "calibration" else None
+            notes.append(f"{kind} {value!r} names a file on this server; using {replacement}")
+            scenario = scenario.replace(**{name: replacement})
             continue
         try:
             load(value)

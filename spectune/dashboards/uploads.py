@@ -1,29 +1,26 @@
 """Uploaded files, parsed as data and never as code: JSON or TOML into plain dicts and then
 into the specs' frozen dataclasses (HardwareSpec, ModelSpec, Workload, PolicyTable), arrival
 traces through the simulator's CSV/JSONL reader, acceptance traces through the planner's
-spectune.trace/v1 reader. Every file is checked against a size limit first, and every problem
+spectune.trace/v1 reader. Every file is checked against a size limit first and read within the
+bounds of spectune.specs.io (nesting, numbers, strings, decompressed bytes), and every problem
 becomes a SpecError that names the file, so a page shows one clear line instead of a traceback.
 Nothing is unpickled, imported or evaluated. A spec that parsed is kept as a file under the
-temporary folder, named by its content, so that a Scenario can name it by path.
+temporary folder (spectune-uploads/, named by its content) so that a Scenario can name it by
+path; apart from those files, which the server wrote itself, nothing an upload names is opened
+on the server: a policy's or a measurement's target, drafter, GPU and workload must be presets
+or such kept uploads (dashboards.plans.scenario_for_table, dashboards.artifacts.check_measurement).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
 
 from spectune.specs import HardwareSpec, ModelSpec, PolicyTable, SpecError, Workload
-from spectune.specs.io import from_mapping, write_text_atomic
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from spectune.specs.io import SPEC_LIMITS, from_mapping, parse_document, write_text_atomic
 
 MAX_SPEC_BYTES = 1 << 20  # specs, policies, measurements, benchmark results: 1 MiB
 MAX_TRACE_BYTES = 32 << 20  # arrival and acceptance traces: 32 MiB
@@ -32,24 +29,9 @@ T = TypeVar("T")
 
 
 def parse_mapping(name: str, data: bytes, limit: int = MAX_SPEC_BYTES) -> dict[str, Any]:
-    """A JSON or TOML document (by the file name's suffix) as a dict; SpecError otherwise."""
-    if len(data) > limit:
-        raise SpecError(f"{name}: {len(data)} bytes is over the {limit}-byte limit for this file")
-    suffix = Path(name).suffix.lower()
-    if suffix not in (".json", ".toml"):
-        raise SpecError(f"{name}: unsupported file type {suffix or '(none)'!r}; use .json or .toml")
-    try:
-        text = data.decode("utf-8")
-        doc = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{name}: not UTF-8 text ({e})") from None
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        raise SpecError(f"{name}: not valid {suffix[1:].upper()}: {e}") from None
-    except RecursionError:
-        raise SpecError(f"{name}: nested too deeply") from None
-    if not isinstance(doc, dict):
-        raise SpecError(f"{name}: expected an object at the top level, got {type(doc).__name__}")
-    return doc
+    """A JSON or TOML document (by the file name's suffix) as a dict, within the reading bounds
+    of specs.io (nesting, numbers, strings) and `limit` bytes; SpecError otherwise."""
+    return parse_document(name, data, dataclasses.replace(SPEC_LIMITS, max_bytes=limit))
 
 
 def _build(cls: type[T], name: str, data: bytes) -> T:
@@ -74,11 +56,24 @@ def workload_from_upload(name: str, data: bytes) -> Workload:
     return _build(Workload, name, data)
 
 
+def upload_folder() -> Path:
+    """Where parsed uploads are kept (the server writes them; Scenarios name them by path)."""
+    return Path(tempfile.gettempdir()) / "spectune-uploads"
+
+
+def is_kept_upload(name: str) -> bool:
+    """Whether `name` is a file this server kept from an upload (so a Scenario may name it)."""
+    try:
+        return Path(name).resolve().parent == upload_folder().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
 def _keep(name: str, data: bytes) -> str:
     """An uploaded spec, already parsed, kept as a file named by its content (so a Scenario
     names it by path like any user spec file, and the same upload is the same path)."""
     digest = hashlib.sha256(data).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / "spectune-uploads"
+    folder = upload_folder()
     folder.mkdir(exist_ok=True)
     path = folder / f"{digest}{Path(name).suffix.lower()}"
     if not path.is_file():

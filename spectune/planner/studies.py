@@ -27,7 +27,7 @@ from spectune.planner.space import (
     policy_params,
 )
 from spectune.specs.engine import load_engine
-from spectune.specs.errors import SpecError
+from spectune.specs.errors import SpecError, mask_secrets
 from spectune.specs.io import help_field
 from spectune.specs.policy import TreePolicy
 
@@ -89,7 +89,7 @@ def make_storage(url: str | None, settings: SearchSettings | None = None) -> Any
         return optuna.storages.InMemoryStorage()
     if not url.startswith(("sqlite:", "postgresql", "mysql")):
         raise SpecError(
-            f"--storage {url!r}: expected sqlite:///FILE.db or postgresql://USER:PW@HOST:PORT/DB"
+            f"--storage {mask_secrets(url)!r}: expected sqlite:///FILE.db or postgresql://USER:PW@HOST:PORT/DB"
         )
     url = resolve_storage_url(url)
     engine_kwargs: dict[str, Any] = {}
@@ -116,11 +116,13 @@ def make_storage(url: str | None, settings: SearchSettings | None = None) -> Any
             )
         except ImportError as e:
             raise SpecError(
-                f"--storage {url!r} needs a database driver: {e}. For PostgreSQL install "
+                f"--storage {mask_secrets(url)!r} needs a database driver: {e}. For PostgreSQL install "
                 "the postgres extra: pip install 'spectune[postgres]'"
             ) from e
         except Exception as e:  # sqlalchemy OperationalError and friends
-            raise SpecError(f"--storage {url!r}: cannot open the database: {e}") from e
+            raise SpecError(
+                f"--storage {mask_secrets(url)!r}: cannot open the database: {mask_secrets(str(e))}"
+            ) from e
 
 
 def resolve_storage_url(url: str) -> str:

@@ -8,18 +8,37 @@ speculation-off runs see the same arrivals (common random numbers).
 from __future__ import annotations
 
 import csv
-import gzip
-import io
-import json
 import os
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from spectune.specs.errors import SpecError
+from spectune.specs.io import TRACE_LIMITS, iter_lines, loads_json
 
-MAX_TRACE_BYTES = 512 * 1024 * 1024
+MAX_TRACE_REQUESTS = 1_000_000
+"""Requests one trace may hold (24 bytes each while read: memory stays bounded)."""
+MAX_TOKENS = 10_000_000
+"""Prompt or output tokens of one request (beyond any model's context)."""
+MAX_VALUE = 1e15
+"""Largest arrival time, s, or token count a trace cell may hold before the checks above."""
+
+
+MAX_QPS = 1e6
+"""Largest request rate, requests/s (far past any one server)."""
+MAX_CV = 100.0
+"""Largest cv of inter-arrival times."""
+MAX_CONCURRENCY = 100_000
+MAX_THINK_S = 86_400.0
+
+
+def _check_rate(qps: float) -> None:
+    if not 0 < qps <= MAX_QPS:
+        raise SpecError(f"request rate must be in (0, {MAX_QPS:g}] requests/s, got {qps}")
 
 
 @dataclass(frozen=True)
@@ -29,8 +48,7 @@ class Poisson:
     qps: float
 
     def __post_init__(self) -> None:
-        if not self.qps > 0:
-            raise SpecError(f"request rate must be > 0 requests/s, got {self.qps}")
+        _check_rate(self.qps)
 
     def times(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """float64[n] arrival times, s, from 0."""
@@ -46,10 +64,11 @@ class Gamma:
     cv: float = 2.0
 
     def __post_init__(self) -> None:
-        if not self.qps > 0:
-            raise SpecError(f"request rate must be > 0 requests/s, got {self.qps}")
-        if not self.cv > 0:
-            raise SpecError(f"burstiness (cv of inter-arrival times) must be > 0, got {self.cv}")
+        _check_rate(self.qps)
+        if not 0 < self.cv <= MAX_CV:
+            raise SpecError(
+                f"burstiness (cv of inter-arrival times) must be in (0, {MAX_CV:g}], got {self.cv}"
+            )
 
     def times(self, rng: np.random.Generator, n: int) -> np.ndarray:
         shape = 1.0 / self.cv**2
@@ -65,10 +84,10 @@ class ClosedLoop:
     think_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise SpecError(f"concurrency must be >= 1, got {self.concurrency}")
-        if self.think_s < 0:
-            raise SpecError(f"think time must be >= 0 s, got {self.think_s}")
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise SpecError(f"concurrency must be in 1..{MAX_CONCURRENCY}, got {self.concurrency}")
+        if not 0 <= self.think_s <= MAX_THINK_S:
+            raise SpecError(f"think time must be in [0, {MAX_THINK_S:g}] s, got {self.think_s}")
 
 
 @dataclass(frozen=True)
@@ -109,90 +128,107 @@ def _column(names: list[str], key: str, where: str) -> str:
     )
 
 
-def _number(v: object, where: str, integer: bool) -> float:
+def _number(v: object, where: str) -> float:
+    """One cell as a float; SpecError naming `where` for anything float() does not take."""
     if isinstance(v, bool) or v is None or v == "":
-        raise SpecError(f"{where}: expected a number, got {v!r}")
+        raise SpecError(f"{where}: expected a number, got {v!r:.40}")
     try:
-        x = float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise SpecError(f"{where}: expected a number, got {v!r}") from None
-    if not np.isfinite(x):
-        raise SpecError(f"{where}: expected a finite number, got {v!r}")
-    if integer and not float(x).is_integer():
-        raise SpecError(f"{where}: expected a whole number of tokens, got {v!r}")
-    return x
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise SpecError(f"{where}: expected a number, got {v!r:.40}") from None
 
 
-def load_trace(path: str | os.PathLike[str]) -> Trace:
-    """Read a CSV (header row) or JSONL (one object per line) trace, optionally gzipped.
-    Columns: arrival time in seconds, prompt tokens, output tokens (common aliases accepted).
-    Errors name the file, line and field."""
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"{p}: no such trace file")
-    if p.stat().st_size > MAX_TRACE_BYTES:
-        raise SpecError(f"{p}: larger than {MAX_TRACE_BYTES} bytes; split the trace")
-    name = p.name.lower()
-    raw = p.read_bytes()
-    if name.endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
-            raise SpecError(f"{p}: not a valid gzip file: {e}") from None
-        name = name[:-3]
+def _csv_rows(p: Path, lines: Iterator[tuple[int, str]]) -> Iterator[tuple[int, list[Any]]]:
+    """(line number, [arrival, prompt, output]) per CSV row; the header row picks the columns."""
+    at = [0]
+
+    def texts() -> Iterator[str]:
+        for lineno, line in lines:
+            at[0] = lineno
+            yield line
+
+    reader = csv.reader(texts())
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{p}: not UTF-8 text ({e}); expected CSV or JSONL") from None
-    rows: list[tuple[float, float, float]] = []
-    if name.endswith(".csv"):
-        reader = csv.reader(io.StringIO(text))
         header = next(reader, None)
         if not header:
             raise SpecError(f"{p}: empty CSV; expected a header row and one row per request")
         cols = [_column(header, k, str(p)) for k in _COLUMNS]
         idx = [header.index(c) for c in cols]
-        for lineno, row in enumerate(reader, start=2):
+        for row in reader:
             if not row or all(not c.strip() for c in row):
                 continue
             if len(row) != len(header):
-                raise SpecError(f"{p}:{lineno}: {len(row)} fields, the header has {len(header)}")
-            rows.append(
-                tuple(  # type: ignore[arg-type]
-                    _number(row[i], f"{p}:{lineno}: {c}", integer=k != "arrival_s")
-                    for i, c, k in zip(idx, cols, _COLUMNS, strict=True)
-                )
-            )
+                raise SpecError(f"{p}:{at[0]}: {len(row)} fields, the header has {len(header)}")
+            yield at[0], [row[i] for i in idx]
+    except csv.Error as e:
+        raise SpecError(f"{p}:{at[0]}: not valid CSV: {e}") from None
+
+
+def _jsonl_rows(p: Path, lines: Iterator[tuple[int, str]]) -> Iterator[tuple[int, list[Any]]]:
+    """(line number, [arrival, prompt, output]) per JSON object line."""
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        where = f"{p}:{lineno}"
+        obj = loads_json(line, where, TRACE_LIMITS)
+        if not isinstance(obj, dict):
+            raise SpecError(f"{where}: expected a JSON object per line")
+        cols = [_column(list(obj), k, where) for k in _COLUMNS]
+        row = [obj[c] for c in cols]
+        for c, v in zip(cols, row, strict=True):
+            if isinstance(v, bool) or not isinstance(v, int | float | str):
+                raise SpecError(f"{where}: {c}: expected a number, got {v!r:.40}")
+        yield lineno, row
+
+
+def load_trace(path: str | os.PathLike[str]) -> Trace:
+    """Read a CSV (header row) or JSONL (one object per line) trace, optionally gzipped.
+    Columns: arrival time in seconds, prompt tokens, output tokens (common aliases accepted).
+    The file is streamed within TRACE_LIMITS (decompressed bytes, line length) and holds at
+    most MAX_TRACE_REQUESTS requests, kept as 32 bytes each while read. Errors name the file,
+    the line and the column."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"{p}: no such trace file")
+    name = p.name.lower().removesuffix(".gz")
+    lines = iter_lines(p, TRACE_LIMITS)
+    if name.endswith(".csv"):
+        rows = _csv_rows(p, lines)
     elif name.endswith((".jsonl", ".ndjson")):
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SpecError(f"{p}:{lineno}: not valid JSON: {e}") from None
-            if not isinstance(obj, dict):
-                raise SpecError(f"{p}:{lineno}: expected a JSON object per line")
-            keys = [str(k) for k in obj]
-            cols = [_column(keys, k, f"{p}:{lineno}") for k in _COLUMNS]
-            rows.append(
-                tuple(  # type: ignore[arg-type]
-                    _number(obj[c], f"{p}:{lineno}: {c}", integer=k != "arrival_s")
-                    for c, k in zip(cols, _COLUMNS, strict=True)
-                )
-            )
+        rows = _jsonl_rows(p, lines)
     else:
         raise SpecError(f"{p}: unsupported trace type; use .csv or .jsonl (optionally .gz)")
-    if not rows:
+    values = array("d")  # arrival, prompt, output per request
+    linenos = array("q")
+    for lineno, row in rows:
+        if len(linenos) >= MAX_TRACE_REQUESTS:
+            raise SpecError(f"{p}: more than {MAX_TRACE_REQUESTS} requests; split the trace")
+        try:
+            values.extend([float(v) for v in row])
+        except (TypeError, ValueError, OverflowError):
+            for v, k in zip(row, _COLUMNS, strict=True):
+                _number(v, f"{p}:{lineno}: {k}")
+            raise
+        linenos.append(lineno)
+    if not linenos:
         raise SpecError(f"{p}: the trace has no requests")
-    a = np.array(rows, dtype=np.float64)
-    if (a[:, 0] < 0).any():
-        i = int(np.flatnonzero(a[:, 0] < 0)[0])
-        raise SpecError(f"{p}: request {i + 1}: arrival time must be >= 0 s")
-    for j, what in ((1, "prompt"), (2, "output")):
-        if (a[:, j] < 1).any():
-            i = int(np.flatnonzero(a[:, j] < 1)[0])
-            raise SpecError(f"{p}: request {i + 1}: {what} tokens must be >= 1, got {a[i, j]:g}")
+    a = np.frombuffer(values, dtype=np.float64).reshape(-1, 3)
+    cols = list(_COLUMNS)
+    lo = np.array([0.0, 1.0, 1.0])
+    hi = np.array([MAX_VALUE, MAX_TOKENS, MAX_TOKENS])
+    checks = (
+        (~np.isfinite(a), "expected a finite number"),
+        (a < lo, "must be >= 0 s (arrival) or >= 1 token"),
+        (a > hi, f"must be <= {MAX_VALUE:g} s (arrival) or <= {MAX_TOKENS} tokens"),
+        (
+            np.c_[np.zeros(len(a), bool), a[:, 1:] != np.floor(a[:, 1:])],
+            "expected a whole number of tokens",
+        ),
+    )
+    for bad, what in checks:
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            raise SpecError(f"{p}:{linenos[i]}: {cols[j]}: {what}, got {a[i, j]!r}")
     order = np.argsort(a[:, 0], kind="stable")
     a = a[order]
     return Trace(

@@ -17,7 +17,7 @@ import simpy
 
 from spectune.planner.capacity import KVBudget, auto_max_batch, check_batch_fits, kv_budget
 from spectune.simulator.arrivals import ClosedLoop, Trace
-from spectune.simulator.config import SimConfig
+from spectune.simulator.config import MAX_REQUESTS, SimConfig
 from spectune.simulator.iterations import IterationLog
 from spectune.simulator.lengths import LengthDist
 from spectune.simulator.metrics import compute_metrics
@@ -81,8 +81,14 @@ def make_requests(cfg: SimConfig) -> tuple[Requests, LengthDist, LengthDist]:
     """The run's requests: arrival times (0 for closed loop, filled in as clients send) and
     lengths, from their own random streams."""
     arr = cfg.arrivals
+    if cfg.requests > MAX_REQUESTS:
+        raise SpecError(f"requests must be <= {MAX_REQUESTS} per load level, got {cfg.requests}")
     if isinstance(arr, Trace):
         n = min(cfg.requests, len(arr)) if cfg.requests else len(arr)
+        if n > MAX_REQUESTS:
+            raise SpecError(
+                f"{arr.source}: {n} requests; at most {MAX_REQUESTS} per load level (set requests)"
+            )
         p = LengthDist(float(arr.prompt_tokens[:n].mean()), 0.0, source=arr.source)
         o = LengthDist(float(arr.output_tokens[:n].mean()), 0.0, source=arr.source)
         reqs = Requests(arr.arrival_s[:n], arr.prompt_tokens[:n], arr.output_tokens[:n])

@@ -16,6 +16,11 @@ import numpy as np
 from spectune.specs.errors import SpecError, closest_names
 from spectune.specs.io import help_field
 
+MAX_LENGTH_TOKENS = 1 << 24
+"""Longest mean or fixed length, tokens (past every model's context)."""
+MAX_CV = 100.0
+"""Largest coefficient of variation of a length distribution."""
+
 
 @dataclass(frozen=True)
 class LengthDist:
@@ -28,10 +33,12 @@ class LengthDist:
     source: str = help_field("fixed", help="where the mean and spread come from")
 
     def __post_init__(self) -> None:
-        if not self.mean_tokens >= 1:
-            raise SpecError(f"mean length must be >= 1 token, got {self.mean_tokens}")
-        if self.cv < 0:
-            raise SpecError(f"coefficient of variation must be >= 0, got {self.cv}")
+        if not 1 <= self.mean_tokens <= MAX_LENGTH_TOKENS:
+            raise SpecError(
+                f"mean length must be in 1..{MAX_LENGTH_TOKENS} tokens, got {self.mean_tokens}"
+            )
+        if not 0 <= self.cv <= MAX_CV:
+            raise SpecError(f"coefficient of variation must be in [0, {MAX_CV:g}], got {self.cv}")
         if not 1 <= self.min_tokens <= self.max_tokens:
             raise SpecError(
                 f"need 1 <= min_tokens <= max_tokens, got {self.min_tokens}, {self.max_tokens}"
@@ -39,8 +46,10 @@ class LengthDist:
 
     @classmethod
     def fixed(cls, tokens: int) -> LengthDist:
-        if tokens < 1:
-            raise SpecError(f"a fixed length must be >= 1 token, got {tokens}")
+        if not 1 <= tokens <= MAX_LENGTH_TOKENS:
+            raise SpecError(
+                f"a fixed length must be in 1..{MAX_LENGTH_TOKENS} tokens, got {tokens}"
+            )
         return cls(float(tokens), 0.0, tokens, tokens, f"fixed {tokens} tokens")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -193,6 +202,8 @@ def length_preset(name: str) -> LengthPreset:
 def parse_length(text: str) -> LengthDist:
     """'N' (fixed) or 'MEAN~CV' (log-normal), e.g. '512' or '300~0.8'."""
     try:
+        if len(text) > 40:
+            raise ValueError(text)
         if "~" in text:
             mean, cv = text.split("~", 1)
             return LengthDist(float(mean), float(cv), source=f"user: mean {mean}, cv {cv}")
@@ -201,5 +212,5 @@ def parse_length(text: str) -> LengthDist:
         if isinstance(e, SpecError):
             raise
         raise SpecError(
-            f"cannot parse length {text!r}; expected a token count like 512 or MEAN~CV like 300~0.8"
+            f"cannot parse length {text[:40]!r}; expected a token count like 512 or MEAN~CV like 300~0.8"
         ) from None

@@ -31,6 +31,10 @@ US = 1e-6  # seconds in one microsecond
 SGLANG_GRAPH_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, *range(16, 257, 8))
 
 SCHEMA = "spectune.calibration/v1"
+MIN_FRACTION = 1e-3
+"""Smallest efficiency a calibration may give (a fraction of peak; below it is a unit slip)."""
+MAX_FIXED_S = 10.0
+"""Largest fixed time a calibration may give, s (per launch, step or request: far past any)."""
 
 # Uncalibrated static draft-step cost as a fraction of the dynamic one: the static step runs
 # the per-row top-k (~4 kernels) and the slot gathers, not the k*k frontier sort and the pool
@@ -193,8 +197,10 @@ class Calibration:
         )
         for name in fractions:
             v = getattr(self, name)
-            if v is not None and not 0.0 < v <= 1.0:
-                raise SpecError(f"field {name!r} is a fraction of peak, must be in (0, 1], got {v}")
+            if v is not None and not MIN_FRACTION <= v <= 1.0:
+                raise SpecError(
+                    f"field {name!r} is a fraction of peak, must be in [{MIN_FRACTION:g}, 1], got {v}"
+                )
         times = (
             "allreduce_latency_s",
             "launch_s",
@@ -213,11 +219,13 @@ class Calibration:
         )
         for name in times:
             v = getattr(self, name)
-            if v is not None and not v >= 0.0:
-                raise SpecError(f"field {name!r} is a time in seconds, must be >= 0, got {v}")
+            if v is not None and not 0.0 <= v <= MAX_FIXED_S:
+                raise SpecError(
+                    f"field {name!r} is a time in seconds, must be in [0, {MAX_FIXED_S:g}], got {v}"
+                )
         for name in ("gemm_tile_m", "gemm_tile_n", "attention_tile_m"):
-            if getattr(self, name) <= 0:
-                raise SpecError(f"field {name!r} must be > 0, got {getattr(self, name)}")
+            if not 0 < getattr(self, name) <= 4096:
+                raise SpecError(f"field {name!r} must be in 1..4096, got {getattr(self, name)}")
         self._check_gemm_curve()
         g = self.graph_batch_sizes
         if any(b <= 0 for b in g) or any(b >= c for b, c in itertools.pairwise(g)):

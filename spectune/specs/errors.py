@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 
@@ -28,3 +29,13 @@ def unknown_name_error(kind: str, name: str, choices: Iterable[str]) -> SpecErro
         f"unknown {kind} {name!r}.{hint} Known {kind} presets: {', '.join(choices)}; "
         f"or pass the path of a JSON/TOML file."
     )
+
+
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^/\s]*@")
+_QUERY_SECRET = re.compile(r"([?&;](?:password|passwd|pwd|secret|token|api_key)=)[^&;\s'\"]*", re.I)
+
+
+def mask_secrets(text: str) -> str:
+    """`text` with the passwords of URLs (scheme://user:PASSWORD@host) and secret query
+    parameters (?password=...) replaced by ***, so messages and files never show them."""
+    return _QUERY_SECRET.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))

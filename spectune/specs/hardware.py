@@ -21,6 +21,23 @@ MB = 1e6
 US = 1e-6
 
 
+# Plausible range of every figure (from a small accelerator to far past any announced one): a
+# value outside is a typo or a unit slip, and priced it would give 0 s or infinite times.
+_RANGES: dict[str, tuple[float, float]] = {
+    "peak_bf16_flops": (1e9, 1e18),
+    "peak_fp8_flops": (1e9, 1e18),  # or 0: no fp8 units
+    "hbm_bytes_per_s": (1e8, 1e15),
+    "hbm_bytes": (1e6, 1e15),
+    "sm_count": (1, 100_000),
+    "l2_bytes": (1.0, 1e12),
+    "interconnect_bytes_per_s": (1e6, 1e15),
+    "launch_s": (1e-9, 1.0),
+    "interconnect_latency_s": (1e-9, 1.0),
+    "gemm_efficiency": (1e-3, 1.0),
+    "hbm_efficiency": (1e-3, 1.0),
+}
+
+
 @dataclass(frozen=True)
 class HardwareSpec:
     """One accelerator (one device; tensor parallelism is a CostModel argument)."""
@@ -53,15 +70,13 @@ class HardwareSpec:
                 if not isinstance(v, str) or (f.name == "name" and not v):
                     raise SpecError(f"field {f.name!r} must be a non-empty string")
                 continue
-            if f.name == "peak_fp8_flops":
-                if v < 0:
-                    raise SpecError("field 'peak_fp8_flops' must be >= 0 (0 means no fp8 units)")
-                continue
-            if not v > 0:
-                raise SpecError(f"field {f.name!r} must be > 0, got {v!r} ({f.metadata['help']})")
-        for frac in ("gemm_efficiency", "hbm_efficiency"):
-            if getattr(self, frac) > 1.0:
-                raise SpecError(f"field {frac!r} is a fraction of peak and must be <= 1")
+            if f.name == "peak_fp8_flops" and v == 0:
+                continue  # no fp8 units
+            lo, hi = _RANGES[f.name]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
+                raise SpecError(
+                    f"field {f.name!r} must be in [{lo:g}, {hi:g}], got {v!r} ({f.metadata['help']})"
+                )
 
     @property
     def ridge_flops_per_byte(self) -> float:

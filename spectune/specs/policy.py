@@ -20,7 +20,6 @@ engine and objective).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -28,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from spectune.specs.errors import SpecError
-from spectune.specs.io import from_mapping, help_field, write_json_atomic
+from spectune.specs.io import (
+    from_mapping,
+    help_field,
+    loads_json,
+    read_bytes_bounded,
+    write_json_atomic,
+)
 from spectune.specs.scenario import NO_DRAFTER, Scenario
 from spectune.specs.tree import BUILDERS
 
@@ -264,6 +269,9 @@ class PolicyTable:
         for key in ("target", "drafter", "hardware", "buckets"):
             if key not in data:
                 raise SpecError(f"{where}: missing required field {key!r}")
+        for key in ("target", "drafter", "hardware", "workload"):
+            if key in data and not isinstance(data[key], str):
+                raise SpecError(f"{where}: field {key!r} must be a string, got {data[key]!r:.60}")
         raw = data["buckets"]
         if not isinstance(raw, list) or not raw:
             raise SpecError(f"{where}: field 'buckets' must be a non-empty list")
@@ -329,11 +337,7 @@ class PolicyTable:
         p = Path(path)
         if not p.is_file():
             raise SpecError(f"{p}: no such policy file")
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise SpecError(f"{p}: not valid JSON: {e}") from e
-        return cls.from_dict(data, str(p))
+        return cls.from_dict(loads_json(read_bytes_bounded(p), str(p)), str(p))
 
 
 def _obj(v: Any, where: str) -> Mapping[str, Any]:

@@ -34,6 +34,7 @@ from typing import IO, Any
 import numpy as np
 
 from spectune.specs.errors import SpecError
+from spectune.specs.io import MAX_ABS_INT, TRACE_LIMITS, iter_lines, loads_json
 from spectune.specs.tree import SOURCE_MODEL, SOURCE_NAMES, SOURCE_RETRIEVAL, SOURCE_ROOT, DraftTree
 
 TRACE_SCHEMA = "spectune.trace/v1"
@@ -136,9 +137,14 @@ def _open_text(path: Path, mode: str) -> IO[str]:
     return open(path, mode, encoding="utf-8")
 
 
-def _int(v: Any, where: str) -> int:
+MAX_INDEX = 2**31 - 1  # match lengths are int32
+
+
+def _int(v: Any, where: str, hi: int = MAX_ABS_INT) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
-        raise SpecError(f"{where}: expected an integer, got {v!r}")
+        raise SpecError(f"{where}: expected an integer, got {v!r:.40}")
+    if abs(v) > hi:
+        raise SpecError(f"{where}: integer out of range (|x| <= {hi}), got {v!r:.40}")
     return v
 
 
@@ -215,14 +221,15 @@ def parse_step(obj: Any, where: str) -> TraceStep:
         cols[key] = _list(obj[key], f"{where}: field {key!r}", n)
     for key in ("parents", "tokens", "match_len", "target"):
         vals = parents if key == "parents" else cols[key]
+        hi = MAX_INDEX if key == "match_len" else MAX_ABS_INT
         for i, v in enumerate(vals):
-            _int(v, f"{where}: field {key!r}[{i}]")
+            _int(v, f"{where}: field {key!r}[{i}]", hi)
     for i, v in enumerate(cols["logprobs"]):
         if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v > 1e-9:
             raise SpecError(f"{where}: field 'logprobs'[{i}] must be a number <= 0, got {v!r}")
     codes = []
     for i, s in enumerate(cols["source"]):
-        if s not in _SOURCE_CODES:
+        if not isinstance(s, str) or s not in _SOURCE_CODES:
             raise SpecError(
                 f"{where}: field 'source'[{i}] must be 'root', 'model' or 'retrieval', got {s!r}"
             )
@@ -257,24 +264,23 @@ def parse_step(obj: Any, where: str) -> TraceStep:
 
 
 def iter_trace(path: str | os.PathLike[str]) -> tuple[TraceHeader, Iterator[TraceStep]]:
-    """The header, and a lazy iterator over the steps of a trace file (.jsonl or .jsonl.gz)."""
+    """The header, and a lazy iterator over the steps of a trace file (.jsonl or .jsonl.gz).
+    The file is streamed within TRACE_LIMITS (decompressed bytes, line length, values per
+    line); every problem is a SpecError naming file:line and the field."""
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"{p}: no such trace file")
-    fh = _open_text(p, "r")
-    try:
-        first = fh.readline()
-        header = parse_header(_loads(first, f"{p}:1"), f"{p}:1")
-    except BaseException:
-        fh.close()
-        raise
+    lines = iter_lines(p, TRACE_LIMITS)
+    first = next(lines, None)
+    if first is None:
+        raise SpecError(f"{p}: empty file; line 1 of a trace is its header")
+    header = parse_header(_loads(first[1], f"{p}:1"), f"{p}:1")
 
     def steps() -> Iterator[TraceStep]:
-        with fh:
-            for lineno, line in enumerate(fh, start=2):
-                if not line.strip():
-                    continue
-                yield parse_step(_loads(line, f"{p}:{lineno}"), f"{p}:{lineno}")
+        for lineno, line in lines:
+            if not line.strip():
+                continue
+            yield parse_step(_loads(line, f"{p}:{lineno}"), f"{p}:{lineno}")
 
     return header, steps()
 
@@ -288,12 +294,7 @@ def read_trace(path: str | os.PathLike[str]) -> tuple[TraceHeader, list[TraceSte
 def _loads(line: str, where: str) -> Any:
     if not line.strip():
         raise SpecError(f"{where}: empty line where the trace header was expected")
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{where}: not valid JSON: {e}") from e
-    except UnicodeDecodeError as e:  # pragma: no cover - gzip of binary junk
-        raise SpecError(f"{where}: not UTF-8 text: {e}") from e
+    return loads_json(line, where, TRACE_LIMITS)
 
 
 # ---- writing --------------------------------------------------------------------------------

@@ -114,8 +114,8 @@ class Workload:
             )
         if self.length_dist not in LENGTH_DISTS:
             raise SpecError(f"{w}: field 'length_dist' must be one of {LENGTH_DISTS}")
-        if self.temperature < 0:
-            raise SpecError(f"{w}: field 'temperature' must be >= 0")
+        if not 0 <= self.temperature <= 100:
+            raise SpecError(f"{w}: field 'temperature' must be in [0, 100]")
         _table(self.accept_by_rank, "accept_by_rank", w, row_sum=True)
         _table(self.retrieval_accept, "retrieval_accept", w, row_sum=False)
         if self.acceptance == "positional" and not self.accept_by_rank:
@@ -127,8 +127,8 @@ class Workload:
                 raise SpecError(f"{w}: field 'confidence_mean'[{i}] must be in (0, 1), got {v}")
         if not 0.0 < self.depth_decay <= 1.0:
             raise SpecError(f"{w}: field 'depth_decay' must be in (0, 1]")
-        if self.confidence_concentration <= 0:
-            raise SpecError(f"{w}: field 'confidence_concentration' must be > 0")
+        if not 0 < self.confidence_concentration <= 1e6:
+            raise SpecError(f"{w}: field 'confidence_concentration' must be in (0, 1e6]")
         if not 0.0 <= self.confidence_tail < 1.0:
             raise SpecError(f"{w}: field 'confidence_tail' must be in [0, 1)")
         xs, ys = self.calibration_x, self.calibration_y
@@ -153,19 +153,24 @@ class Workload:
             raise SpecError(
                 f"{w}: field 'retrieval_accept' needs a row per match length in 'retrieval_match_probs'"
             )
-        for name in ("prompt_len_mean_tokens", "output_len_mean_tokens"):
-            if getattr(self, name) < 1:
-                raise SpecError(f"{w}: field {name!r} must be >= 1")
-        for name in ("prompt_len_cv", "output_len_cv"):
-            if getattr(self, name) < 0:
-                raise SpecError(f"{w}: field {name!r} must be >= 0")
-        for name in ("prompt_len_max_tokens", "output_len_max_tokens"):
-            if getattr(self, name) < 1:
-                raise SpecError(f"{w}: field {name!r} must be >= 1")
+        for name, lo, hi in _LENGTH_RANGES:
+            if not lo <= getattr(self, name) <= hi:
+                raise SpecError(f"{w}: field {name!r} must be in [{lo:g}, {hi:g}]")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+MAX_LENGTH_TOKENS = 1 << 24  # past every model's context
+_LENGTH_RANGES = (
+    ("prompt_len_mean_tokens", 1, MAX_LENGTH_TOKENS),
+    ("output_len_mean_tokens", 1, MAX_LENGTH_TOKENS),
+    ("prompt_len_cv", 0, 100),
+    ("output_len_cv", 0, 100),
+    ("prompt_len_max_tokens", 1, MAX_LENGTH_TOKENS),
+    ("output_len_max_tokens", 1, MAX_LENGTH_TOKENS),
+)
 
 
 def _table(t: tuple[tuple[float, ...], ...], name: str, w: str, *, row_sum: bool) -> None:

@@ -74,7 +74,7 @@ def load_traces(paths: Iterable[str | os.PathLike[str]]) -> LoadedTraces:
         headers.append(h)
         steps.extend(s)
     if not steps:
-        raise SpecError("the traces hold no steps")
+        raise SpecError(f"{', '.join(names)}: the traces hold no steps (only a header)")
     temps = {h.temperature for h in headers}
     if len(temps) > 1:
         raise SpecError(f"traces mix temperatures {sorted(temps)}; fit one temperature at a time")

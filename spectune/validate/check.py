@@ -23,7 +23,7 @@ verify-latency MAPE exceeds `mape_tol` (10%). Nothing here imports torch.
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,10 @@ from typing import Any
 from spectune.specs import SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import SCHEMA as CALIBRATION_SCHEMA
 from spectune.specs.calibration import Calibration
+from spectune.specs.io import loads_json, read_bytes_bounded
+from spectune.validate.measure import RUN_SCHEMA, validate_document
 
 MEASUREMENT_SCHEMA = "spectune.measurement/v1"
-RUN_SCHEMA = "spectune.calibration-run/v1"
 
 
 @dataclass
@@ -63,14 +64,12 @@ class CheckResult:
         return max((abs(r.error) for r in self.speedup), default=0.0)
 
     def passed(self, speedup_tol: float, mape_tol: float) -> bool:
-        return self.worst_speedup_error <= speedup_tol and self.verify_mape <= mape_tol
+        finite = all(math.isfinite(r.error) for r in (*self.verify, *self.speedup))
+        return finite and self.worst_speedup_error <= speedup_tol and self.verify_mape <= mape_tol
 
 
 def _load(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SpecError(f"{path}: not valid JSON: {e}") from e
+    data = loads_json(read_bytes_bounded(path), str(path))  # bounded; NaN and inf rejected
     return data if isinstance(data, dict) else None
 
 
@@ -103,6 +102,7 @@ def check_folder(folder: str | Path) -> CheckResult:
             data = _load(p)
             if not data or data.get("schema") not in (MEASUREMENT_SCHEMA, RUN_SCHEMA):
                 continue
+            validate_document(data, str(p))
             res.files += 1
             hw = load_hardware(data["hardware"])
             cm = CostModel(

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from spectune.specs import SpecError, TreePolicy
+from spectune.specs.io import from_mapping
 
 SCHEMA = "spectune.measurement/v1"
 PHASE_KEYS = ("draft", "tree", "verify", "accept", "compact", "extend", "overhead", "step")
@@ -119,8 +121,44 @@ def measurement_doc(
     return doc
 
 
+def _number(
+    d: dict[str, Any],
+    key: str,
+    where: str,
+    *,
+    lo: float = 0.0,
+    lo_open: bool = True,
+    hi: float = 1e30,
+    integer: bool = False,
+) -> float:
+    """d[key] as a finite number in (lo, hi] ([lo, hi] without lo_open); SpecError naming the
+    field otherwise (a missing, NaN or zero speedup must fail the gate, not pass it)."""
+    v = d.get(key)
+    kind = "an integer" if integer else "a number"
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, int | float)
+        or (integer and not isinstance(v, int))
+    ):
+        raise SpecError(f"{where}: field {key!r} must be {kind}, got {v!r:.40}")
+    if not math.isfinite(v) or not (lo < v if lo_open else lo <= v) or v > hi:
+        span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        raise SpecError(f"{where}: field {key!r} must be {kind} in {span}, got {v!r:.40}")
+    return float(v)
+
+
+def _policy(r: dict[str, Any], where: str) -> None:
+    pol = r.get("policy")
+    if pol is None:
+        return
+    if not isinstance(pol, dict):
+        raise SpecError(f"{where}: field 'policy' must be an object or null")
+    from_mapping(TreePolicy, pol, f"{where}: field 'policy'")
+
+
 def validate_measurement(doc: Any, where: str = "measurement") -> None:
-    """SpecError unless `doc` has the measurement schema's fields and types."""
+    """SpecError unless `doc` has the measurement schema's fields and types: at least one run,
+    every timing, rate and speedup a finite number > 0 (phases >= 0), a valid policy or null."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise SpecError(f"{where}: not a {SCHEMA} document")
     for key, typ in (
@@ -131,27 +169,77 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
         ("context", int),
         ("runs", list),
     ):
-        if not isinstance(doc.get(key), typ):
+        if not isinstance(doc.get(key), typ) or isinstance(doc.get(key), bool):
             raise SpecError(f"{where}: field {key!r} must be a {typ.__name__}")
+    _number(doc, "context", where, lo_open=False, hi=2**31, integer=True)
+    if not doc["runs"]:
+        raise SpecError(f"{where}: field 'runs' is empty; a measurement needs at least one run")
     for i, r in enumerate(doc["runs"]):
         w = f"{where}: runs[{i}]"
         if not isinstance(r, dict):
             raise SpecError(f"{w}: expected an object")
-        for key in ("batch", "nodes", "accepted_mean", "tokens_per_s", "ar_step_ms", "speedup"):
-            if not isinstance(r.get(key), int | float) or isinstance(r.get(key), bool):
-                raise SpecError(f"{w}: field {key!r} must be a number")
-        v = r.get("verified_mean")
-        if v is not None and (not isinstance(v, int | float) or isinstance(v, bool) or v < 1):
-            raise SpecError(f"{w}: field 'verified_mean' must be a number >= 1")
+        _number(r, "batch", w, lo=1, lo_open=False, hi=2**31, integer=True)
+        _number(r, "nodes", w, lo=1, lo_open=False, hi=2**31, integer=True)
+        _number(r, "accepted_mean", w, lo_open=False, hi=1e6)
+        for key in ("tokens_per_s", "ar_step_ms", "speedup"):
+            _number(r, key, w)
+        for key in ("tokens_per_step", "ar_tokens_per_s"):
+            if key in r:
+                _number(r, key, w)
+        if r.get("verified_mean") is not None:
+            _number(r, "verified_mean", w, lo=1, lo_open=False)
         ph = r.get("phases_ms")
-        if not isinstance(ph, dict) or any(
-            not isinstance(ph.get(k), int | float) for k in PHASE_KEYS
-        ):
+        if not isinstance(ph, dict):
             raise SpecError(f"{w}: field 'phases_ms' needs numbers for {', '.join(PHASE_KEYS)}")
-        if r.get("policy") is not None:
-            if not isinstance(r["policy"], dict):
-                raise SpecError(f"{w}: field 'policy' must be an object or null")
-            TreePolicy(**r["policy"])
+        for k in PHASE_KEYS:
+            _number(ph, k, f"{w}.phases_ms", lo_open=k == "step")
+        if "ar_phases_ms" in r:
+            ar = r["ar_phases_ms"]
+            if not isinstance(ar, dict):
+                raise SpecError(f"{w}: field 'ar_phases_ms' must be an object")
+            _number(ar, "verify", f"{w}.ar_phases_ms")
+        if "label" in r and not isinstance(r["label"], str):
+            raise SpecError(f"{w}: field 'label' must be a string")
+        _policy(r, w)
+        if r.get("policy") is not None and "tokens_per_step" not in r:
+            raise SpecError(f"{w}: field 'tokens_per_step' is missing")
+
+
+RUN_SCHEMA = "spectune.calibration-run/v1"
+
+
+def validate_calibration_run(doc: Any, where: str = "calibration run") -> None:
+    """SpecError unless `doc` is a calibration-run document (spectune calibrate's micro-benchmarks)
+    with at least one verify or gemm row, every size a positive integer and every time > 0."""
+    if not isinstance(doc, dict) or doc.get("schema") != RUN_SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise SpecError(f"{where}: not a {RUN_SCHEMA} document (schema {got!r:.60})")
+    for key in ("hardware", "target", "drafter"):
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            raise SpecError(f"{where}: field {key!r} must be a non-empty string")
+    sizes = {"verify": ("batch", "tokens", "context"), "gemm": ("m", "n", "k")}
+    for kind, keys in sizes.items():
+        rows = doc.get(kind, [])
+        if not isinstance(rows, list):
+            raise SpecError(f"{where}: field {kind!r} must be a list of objects")
+        for i, r in enumerate(rows):
+            w = f"{where}: {kind}[{i}]"
+            if not isinstance(r, dict):
+                raise SpecError(f"{w}: expected an object")
+            for key in keys:
+                lo = 0 if key == "context" else 1
+                _number(r, key, w, lo=lo, lo_open=False, hi=2**31, integer=True)
+            _number(r, "seconds", w, hi=1e6)
+    if not doc.get("verify") and not doc.get("gemm"):
+        raise SpecError(f"{where}: no verify or gemm rows to fit or check")
+
+
+def validate_document(doc: dict[str, Any], where: str) -> None:
+    """validate_measurement or validate_calibration_run, by the document's schema."""
+    if doc.get("schema") == RUN_SCHEMA:
+        validate_calibration_run(doc, where)
+    else:
+        validate_measurement(doc, where)
 
 
 def format_table(doc: dict[str, Any]) -> str:

@@ -27,6 +27,9 @@ from spectune.planner.trees.static import StaticShape
 
 #: tie-break: at equal score the earlier column (a parent before its child) wins
 TIE_BREAK = 1e-11
+LOG_FLOOR = -1e4
+"""Path log-probabilities below this rank as equal (e**-1e4 is 0 in float64); keeps the
+tie-break exact where a whole level has probability 0."""
 REAL_FLOOR = LOG_ZERO / 2  # path log-probs below this go through a probability-0 candidate
 
 
@@ -215,7 +218,8 @@ def dynamic_pool(
         c = p1 - p0
         shift, first_child = consts[lvl - 2]
         if c > k:  # top-k of the previous level, in column (= rank) order
-            keys = lp[:, p0:p1] - ties[:c]
+            # floored: a level of impossible (-inf) paths still ranks by the tie-break
+            keys = np.maximum(lp[:, p0:p1], LOG_FLOOR) - ties[:c]
             thr = np.partition(keys, c - k, axis=1)[:, c - k]
             at = np.flatnonzero(keys >= thr[:, None]) + shift  # row*c + col -> row*t + p0 + col
         else:
