@@ -898,7 +898,7 @@ def main() -> int:
             f"{cmd:<14} {len(os_):>5} {sum(o.passed for o in os_):>5} {sum(o.rc == 2 for o in os_):>6} "
             f"{sum(o.traceback for o in os_):>5} {sum(o.one_line for o in os_):>6} "
             f"{sum(o.named for o in os_):>5} {sum(o.leaked for o in os_):>4} "
-            f"{max(o.above_mb for o in os_):>7.0f} {max(o.wall_s for o in os_):>6.1f}"
+            f"{max(0.0, *(o.above_mb for o in os_)):>7.0f} {max(o.wall_s for o in os_):>6.1f}"
         )
     failed = [o for o in outcomes if not o.passed]
     shown = failed if args.failures else failed[:25]

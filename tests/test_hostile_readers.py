@@ -449,13 +449,18 @@ def test_arrival_jsonl_values(obj: dict[str, str], tmp_path_factory: Any) -> Non
         load_trace(path)
 
 
-@given(blob=st.binary(min_size=1, max_size=2000))
+@given(blob=st.binary(min_size=1, max_size=2000), cut=st.integers(min_value=1, max_value=600))
 @settings(max_examples=30)
-def test_arrival_garbage_gzip(blob: bytes, tmp_path_factory: Any) -> None:
-    path = tmp_path_factory.mktemp("a") / "g.csv.gz"
-    path.write_bytes(b"\x1f\x8b\x08\x00" + blob)
+def test_arrival_garbage_and_truncated_gzip(blob: bytes, cut: int, tmp_path_factory: Any) -> None:
+    d = tmp_path_factory.mktemp("a")
+    (d / "g.csv.gz").write_bytes(b"\x1f\x8b\x08\x00" + blob)
     with pytest.raises(SpecError, match=r"g\.csv\.gz"):
-        load_trace(path)
+        load_trace(d / "g.csv.gz")
+    rows = "arrival_s,prompt_tokens,output_tokens\n" + "0.5,10,10\n" * 200
+    whole = gzip.compress(rows.encode())
+    (d / "t.csv.gz").write_bytes(whole[: len(whole) - min(cut, len(whole) - 1)])
+    with pytest.raises(SpecError, match=r"t\.csv\.gz"):
+        load_trace(d / "t.csv.gz")
 
 
 def test_arrival_bomb_stops_at_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

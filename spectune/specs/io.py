@@ -6,7 +6,7 @@ a `Limits` caps the decompressed bytes of a file (gzip is streamed and stopped a
 small bomb never inflates), the length of one line, the nesting depth, the number of values and
 the length of a string; numbers must be finite, integers within +-2**53 and floats within
 +-1e30. A breach is a SpecError naming the file (and line) and the field, e.g.
-`run.json: field 'runs'[3]['speedup']: NaN is not a number`.
+`run.json: field 'runs'[3]['speedup']: NaN is not a finite number`.
 
 Documents are JSON or TOML (by suffix) parsed into plain dicts, then into frozen dataclasses by
 `from_mapping`, which checks each field's type; writing goes through a temp file and a rename,
