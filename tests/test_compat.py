@@ -86,14 +86,16 @@ def test_head_trained_for_another_target_of_the_same_shape_warns() -> None:
         check_pair(M["qwen3-8b"], M["eagle3-qwen3-8b"])
 
 
-def test_every_path_that_pairs_models_checks_them(capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_path_that_pairs_models_checks_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     scenario = Scenario(target=str(QWEN25_32B), drafter="eagle3-llama-3.1-8b")
     with pytest.raises(SpecError, match="field 'hidden'"):
         scenario.resolve()
     with pytest.raises(SpecError, match="field 'hidden'"):
         closed_form_objective(str(QWEN25_32B), "eagle3-llama-3.1-8b", "h100-sxm", "mt-bench")
     for cmd in (
-        ["plan", "--trials", "1", "--quiet", "--out", "/dev/null"],
+        ["plan", "--trials", "1", "--quiet", "--out", str(tmp_path / "policy.json")],
         ["cost"],
         ["tree"],
         ["simulate", "--requests", "1", "--quiet"],
