@@ -96,11 +96,12 @@ def test_an_uploaded_policy_naming_a_file_is_not_opened(
         return real(path)
 
     monkeypatch.setattr(io, "read_mapping", spy)
-    fallback = data.scenario_from_names()
+    fallback = data.DEFAULT_SCENARIO
     scn, note = plans.scenario_for_table(table, fallback)
     assert opened == []
-    assert scn.target == fallback.target and scn.hardware == fallback.hardware
-    assert "not a preset" in note
+    assert scn.target == fallback.target and scn.gpu == fallback.gpu
+    assert scn.drafter == fallback.drafter and scn.workload == fallback.workload
+    assert "names a file on this server" in note
 
 
 def test_an_uploaded_measurement_naming_a_file_is_refused(tmp_path: Path) -> None:
