@@ -447,3 +447,10 @@ def test_prune_step_round_trips_and_old_files_load_with_the_default(tmp_path: Pa
         Calibration.load(tmp_path / "bad.json")
     with pytest.raises(SpecError, match="batch"):
         _cm().prune_time(-1)
+
+
+@pytest.mark.parametrize("policy", [p for p in POLICIES if p is not None], ids=str)
+def test_what_if_draft_parts_sum_to_the_draft_phase(policy: TreePolicy) -> None:
+    """The page's drafting breakdown is CostModel.draft_parts, which sums to the draft phase."""
+    w = data.what_if(data.DEFAULT_SCENARIO, policy, 8, 4096)
+    assert sum(w.draft_steps_s.values()) == pytest.approx(w.phases_s["draft"], rel=1e-12)

@@ -206,24 +206,21 @@ def what_if(
 
 
 def _draft_steps(cm: CostModel, policy: TreePolicy, batch: int, context: int) -> dict[str, float]:
-    """The drafting phase as the cost model prices it: one step over 1 token per sequence fed by
-    the target's hidden states, then depth - 1 steps over top-k tokens per sequence, plus the
-    fixed bookkeeping of every step (a drafter model); or the retrieval lookup (no drafter
-    model)."""
-    if cm.drafter is None:
-        return {"retrieval lookup": _f(cm.draft_time(batch, policy.depth, policy.topk, context))}
-    first = _f(cm.draft_step_time(batch, 1, context, from_target=True))
-    later = _f(cm.draft_step_time(batch, policy.topk, context))
-    steps = {"first step (1 token/seq)": first}
+    """The drafting phase by part, as the cost model prices it (CostModel.draft_parts), with
+    the labels the page shows."""
+    parts = {
+        k: _f(v)
+        for k, v in cm.draft_parts(
+            batch, policy.depth, policy.topk, context, builder=policy.builder
+        ).items()
+    }
+    if "retrieval" in parts:
+        return {"retrieval lookup": parts["retrieval"]}
+    steps = {"first step (1 token/seq)": parts["first"]}
     if policy.depth > 1:
-        steps[f"{policy.depth - 1} later steps ({policy.topk} tokens/seq each)"] = (
-            policy.depth - 1
-        ) * later
-    fixed = cm.calibration.draft_step_cost_s(policy.builder)
-    if policy.depth > 0 and fixed > 0:
-        # top-k, frontier sort and pool bookkeeping: a fixed cost per step of this builder
-        # (CostModel.draft_time)
-        steps[f"top-k / sort / pool x {policy.depth} steps"] = policy.depth * fixed
+        steps[f"{policy.depth - 1} later steps ({policy.topk} tokens/seq each)"] = parts["later"]
+    if parts["bookkeeping"] > 0:
+        steps[f"top-k / sort / pool x {policy.depth} steps"] = parts["bookkeeping"]
     return steps
 
 

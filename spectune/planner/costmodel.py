@@ -180,6 +180,41 @@ class CostModel:
         shape = self._uniform(batch, tokens, context)
         return _total(self._drafter.forward(shape, from_target=from_target))
 
+    def draft_parts(
+        self,
+        batch: ArrayLike,
+        depth: ArrayLike,
+        topk: ArrayLike,
+        context: ArrayLike,
+        *,
+        builder: str = "dynamic-topk",
+    ) -> dict[str, F64]:
+        """Seconds of the drafting phase by part (draft_time is their sum): 'first' (one step
+        over 1 token/seq, fed by the target), 'later' (depth-1 steps over topk tokens/seq) and
+        'bookkeeping' (the `builder`'s fixed cost per step, Calibration.draft_step_cost_s), each
+        zero where depth is 0; without a model drafter (retrieval drafting) one part,
+        'retrieval', the lookup cost."""
+        d = _arr("depth", depth)
+        k = _arr("topk", topk)
+        if self._drafter is None:
+            c = _arr("context", context)  # retrieval cost does not depend on it; shape does
+            return {
+                "retrieval": np.where(d > 0, self.retrieval_time(batch) + 0.0 * k + 0.0 * c, 0.0)
+            }
+        first = self.draft_step_time(batch, 1, context, from_target=True)
+        rest = self.draft_step_time(batch, k, context)
+        # each of the d steps also selects its top-k children, sorts the k*k candidates into
+        # the next frontier and records them in the pool: a chain of small latency-bound
+        # kernels, a fixed cost per step (Calibration.draft_step_s); a static shape skips the
+        # frontier sort and pool rerank (Calibration.static_draft_step_s)
+        bookkeeping = d * self.calibration.draft_step_cost_s(builder)
+        on = d > 0
+        return {
+            "first": np.where(on, first, 0.0),
+            "later": np.where(on, np.maximum(d - 1, 0) * rest, 0.0),
+            "bookkeeping": np.where(on, bookkeeping, 0.0),
+        }
+
     def draft_time(
         self,
         batch: ArrayLike,
@@ -189,23 +224,11 @@ class CostModel:
         *,
         builder: str = "dynamic-topk",
     ) -> F64:
-        """Seconds of the whole drafting phase: one step over 1 token/seq (fed by the target),
-        then depth-1 steps over topk tokens/seq, plus the `builder`'s fixed cost per step
-        (Calibration.draft_step_cost_s). Zero where depth is 0. Without a model drafter
-        (retrieval drafting) it is the retrieval lookup cost."""
-        d = _arr("depth", depth)
-        k = _arr("topk", topk)
-        if self._drafter is None:
-            c = _arr("context", context)  # retrieval cost does not depend on it; shape does
-            return np.where(d > 0, self.retrieval_time(batch) + 0.0 * k + 0.0 * c, 0.0)
-        first = self.draft_step_time(batch, 1, context, from_target=True)
-        rest = self.draft_step_time(batch, k, context)
-        # each of the d steps also selects its top-k children, sorts the k*k candidates into
-        # the next frontier and records them in the pool: a chain of small latency-bound
-        # kernels, a fixed cost per step (Calibration.draft_step_s); a static shape skips the
-        # frontier sort and pool rerank (Calibration.static_draft_step_s)
-        bookkeeping = d * self.calibration.draft_step_cost_s(builder)
-        return np.where(d > 0, first + np.maximum(d - 1, 0) * rest + bookkeeping, 0.0)
+        """Seconds of the whole drafting phase: the sum of draft_parts."""
+        parts = self.draft_parts(batch, depth, topk, context, builder=builder)
+        if "retrieval" in parts:
+            return _f64(parts["retrieval"])
+        return _f64(parts["first"] + parts["later"] + parts["bookkeeping"])
 
     def draft_extend_time(self, batch: ArrayLike, accepted: ArrayLike, context: ArrayLike) -> F64:
         """Seconds of the drafter pass over the `accepted` tokens per sequence (mean accepted
