@@ -236,6 +236,13 @@ TORCHVISION_MODULES = (
 )
 
 
+def _installed(package: str) -> None:
+    """Skip when the engines extra is not installed; once it is, a module its config code needs
+    but scripts/setup.d/engines.sh did not install is a failure (importorskip would hide it)."""
+    if importlib.util.find_spec(package) is None:
+        pytest.skip("the engines extra is not installed (scripts/setup.d/engines.sh)")
+
+
 class _StandIn(types.ModuleType):
     """An empty module whose public names are placeholder classes (image helpers only)."""
 
@@ -246,9 +253,7 @@ class _StandIn(types.ModuleType):
 
 
 def _sglang() -> types.ModuleType:
-    pytest.importorskip(
-        "sglang", reason="the engines extra is not installed (scripts/setup.d/engines.sh)"
-    )
+    _installed("sglang")
     from transformers.utils import import_utils
 
     assert not import_utils.is_torchvision_available()  # cached before the stand-in exists
@@ -343,9 +348,7 @@ def test_sglang_rejects_preset_names(stubs: dict[str, str]) -> None:
 
 
 def _vllm_config(argv: list[str]) -> Any:
-    pytest.importorskip(
-        "vllm", reason="the engines extra is not installed (scripts/setup.d/engines.sh)"
-    )
+    _installed("vllm")
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 

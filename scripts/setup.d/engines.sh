@@ -20,6 +20,9 @@ PINS=(
   cbor2==6.3.0 openai-harmony==0.0.8 openai==3.57.0 cachetools==8.0.2 uvloop==0.23.0
   prometheus-client==0.26.0 xgrammar==0.2.8 fastapi==0.136.3 annotated-doc==0.0.7
   partial-json-parser==0.2.1.1.post7 llguidance==1.9.1
+  regex==2026.11.19 pydantic==2.14.4 pydantic-core==2.50.5 typing-inspection==0.4.5
+  annotated-types==0.8.0 sniffio==1.3.1 cloudpickle==3.1.3 py-cpuinfo==9.0.0 orjson==3.13.0
+  ipython==9.18.1 traitlets==5.16.1
 )
 missing=$("$PY" - "${PINS[@]}" <<'PYEOF'
 import sys
