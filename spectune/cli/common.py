@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from spectune.specs.engine import EngineProfile
 from spectune.specs.errors import SpecError
 from spectune.specs.scenario import Scenario
 
@@ -223,3 +224,14 @@ def check_out_path(
     except OSError as e:
         raise SpecError(f"{where}: cannot write in {parent} ({e.strerror or e})") from None
     return p
+
+
+def engine_option(name: str) -> EngineProfile:
+    """The engine profile --engine names (a preset or a profile file), loaded before any other
+    work; a SpecError names the option."""
+    from spectune.specs.engine import load_engine
+
+    try:
+        return load_engine(name)
+    except SpecError as e:
+        raise SpecError(f"--engine {name}: {e}") from None

@@ -15,16 +15,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spectune.cli.common import check_out_path, int_range
+from spectune.cli.common import check_out_path, engine_option, int_range
 from spectune.planner.export import export_table
-from spectune.specs.engine import load_engine
 from spectune.specs.policy import PolicyTable
 
 
 def run(args: argparse.Namespace) -> int:
     check_out_path(args.out, folder=True)
+    profile = engine_option(
+        "vllm-0.11" if args.engine == "vllm" and args.vllm_tree else args.engine
+    )
     table = PolicyTable.load(args.policy)
-    profile = load_engine("vllm-0.11" if args.engine == "vllm" and args.vllm_tree else args.engine)
     export, why = export_table(
         table,
         profile,

@@ -27,6 +27,7 @@ from spectune.cli.common import (
     STORAGE_ENV,
     add_strict,
     check_out_path,
+    engine_option,
     float_range,
     int_range,
     ints,
@@ -224,7 +225,7 @@ def _redact(url: str | None) -> str:
 
 def _settings(args: argparse.Namespace, scenario: Scenario) -> SearchSettings:
     """The search settings the flags name, within what the scenario's engine runs."""
-    profile = load_engine(scenario.engine)
+    profile = engine_option(scenario.engine)
     if profile.engine != "spectune":
         resolved = scenario.resolve()
         check_engine_drafter(drafter_kind(resolved.drafter), profile)
