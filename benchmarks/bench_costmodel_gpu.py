@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from spectune.planner.costmodel import CostModel
 from spectune.specs import hardware_preset, model_preset, write_json_atomic
-from spectune.validate.calibfit import fit_calibration
+from spectune.validate.microbench import invert_microbenchmarks
 
 L2_FLUSH_BYTES = 256e6  # rotate buffers so one pass touches more than any GPU's L2 (50-96 MB)
 DEV = "cuda"
@@ -216,7 +216,7 @@ def main() -> None:
 
     rows = micro_rows()
     write_json_atomic(out / "rows.json", rows)
-    cal = fit_calibration(rows, hw, source=f"bench_costmodel_gpu on {name}")
+    cal = invert_microbenchmarks(rows, hw, source=f"bench_costmodel_gpu on {name}")
     cal.save(out / "calibration.json")
     fwd = forward_rows(args.context)
 

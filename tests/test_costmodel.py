@@ -485,7 +485,7 @@ def test_cli_cost_bad_input_exits_2(
 
 def test_fit_calibration_recovers_a_known_gpu() -> None:
     from spectune.planner.operators import Rates, attention_time, gemm_time
-    from spectune.validate.calibfit import fit_calibration
+    from spectune.validate.microbench import invert_microbenchmarks
 
     true = Calibration(
         hardware="h100-sxm",
@@ -520,7 +520,7 @@ def test_fit_calibration_recovers_a_known_gpu() -> None:
             rows.append({"kind": "allreduce", "bytes": size, "tp": tp, "seconds": 12e-6 + ring})
     for bs in (1, 8, 64):
         rows.append({"kind": "step_overhead", "batch": bs, "seconds": 80e-6 + 3e-6 * bs})
-    fit = fit_calibration(rows, H100)
+    fit = invert_microbenchmarks(rows, H100)
     assert fit.hardware == "h100-sxm" and "measurements" in fit.source
     assert fit.launch_s == pytest.approx(3e-6)
     assert fit.elementwise_bw_efficiency == pytest.approx(0.8, rel=1e-6)
@@ -545,19 +545,19 @@ def test_fit_calibration_recovers_a_known_gpu() -> None:
 
 
 def test_fit_calibration_errors() -> None:
-    from spectune.validate.calibfit import fit_calibration
+    from spectune.validate.microbench import invert_microbenchmarks
 
     with pytest.raises(SpecError, match="no measurement rows"):
-        fit_calibration([], H100)
+        invert_microbenchmarks([], H100)
     with pytest.raises(SpecError, match="row 0: unknown kind 'gem'"):
-        fit_calibration([{"kind": "gem", "seconds": 1.0}], H100)
+        invert_microbenchmarks([{"kind": "gem", "seconds": 1.0}], H100)
     with pytest.raises(SpecError, match=r"row 1 \(gemm\): field 'k'"):
-        fit_calibration(
+        invert_microbenchmarks(
             [{"kind": "launch", "seconds": 1e-6}, {"kind": "gemm", "m": 1, "n": 2, "seconds": 1.0}],
             H100,
         )
     with pytest.raises(SpecError, match="two or more distinct sizes"):
-        fit_calibration([{"kind": "copy", "bytes": 1e6, "seconds": 1e-5}], H100)
+        invert_microbenchmarks([{"kind": "copy", "bytes": 1e6, "seconds": 1e-5}], H100)
 
 
 def test_same_answer_in_another_process() -> None:

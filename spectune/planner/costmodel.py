@@ -6,8 +6,8 @@ method takes numpy arrays that broadcast against each other and prices all point
 One forward pass is the sum over its kernels of max(FLOPs / (peak * eff), bytes / (bw * eff))
 plus one launch per kernel (spectune.planner.forward lists the kernels, spectune.planner.operators
 prices them). Efficiencies and fixed costs come from a Calibration (spectune.specs.calibration;
-fitted by spectune.validate.calibfit from micro-benchmarks, or by spectune.validate.fit from the
-executor's measurements), defaulting to the HardwareSpec's public figures.
+fitted by spectune.validate.fit from the executor's measurements, `spectune calibrate`),
+defaulting to the HardwareSpec's public figures.
 
 `CostModel.iteration` prices one whole decoding iteration of a batch and returns a
 StepBreakdown (spectune.planner.step), the one price every consumer reads:

@@ -3,8 +3,8 @@
 The cost model prices every operator as max(FLOPs / (peak * eff_c), bytes / (bandwidth * eff_m))
 plus launch cost. Without a calibration, the efficiencies are the public measured fractions in
 HardwareSpec (gemm_efficiency, hbm_efficiency) and the overheads are the defaults below. A
-calibration replaces them with figures fitted from micro-benchmarks on the actual GPU (`spectune
-calibrate`, see spectune.validate.calibfit for the measurement rows it fits).
+calibration replaces them with figures fitted to measurements on the actual GPU (`spectune
+calibrate`: spectune.validate.fit fits the executor's verify grid, GEMM rows and loop phases).
 
 Fields left at None fall back to the HardwareSpec figure named in their help text, so a
 calibration file may hold only what was measured.

@@ -3,8 +3,9 @@ fit and plans made with a calibration. Imports numpy, scipy and the planner only
 `spectune check` runs on a CPU-only install.
 
 Modules: measure (the spectune.measurement/v1 document and its validation), check (the CI gate:
-re-predict every committed measurement), fit (Calibration from executor measurements), calibfit
-(closed-form rates from micro-benchmark rows), planned (plan tables made with a calibration).
+re-predict every committed measurement), fit (the calibration fit: a Calibration from executor
+measurements), microbench (closed-form rates from micro-benchmark rows, for the GPU cost-model
+benchmark), planned (plan tables made with a calibration).
 """
 
 from spectune.validate.check import check_folder, format_check

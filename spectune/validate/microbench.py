@@ -1,6 +1,9 @@
-"""Fit a Calibration from GPU micro-benchmark measurements (pure numpy; no GPU needed here).
+"""Closed-form rates from GPU micro-benchmark rows (pure numpy; no GPU needed here).
 
-`spectune calibrate` times small kernels on the GPU and hands the rows to `fit_calibration`. Each
+spectune's calibration fit is spectune.validate.fit.fit_calibration (`spectune calibrate`: the
+executor's verify grid, GEMM rows and loop phases). This module inverts the cost model's formula
+for each kind of micro-benchmark row on its own, which benchmarks/bench_costmodel_gpu.py uses to
+compare per-operator rates with the roofline. `invert_microbenchmarks` takes the rows. Each
 row is a mapping with a "kind" and "seconds" (median time of one kernel, measured inside a CUDA
 graph so it includes the graph's per-kernel launch gap), plus the fields of its kind:
 
@@ -120,10 +123,12 @@ def _gemm_curve(
     return tuple(float(x) for x in grid), tuple(curve)
 
 
-def fit_calibration(
+def invert_microbenchmarks(
     rows: Iterable[Mapping[str, Any]], hardware: HardwareSpec, *, source: str = ""
 ) -> Calibration:
-    """A Calibration for `hardware` fitted from measurement rows (see the module docstring)."""
+    """A Calibration for `hardware` from micro-benchmark rows, each field by inverting the cost
+    model's own formula for its rows (see the module docstring). The calibration fit of spectune
+    is spectune.validate.fit.fit_calibration; this closed form serves the GPU cost-model benchmark."""
     rows = list(rows)
     if not rows:
         raise SpecError("no measurement rows to fit a calibration from")
