@@ -6,10 +6,12 @@ gate fails on bad documents."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,65 +23,26 @@ ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENT = ROOT / "measurements" / "h200" / "execute-static.json"
 TRACE = ROOT / "data" / "traces" / "smollm2-mtbench.jsonl.gz"
 
+
+def _suite() -> Any:
+    """benchmarks/hostile_suite.py, whose NUMERIC table is the one statement of every numeric
+    option's range (the suite fuzzes it, these tests check each option against it)."""
+    spec = importlib.util.spec_from_file_location(
+        "hostile_suite", ROOT / "benchmarks" / "hostile_suite.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("hostile_suite", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The suite's placeholders as names that need not exist: argparse refuses the value first.
+_NAMES = {"POLICY": "p.json", "TRACE": "t.jsonl", "OUT": "o.json"}
 # (command, option, kind, lo, hi, arguments that make the rest of the command line valid)
 OPTIONS: list[tuple[str, str, str, float, float, tuple[str, ...]]] = [
-    ("plan", "--tp", "int", 1, 64, ()),
-    ("plan", "--slo-tpot-ms", "float+", 0, 1e7, ()),
-    ("plan", "--slo-ttft-ms", "float+", 0, 1e7, ()),
-    ("plan", "--trials", "int", 1, 100_000, ()),
-    ("plan", "--seed", "int", 0, 2**32 - 1, ()),
-    ("plan", "--min-gain", "float", 0, 10, ()),
-    ("plan", "--workers", "int", 0, 256, ()),
-    ("plan", "--max-step-ms", "float+", 0, 1e7, ()),
-    ("plan", "--batch-edges", "ints", 1, 1 << 16, ()),
-    ("plan", "--context-edges", "ints", 1, 1 << 24, ()),
-    ("plan", "--heartbeat-s", "int", 1, 3600, ()),
-    ("worker", "--heartbeat-s", "int", 1, 3600, ("--study", "x")),
-    ("simulate", "--tp", "int", 1, 64, ()),
-    ("simulate", "--qps", "floats+", 0, 1e6, ()),
-    ("simulate", "--concurrency", "ints", 1, 100_000, ()),
-    ("simulate", "--burstiness", "float+", 0, 100, ()),
-    ("simulate", "--requests", "int", 1, 50_000, ()),
-    ("simulate", "--think-ms", "float", 0, 8.64e7, ()),
-    ("simulate", "--replicas", "int", 1, 1024, ()),
-    ("simulate", "--max-batch", "int", 1, 1 << 16, ()),
-    ("simulate", "--max-batch-tokens", "int", 1, 1 << 24, ()),
-    ("simulate", "--slo-ttft-ms", "float+", 0, 1e7, ()),
-    ("simulate", "--slo-tpot-ms", "float+", 0, 1e7, ()),
-    ("simulate", "--seed", "int", 0, 2**32 - 1, ()),
-    ("cost", "--tp", "int", 1, 64, ()),
-    ("cost", "--batch", "ints", 1, 1 << 16, ()),
-    ("cost", "--tokens", "ints", 1, 1 << 16, ()),
-    ("cost", "--context", "ints", 0, 1 << 24, ()),
-    ("tree", "--budget", "int", 2, 1024, ()),
-    ("tree", "--depth", "int", 1, 64, ()),
-    ("tree", "--topk", "int", 1, 64, ()),
-    ("tree", "--prune-threshold", "float", 0, 0.999999, ()),
-    ("tree", "--graft-budget", "int", 0, 1024, ()),
-    ("tree", "--seed", "int", 0, 2**32 - 1, ()),
-    ("tree", "--accept", "floats", 0, 1, ()),
-    ("export", "--context", "int", 0, 1 << 24, ("p.json", "--engine", "sglang")),
-    ("execute", "--batch", "ints", 1, 4096, ("--policy", "off")),
-    ("execute", "--context", "int", 1, 1 << 20, ("--policy", "off")),
-    ("execute", "--steps", "int", 1, 100_000, ("--policy", "off")),
-    ("execute", "--warmup", "int", 0, 100_000, ("--policy", "off")),
-    ("calibrate", "--batch", "ints", 1, 4096, ("--out", "c.json")),
-    ("calibrate", "--tokens", "ints", 1, 1024, ("--out", "c.json")),
-    ("calibrate", "--context", "ints", 1, 1 << 20, ("--out", "c.json")),
-    ("check", "--speedup-tol", "float", 0, 10, ()),
-    ("check", "--mape-tol", "float", 0, 10, ()),
-    ("fit-workload", "--holdout-every", "int", 0, 1_000_000, ("t.jsonl", "--out", "w.json")),
-    ("fit-workload", "--budgets", "ints", 2, 1024, ("t.jsonl", "--out", "w.json")),
-    ("record-traces", "--count", "int", 1, 100_000, ("mt-bench", "--out", "t.jsonl")),
-    ("record-traces", "--stride", "int", 1, 100_000, ("mt-bench", "--out", "t.jsonl")),
-    ("record-traces", "--skip", "int", 0, 100_000, ("mt-bench", "--out", "t.jsonl")),
-    ("record-traces", "--new-tokens", "int", 1, 4096, ("mt-bench", "--out", "t.jsonl")),
-    ("record-traces", "--exit-layer", "int", 1, 30, ("mt-bench", "--out", "t.jsonl")),
-    ("record-traces", "--max-depth", "int", 1, 64, ("mt-bench", "--out", "t.jsonl")),
-    ("record-traces", "--max-topk", "int", 1, 64, ("mt-bench", "--out", "t.jsonl")),
-    ("record-traces", "--pool-size", "int", 2, 1024, ("mt-bench", "--out", "t.jsonl")),
-    ("record-traces", "--deadline-s", "float+", 0, 1e7, ("mt-bench", "--out", "t.jsonl")),
-    ("dashboard", "--port", "int", 1, 65535, ()),
+    (c, o, k, lo, hi, tuple(_NAMES.get(a, a) for a in pre))
+    for c, o, k, lo, hi, pre in _suite().NUMERIC
 ]
 
 
