@@ -37,6 +37,10 @@ import torch.distributed as dist
 SWEEP_BYTES = tuple(4096 << i for i in range(16))
 SWEEP_OPS = ("all_reduce", "rs_ag", "all_gather", "broadcast")
 
+# torch >= 2.10 names the flat-tensor collectives *_single (the *_tensor names are deprecated)
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 
 @dataclass(frozen=True)
 class TPGroup:
@@ -62,9 +66,9 @@ class TPGroup:
             return x
         lead, w = x.shape[:-1], x.shape[-1]
         flat = x.reshape(-1, w).contiguous()
-        out = torch.empty((self.world, *flat.shape), dtype=x.dtype, device=x.device)
-        dist.all_gather_into_tensor(out, flat, group=self.group)
-        return out.permute(1, 0, 2).reshape(*lead, self.world * w)
+        out = torch.empty((self.world * flat.shape[0], w), dtype=x.dtype, device=x.device)
+        _all_gather(out, flat, group=self.group)  # [world * rows, w], rank-major
+        return out.view(self.world, -1, w).permute(1, 0, 2).reshape(*lead, self.world * w)
 
     def broadcast_(self, x: torch.Tensor, src: int = 0) -> torch.Tensor:
         if self.world > 1:
@@ -78,8 +82,8 @@ class TPGroup:
         if self.world == 1:
             return x
         part = torch.empty((x.shape[0] // self.world, *x.shape[1:]), dtype=x.dtype, device=x.device)
-        dist.reduce_scatter_tensor(part, x, group=self.group)
-        dist.all_gather_into_tensor(x, part, group=self.group)
+        _reduce_scatter(part, x, group=self.group)
+        _all_gather(x, part, group=self.group)
         return x
 
     def barrier(self) -> None:
@@ -151,7 +155,7 @@ def _op(group: TPGroup, name: str, x: torch.Tensor) -> Callable[[], object]:
     if name == "all_gather":
         shard = x[: x.shape[0] // group.world]
         out = torch.empty_like(x)
-        return lambda: dist.all_gather_into_tensor(out, shard, group=group.group)
+        return lambda: _all_gather(out, shard, group=group.group)
     if name == "broadcast":
         return lambda: group.broadcast_(x)
     raise ValueError(name)
