@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +123,8 @@ def init_rank(rank: int, world: int, port: int, backend: str) -> TPGroup:
 def _entry(
     rank: int, fn: Callable[..., Any], world: int, port: int, backend: str, args: Any
 ) -> None:
+    if rank:  # rank 0 speaks for the group; the others' errors still reach stderr
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
     group = init_rank(rank, world, port, backend)
     try:
         fn(group, *args)

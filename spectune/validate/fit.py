@@ -228,6 +228,9 @@ def fit_calibration(
         if sel.any():
             report[f"mape_{kind}_before"] = float(np.mean(np.abs(start[sel] / meas[sel] - 1)))
             report[f"mape_{kind}_after"] = float(np.mean(np.abs(end[sel] / meas[sel] - 1)))
+    if any(r.get("op") == "all_reduce" for r in run.get("collectives", [])):
+        cal, link = fit_interconnect(run["collectives"], hw.name, cal)
+        report.update({f"link_{k}": v for k, v in link.items()})
     return cal, report
 
 
@@ -289,3 +292,64 @@ def _scalar(x: object) -> float:
     import numpy as np
 
     return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])
+
+
+# Bounds of the interconnect fit. Efficiency <= 1: a ring all-reduce's bus bandwidth cannot
+# pass the link's published per-direction bandwidth (HardwareSpec.interconnect_bytes_per_s:
+# NVLink 4 on H100/H200 SXM, 18 links x 50 GB/s = 900 GB/s bidirectional, 450 GB/s each way,
+# NVIDIA H100 datasheet). Latency: 0.5 us (a kernel launch) .. 1 ms.
+INTERCONNECT_BOUNDS = ((1e-3, 1.0), (0.5e-6, 1e-3))
+
+
+def fit_interconnect(
+    rows: Sequence[dict[str, Any]], hardware: str, base: Calibration
+) -> tuple[Calibration, dict[str, Any]]:
+    """`base` with interconnect_efficiency and allreduce_latency_s fitted to measured
+    all-reduces (rows of spectune.executor.collectives.collective_sweep with op 'all_reduce':
+    tp, bytes, seconds) by least squares on the log-ratio of the cost model's ring all-reduce
+    (operators.allreduce_time: 2*(tp-1)/tp * bytes / (link bytes/s * efficiency) + latency)
+    to the measured seconds, every tp of the sweep at once. Returns it and a report: the fit,
+    its bus bandwidth and MAPE per tp."""
+    from scipy.optimize import least_squares
+
+    hw = load_hardware(hardware)
+    ar = [r for r in rows if r.get("op") == "all_reduce" and int(r["tp"]) > 1]
+    if len(ar) < 2:
+        raise SpecError("the interconnect fit needs at least 2 all-reduce rows with tp > 1")
+    tp = np.array([float(r["tp"]) for r in ar])
+    size = np.array([float(r["bytes"]) for r in ar])
+    meas = np.array([float(r["seconds"]) for r in ar])
+    link = hw.interconnect_bytes_per_s
+    moved = 2 * (tp - 1) / tp * size  # bytes over each link of a ring all-reduce
+
+    def model(x: np.ndarray) -> np.ndarray:
+        return moved / (link * x[0]) + x[1]
+
+    (e_lo, e_hi), (l_lo, l_hi) = INTERCONNECT_BOUNDS
+    sol = least_squares(
+        lambda x: np.log(model(x) / meas),
+        np.array([0.8, 10e-6]),
+        bounds=(np.array([e_lo, l_lo]), np.array([e_hi, l_hi])),
+        x_scale=np.array([0.1, 1e-6]),
+    )
+    eff, lat = float(sol.x[0]), float(sol.x[1])
+    cal = dataclasses.replace(
+        base,
+        hardware=hw.name,
+        interconnect_efficiency=eff,
+        allreduce_latency_s=lat,
+        source=f"{base.source}; interconnect: least-squares fit of {len(ar)} all-reduce timings "
+        f"(tp {', '.join(str(int(t)) for t in sorted(set(tp.tolist())))}; "
+        "spectune.validate.fit.fit_interconnect)",
+    )
+    pred = model(sol.x)
+    report: dict[str, Any] = {
+        "interconnect_efficiency": eff,
+        "allreduce_latency_us": lat * 1e6,
+        "busbw_gb_s": link * eff / 1e9,
+        "rows": len(ar),
+    }
+    for t in sorted(set(tp.tolist())):
+        sel = tp == t
+        report[f"mape_allreduce_tp{int(t)}"] = float(np.mean(np.abs(pred[sel] / meas[sel] - 1)))
+    return cal, report
