@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from spectune.executor.collectives import TPGroup, collective_sweep
+from spectune.executor.collectives import SWEEP_BYTES, TPGroup, collective_sweep
 from spectune.executor.session import SessionConfig, measure_runs
 from spectune.executor.tp import TPSession
 from spectune.specs import ModelSpec, TreePolicy, write_json_atomic
@@ -34,14 +34,16 @@ def sweep_tps(world: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def sweep_all(group: TPGroup, tps: tuple[int, ...]) -> list[dict[str, Any]]:
+def sweep_all(
+    group: TPGroup, tps: tuple[int, ...], sizes: tuple[int, ...] = SWEEP_BYTES, reps: int = 10
+) -> list[dict[str, Any]]:
     """collective_sweep on the first t ranks for each t in tps (every rank calls; ranks
     outside a subgroup wait at its end)."""
     rows: list[dict[str, Any]] = []
     for t in tps:
         sub = group.subgroup(t)
         if sub is not None:
-            rows += collective_sweep(sub)
+            rows += collective_sweep(sub, sizes, reps=reps, inner=max(1, min(20, reps * 2)))
         group.barrier()
     return rows
 
@@ -113,12 +115,14 @@ class CalibrateJob:
     tokens: tuple[int, ...] = ()
     contexts: tuple[int, ...] = ()
     use_graphs: bool = True
+    sizes: tuple[int, ...] = SWEEP_BYTES  # message bytes of the sweep
+    reps: int = 10  # timed replays per point (sweep and verify grid)
 
 
 def calibrate_rank(group: TPGroup, job: CalibrateJob) -> None:
     from spectune.executor.calibrate import RUN_SCHEMA
 
-    rows = sweep_all(group, job.tps)
+    rows = sweep_all(group, job.tps, job.sizes, job.reps)
     if job.target is None or job.drafter is None:
         if group.rank == 0:
             write_json_atomic(job.out, rows)
@@ -131,7 +135,7 @@ def calibrate_rank(group: TPGroup, job: CalibrateJob) -> None:
     for c in job.contexts:
         for b in job.batches:
             for n in job.tokens:
-                t, t0 = session.verify_time_comm(b, n, c)
+                t, t0 = session.verify_time_comm(b, n, c, job.reps)
                 grid.append(
                     {"batch": b, "tokens": n, "context": c, "seconds": t, "seconds_nocomm": t0}
                 )
