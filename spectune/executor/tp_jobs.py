@@ -52,7 +52,8 @@ def sweep_all(
 class ExecuteJob:
     """`spectune execute --tp N`: measure `runs` (batch, policy or None, label) against the
     baseline, as measure_runs does on one GPU; `doc` holds the measurement document's
-    remaining fields (hardware, workload, command, ...)."""
+    remaining fields (hardware, workload, command, ...; target and drafter to name them other
+    than by the specs' names, e.g. by their spec files)."""
 
     target: ModelSpec
     drafter: ModelSpec
@@ -65,20 +66,24 @@ class ExecuteJob:
     doc: dict[str, Any] = field(default_factory=dict)
     use_kernels: bool = True
     use_graphs: bool = True
+    grid: CalibrateJob | None = None  # a verify grid (and sweep) to time first, same session
 
 
 def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
     from spectune.validate.measure import format_table, measurement_doc
 
     budgets = [p.budget for _, p, _ in job.runs if p is not None]
+    g = job.grid or CalibrateJob("", "", ())
     cfg = SessionConfig(
-        max(b for b, _, _ in job.runs),
-        job.context,
-        max([1, *budgets]),
+        max([b for b, _, _ in job.runs] + list(g.batches)),
+        max([job.context, *g.contexts]),
+        max([1, *budgets, *g.tokens]),
         use_graphs=job.use_graphs,
         use_kernels=job.use_kernels,
     )
     session = TPSession(job.target, job.drafter, cfg, group)
+    if job.grid is not None:
+        _grid(group, session, job.grid, sweep_all(group, g.tps, g.sizes, g.reps))
     recs = measure_runs(session, list(job.runs), job.context, job.acceptance, job.steps, job.warmup)
     if group.rank != 0:
         return
@@ -86,8 +91,8 @@ def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
     doc = measurement_doc(
         gpu=_gpu(group),
         hardware=str(meta.pop("hardware")),
-        target=job.target.name,
-        drafter=job.drafter.name,
+        target=str(meta.pop("target", job.target.name)),
+        drafter=str(meta.pop("drafter", job.drafter.name)),
         workload=str(meta.pop("workload", "")),
         context=job.context,
         steps=job.steps,
@@ -117,11 +122,10 @@ class CalibrateJob:
     use_graphs: bool = True
     sizes: tuple[int, ...] = SWEEP_BYTES  # message bytes of the sweep
     reps: int = 10  # timed replays per point (sweep and verify grid)
+    refs: tuple[str, str] = ("", "")  # target, drafter as the document names them ('': .name)
 
 
 def calibrate_rank(group: TPGroup, job: CalibrateJob) -> None:
-    from spectune.executor.calibrate import RUN_SCHEMA
-
     rows = sweep_all(group, job.tps, job.sizes, job.reps)
     if job.target is None or job.drafter is None:
         if group.rank == 0:
@@ -130,7 +134,17 @@ def calibrate_rank(group: TPGroup, job: CalibrateJob) -> None:
     cfg = SessionConfig(
         max(job.batches), max(job.contexts), max(job.tokens), use_graphs=job.use_graphs
     )
-    session = TPSession(job.target, job.drafter, cfg, group)
+    _grid(group, TPSession(job.target, job.drafter, cfg, group), job, rows)
+
+
+def _grid(
+    group: TPGroup, session: TPSession, job: CalibrateJob, rows: list[dict[str, Any]]
+) -> None:
+    """The verify grid of `job` on `session`, each point with and without its collectives;
+    rank 0 writes it with the sweep's rows as a calibration-run document."""
+    from spectune.executor.calibrate import RUN_SCHEMA
+
+    assert job.target is not None and job.drafter is not None
     grid = []
     for c in job.contexts:
         for b in job.batches:
@@ -149,8 +163,8 @@ def calibrate_rank(group: TPGroup, job: CalibrateJob) -> None:
             "schema": RUN_SCHEMA,
             "gpu": _gpu(group),
             "hardware": job.hardware,
-            "target": job.target.name,
-            "drafter": job.drafter.name,
+            "target": job.refs[0] or job.target.name,
+            "drafter": job.refs[1] or job.drafter.name,
             "attention": session.attention_backend,
             "tp": group.world,
             "verify": grid,
