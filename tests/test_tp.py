@@ -74,9 +74,10 @@ def _forward_rank(group: TPGroup, out: str) -> None:
         "hidden": (got - want).abs().max().item(),
         "captured": max((a - b).abs().max().item() for a, b in zip(gcap, wcap, strict=True)),
         "logits": (tp.lm_head(got) - full.lm_head(want)).abs().max().item(),
-        "kv": (
-            tcache.kv - fcache.kv[..., group.rank * kvh : (group.rank + 1) * kvh, :]
-        ).abs().max().item(),
+        "kv": (tcache.kv - fcache.kv[..., group.rank * kvh : (group.rank + 1) * kvh, :])
+        .abs()
+        .max()
+        .item(),
         "logits_shape": list(tp.lm_head(got).shape),
     }
     head = Eagle3Head(HEAD, full)
@@ -91,9 +92,22 @@ def _forward_rank(group: TPGroup, out: str) -> None:
     Path(f"{out}.{group.rank}").write_text(json.dumps(errs))
 
 
-def test_tp_forward_equals_single_process(tmp_path: Path) -> None:
-    out = str(tmp_path / "errs")
-    launch(_forward_rank, 2, (out,), backend="gloo")
+def _all_rank(group: TPGroup, out: str) -> None:
+    """One spawn for the whole module (a spawn costs seconds): every part below."""
+    _forward_rank(group, f"{out}/errs")
+    _loop_rank(group, f"{out}/acc")
+    _sweep_rank(group, f"{out}/sweep.json")
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tp")
+    launch(_all_rank, 2, (str(out),), backend="gloo")
+    return out
+
+
+def test_tp_forward_equals_single_process(ranks: Path) -> None:
+    out = str(ranks / "errs")
     for rank in (0, 1):
         errs = json.loads(Path(f"{out}.{rank}").read_text())
         assert errs.pop("logits_shape") == [B, N, TARGET.vocab]
@@ -121,14 +135,13 @@ def _loop_rank(group: TPGroup, out: str) -> None:
     Path(f"{out}.{group.rank}").write_text(json.dumps(_accepted(session)))
 
 
-def test_tp_loop_accepts_as_single_process(tmp_path: Path) -> None:
-    out = str(tmp_path / "acc")
-    launch(_loop_rank, 2, (out,), backend="gloo")
-    ranks = [json.loads(Path(f"{out}.{r}").read_text()) for r in (0, 1)]
-    assert ranks[0] == ranks[1]
+def test_tp_loop_accepts_as_single_process(ranks: Path) -> None:
+    out = str(ranks / "acc")
+    per_rank = [json.loads(Path(f"{out}.{r}").read_text()) for r in (0, 1)]
+    assert per_rank[0] == per_rank[1]
     cfg = SessionConfig(max_batch=B, max_context=C, max_tree=8, use_graphs=False)
     single = _accepted(Session(TARGET, HEAD, cfg, "cpu"))
-    assert ranks[0] == single
+    assert per_rank[0] == single
     assert sum(single) > 0  # something was accepted: the comparison can tell runs apart
 
 
@@ -141,9 +154,8 @@ def _sweep_rank(group: TPGroup, out: str) -> None:
         Path(out).write_text(json.dumps({"rows": rows, "x": x.tolist(), "y": y.tolist()}))
 
 
-def test_collectives_and_sweep_rows(tmp_path: Path) -> None:
-    out = tmp_path / "sweep.json"
-    launch(_sweep_rank, 2, (str(out),), backend="gloo")
+def test_collectives_and_sweep_rows(ranks: Path) -> None:
+    out = ranks / "sweep.json"
     doc = json.loads(out.read_text())
     assert {(r["op"], r["bytes"]) for r in doc["rows"]} == {
         (op, b) for op in ("all_reduce", "rs_ag", "all_gather", "broadcast") for b in (4096, 65536)
