@@ -53,6 +53,9 @@ def _sweep(args: argparse.Namespace) -> int:
     from spectune.executor.tp_jobs import CalibrateJob, calibrate_rank, sweep_tps
 
     world = args.gpus or (2 if args.dry_run else torch.cuda.device_count())
+    if world < 2:
+        print("one GPU: no collectives to time")
+        return 2
     job = CalibrateJob(args.out, args.hardware, sweep_tps(world))
     if args.dry_run:
         job = CalibrateJob(args.out, args.hardware, sweep_tps(world), sizes=(4096, 65536), reps=2)
@@ -231,6 +234,14 @@ def _summary(args: argparse.Namespace) -> int:
                 f"{model * 1e6:>9.1f} {err:>+7.1%}"
             )
     out["allreduce_per_layer"] = per_layer
+    agree = {
+        n: doc["ranks_agree"]
+        for n, doc in docs.items()
+        if isinstance(doc, dict) and "ranks_agree" in doc
+    }
+    if agree:
+        out["ranks_agree"] = agree
+        lines.append(f"  ranks accepted alike (replicated loop): {agree}")
     for cal in cals.values():
         out["interconnect"] = {"efficiency": cal.interconnect_efficiency,
                                "latency_us": (cal.allreduce_latency_s or 0) * 1e6}  # fmt: skip

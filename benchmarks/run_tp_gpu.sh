@@ -33,7 +33,6 @@ OUT=${OUT:-out}
 D="$OUT/tp"
 mkdir -p "$D"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 PY=$(command -v python3 || command -v python)
 PARTS=${TP_PARTS:-sweep one fit plan tp4 tp2 check}
 STEPS=${TP_STEPS:-20}

@@ -85,6 +85,15 @@ def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
     if job.grid is not None:
         _grid(group, session, job.grid, sweep_all(group, g.tps, g.sizes, g.reps))
     recs = measure_runs(session, list(job.runs), job.context, job.acceptance, job.steps, job.warmup)
+    # the replicated loop must accept the same on every rank (same logits, same random stream)
+    accepted = [r["accepted_mean"] for r in recs]
+    every: list[Any] = [None] * group.world
+    if group.world > 1:
+        import torch.distributed as dist
+
+        dist.all_gather_object(every, accepted, group=group.group)
+    else:
+        every = [accepted]
     if group.rank != 0:
         return
     meta = dict(job.doc)
@@ -98,7 +107,7 @@ def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
         steps=job.steps,
         attention=session.attention_backend,
         runs=recs,
-        extra={"tp": group.world, **meta},
+        extra={"tp": group.world, "ranks_agree": all(a == accepted for a in every), **meta},
     )
     write_json_atomic(job.out, doc)
     print(format_table(doc), flush=True)
