@@ -205,6 +205,8 @@ def _summary(args: argparse.Namespace) -> int:
             f"  tp {tp}: verify MAPE {mape:6.1%} over {len(ver):3}   speedup error worst "
             f"{worst:6.1%} mean {mean:6.1%} over {len(spd)} runs"
         )
+    coll = [r for doc in docs.values() if isinstance(doc, dict) for r in doc.get("collectives", [])]
+    out["collectives"] = _collectives_choice(coll, lines)
     cals = calibrations_in(d)
     lines.append("  all-reduce cost per layer, measured in place vs the cost model (us)")
     lines.append(f"  {'file':<22} {'B':>3} {'N':>4} {'measured':>9} {'model':>9} {'error':>7}")
@@ -252,6 +254,29 @@ def _summary(args: argparse.Namespace) -> int:
     print("\n".join(lines))
     print(json.dumps(out))
     return 0
+
+
+def _collectives_choice(rows: list[dict[str, Any]], lines: list[str]) -> dict[str, Any]:
+    """Reduce-scatter + all-gather vs one all-reduce per tp (the executor's choice), and the
+    broadcast that the replicated loop saves, from the sweep's rows."""
+    out: dict[str, Any] = {}
+    by = {(r["op"], r["tp"], r["bytes"]): r["seconds"] for r in rows}
+    for tp in sorted({r["tp"] for r in rows}):
+        sizes = sorted(b for (op, t, b) in by if op == "all_reduce" and t == tp)
+        ratio = [by[("rs_ag", tp, b)] / by[("all_reduce", tp, b)] for b in sizes
+                 if ("rs_ag", tp, b) in by]  # fmt: skip
+        bcast = by.get(("broadcast", tp, sizes[0])) if sizes else None
+        if not ratio:
+            continue
+        out[f"tp{tp}"] = {"rs_ag_over_all_reduce_min": min(ratio),
+                          "rs_ag_over_all_reduce_max": max(ratio),
+                          "broadcast_smallest_us": (bcast or 0) * 1e6}  # fmt: skip
+        lines.append(
+            f"  tp {tp}: reduce-scatter + all-gather / all-reduce {min(ratio):.2f}..{max(ratio):.2f}"
+            f" over {sizes[0]}..{sizes[-1]} B; a {sizes[0]} B broadcast (saved by replicating the"
+            f" loop) {(bcast or 0) * 1e6:.1f} us"
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
