@@ -205,7 +205,7 @@ class TPSession(Session):
         group: TPGroup,
         seed: int = 0,
     ):
-        from spectune.kernels.gemm import autotune, set_plan
+        from spectune.kernels.gemm import GemmPlan, autotune, set_plan
         from spectune.kernels.span_attention import self_check
 
         self.cfg = cfg
@@ -228,6 +228,14 @@ class TPSession(Session):
             shapes = sorted(set(tp_weight_shapes(target, tp)) | set(tp_weight_shapes(drafter, tp)))
             gated = sorted({(s.hidden, s.ffn // tp) for s in (target, drafter)})
             plan, self.gemm_rows = autotune(shapes, self.device, gated=gated)
+            # every rank runs rank 0's choices: the same kernels keep the ranks in step (a
+            # slower choice on one rank would show up as waiting in every collective)
+            choice = [plan.choice]
+            if group.world > 1:
+                import torch.distributed as dist
+
+                dist.broadcast_object_list(choice, src=0, group=group.group)
+            plan = GemmPlan(choice[0])
             set_plan(plan)
             self.gemm_plan = plan.to_dict()
 
@@ -236,13 +244,22 @@ class TPSession(Session):
         return self.group.world
 
     def tune(self, batch: int, tokens: int, context: int) -> None:
-        """The fastest tree-attention config for this shard's heads (once per shape)."""
+        """The fastest tree-attention config for this shard's heads (once per shape), rank 0's
+        on every rank."""
         if self.use_kernels:
-            from spectune.kernels.tree_attention_plan import tune_tree_attention
+            from spectune.kernels import tree_attention_plan as tap
 
-            rows = tune_tree_attention(
+            rows = tap.tune_tree_attention(
                 batch, tokens, context, self.tcache.layer(0, batch), self.target.shard.heads
             )
+            if self.tp > 1:  # rank 0's choice everywhere (the ranks stay in step, as GEMMs)
+                import torch.distributed as dist
+
+                key = (batch, tokens, context)
+                best = [tap._TUNED.get(key)]
+                dist.broadcast_object_list(best, src=0, group=self.group.group)
+                if best[0] is not None:
+                    tap._TUNED[key] = best[0]
             if rows:
                 self.attention_rows.append(
                     {"batch": batch, "tokens": tokens, "context": context, "rows": rows}
