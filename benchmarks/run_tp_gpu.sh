@@ -25,7 +25,7 @@
 #   tp2     the same for Llama-3.1-8B on 2 GPUs      -> tp/verify-tp2.json, tp/execute-tp2.json
 #   check   `spectune check $OUT/tp`, then the summary table (printed last, also summary.txt):
 #           TP verify MAPE, speedup errors, all-reduce cost per layer measured vs the model's.
-# Knobs (environment): TP_PARTS (default "sweep one fit plan tp4 tp2 check"), TP_STEPS (20),
+# Knobs (environment): TP_PARTS (default "sweep one fit plan tp4 tp2 check"), TP_STEPS (15),
 # TP_GRAPHS=0 (the TP runs without CUDA graphs, should capturing NCCL collectives fail),
 # TP2_GPUS (default 0,1).
 set -uo pipefail
@@ -35,7 +35,7 @@ mkdir -p "$D"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PY=$(command -v python3 || command -v python)
 PARTS=${TP_PARTS:-sweep one fit plan tp4 tp2 check}
-STEPS=${TP_STEPS:-20}
+STEPS=${TP_STEPS:-15}  # timed steps per TP run (the one-GPU runs take 20)
 NOGRAPHS=()
 [[ "${TP_GRAPHS:-1}" == 0 ]] && NOGRAPHS=(--no-graphs)
 LOG="$OUT/run.log"
@@ -87,7 +87,7 @@ if has one; then
         echo "== one ($(date -u +%T), limit 120s)" | tee -a "$LOG"
         CUDA_VISIBLE_DEVICES=1 timeout -k 10 120 "$PY" -m spectune execute \
             --policy dynamic-topk:5,4,8 --also dynamic-topk:3,1,4 --batch "$BATCH" \
-            --context "$CTX" --steps "$STEPS" --warmup 3 --out "$D/measurement-tp1.json" \
+            --context "$CTX" --steps 20 --warmup 3 --out "$D/measurement-tp1.json" \
             >"$OUT/one-execute.log" 2>&1 &
         CUDA_VISIBLE_DEVICES=0 timeout -k 10 120 "$PY" benchmarks/bench_tp.py micro \
             --out "$D/calibrate-run.json" --hardware "$HW" 2>&1 | tee -a "$LOG"
@@ -129,8 +129,8 @@ tp_run() { # tp_run N TARGET DRAFTER LIMIT
         --out-grid "$D/verify-tp$n.json" --out-measure "$D/execute-tp$n.json" "${DRY[@]}" \
         "${NOGRAPHS[@]}"
 }
-has tp4 && tp_run 4 "$T70" "$H70" 170
-has tp2 && CUDA_VISIBLE_DEVICES=${TP2_GPUS:-0,1} tp_run 2 "$T8" "$H8" 90
+has tp4 && tp_run 4 "$T70" "$H70" 180
+has tp2 && CUDA_VISIBLE_DEVICES=${TP2_GPUS:-0,1} tp_run 2 "$T8" "$H8" 100
 
 if has check; then
     "$PY" -m spectune check "$D" --speedup-tol 0.03 --mape-tol 0.03 >"$OUT/check.txt" 2>&1
