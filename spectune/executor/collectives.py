@@ -111,9 +111,17 @@ def init_rank(rank: int, world: int, port: int, backend: str) -> TPGroup:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
     if backend == "nccl":
+        # collectives are captured in CUDA graphs: one GPU per process (NCCL's guide, "Using
+        # NCCL with CUDA Graphs": global capture mode is then compatible) and c10d's async
+        # error handling off, as PyTorch's CUDA-semantics notes ask before capturing
+        # collectives ("Usage with DistributedDataParallel")
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
         device = torch.device("cuda", rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+        try:  # device_id (torch >= 2.3) binds the communicator to this GPU up front
+            dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+        except TypeError:
+            dist.init_process_group("nccl", rank=rank, world_size=world)
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo", rank=rank, world_size=world)
