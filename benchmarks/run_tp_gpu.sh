@@ -132,6 +132,26 @@ tp_run() { # tp_run N TARGET DRAFTER LIMIT
 has tp4 && tp_run 4 "$T70" "$H70" 180
 has tp2 && CUDA_VISIBLE_DEVICES=${TP2_GPUS:-0,1} tp_run 2 "$T8" "$H8" 100
 
+cat >"$D/README.md" <<EOF
+# Tensor-parallel executor measurements on $HW ($(date -u +%F))
+
+Made by \`OUT=... bash benchmarks/run_tp_gpu.sh\` (rev $(git rev-parse --short HEAD 2>/dev/null || echo unknown)),
+one device call on 4 GPUs of one host, NCCL_NVLS_ENABLE=0; real-shape models with random bf16
+weights, synthetic acceptance from the mt-bench workload, context $CTX. \`spectune check\` re-predicts
+every document here at its own "tp" with the calibration beside it.
+
+| file | what |
+| --- | --- |
+| calibrate-run.json | one-GPU micro-benchmarks (Llama-3.1-8B, GPU 0; verify grid B{$BATCH} x N{1,16,64}) + the collectives sweep on 2 and 4 GPUs (rows "collectives") |
+| measurement-tp1.json | one GPU (GPU 1, run beside the micro-benchmarks on GPU 0): SGLang 5/4/8 and the chain 3/1/4 at B{$BATCH} |
+| calibration-$HW.json | \`spectune calibrate --from-run calibrate-run.json --measurements measurement-tp1.json\`: efficiencies and fixed costs from one GPU, interconnect terms (validate.fit.fit_interconnect) from the all-reduce sweep |
+| policy-tp4.json, policy-tp2.json | planned tables (validate.planned.plan_table, calibrated, tp 4 / tp 2) |
+| verify-tp4.json, verify-tp2.json | verify grid of the split target (Llama-3.1-70B at tp 4, Llama-3.1-8B at tp 2); "seconds_nocomm": the same shard compute without its collectives |
+| execute-tp4.json, execute-tp2.json | planned policy, SGLang default (engine_default), vLLM-style chain 3/1/4 (vLLM has no default) vs no speculation at B{$BATCH}; "ranks_agree": every rank accepted alike |
+
+The verify grids and TP runs are out of sample: nothing measured at tp > 1 enters the fit.
+EOF
+
 if has check; then
     "$PY" -m spectune check "$D" --speedup-tol 0.03 --mape-tol 0.03 >"$OUT/check.txt" 2>&1
     status "check rc=$?"

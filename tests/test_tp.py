@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,3 +176,29 @@ def test_shard_spec_and_weight_shapes() -> None:
 
     shapes = tp_weight_shapes(model_preset("llama-3.1-70b"), 4)
     assert shapes == [(2560, 8192), (8192, 2048), (14336, 8192), (8192, 7168), (32064, 8192)]
+
+
+def test_execute_tp_cli_on_cpu_writes_a_checked_document(tmp_path: Path) -> None:
+    """`spectune execute --tp 2 --dry-run`: the launcher spawns the ranks (gloo), rank 0 writes
+    the measurement with "tp": 2 and whether the ranks accepted alike; it validates."""
+    from spectune.cli import main
+    from spectune.validate.measure import validate_measurement
+
+    t, h = tmp_path / "t.json", tmp_path / "h.json"
+    t.write_text(json.dumps({f.name: getattr(TARGET, f.name) for f in _fields(TARGET)}))
+    h.write_text(json.dumps({f.name: getattr(HEAD, f.name) for f in _fields(HEAD)}))
+    out = tmp_path / "m.json"
+    argv = ["execute", "--policy", "dynamic-topk:3,2,6", "--target", str(t), "--drafter", str(h)]
+    argv += ["--batch", "2", "--context", str(C), "--steps", "2", "--warmup", "1", "--tp", "2"]
+    assert main([*argv, "--dry-run", "--hardware", "h100-sxm", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    validate_measurement(doc, str(out))
+    assert doc["tp"] == 2 and doc["ranks_agree"] is True
+    assert [r["label"] for r in doc["runs"]] == ["policy"]
+    assert main(["execute", "--policy", "off", "--dry-run", "--out", str(out)]) == 2  # no --tp
+
+
+def _fields(spec: ModelSpec) -> tuple[Any, ...]:
+    import dataclasses
+
+    return dataclasses.fields(spec)
