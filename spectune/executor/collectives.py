@@ -28,7 +28,7 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -37,6 +37,7 @@ import torch.distributed as dist
 # T * 8192 * 2 bytes: 16 KiB at T = 1, 64 MiB at T = 4096)
 SWEEP_BYTES = tuple(4096 << i for i in range(16))
 SWEEP_OPS = ("all_reduce", "rs_ag", "all_gather", "broadcast")
+T = TypeVar("T")
 
 # torch >= 2.10 names the flat-tensor collectives *_single (the *_tensor names are deprecated)
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -75,6 +76,15 @@ class TPGroup:
         if self.world > 1:
             dist.broadcast(x, src, group=self.group)
         return x
+
+    def broadcast_object(self, obj: T) -> T:
+        """rank 0's `obj` (any picklable value) on every rank: host-side decisions (timed
+        choices) that must agree so that the ranks' graphs hold the same collectives."""
+        if self.world == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
 
     def reduce_scatter_all_gather_(self, x: torch.Tensor) -> torch.Tensor:
         """The same sum as all_reduce_ as a reduce-scatter then an all-gather of x [rows, ...]

@@ -230,12 +230,7 @@ class TPSession(Session):
             plan, self.gemm_rows = autotune(shapes, self.device, gated=gated)
             # every rank runs rank 0's choices: the same kernels keep the ranks in step (a
             # slower choice on one rank would show up as waiting in every collective)
-            choice = [plan.choice]
-            if group.world > 1:
-                import torch.distributed as dist
-
-                dist.broadcast_object_list(choice, src=0, group=group.group)
-            plan = GemmPlan(choice[0])
+            plan = GemmPlan(group.broadcast_object(plan.choice))
             set_plan(plan)
             self.gemm_plan = plan.to_dict()
 
@@ -252,14 +247,10 @@ class TPSession(Session):
             rows = tap.tune_tree_attention(
                 batch, tokens, context, self.tcache.layer(0, batch), self.target.shard.heads
             )
-            if self.tp > 1:  # rank 0's choice everywhere (the ranks stay in step, as GEMMs)
-                import torch.distributed as dist
-
-                key = (batch, tokens, context)
-                best = [tap._TUNED.get(key)]
-                dist.broadcast_object_list(best, src=0, group=self.group.group)
-                if best[0] is not None:
-                    tap._TUNED[key] = best[0]
+            key = (batch, tokens, context)  # rank 0's choice everywhere (ranks in step)
+            best = self.group.broadcast_object(tap._TUNED.get(key))
+            if best is not None:
+                tap._TUNED[key] = best
             if rows:
                 self.attention_rows.append(
                     {"batch": batch, "tokens": tokens, "context": context, "rows": rows}
