@@ -246,10 +246,12 @@ def _summary(args: argparse.Namespace) -> int:
         lines.append(f"  ranks accepted alike (replicated loop): {agree}")
     for cal in cals.values():
         out["interconnect"] = {"efficiency": cal.interconnect_efficiency,
-                               "latency_us": (cal.allreduce_latency_s or 0) * 1e6}  # fmt: skip
+                               "latency_us": (cal.allreduce_latency_s or 0) * 1e6,
+                               "step_latency_us": cal.allreduce_step_latency_s * 1e6}  # fmt: skip
         lines.append(
             f"  interconnect fit ({cal.hardware}): efficiency {cal.interconnect_efficiency:.3f}, "
-            f"latency {(cal.allreduce_latency_s or 0) * 1e6:.1f} us"
+            f"latency {(cal.allreduce_latency_s or 0) * 1e6:.1f} us + "
+            f"{cal.allreduce_step_latency_s * 1e6:.2f} us per ring step"
         )
     print("\n".join(lines))
     print(json.dumps(out))

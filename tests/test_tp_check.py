@@ -62,23 +62,36 @@ def test_tp_field_is_bounded(bad: Any) -> None:
     assert doc_tp({"x": 1}, "w") == 1
 
 
-def _rows(eff: float, lat: float, tps: tuple[int, ...] = (2, 4)) -> list[dict[str, Any]]:
+def _rows(
+    eff: float, lat: float, tps: tuple[int, ...] = (2, 4), step: float = 0.0
+) -> list[dict[str, Any]]:
     link = load_hardware("h100-sxm").interconnect_bytes_per_s
     rows = []
     for tp in tps:
         for size in (4096 << i for i in range(0, 16, 2)):
-            t = 2 * (tp - 1) / tp * size / (link * eff) + lat
+            t = 2 * (tp - 1) / tp * size / (link * eff) + lat + 2 * (tp - 1) * step
             rows.append({"op": "all_reduce", "tp": tp, "bytes": size, "seconds": t})
             rows.append({"op": "broadcast", "tp": tp, "bytes": size, "seconds": 1.0})
     return rows
 
 
 def test_interconnect_fit_recovers_the_link() -> None:
-    cal, report = fit_interconnect(_rows(0.78, 9e-6), "h100-sxm", Calibration())
+    cal, report = fit_interconnect(_rows(0.78, 6e-6, step=0.6e-6), "h100-sxm", Calibration())
     assert cal.interconnect_efficiency == pytest.approx(0.78, rel=1e-3)
-    assert cal.allreduce_latency_s == pytest.approx(9e-6, rel=1e-3)
+    assert cal.allreduce_latency_s == pytest.approx(6e-6, rel=1e-3)
+    assert cal.allreduce_step_latency_s == pytest.approx(0.6e-6, rel=1e-2)
     assert report["mape_allreduce_tp4"] < 1e-3
     assert cal.hardware == "h100-sxm" and "fit_interconnect" in cal.source
+    # the cost model then prices exactly those all-reduces: 4 ranks, 1 MiB
+    from spectune.planner.operators import Rates, allreduce_time
+
+    r = Rates.resolve(load_hardware("h100-sxm"), cal)
+    want = 1.5 * 2**20 / (450e9 * 0.78) + 6e-6 + 6 * 0.6e-6
+    assert float(allreduce_time(r, 2**20, 4)) == pytest.approx(want, rel=1e-3)
+    # one tp cannot tell a step latency from the fixed one: it stays 0
+    one, _ = fit_interconnect(_rows(0.78, 9e-6, tps=(4,)), "h100-sxm", Calibration())
+    assert one.allreduce_step_latency_s == 0.0
+    assert one.allreduce_latency_s == pytest.approx(9e-6, rel=1e-3)
 
 
 def test_interconnect_fit_is_bounded_by_the_published_link() -> None:
