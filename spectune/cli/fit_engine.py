@@ -93,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
     # acceptance: per-position rates, else mean accept length per configuration
     spec_pts = [p for p in points if p.speculative and p.accept_measured]
-    rates = [(o.per_position_accept, o.drafts or o.draft_tokens) for o in obs]
-    rates = [(r, d) for r, d in rates if r]
+    rates = [(o.per_position_accept, _drafts(o)) for o in obs if o.per_position_accept]
     by_batch: dict[int, list[float]] = defaultdict(list)
     for p in spec_pts:
         by_batch[p.batch].append(p.accept_length)
@@ -163,6 +162,12 @@ def run(args: argparse.Namespace) -> int:
             write_engine_measurement(d, out / name)
         print(f"wrote {len(docs)} engine measurement documents to {out}{os.sep}")
     return 0
+
+
+def _drafts(o: object) -> int | None:
+    """Drafts behind an observation's per-position rates: counted, or draft tokens / K."""
+    drafts, tokens, k = o.drafts, o.draft_tokens, len(o.per_position_accept)  # type: ignore[attr-defined]
+    return drafts if drafts else (tokens // k if tokens and k else None)
 
 
 def _kind(drafter: object) -> str:

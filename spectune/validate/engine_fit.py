@@ -40,8 +40,8 @@ from spectune.validate.engine_points import EnginePoint, GpuPricer
 
 PARAMS = (
     "iteration_s",
-    "per_draft_step_s",
     "spec_iteration_s",
+    "per_draft_step_s",
     "per_request_s",
     "tree_s",
     "tp_growth",
