@@ -172,12 +172,12 @@ def select_params(
     chosen, left = [], {}
     limit = max(len(points) - 1, 1)
     for k in PARAMS:
-        if len(chosen) >= limit:
-            left[k] = f"not fitted: {len(points)} observations fit at most {limit} parameters"
-        elif _rank(x[:, [col[c] for c in [*chosen, k]]]) > len(chosen):
-            chosen.append(k)
-        else:
+        if _rank(x[:, [col[c] for c in [*chosen, k]]]) <= len(chosen):
             left[k] = f"not determined by these observations: {NEEDS[k]}"
+        elif len(chosen) >= limit:
+            left[k] = f"not fitted: {len(points)} observations fit at most {limit} parameter(s)"
+        else:
+            chosen.append(k)
     return chosen, left
 
 
