@@ -42,6 +42,15 @@ def engine_check(folder: str) -> dict[str, Any]:
     return {"rows": rows, "mape": mape, "skipped": list(res.engine_skipped)}
 
 
+def _is_engine(path: Path) -> bool:
+    """Whether a file is an engine measurement document (its schema within the first 4 KB)."""
+    try:
+        with path.open("rb") as f:
+            return ENGINE_SCHEMA.encode() in f.read(4096)
+    except OSError:
+        return False
+
+
 def _executor_files(folder: Path) -> list[artifacts.Loaded]:
     """Executor measurements of `folder` and its subfolders (names relative to it); engine
     measurement documents are left to the Engines tab."""
@@ -51,7 +60,7 @@ def _executor_files(folder: Path) -> list[artifacts.Loaded]:
     for d in sorted({p.parent for p in folder.rglob("*.json")}):
         rel = d.relative_to(folder)
         for x in ui.measurements(str(d)):
-            if x.doc is None and ENGINE_SCHEMA in (d / x.name).read_text(errors="replace")[:4096]:
+            if x.doc is None and _is_engine(d / x.name):
                 continue
             name = x.name if str(rel) == "." else f"{rel}/{x.name}"
             out.append(artifacts.Loaded(name, x.doc, x.error))
@@ -59,9 +68,7 @@ def _executor_files(folder: Path) -> list[artifacts.Loaded]:
 
 
 def _has_engine_docs(folder: Path) -> bool:
-    return folder.is_dir() and any(
-        ENGINE_SCHEMA in p.read_text(errors="replace")[:4096] for p in folder.rglob("*.json")
-    )
+    return folder.is_dir() and any(_is_engine(p) for p in folder.rglob("*.json"))
 
 
 st.title("Validation")
