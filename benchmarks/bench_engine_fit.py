@@ -99,8 +99,16 @@ def refit(engine: str, fit: OverheadFit, sources: list[str]) -> None:
         else:
             why = f"first estimate, not fitted to published figures ({v.note})"
         cites.append(f'    "overheads.{v.name}": {json.dumps(why)}')
-    text = re.sub(r'("cite": \{\n)', lambda m: m.group(1) + ",\n".join(cites) + ",\n", text, count=1)
-    text = re.sub(r',(\n  \})', r"\1", text)  # no trailing comma if the cite table ended
+    summary = (
+        "fitted by benchmarks/bench_engine_fit.py --refit where the published figures of "
+        "measurements/engines/ determine a parameter (see each overheads.* cite); the others "
+        "are first estimates"
+    )
+    cites.insert(0, f'    "overheads": {json.dumps(summary)}')
+    text = re.sub(
+        r'("cite": \{\n)', lambda m: m.group(1) + ",\n".join(cites) + ",\n", text, count=1
+    )
+    text = re.sub(r",(\n  \})", r"\1", text)  # no trailing comma if the cite table ended
     text = text.replace(
         "overheads are a first estimate, not fitted to any published figure",
         "overheads fitted to published figures where they determine them (cite)",

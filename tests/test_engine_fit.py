@@ -203,14 +203,18 @@ def test_cli_truncated_log_names_file_and_line(
     assert rc == 2 and "cut.log:" in err
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.binary(max_size=400))
 def test_cli_random_bytes_never_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], blob: bytes
 ) -> None:
     f = tmp_path / "r.log"
     f.write_bytes(blob)
-    rc = main(["fit-engine", str(f), "--engine", "sglang", *BASE, "--out", str(tmp_path / "o.json")])
+    rc = main(
+        ["fit-engine", str(f), "--engine", "sglang", *BASE, "--out", str(tmp_path / "o.json")]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "error:" in err
 

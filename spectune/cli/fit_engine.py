@@ -18,31 +18,27 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
-from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spectune.cli.common import check_out_path, engine_option, int_range
 from spectune.specs.errors import SpecError
 from spectune.specs.io import write_json_atomic
+
+if TYPE_CHECKING:
+    from spectune.validate.engine_acceptance import AcceptanceFit
+    from spectune.validate.engine_logs import EngineObservation
 
 ENGINE_BASES = {"sglang": "sglang", "vllm": "vllm", "trtllm": "trtllm"}
 
 
 def run(args: argparse.Namespace) -> int:
     from spectune.specs import load_hardware, load_model
-    from spectune.validate.engine_acceptance import (
-        ConfigAccept,
-        fit_positional,
-        fit_scale,
-        positional_workload,
-        scale_workload,
-        workload_dict,
-    )
+    from spectune.specs.compat import drafter_kind
+    from spectune.validate.engine_acceptance import fit_acceptance, workload_dict
     from spectune.validate.engine_fit import fit_overheads, format_fit, profile_document
-    from spectune.validate.engine_logs import iter_observations
-    from spectune.validate.engine_measure import EngineRun, engine_measurement_docs
-    from spectune.validate.engine_points import points_from_document
+    from spectune.validate.engine_measure import EngineRun, write_engine_measurement
+    from spectune.validate.engine_points import points_from_files
 
     base = engine_option(args.base or ENGINE_BASES[args.engine])
     if base.engine != args.engine:
@@ -57,30 +53,18 @@ def run(args: argparse.Namespace) -> int:
         check_out_path(args.measurements_out, "--measurements-out", folder=True)
     params = None if args.fit == "auto" else [p.strip() for p in args.fit.split(",") if p.strip()]
 
-    obs = list(iter_observations(args.files, require_speculative=True))
-    if args.baseline:
-        obs += list(iter_observations(args.baseline, require_speculative=False))
-    stated = next((o.config.target_model for o in obs if o.config.target_model), None)
     run_ = EngineRun(
         engine=args.engine,
         gpu=hw.name,
-        target=None if stated else (target.hf_repo or target.name),
         tp=args.tp,
         workload=args.workload,
         batch=args.batch,
         input_len=args.input_len,
         output_len=args.output_len,
     )
-    docs = engine_measurement_docs(obs, run_, notes="spectune fit-engine")
-    points, skipped = [], []
-    for i, d in enumerate(docs):
-        d["target_preset"] = target.name
-        if d["spec"] is not None and drafter is not None:
-            d["drafter_preset"] = drafter.name
-        src = ", ".join(d["source"]["files"])
-        p, s = points_from_document(d, f"{src} [{i}]", base)
-        points += p
-        skipped += s
+    obs, docs, points, skipped = points_from_files(
+        args.files, args.baseline, run_, base, target=target, drafter=drafter
+    )
     for s in skipped:
         print(f"skipped {s.where}: {s.reason}")
     if not points:
@@ -91,54 +75,13 @@ def run(args: argparse.Namespace) -> int:
     fit = fit_overheads(points, base.overheads, params=params)
     print(format_fit(fit))
 
-    # acceptance: per-position rates, else mean accept length per configuration
-    spec_pts = [p for p in points if p.speculative and p.accept_measured]
     rates = [(o.per_position_accept, _drafts(o)) for o in obs if o.per_position_accept]
-    by_batch: dict[int, list[float]] = defaultdict(list)
-    for p in spec_pts:
-        by_batch[p.batch].append(p.accept_length)
-    if by_batch:
-        print("\naccept length by batch: " + ", ".join(
-            f"B={b}: {statistics.fmean(v):.3f} (n={len(v)})" for b, v in sorted(by_batch.items())
-        ))
-    wl = None
+    acc = fit_acceptance(rates, points, drafter.drafter_kind if drafter else None)
+    _print_acceptance(acc)
     src = f"{args.engine} output: {', '.join(args.files)}"
-    if rates:
-        pos = fit_positional(rates)
-        print(
-            "per-position acceptance: "
-            + ", ".join(
-                f"{a:.3f}" + ("" if math.isnan(s) else f"+/-{s:.3f}")
-                for a, s in zip(pos.reach, pos.sigma, strict=True)
-            )
-            + f" -> accept length {pos.accept_length:.3f} for a chain of {len(pos.reach)}"
-        )
-        wl = positional_workload(
-            pos, args.workload_name, target=target.name, drafter=_kind(drafter), source=src
-        )
-    if spec_pts and drafter is not None:
-        groups: dict[object, list[float]] = defaultdict(list)
-        for p in spec_pts:
-            if p.policy is not None:
-                groups[p.policy].append(p.accept_length)
-        configs = [
-            ConfigAccept(
-                f"{pol.depth}/{pol.topk}/{pol.budget}", pol, statistics.fmean(v), float(len(v))
-            )
-            for pol, v in groups.items()  # type: ignore[misc]
-        ]
-        sc = fit_scale(configs, drafter.drafter_kind)
-        sig = "undetermined (one configuration)" if math.isnan(sc.sigma) else f"{sc.sigma:.4f}"
-        print(f"confidence scale ({sc.kind}): {sc.scale:.4f} +/- {sig}")
-        for c, pr in zip(sc.configs, sc.predicted, strict=True):
-            print(
-                f"  steps/topk/tokens {c.label}: measured {c.accept_length:.3f}, "
-                f"predicted {pr:.3f} ({pr / c.accept_length - 1:+.1%})"
-            )
-        if wl is None:
-            wl = scale_workload(
-                sc, args.workload_name, target=target.name, drafter=_kind(drafter), source=src
-            )
+    wl = acc.workload(
+        args.workload_name, target=target.name, drafter=drafter_kind(drafter), source=src
+    )
     if args.workload_out and wl is None:
         raise SpecError(
             "--workload-out: the files have neither per-position acceptance rates nor "
@@ -146,15 +89,12 @@ def run(args: argparse.Namespace) -> int:
         )
 
     # everything computed: write
-    profile = profile_document(fit, base.name, data=[str(f) for f in args.files])
-    write_json_atomic(args.out, profile)
+    write_json_atomic(args.out, profile_document(fit, base.name, data=list(args.files)))
     print(f"wrote {args.out} (engine profile, base {base.name})")
     if args.workload_out and wl is not None:
         write_json_atomic(args.workload_out, workload_dict(wl))
         print(f"wrote {args.workload_out} (workload {wl.name}, {wl.acceptance} acceptance)")
     if args.measurements_out:
-        from spectune.validate.engine_measure import write_engine_measurement
-
         out = Path(args.measurements_out)
         out.mkdir(parents=True, exist_ok=True)
         for i, d in enumerate(docs):
@@ -164,16 +104,37 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _drafts(o: object) -> int | None:
+def _print_acceptance(acc: AcceptanceFit) -> None:
+    if acc.by_batch:
+        shown = ", ".join(f"B={b}: {m:.3f} (n={n})" for b, m, n in acc.by_batch)
+        print(f"\naccept length by batch: {shown}")
+    if acc.positional is not None:
+        pos = acc.positional
+        rates = ", ".join(
+            f"{a:.3f}" + ("" if math.isnan(s) else f"+/-{s:.3f}")
+            for a, s in zip(pos.reach, pos.sigma, strict=True)
+        )
+        print(
+            f"per-position acceptance: {rates} -> accept length {pos.accept_length:.3f} "
+            f"for a chain of {len(pos.reach)}"
+        )
+    if acc.scale is not None:
+        sc = acc.scale
+        sig = "undetermined (one configuration)" if math.isnan(sc.sigma) else f"{sc.sigma:.4f}"
+        print(f"confidence scale ({sc.kind}): {sc.scale:.4f} +/- {sig}")
+        for c, pr in zip(sc.configs, sc.predicted, strict=True):
+            print(
+                f"  steps/topk/tokens {c.label}: measured {c.accept_length:.3f}, "
+                f"predicted {pr:.3f} ({pr / c.accept_length - 1:+.1%})"
+            )
+
+
+def _drafts(o: EngineObservation) -> int | None:
     """Drafts behind an observation's per-position rates: counted, or draft tokens / K."""
-    drafts, tokens, k = o.drafts, o.draft_tokens, len(o.per_position_accept)  # type: ignore[attr-defined]
-    return drafts if drafts else (tokens // k if tokens and k else None)
-
-
-def _kind(drafter: object) -> str:
-    from spectune.specs.compat import drafter_kind
-
-    return drafter_kind(drafter)  # type: ignore[arg-type]
+    k = len(o.per_position_accept)
+    if o.drafts:
+        return o.drafts
+    return o.draft_tokens // k if o.draft_tokens and k else None
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -117,8 +117,8 @@ class CheckResult:
         engine_tol: float = ENGINE_TOL,
         accept_tol: float = ACCEPT_TOL,
     ) -> bool:
-        rows = (*self.verify, *self.speedup, *self.engine)
-        finite = all(math.isfinite(r.error) for r in rows)
+        errors = [r.error for r in (*self.verify, *self.speedup)] + [r.error for r in self.engine]
+        finite = all(math.isfinite(e) for e in errors)
         engines = all(
             m <= (engine_tol if q == "tokens_per_s" else accept_tol)
             for (_, q), (m, _) in self.engine_mape().items()
@@ -263,8 +263,15 @@ def _check_engine(
     for r, p in zip(predict(points, profile.overheads), points, strict=True):
         note = "" if p.accept_measured else "accept length predicted"
         res.engine.append(
-            EngineRow(name, engine, p.label, "tokens_per_s", r.predicted_tokens_per_s,
-                      r.measured_tokens_per_s, note)
+            EngineRow(
+                name,
+                engine,
+                p.label,
+                "tokens_per_s",
+                r.predicted_tokens_per_s,
+                r.measured_tokens_per_s,
+                note,
+            )
         )
         pol = p.policy
         if pol is not None and p.accept_measured:

@@ -29,6 +29,7 @@ import numpy as np
 from spectune.specs import SpecError, TreePolicy
 from spectune.specs.acceptance_presets import acceptance_fields, normalize_kind
 from spectune.specs.workload import Workload
+from spectune.validate.engine_points import EnginePoint
 
 SCALE_RANGE = {"mtp": (0.05, 1.0), "ngram": (0.01, 1.2), "medusa": (0.05, 1.8)}
 DEFAULT_SCALE_RANGE = (0.05, 1.2)
@@ -183,3 +184,48 @@ def scale_workload(fit: ScaleFit, name: str, *, target: str, drafter: str, sourc
 def workload_dict(wl: Workload) -> dict[str, object]:
     """A Workload as the JSON object load_workload reads back."""
     return asdict(wl)
+
+
+@dataclass(frozen=True)
+class AcceptanceFit:
+    """What engine output says about acceptance: per-position rates (chains), the drafter
+    kind's scale from mean accept lengths, and the mean accept length per batch size."""
+
+    positional: PositionalFit | None
+    scale: ScaleFit | None
+    by_batch: tuple[tuple[int, float, int], ...]  # (batch, mean accept length, observations)
+
+    def workload(self, name: str, *, target: str, drafter: str, source: str) -> Workload | None:
+        """The positional workload where rates were reported, else the scaled shape."""
+        if self.positional is not None:
+            return positional_workload(
+                self.positional, name, target=target, drafter=drafter, source=source
+            )
+        if self.scale is not None:
+            return scale_workload(self.scale, name, target=target, drafter=drafter, source=source)
+        return None
+
+
+def fit_acceptance(
+    rates: Sequence[tuple[Sequence[float], int | None]],
+    points: Sequence[EnginePoint],
+    drafter_kind: str | None,
+) -> AcceptanceFit:
+    """Acceptance of per-position `rates` ((a_1..a_K, drafts)) and of the measured accept
+    lengths of speculative `points` (the scale needs a model drafter's kind)."""
+    spec = [p for p in points if p.speculative and p.accept_measured and p.policy is not None]
+    batches: dict[int, list[float]] = {}
+    groups: dict[TreePolicy, list[float]] = {}
+    for p in spec:
+        batches.setdefault(p.batch, []).append(p.accept_length)
+        assert p.policy is not None
+        groups.setdefault(p.policy, []).append(p.accept_length)
+    configs = [
+        ConfigAccept(f"{q.depth}/{q.topk}/{q.budget}", q, float(np.mean(v)), float(len(v)))
+        for q, v in groups.items()
+    ]
+    return AcceptanceFit(
+        positional=fit_positional(rates) if rates else None,
+        scale=fit_scale(configs, drafter_kind) if configs and drafter_kind else None,
+        by_batch=tuple((b, float(np.mean(v)), len(v)) for b, v in sorted(batches.items())),
+    )

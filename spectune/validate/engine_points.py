@@ -30,17 +30,22 @@ Resolution rules (stated, since published figures leave things out):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spectune.specs import SpecError, TreePolicy
 from spectune.specs.engine import EngineProfile
 from spectune.specs.hardware import HARDWARE_PRESETS
 from spectune.specs.model import MODEL_PRESETS, ModelSpec
 from spectune.specs.workload import Workload, load_workload
+
+if TYPE_CHECKING:
+    from spectune.validate.engine_logs import EngineObservation
+    from spectune.validate.engine_measure import EngineRun
 
 DEFAULT_WORKLOAD = "mt-bench"
 ACCEPT_SAMPLES = 2000
@@ -105,15 +110,16 @@ class Skipped:
     reason: str
 
 
-def _by_repo(name: str | None) -> ModelSpec | None:
+def _by_repo(name: str | None, *, drafter: bool = False) -> ModelSpec | None:
     if not name:
         return None
     key = name.lower()
     if key in MODEL_PRESETS:
         return MODEL_PRESETS[key]
     hits = [m for m in MODEL_PRESETS.values() if m.hf_repo and m.hf_repo.lower() == key]
-    heads = [m for m in hits if m.is_head]  # a repo shared by a target and its MTP module
-    return (heads or hits or [None])[0] if len(hits) <= 2 else None
+    # a repo shared by a target and its MTP module: the module is the drafter
+    pick = [m for m in hits if m.is_head == drafter] or hits
+    return pick[0] if pick and len(hits) <= 2 else None
 
 
 def resolve_models(doc: Mapping[str, Any]) -> tuple[ModelSpec | None, ModelSpec | None, str]:
@@ -127,7 +133,7 @@ def resolve_models(doc: Mapping[str, Any]) -> tuple[ModelSpec | None, ModelSpec 
     if spec is None or str(spec.get("method", "")).lower() in ("ngram", "n-gram"):
         return target, None, ""
     d_name = doc.get("drafter_preset") or doc.get("drafter")
-    drafter = _by_repo(d_name)
+    drafter = _by_repo(d_name, drafter=True)
     if drafter is None:
         return target, None, f"drafter {d_name!r} has no ModelSpec preset (set 'drafter_preset')"
     return target, drafter, ""
@@ -192,12 +198,12 @@ def points_from_document(
     except SpecError:
         wl_name = DEFAULT_WORKLOAD
         wl = load_workload(wl_name)
-    shape: tuple[int, int, int] | str = (0, 1, 1)
+    steps, topk, tokens = 0, 1, 1
     if doc.get("spec") is not None:
         shape = _spec_shape(doc, profile)
         if isinstance(shape, str):
             return [], [Skipped(source, shape)]
-    steps, topk, tokens = shape
+        steps, topk, tokens = shape
     tp = int(doc["tp"])
     points: list[EnginePoint] = []
     skipped: list[Skipped] = []
@@ -208,7 +214,7 @@ def points_from_document(
         tps = p.get("tokens_per_s")
         if tps is None and p.get("tokens_per_s_per_user") is not None:
             tps = float(p["tokens_per_s_per_user"]) * batch
-        common = dict(
+        common: dict[str, Any] = dict(
             source=source,
             engine=doc["engine"],
             gpu=gpu,
@@ -229,7 +235,7 @@ def points_from_document(
                     accept_length=1.0,
                     accept_measured=True,
                     tokens_per_s=float(p["baseline_tokens_per_s"]),
-                    **common,  # type: ignore[arg-type]
+                    **common,
                 )
             )
         if tps is None:
@@ -258,7 +264,7 @@ def points_from_document(
                 accept_measured=measured,
                 tokens_per_s=float(tps),
                 per_position_accept=tuple(p.get("per_position_accept", ())),
-                **common,  # type: ignore[arg-type]
+                **common,
             )
         )
     return points, skipped
@@ -290,3 +296,37 @@ class GpuPricer:
                 pol, p.batch, p.context_tokens, tokens=p.tree_tokens, accepted=p.accept_length
             ).total_s
         return float(t.reshape(-1)[0]) if t.ndim else float(t)
+
+
+def points_from_files(
+    files: Sequence[str],
+    baseline: Sequence[str],
+    run: EngineRun,
+    profile: EngineProfile,
+    *,
+    target: ModelSpec,
+    drafter: ModelSpec | None,
+) -> tuple[list[EngineObservation], list[dict[str, Any]], list[EnginePoint], list[Skipped]]:
+    """(observations, engine measurement documents, priced points, skipped) of engine output
+    files (each must hold speculative records) and speculation-off `baseline` files. The
+    documents name `target` / `drafter` as their presets. A run without a stated target takes
+    the target preset's hf_repo (else its name)."""
+    from spectune.validate.engine_logs import iter_observations
+    from spectune.validate.engine_measure import engine_measurement_docs
+
+    obs = list(iter_observations(files, require_speculative=True))
+    if baseline:
+        obs += list(iter_observations(baseline, require_speculative=False))
+    if run.target is None and not any(o.config.target_model for o in obs):
+        run = dataclasses.replace(run, target=target.hf_repo or target.name)
+    docs = engine_measurement_docs(obs, run, notes="spectune fit-engine")
+    points: list[EnginePoint] = []
+    skipped: list[Skipped] = []
+    for i, d in enumerate(docs):
+        d["target_preset"] = target.name
+        if d["spec"] is not None and drafter is not None:
+            d["drafter_preset"] = drafter.name
+        pts, sk = points_from_document(d, f"{', '.join(d['source']['files'])} [{i}]", profile)
+        points += pts
+        skipped += sk
+    return obs, docs, points, skipped

@@ -98,7 +98,9 @@ gate_tab, planner_tab, engine_tab = st.tabs(
 )
 with engine_tab, ui.friendly_errors("engine measurements"):
     if not engines:
-        st.info(f"No engine measurements under {folder}/ (`spectune fit-engine --measurements-out`).")
+        st.info(
+            f"No engine measurements under {folder}/ (`spectune fit-engine --measurements-out`)."
+        )
     else:
         e = engine_check(str(folder))
         cols = st.columns(max(len(e["mape"]), 1))
