@@ -238,3 +238,47 @@ def test_check_predicts_engine_measurements_and_gates(tmp_path: Path) -> None:
     slow = dataclasses.replace(slow, overheads=dataclasses.replace(slow.overheads, iteration_s=0.5))
     worse = check_folder(tmp_path, {"vllm": slow})
     assert worse.engine[0].predicted < res.engine[0].predicted
+
+
+# ---- fixtures printed by vLLM's own logging code from known parameters ------------------------
+def _fit_fixture(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[dict, dict, Path]:
+    truth = json.loads((DATA / "vllm-fit-truth.json").read_text())
+    out, wl = tmp_path / "p.json", tmp_path / "w.json"
+    files = [str(DATA / f"vllm-fit-k{k}.log") for k in (2, 4)]
+    rc = main(["fit-engine", *files, "--baseline", str(DATA / "vllm-fit-off.log"),
+               "--engine", "vllm", *BASE, "--input-len", str(truth["input_len"]),
+               "--output-len", str(truth["output_len"]), "--out", str(out),
+               "--workload-out", str(wl)])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    return truth, json.loads(out.read_text())["fit"], wl
+
+
+def test_fixture_fit_recovers_the_parameters_behind_the_vllm_logs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    truth, fit, wl = _fit_fixture(tmp_path, capsys)
+    fitted = set(fit["fitted"])
+    assert fitted == {"iteration_s", "spec_iteration_s", "per_draft_step_s", "per_request_s"}
+    for name in fitted:
+        v = fit["values"][name]
+        assert abs(v["value"] - truth["overheads"][name]) <= 3 * v["sigma"], (name, v)
+    assert "two or more tensor-parallel" in fit["values"]["tp_growth"]["note"]
+    rows = load_workload(wl).accept_by_rank
+    # 50 x batch drafts per interval (12750 drafts of each K): conditionals within 0.03
+    assert [r[0] for r in rows] == pytest.approx(truth["chain"], abs=0.03)
+
+
+def test_fixture_generator_reproduces_the_committed_logs(tmp_path: Path) -> None:
+    pytest.importorskip("vllm.v1.spec_decode.metrics")
+    import importlib.util
+    import re
+
+    spec = importlib.util.spec_from_file_location("generate_fit", DATA / "generate_fit.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main(tmp_path)
+    stamp = re.compile(r"pid=\d+\) INFO \d\d-\d\d \d\d:\d\d:\d\d")  # process and wall clock
+    for name in ("vllm-fit-k2.log", "vllm-fit-k4.log", "vllm-fit-off.log", "vllm-fit-truth.json"):
+        got = stamp.sub("", (tmp_path / name).read_text())
+        assert got == stamp.sub("", (DATA / name).read_text()), name
