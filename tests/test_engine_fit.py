@@ -282,3 +282,18 @@ def test_fixture_generator_reproduces_the_committed_logs(tmp_path: Path) -> None
     for name in ("vllm-fit-k2.log", "vllm-fit-k4.log", "vllm-fit-off.log", "vllm-fit-truth.json"):
         got = stamp.sub("", (tmp_path / name).read_text())
         assert got == stamp.sub("", (DATA / name).read_text()), name
+
+
+def test_check_reports_a_known_miss_without_gating_on_it(tmp_path: Path) -> None:
+    from spectune.validate.check import check_folder
+
+    src = Path(__file__).parent.parent / "measurements" / "engines"
+    doc = json.loads((src / "vllm-qwen3-8b-eagle3-k5-h100.json").read_text())
+    doc["points"][0]["tokens_per_s"] *= 2
+    (tmp_path / "v.json").write_text(json.dumps(dict(doc, known_miss="a stated cause")))
+    res = check_folder(tmp_path)
+    assert res.engine and not any(r.gated for r in res.engine)
+    assert res.engine_mape() == {} and res.passed(0.1, 0.1)
+    (tmp_path / "v.json").write_text(json.dumps(dict(doc, known_miss="")))
+    with pytest.raises(SpecError, match="known_miss"):
+        check_folder(tmp_path)

@@ -25,7 +25,9 @@ project published:
                  "input_len": int, "output_len": int, "context": cached tokens per request
                  (SGLang's #token / #running-req), "tpot_ms": float, "ttft_ms": float,
                  "where": "file:line" (parsed), "quote": the published sentence (published)}],
-     "notes": str}
+     "notes": str,
+     "known_miss": str (optional: why spectune cannot predict this document; check reports its
+                   points without gating on them, the preset fit leaves it out)}
 
 Every number is finite and in range; a point has at least one of tokens_per_s,
 tokens_per_s_per_user, accept_length or speedup. Errors name the field and the file.
@@ -257,6 +259,8 @@ def validate_engine_measurement(doc: Any, where: str = "engine measurement") -> 
             raise SpecError(f"{where}: field {key!r} must be a non-empty string")
     if doc["engine"] not in ENGINES:
         raise SpecError(f"{where}: field 'engine' must be one of {', '.join(ENGINES)}")
+    if "known_miss" in doc and not (isinstance(doc["known_miss"], str) and doc["known_miss"]):
+        raise SpecError(f"{where}: field 'known_miss' must be a non-empty string (the cause)")
     for key in ("engine_version", "drafter", "workload", "target_preset", "drafter_preset"):
         if doc.get(key) is not None and not isinstance(doc[key], str):
             raise SpecError(f"{where}: field {key!r} must be a string or null")
