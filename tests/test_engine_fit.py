@@ -297,3 +297,42 @@ def test_check_reports_a_known_miss_without_gating_on_it(tmp_path: Path) -> None
     (tmp_path / "v.json").write_text(json.dumps(dict(doc, known_miss="")))
     with pytest.raises(SpecError, match="known_miss"):
         check_folder(tmp_path)
+
+
+def test_sglang_log_points_take_context_from_the_kv_token_count(tmp_path: Path) -> None:
+    from spectune.specs import load_model
+    from spectune.specs.engine import engine_preset
+    from spectune.validate.engine_measure import EngineRun
+    from spectune.validate.engine_points import points_from_files
+
+    _, docs, points, skipped = points_from_files(
+        [str(DATA / "sglang-0.5.10.log")],
+        [],
+        EngineRun(engine="sglang", gpu="h100-sxm"),
+        engine_preset("sglang"),
+        target=load_model("llama-3.1-8b"),
+        drafter=load_model("eagle3-llama-3.1-8b"),
+    )
+    assert not skipped and docs[0]["drafter_preset"] == "eagle3-llama-3.1-8b"
+    # Decode batch lines: #running-req 1, 8, 32 with #token 1200, 9600, 38400
+    assert [(p.batch, p.context_tokens) for p in points] == [(1, 1200), (8, 1200), (32, 1200)]
+    assert [(p.steps, p.topk, p.tree_tokens) for p in points] == [(5, 8, 32)] * 3
+
+
+def test_measurements_out_round_trips_through_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spectune.validate.check import check_folder
+
+    mo = tmp_path / "m"
+    rc = main(["fit-engine", str(DATA / "vllm-fit-k2.log"), "--engine", "vllm", *BASE,
+               "--input-len", "1024", "--output-len", "256", "--out", str(tmp_path / "p.json"),
+               "--measurements-out", str(mo)])  # fmt: skip
+    assert rc == 0
+    capsys.readouterr()
+    fitted = load_engine(tmp_path / "p.json")
+    res = check_folder(mo, {"vllm": fitted})
+    tps = [r for r in res.engine if r.quantity == "tokens_per_s"]
+    assert len(tps) == 8
+    # the profile fitted to these points predicts them within the fit's own residuals
+    assert res.engine_mape()[("vllm", "tokens_per_s")][0] < 0.02
