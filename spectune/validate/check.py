@@ -328,11 +328,12 @@ def format_check(
             f"{r.file:<36.36} {r.what:<44.44} {r.predicted:>9.3f}x {r.measured:>9.3f}x {r.error:>+7.1%}{flag}"
         )
     for e in res.engine:
-        unit = "tok/s" if e.quantity == "tokens_per_s" else "tok/st"
-        lines.append(
-            f"{e.file:<36.36} {e.what:<44.44} {e.predicted:>7.1f}{unit:>3} {e.measured:>7.1f}{unit:>3}"
-            f" {e.error:>+7.1%}" + (f"  ({e.note})" if e.note else "")
-        )
+        if e.quantity == "tokens_per_s":
+            pred, meas = f"{e.predicted:>7.1f}tok/s", f"{e.measured:>7.1f}tok/s"
+        else:
+            pred, meas = f"{e.predicted:>6.2f} acc.len", f"{e.measured:>6.2f} acc.len"
+        note = f"  ({e.note})" if e.note else ""
+        lines.append(f"{e.file:<36.36} {e.what:<44.44} {pred} {meas} {e.error:>+7.1%}{note}")
     for where, why in res.engine_skipped:
         lines.append(f"skipped {where}: {why}")
     for (eng, q), (m, n) in res.engine_mape().items():
