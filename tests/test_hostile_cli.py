@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENT = ROOT / "measurements" / "h200" / "execute-static.json"
 TRACE = ROOT / "data" / "traces" / "smollm2-mtbench.jsonl.gz"
 ENGINE_LOG = ROOT / "tests" / "data" / "engines" / "vllm-0.33.0.log"
+FIT_ENGINE = ("fit-engine", str(ENGINE_LOG), "--engine", "vllm", "--target", "llama-3.1-8b",
+              "--drafter", "eagle3-llama-3.1-8b", "--gpu", "h100-sxm")  # fmt: skip
 
 
 def _suite() -> Any:
@@ -134,20 +136,7 @@ def _commands(tmp_path: Path, out: str) -> dict[str, list[str]]:
         "calibrate": ["calibrate", "--from-run", str(run), "--out", out],
         "calibrate --raw-out": ["calibrate", "--raw-out", out, "--out", ok],
         "fit-workload": ["fit-workload", str(TRACE), "--out", out],
-        "fit-engine": [
-            "fit-engine",
-            str(ENGINE_LOG),
-            "--engine",
-            "vllm",
-            "--target",
-            "llama-3.1-8b",
-            "--drafter",
-            "eagle3-llama-3.1-8b",
-            "--gpu",
-            "h100-sxm",
-            "--out",
-            out,
-        ],  # fmt: skip
+        "fit-engine": [*FIT_ENGINE, "--out", out],
         "simulate": ["simulate", "--requests", "5", "--quiet", "--chrome-trace", out],
         "record-traces": ["record-traces", "mt-bench", "--out", out],
         "record-traces --samples": ["record-traces", "mt-bench", "--out", ok, "--samples", out],
