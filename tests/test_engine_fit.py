@@ -336,3 +336,24 @@ def test_measurements_out_round_trips_through_check(
     assert len(tps) == 8
     # the profile fitted to these points predicts them within the fit's own residuals
     assert res.engine_mape()[("vllm", "tokens_per_s")][0] < 0.02
+
+
+def test_aggregate_merges_a_long_log_per_configuration(tmp_path: Path) -> None:
+    from spectune.validate.engine_logs import read_observations
+    from spectune.validate.engine_logs.aggregate import aggregate
+
+    log = (DATA / "vllm-0.33.0.log").read_text().splitlines(keepends=True)
+    long = tmp_path / "long.log"
+    with long.open("w") as f:  # the same three intervals, 200 times over
+        f.write(log[0])
+        for _ in range(200):
+            f.writelines(log[1:])
+    raw = read_observations([DATA / "vllm-0.33.0.log"])
+    merged = aggregate(read_observations([long]))
+    assert [o.batch for o in merged] == [o.batch for o in raw]
+    for m, r in zip(merged, raw, strict=True):
+        assert m.gen_tokens_per_s == pytest.approx(r.gen_tokens_per_s)
+        assert m.accept_length == pytest.approx(r.accept_length)
+        assert m.per_position_accept == pytest.approx(r.per_position_accept)
+        assert m.draft_tokens == 200 * r.draft_tokens
+        assert ("intervals", "200") in m.extra

@@ -308,15 +308,18 @@ def points_from_files(
     drafter: ModelSpec | None,
 ) -> tuple[list[EngineObservation], list[dict[str, Any]], list[EnginePoint], list[Skipped]]:
     """(observations, engine measurement documents, priced points, skipped) of engine output
-    files (each must hold speculative records) and speculation-off `baseline` files. The
-    documents name `target` / `drafter` as their presets. A run without a stated target takes
-    the target preset's hf_repo (else its name)."""
+    files (each must hold speculative records) and speculation-off `baseline` files, read as
+    streams and merged per configuration and batch size (engine_logs.aggregate: memory grows
+    with the configurations a log holds, not its length). The documents name `target` /
+    `drafter` as their presets. A run without a stated target takes the target preset's
+    hf_repo (else its name)."""
     from spectune.validate.engine_logs import iter_observations
+    from spectune.validate.engine_logs.aggregate import aggregate
     from spectune.validate.engine_measure import engine_measurement_docs
 
-    obs = list(iter_observations(files, require_speculative=True))
+    obs = aggregate(iter_observations(files, require_speculative=True))
     if baseline:
-        obs += list(iter_observations(baseline, require_speculative=False))
+        obs += aggregate(iter_observations(baseline, require_speculative=False))
     if run.target is None and not any(o.config.target_model for o in obs):
         run = dataclasses.replace(run, target=target.hf_repo or target.name)
     docs = engine_measurement_docs(obs, run, notes="spectune fit-engine")
