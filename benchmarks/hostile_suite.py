@@ -503,6 +503,8 @@ def calibrate_cases(f: Files) -> Iterator[Case]:
     )
 
 
+FIT_ENGINE = ("engine.log", "--engine", "vllm", "--target", "llama-3.1-8b", "--drafter", "none",
+              "--gpu", "h100-sxm", "--out", "OUT")  # fmt: skip
 # Options with a numeric range: (command, option, kind, lo, hi, argv prefix that makes the rest valid)
 NUMERIC: list[tuple[str, str, str, float, float, tuple[str, ...]]] = [
     ("plan", "--tp", "int", 1, 64, ()),
@@ -550,6 +552,12 @@ NUMERIC: list[tuple[str, str, str, float, float, tuple[str, ...]]] = [
     ("calibrate", "--context", "ints", 1, 1 << 20, ("--out", "OUT")),
     ("check", "--speedup-tol", "float", 0, 10, ()),
     ("check", "--mape-tol", "float", 0, 10, ()),
+    ("check", "--engine-tol", "float", 0, 10, ()),
+    ("check", "--accept-tol", "float", 0, 10, ()),
+    ("fit-engine", "--tp", "int", 1, 64, FIT_ENGINE),
+    ("fit-engine", "--batch", "int", 1, 1 << 20, FIT_ENGINE),
+    ("fit-engine", "--input-len", "int", 1, 1 << 24, FIT_ENGINE),
+    ("fit-engine", "--output-len", "int", 1, 1 << 24, FIT_ENGINE),
     ("fit-workload", "--holdout-every", "int", 0, 1_000_000, ("TRACE", "--out", "OUT")),
     ("fit-workload", "--budgets", "ints", 2, 1024, ("TRACE", "--out", "OUT")),
     ("record-traces", "--count", "int", 1, 100_000, ("mt-bench", "--out", "OUT")),

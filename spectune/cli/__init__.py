@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "calibrate",
     "check",
     "fit_workload",
+    "fit_engine",
     "record_traces",
     "dashboard",
     "presets",

@@ -271,9 +271,13 @@ def _profile_from_mapping(
 ) -> EngineProfile:
     """Build an EngineProfile from a mapping (a preset or a user file); `base` names a preset
     (of `presets`, default ENGINE_PRESETS) whose fields the mapping overrides, `overheads` is
-    a table of EngineOverheads fields."""
+    a table of EngineOverheads fields, `fit` (optional) records how a fitted profile was made
+    (`spectune fit-engine`: data, fitted values and uncertainties) and is not read."""
     data = dict(data)
     base_name = data.pop("base", None)
+    fit = data.pop("fit", None)  # provenance of a fitted profile (spectune fit-engine): not read
+    if fit is not None and not isinstance(fit, Mapping):
+        raise SpecError(f"{where}: field 'fit' must be a table (the fit's provenance)")
     merged: dict[str, Any] = {}
     if base_name is not None:
         if not isinstance(base_name, str):
