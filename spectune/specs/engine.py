@@ -190,8 +190,9 @@ class EngineProfile:
     )
     spec_extra_hbm_bytes: float = help_field(
         0.0,
-        help="engine-specific HBM for speculation beyond draft weights and draft KV (which the "
-        "planner's KV budget holds), bytes; 0: not measured",
+        help="engine-specific HBM per GPU for speculation beyond draft weights and draft KV "
+        "(which the planner's KV budget holds: planner.capacity), e.g. draft CUDA graphs, bytes; "
+        "0: not measured",
     )
     overheads: EngineOverheads = field(
         default_factory=EngineOverheads,
