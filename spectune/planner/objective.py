@@ -309,15 +309,17 @@ class ClosedFormObjective:
 def scenario_cost_model(resolved: ResolvedScenario) -> CostModel:
     """The cost model of a scenario: its GPU, target, drafter and TP, priced with its
     calibration (defaults without one; one fitted on another GPU is a SpecError), its engine's
-    per-iteration host overheads (zero for spectune's own executor) and its engine's CUDA-graph
-    capture sizes where the profile lists them (batches pad to the next captured size and run
-    eagerly above the largest)."""
+    per-iteration host overheads (zero for spectune's own executor) and, for an engine that pads
+    a batch to its next CUDA-graph size (EngineProfile.schedule_pads_to_cuda_graph: SGLang), its
+    own capture list (eager above the largest)."""
     from spectune.planner.costmodel import CostModel
 
     calibration = resolved.calibration
-    if resolved.engine.cuda_graph_batches:  # the engine's own capture list (speculation on)
+    engine = resolved.engine
+    if engine.cuda_graph_batches and engine.schedule_pads_to_cuda_graph:
+        # an engine that pads a batch to its next captured size (SGLang): its own capture list
         base = calibration if calibration is not None else Calibration()
-        calibration = replace(base, graph_batch_sizes=resolved.engine.cuda_graph_batches)
+        calibration = replace(base, graph_batch_sizes=engine.cuda_graph_batches)
     return CostModel(
         resolved.hardware,
         resolved.target,
