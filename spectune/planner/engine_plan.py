@@ -35,7 +35,7 @@ the drafter there (planner.capacity), which the closed form then does not charge
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -85,11 +85,6 @@ def _chain(depth: int) -> TreePolicy:
     return canonical_policy("dynamic-topk", depth, 1, depth + 1)
 
 
-def _runnable(policy: TreePolicy | None, profile: EngineProfile) -> TreePolicy | None:
-    """The policy as the engine runs it; SpecError when the engine cannot run its shape."""
-    return engine_policy(policy, profile)
-
-
 def choose_engine_config(
     buckets: Sequence[BucketSpec],
     winners: Sequence[TreePolicy | None],
@@ -124,7 +119,7 @@ def choose_engine_config(
     statics: list[TreePolicy] = []
     for p in [*winners, *(_chain(c) for c in chains if c), default]:
         try:
-            q = _runnable(p, profile)
+            q = engine_policy(p, profile)  # as the engine runs it
         except SpecError:
             continue
         if q is not None and q not in statics:
@@ -348,18 +343,12 @@ def fit_table(
     return replace(table, buckets=tuple(rows)), chosen, loss / len(rows)
 
 
-def engine_policies(table: PolicyTable) -> Mapping[tuple[int, int], TreePolicy | None]:
-    """Batch range -> policy of a table whose policies do not vary with the context."""
-    return {b.batch: b.policy for b in sorted(table.buckets, key=lambda b: b.batch)}
-
-
 __all__ = [
     "BucketScore",
     "EngineConfig",
     "EnginePlan",
     "choose_engine_config",
     "engine_plan",
-    "engine_policies",
     "fit_table",
     "runnable_reason",
 ]
