@@ -54,6 +54,9 @@ def by_range(best_depth: dict[tuple[int, int], int], tree_bonus: float = 0.0):  
 DEPTHS = {(1, 1): 6, (2, 8): 5, (9, 64): 3, (65, 256): 0}
 
 
+CHAINS = [6, 6, 5, 5, 3, 3, 0, 0]  # each bucket's best chain (BUCKETS order)
+
+
 def _winners() -> list[TreePolicy | None]:
     """Each bucket's own winner (BUCKETS order)."""
     w = {(1, 1): tree(6, 4, 16), (2, 8): tree(5, 4, 16), (9, 64): chain(3), (65, 256): None}
@@ -62,9 +65,7 @@ def _winners() -> list[TreePolicy | None]:
 
 def test_vllm_gets_a_chain_length_per_range_with_off() -> None:
     prof = load_engine("vllm")
-    cfg, cands = choose_engine_config(
-        BUCKETS, _winners(), [6, 6, 5, 5, 3, 3, 0, 0], prof, by_range(DEPTHS, 5.0)
-    )
+    cfg, cands = choose_engine_config(BUCKETS, _winners(), CHAINS, prof, by_range(DEPTHS, 5.0))
     assert cfg.kind == "schedule"
     assert [0 if p is None else p.depth for p in cfg.policies] == [6, 5, 3, 0]
     assert all(p is None or p.topk == 1 for c in cands for p in c.policies)  # chains only
@@ -195,3 +196,38 @@ def test_fit_table_keeps_a_runnable_table() -> None:
 
     fitted, cfg, loss = fit_table(plan, prof, evaluate)
     assert fitted == plan and loss == pytest.approx(0.0) and cfg.kind == "schedule"
+
+
+def test_a_latency_limit_keeps_infeasible_policies_out() -> None:
+    """Multi-objective plans: a configuration that runs a policy over the step-latency limit
+    anywhere is chosen only when nothing else is feasible."""
+    prof = load_engine("sglang")
+
+    def feasible(p: TreePolicy | None, b: BucketSpec) -> bool:
+        return p is None or (p.topk == 1 and p.depth <= 4)
+
+    cfg, _ = choose_engine_config(
+        BUCKETS, _winners(), [None] * 8, prof, by_range(DEPTHS, 30), feasible=feasible
+    )
+    assert all(p is None or (p.topk == 1 and p.depth <= 4) for p in cfg.policies)
+    assert cfg.policies[-1] is None  # the top range still turns off
+
+
+def test_a_range_turned_off_inside_a_speculating_config_keeps_the_drafter() -> None:
+    """`resident_off` scores the off ranges of a speculating schedule; plain off everywhere
+    keeps the plain score, and a resident off worse than a 1-token chain is not chosen."""
+    prof = load_engine("vllm")
+    score = by_range(DEPTHS)
+    cfg, cands = choose_engine_config(
+        BUCKETS, _winners(), CHAINS, prof, score, resident_off=lambda b: 99.0
+    )
+    off = next(c for c in cands if c.kind == "off")
+    plain = [math.log(score(None, b)) for b in BUCKETS]
+    assert off.tokens_per_s == pytest.approx(math.exp(sum(plain) / 8))
+    assert cfg.kind == "schedule" and cfg.policies[-1] is None
+    # two of eight buckets (range 65-256) scored at 99 instead of 100
+    assert cfg.tokens_per_s == pytest.approx(math.exp((6 * math.log(100) + 2 * math.log(99)) / 8))
+    cfg, _ = choose_engine_config(
+        BUCKETS, _winners(), CHAINS, prof, score, resident_off=lambda b: 50.0
+    )
+    assert cfg.policies[-1] == chain(1)  # 97 beats a resident off at 50

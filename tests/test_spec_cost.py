@@ -80,17 +80,30 @@ def test_the_default_config_under_sglangs_cap_loses_at_high_concurrency() -> Non
 
 
 def test_the_plan_turns_speculation_off_where_capacity_costs_more(tmp_path: Path) -> None:
-    """A profile whose speculative buffers take most of the HBM (a user file over sglang):
-    at large batches the speculating server holds too few requests, and the
-    engine plan turns speculation off there (adaptive chains, 0 at the top) or everywhere."""
+    """A profile whose speculative buffers take most of the HBM (a user file over sglang): at
+    high concurrency and a short context the speculating server holds too few requests, so a
+    plan for such traffic turns speculation off; a plan that also serves batch 1 keeps it on,
+    and its large-batch range then pays the lost capacity whatever it runs there (turning a
+    range off does not unload the drafter)."""
     heavy = tmp_path / "heavy.json"
     heavy.write_text(json.dumps({"base": "sglang", "name": "heavy", "spec_extra_hbm_bytes": 5e10}))
     prof = load_engine(str(heavy))
     obj = scenario_objective(Scenario(engine=str(heavy)).resolve())
-    buckets = [BucketSpec((1, 1), (0, 2047)), BucketSpec((256, 256), (0, 2047))]
     s = SearchSettings(trials=12, space=engine_space(prof), engine=str(heavy), min_gain=0.0)
-    results = search(obj, buckets, s)
-    assert results[1].policy is None  # the per-bucket search already turns it off
+    busy = [BucketSpec((128, 128), (0, 2047)), BucketSpec((256, 256), (0, 2047))]
+    results = search(obj, busy, s)
+    assert [r.policy for r in results] == [None, None]  # the per-bucket search turns it off
     plan = engine_plan(results, prof, Scorer(obj))
-    assert plan.config.policy_for((256, 256)) is None
-    assert plan.config.policy_for((1, 1)) is not None  # batch 1 still speculates
+    assert plan.config.kind == "off"
+    ctx = busy[1].context_point
+    assert plan.results[1].tokens_per_s == pytest.approx(obj(None, 256, ctx))
+
+    mixed = [BucketSpec((1, 1), (0, 2047)), busy[1]]
+    plan = engine_plan(search(obj, mixed, s), prof, Scorer(obj))
+    assert plan.config.kind != "off"  # batch 1 gains too much to give up
+    top = plan.results[1]
+    resident = obj.many(None, [256], ctx, resident=True)[0]
+    assert resident < 0.5 * obj(None, 256, ctx)
+    assert top.tokens_per_s < 0.7 * obj(None, 256, ctx)
+    if top.policy is None:
+        assert top.tokens_per_s == pytest.approx(resident)

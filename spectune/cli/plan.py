@@ -358,7 +358,10 @@ def run(args: argparse.Namespace) -> int:
     profile = engine_option(scenario.engine)
     planned = None
     if profile.engine != "spectune":  # one configuration the engine runs, for every bucket
-        planned = engine_plan(results, profile, scorer, min_gain=settings.min_gain)
+        limit = settings.max_latency_s
+        planned = engine_plan(
+            results, profile, scorer, min_gain=settings.min_gain, max_latency_s=limit
+        )
         results = list(planned.results)
         provenance["engine_plan"] = planned.provenance()
     table = build_table(results, closed, scenario, provenance)

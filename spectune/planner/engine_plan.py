@@ -28,8 +28,13 @@ per-bucket optima's geometric mean over the chosen configuration's). `fit_table`
 for a policy table that was not planned for the engine (an export of a spectune plan): it is
 the one place engine knobs are chosen by the objective; exporters read tables as they are.
 
-A range a schedule turns off is scored as plain decoding; the speculating server still holds
-the drafter there (planner.capacity), which the closed form then does not charge.
+A range a schedule turns off still runs on a speculating server: the drafter stays loaded and
+its KV cache keeps its share of HBM (planner.capacity). With the closed form that range is
+scored with the speculating server's capacity (`resident_off`); only "off" everywhere gets the
+plain server's. Host work a speculating engine still does at draft length 0 is not charged.
+SGLang routes a batch to its adaptive slot after padding it to the CUDA-graph batch size; where
+that moves a batch into the next range (batch edges that are not captured sizes) the export
+says so.
 """
 
 from __future__ import annotations
@@ -93,15 +98,23 @@ def choose_engine_config(
     score: BucketScore,
     *,
     min_gain: float = 0.0,
+    resident_off: Callable[[BucketSpec], float] | None = None,
+    feasible: Callable[[TreePolicy | None, BucketSpec], bool] | None = None,
 ) -> tuple[EngineConfig, tuple[EngineConfig, ...]]:
     """The configuration `profile`'s engine runs that scores best over `buckets` (module
     docstring), and every candidate scored (best first). `winners[i]` and `chains[i]` are
-    bucket i's own best policy and best chain length (None: unknown)."""
+    bucket i's own best policy and best chain length (None: unknown). `resident_off`: the
+    score of a bucket whose range a speculating configuration turns off (None: as plain off).
+    `feasible`: whether a policy may run in a bucket (a step-latency limit); a configuration
+    that runs an infeasible policy anywhere is a candidate only when none is feasible."""
     if not buckets:
         raise SpecError("an engine plan needs at least one bucket")
     ranges = tuple(sorted({b.batch for b in buckets}))
     by_range = {r: [b for b in buckets if b.batch == r] for r in ranges}
     logs: dict[tuple[TreePolicy | None, tuple[int, int]], float] = {}
+
+    resident: dict[tuple[int, int], float] = {}
+    ok: dict[tuple[TreePolicy | None, tuple[int, int]], bool] = {}
 
     def range_log(p: TreePolicy | None, r: tuple[int, int]) -> float:
         key = (p, r)
@@ -109,8 +122,27 @@ def choose_engine_config(
             logs[key] = sum(math.log(max(score(p, b), 1e-300)) for b in by_range[r])
         return logs[key]
 
+    def off_log(r: tuple[int, int]) -> float:
+        """A range turned off inside a speculating configuration."""
+        if resident_off is None:
+            return range_log(None, r)
+        if r not in resident:
+            resident[r] = sum(math.log(max(resident_off(b), 1e-300)) for b in by_range[r])
+        return resident[r]
+
+    def runs(p: TreePolicy | None, r: tuple[int, int]) -> bool:
+        if feasible is None or p is None:
+            return True
+        if (p, r) not in ok:
+            ok[(p, r)] = all(feasible(p, b) for b in by_range[r])
+        return ok[(p, r)]
+
     def config(kind: str, policies: Sequence[TreePolicy | None], ref: str = "") -> EngineConfig:
-        total = sum(range_log(p, r) for p, r in zip(policies, ranges, strict=True))
+        speculating = any(p is not None for p in policies)
+        total = sum(
+            off_log(r) if p is None and speculating else range_log(p, r)
+            for p, r in zip(policies, ranges, strict=True)
+        )
         if len(set(policies)) == 1:  # one setting everywhere
             kind = "off" if policies[0] is None else "static"
         return EngineConfig(kind, ranges, tuple(policies), math.exp(total / len(buckets)), ref)
@@ -130,13 +162,20 @@ def choose_engine_config(
     ]
     if profile.has_schedule:
         seen = {c.policies for c in cands}
-        for c in _schedules(statics, ranges, profile, range_log, config):
+
+        def sched_log(p: TreePolicy | None, r: tuple[int, int]) -> float:
+            if not runs(p, r):
+                return -math.inf
+            return off_log(r) if p is None else range_log(p, r)
+
+        for c in _schedules(statics, ranges, profile, sched_log, config):
             if c.policies not in seen:  # a schedule of one length everywhere is a static one
                 seen.add(c.policies)
                 cands.append(c)
     cands.sort(key=lambda c: -c.tokens_per_s)
-    best = cands[0]
-    refs = [c for c in cands if c.reference]
+    allowed = [c for c in cands if all(runs(p, r) for p, r in zip(c.policies, ranges, strict=True))]
+    best = (allowed or cands)[0]
+    refs = [c for c in allowed or cands if c.reference]
     if min_gain > 0 and not best.reference and refs:
         ref = max(refs, key=lambda c: c.tokens_per_s)
         if best.tokens_per_s / ref.tokens_per_s - 1 < min_gain:
@@ -243,14 +282,32 @@ def engine_plan(
     scorer: Scorer,
     *,
     min_gain: float = 0.0,
+    max_latency_s: float | None = None,
 ) -> EnginePlan:
     """The search results with every bucket holding what `profile`'s engine runs (module
     docstring), rescored with `scorer` (the search's). A bucket whose policy changes says what
-    its own optimum was in its note."""
+    its own optimum was in its note. `max_latency_s` (multi-objective plans): no policy whose
+    step latency (scorer.latency_value) exceeds it, where any configuration allows that."""
+    from spectune.planner.objective import ClosedFormObjective
+
     buckets = [r.bucket for r in results]
 
     def score(p: TreePolicy | None, b: BucketSpec) -> float:
         return _geomean(scorer.point_values(p, b))
+
+    cf = scorer.objective if isinstance(scorer.objective, ClosedFormObjective) else None
+
+    def resident_points(b: BucketSpec) -> tuple[float, ...]:
+        """Off in a bucket whose range a speculating configuration turns off (drafter loaded)."""
+        assert cf is not None
+        batches = [x for x, _ in b.points()]
+        return tuple(float(v) for v in cf.many(None, batches, b.context_point, resident=True))
+
+    feasible = None
+    if max_latency_s is not None and scorer.latency is not None:
+
+        def feasible(p: TreePolicy | None, b: BucketSpec) -> bool:
+            return scorer.latency_value(p, b) <= max_latency_s
 
     chosen, cands = choose_engine_config(
         buckets,
@@ -259,20 +316,25 @@ def engine_plan(
         profile,
         score,
         min_gain=min_gain,
+        resident_off=None if cf is None else lambda b: _geomean(resident_points(b)),
+        feasible=feasible,
     )
     out = []
     for r in results:
         p = chosen.policy_for(r.bucket.batch)
-        if p == r.policy:
+        resident = p is None and chosen.kind != "off" and cf is not None
+        if p == r.policy and not resident:
             out.append(r)
             continue
-        points = scorer.point_values(p, r.bucket)
+        points = resident_points(r.bucket) if resident else scorer.point_values(p, r.bucket)
         tps = _geomean(points)
-        note = (
-            f"{profile.name} runs {chosen.label}; this bucket's own optimum "
-            f"{policy_label(r.policy)} would give {r.tokens_per_s:.0f} tok/s "
-            f"({100 * (r.tokens_per_s / tps - 1):+.1f}%)"
-        )
+        note = r.note
+        if p != r.policy:
+            note = (
+                f"{profile.name} runs {chosen.label}; this bucket's own optimum "
+                f"{policy_label(r.policy)} would give {r.tokens_per_s:.0f} tok/s "
+                f"({100 * (r.tokens_per_s / tps - 1):+.1f}%)"
+            )
         out.append(replace(r, policy=p, tokens_per_s=tps, points=points, note=note, pareto=()))
     own = _geomean([r.tokens_per_s for r in results])
     return EnginePlan(tuple(out), chosen, cands, own)

@@ -279,11 +279,14 @@ class ClosedFormObjective:
         step = self.cost_model.iteration(policy, b, context, tokens=tokens, accepted=accepted)
         return step, tokens
 
-    def step_times(self, policy: TreePolicy | None, batch: Any, context: int) -> np.ndarray:
+    def step_times(
+        self, policy: TreePolicy | None, batch: Any, context: int, resident: bool = False
+    ) -> np.ndarray:
         """Seconds per decoding iteration of the whole batch in steady state (the iteration's
         total plus turnover); batch: int[P] (or a scalar) -> float64[P], one cost-model call for
-        all of them (batches capped by KV capacity)."""
-        b = self.fitting_batch(batch, context, policy is not None)
+        all of them (batches capped by KV capacity; `resident`: the drafter stays loaded while
+        `policy` is off, as in a batch range a speculating server's schedule turns off)."""
+        b = self.fitting_batch(batch, context, policy is not None or resident)
         step, tokens = self._iteration(policy, b, context)
         t = np.broadcast_to(step.total_s, b.shape)
         return t + self.turnover_times(policy, b, context, tokens)
@@ -295,10 +298,13 @@ class ClosedFormObjective:
     def __call__(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         return float(self.many(policy, batch, context)[0])
 
-    def many(self, policy: TreePolicy | None, batches: Any, context: int) -> np.ndarray:
-        """tokens/s at several batch sizes (float64[P]) in one cost-model call."""
-        b = self.fitting_batch(batches, context, policy is not None)
-        return b * self.per_step(policy, b)[0] / self.step_times(policy, b, context)
+    def many(
+        self, policy: TreePolicy | None, batches: Any, context: int, resident: bool = False
+    ) -> np.ndarray:
+        """tokens/s at several batch sizes (float64[P]) in one cost-model call (`resident`: as
+        for step_times)."""
+        b = self.fitting_batch(batches, context, policy is not None or resident)
+        return b * self.per_step(policy, b)[0] / self.step_times(policy, b, context, resident)
 
     def step_latency(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         """The multi-objective latency: seconds per iteration (the longest gap a streaming
