@@ -15,6 +15,9 @@ tensor parallelism and the max-running-requests cap.
       0004396720054fd8e205cbf616f21f0b57c6b412 (DecodingBaseConfig, EagleDecodingConfig,
       Eagle3DecodingConfig; StrictBaseModel: unknown keys rejected), below.
 
+Plans made with `spectune plan --engine X` are judged too: their export must carry no
+approximation note, and the engine must resolve exactly the policy of every batch size.
+
 Models are stub folders holding only config.json, written from the published configs.
 
 On CPU, SGLang's `configs` package imports vision-preprocessing modules that import torchvision,
@@ -511,6 +514,7 @@ def engine_plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, PolicyTa
         path = root / f"{engine}.json"
         assert main(["plan", "--engine", engine, *PLAN_ARGS, "--quiet", "--out", str(path)]) == 0
         out[engine] = PolicyTable.load(path)
+        assert out[engine].provenance["engine_plan"]["config"]  # the choice is recorded
     return out
 
 
