@@ -75,8 +75,10 @@ class EngineConfig:
 
     @property
     def label(self) -> str:
-        if self.kind != "schedule":
-            return f"{self.kind} {policy_label(self.policies[0])}".replace("off off", "off")
+        if self.kind == "off":
+            return "off"
+        if self.kind == "static":
+            return f"static {policy_label(self.policies[0])}"
         on = [p for p in self.policies if p is not None]
         shape = "chains" if not on or on[0].topk == 1 else f"top-k {on[0].topk}, {on[0].budget}"
         depths = ", ".join(
