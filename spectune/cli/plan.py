@@ -39,6 +39,7 @@ from spectune.planner.buckets import (
     BucketSpec,
     buckets_from_edges,
 )
+from spectune.planner.engine_plan import engine_plan
 from spectune.planner.objective import ClosedFormObjective
 from spectune.planner.search import BucketResult, Scorer, SearchSettings, choose, search
 from spectune.planner.space import check_engine_drafter, engine_default, engine_space
@@ -354,12 +355,23 @@ def run(args: argparse.Namespace) -> int:
         provenance["calibration"] = (
             f"{scenario.calibration}: {load_calibration(scenario.calibration).source}"
         )
+    profile = engine_option(scenario.engine)
+    planned = None
+    if profile.engine != "spectune":  # one configuration the engine runs, for every bucket
+        limit = settings.max_latency_s
+        planned = engine_plan(
+            results, profile, scorer, min_gain=settings.min_gain, max_latency_s=limit
+        )
+        results = list(planned.results)
+        provenance["engine_plan"] = planned.provenance()
     table = build_table(results, closed, scenario, provenance)
     print(
         f"spectune plan: {scenario.label}, objective {scenario.objective}, "
         f"{provenance['trials']} trials in {elapsed:.1f} s"
     )
     print_table(results, closed=closed, engine=scenario.engine)
+    if planned is not None:
+        print(planned.summary)
     table.save(args.out)
     print(f"wrote {args.out}")
     return 0

@@ -99,9 +99,12 @@ class ClosedFormObjective:
         planner.trees.expected_tokens_for_policy(policy, acceptance, samples, seed)
     output_tokens: mean output length of a request (prefill turnover, see the module
         docstring); None leaves turnover out (pure decode steps)
-    kv: the replica's KV-cache budget; with `mean_output_tokens`, a batch larger than the cache
-        holds at a context (prompt = context, plus the mean output) runs as the largest batch
-        that fits, as a server (and the simulator's objective) would. None: no cap.
+    kv: the replica's KV-cache budget while speculating (drafter loaded); with
+        `mean_output_tokens`, a batch larger than the cache holds at a context (prompt =
+        context, plus the mean output) runs as the largest batch that fits, as a server (and
+        the simulator's objective) would. None: no cap.
+    kv_off: the budget of the same server without speculation (no drafter: more KV), which
+        "off" runs with (planner.capacity); None: `kv`.
     """
 
     def __init__(
@@ -115,6 +118,7 @@ class ClosedFormObjective:
         output_tokens: float | None = None,
         kv: KVBudget | None = None,
         mean_output_tokens: float | None = None,
+        kv_off: KVBudget | None = None,
     ) -> None:
         self.cost_model = cost_model
         self.acceptance = acceptance
@@ -123,6 +127,7 @@ class ClosedFormObjective:
         self._expected_fn = expected_tokens
         self.output_tokens = output_tokens
         self.kv = kv
+        self.kv_off = kv_off if kv_off is not None else kv
         self.mean_output_tokens = mean_output_tokens
         self._expected: dict[TreePolicy, float] = {}
         self._tokens: dict[TreePolicy, float] = {}
@@ -246,20 +251,22 @@ class ClosedFormObjective:
             t = t - np.asarray(cm.draft_extend_time(batch, e, context), np.float64)
         return batch * e / self.output_tokens * np.maximum(t, 0.0)
 
-    def fitting_batch(self, batch: Any, context: int) -> np.ndarray:
+    def fitting_batch(self, batch: Any, context: int, speculating: bool = True) -> np.ndarray:
         """float64[P]: each batch size, or the largest batch whose requests' KV fits the cache
-        at this context when that is smaller."""
+        at this context when that is smaller; `speculating` False: the cache of the server
+        without a drafter (`kv_off`)."""
         b = np.atleast_1d(np.asarray(batch, dtype=np.float64))
-        if self.kv is None or self.mean_output_tokens is None:
+        kv = self.kv if speculating else self.kv_off
+        if kv is None or self.mean_output_tokens is None:
             return b
-        fits = auto_max_batch(self.kv, max(1, context), self.mean_output_tokens, cap=1 << 30)
+        fits = auto_max_batch(kv, max(1, context), self.mean_output_tokens, cap=1 << 30)
         return np.minimum(b, float(fits))
 
     def iteration(self, policy: TreePolicy | None, batch: Any, context: int) -> StepBreakdown:
         """The cost model's breakdown of one decoding iteration of the whole batch at each batch
         size (int[P] or a scalar, capped by KV capacity -> fields float64[P]): the policy's tree
         as built (tree_tokens) verified, E[tokens per step] extended by the drafter."""
-        b = self.fitting_batch(batch, context)
+        b = self.fitting_batch(batch, context, policy is not None)
         return self._iteration(policy, b, context)[0]
 
     def _iteration(
@@ -272,11 +279,14 @@ class ClosedFormObjective:
         step = self.cost_model.iteration(policy, b, context, tokens=tokens, accepted=accepted)
         return step, tokens
 
-    def step_times(self, policy: TreePolicy | None, batch: Any, context: int) -> np.ndarray:
+    def step_times(
+        self, policy: TreePolicy | None, batch: Any, context: int, resident: bool = False
+    ) -> np.ndarray:
         """Seconds per decoding iteration of the whole batch in steady state (the iteration's
         total plus turnover); batch: int[P] (or a scalar) -> float64[P], one cost-model call for
-        all of them (batches capped by KV capacity)."""
-        b = self.fitting_batch(batch, context)
+        all of them (batches capped by KV capacity; `resident`: the drafter stays loaded while
+        `policy` is off, as in a batch range a speculating server's schedule turns off)."""
+        b = self.fitting_batch(batch, context, policy is not None or resident)
         step, tokens = self._iteration(policy, b, context)
         t = np.broadcast_to(step.total_s, b.shape)
         return t + self.turnover_times(policy, b, context, tokens)
@@ -288,10 +298,13 @@ class ClosedFormObjective:
     def __call__(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         return float(self.many(policy, batch, context)[0])
 
-    def many(self, policy: TreePolicy | None, batches: Any, context: int) -> np.ndarray:
-        """tokens/s at several batch sizes (float64[P]) in one cost-model call."""
-        b = self.fitting_batch(batches, context)
-        return b * self.per_step(policy, b)[0] / self.step_times(policy, b, context)
+    def many(
+        self, policy: TreePolicy | None, batches: Any, context: int, resident: bool = False
+    ) -> np.ndarray:
+        """tokens/s at several batch sizes (float64[P]) in one cost-model call (`resident`: as
+        for step_times)."""
+        b = self.fitting_batch(batches, context, policy is not None or resident)
+        return b * self.per_step(policy, b)[0] / self.step_times(policy, b, context, resident)
 
     def step_latency(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         """The multi-objective latency: seconds per iteration (the longest gap a streaming
@@ -301,16 +314,24 @@ class ClosedFormObjective:
 
 def scenario_cost_model(resolved: ResolvedScenario) -> CostModel:
     """The cost model of a scenario: its GPU, target, drafter and TP, priced with its
-    calibration (defaults without one; one fitted on another GPU is a SpecError) and its
-    engine's per-iteration host overheads (zero for spectune's own executor)."""
+    calibration (defaults without one; one fitted on another GPU is a SpecError), its engine's
+    per-iteration host overheads (zero for spectune's own executor) and, for an engine that pads
+    a batch to its next CUDA-graph size (EngineProfile.schedule_pads_to_cuda_graph: SGLang), its
+    own capture list (eager above the largest)."""
     from spectune.planner.costmodel import CostModel
 
+    calibration = resolved.calibration
+    engine = resolved.engine
+    if engine.cuda_graph_batches and engine.schedule_pads_to_cuda_graph:
+        # an engine that pads a batch to its next captured size (SGLang): its own capture list
+        base = calibration if calibration is not None else Calibration()
+        calibration = replace(base, graph_batch_sizes=engine.cuda_graph_batches)
     return CostModel(
         resolved.hardware,
         resolved.target,
         resolved.drafter,
         tp=resolved.tp,
-        calibration=resolved.calibration,
+        calibration=calibration,
         engine=resolved.engine.overheads,
     )
 
@@ -326,8 +347,9 @@ def scenario_objective(
     """The planner's closed-form objective for a scenario: what `spectune plan` scores with.
 
     Saturated servers replace finished requests (prefill turnover, as the simulator does) and
-    run no larger batch than the KV cache holds at the context (a model that does not fit the
-    GPUs at all is a SpecError); the cost model carries the scenario's calibration.
+    run no larger batch than the KV cache holds at the context: a speculating server's cache
+    loses the drafter's weights and KV and the engine's speculative buffers, a plain one ("off")
+    keeps them (planner.capacity; a model that does not fit the GPUs at all is a SpecError); the cost model carries the scenario's calibration.
     `decode_only`: pure decode steps, no turnover and no KV cap (what-if phases, executor
     measurements, which time decode steps at a fixed batch). `acceptance`: another acceptance
     model (an uploaded trace's TraceReplay) in place of the workload's."""
@@ -357,11 +379,12 @@ def _objective(
 
     wl = resolved.workload
     out = float(wl.output_len_mean_tokens) if turnover else None
-    kv = (
-        kv_budget(resolved.hardware, resolved.target, resolved.drafter, tp=resolved.tp)
-        if kv_capacity
-        else None
-    )
+    kv = kv_off = None
+    if kv_capacity:  # speculating (drafter and the engine's buffers) and plain (planner.capacity)
+        hw, target, drafter, tp = resolved.hardware, resolved.target, resolved.drafter, resolved.tp
+        extra = resolved.engine.spec_extra_hbm_bytes * tp
+        kv = kv_budget(hw, target, drafter, tp=tp, spec_extra_bytes=extra)
+        kv_off = kv_budget(hw, target, drafter, tp=tp, speculating=False)
     return ClosedFormObjective(
         cm,
         acceptance if acceptance is not None else acceptance_model(wl),
@@ -370,6 +393,7 @@ def _objective(
         output_tokens=out,
         kv=kv,
         mean_output_tokens=float(wl.output_len_mean_tokens),
+        kv_off=kv_off,
     )
 
 

@@ -16,7 +16,9 @@ policy.
 vLLM 0.33 a chain length per batch range, SGLang one (steps, top-k, draft tokens) or an adaptive
 per-batch draft length with top-k 1, TensorRT-LLM one dynamic or static tree with a draft-length
 schedule, spectune's own executor everything. `engine_policy` maps a policy to what the engine
-runs, and `check_engine_*` refuse what it cannot run, naming what it supports.
+runs, and `check_engine_*` refuse what it cannot run, naming what it supports. The search draws
+per bucket within that space; planner.engine_plan then makes the buckets' winners into the one
+configuration the engine runs for the whole server.
 """
 
 from __future__ import annotations

@@ -74,6 +74,23 @@ class SearchSettings:
         for the engine): no speculation and the engine's default config."""
         return engine_references(None if self.engine == "spectune" else load_engine(self.engine))
 
+    @property
+    def reference_caps(self) -> Mapping[str, int]:
+        """Reference name -> the running requests its server admits when the user sets nothing
+        (planner.capacity.default_max_running: SGLang's 48 with speculation on); references
+        without a cap of their own are absent."""
+        from spectune.planner.capacity import default_max_running
+
+        if self.engine == "spectune":
+            return {}
+        profile = load_engine(self.engine)
+        caps = {}
+        for name, p in self.references.items():
+            cap = default_max_running(profile, p is not None)
+            if cap is not None:
+                caps[name] = cap
+        return caps
+
     def __post_init__(self) -> None:
         if self.trials < 1:
             raise SpecError(f"--trials must be at least 1, got {self.trials}")

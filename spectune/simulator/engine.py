@@ -117,6 +117,7 @@ def resolve_capacity(cfg: SimConfig, reqs: Requests) -> tuple[KVBudget, int]:
         memory_fraction=cfg.memory_fraction,
         max_batch_tokens=cfg.max_batch_tokens,
         block_size=cfg.block_size,
+        speculating=cfg.policy is not None,  # a plain server loads no drafter
     )
     mp, mo = float(reqs.prompt.mean()), float(reqs.output.mean())
     longest = int((reqs.prompt + reqs.output).max())

@@ -23,6 +23,10 @@ GPU work (overlap schedulers), and the rest is added to the step. `EngineOverhea
 
 The zero profile (every field 0) is spectune's own executor, whose per-step host costs are
 already in its Calibration (step_overhead_s, draft_step_s, ...).
+
+What turning speculation on costs before any step is priced (the drafter's weights and KV,
+`spec_extra_hbm_bytes`, the `spec_max_running` cap, the `cuda_graph_batches` a batch pads to) is
+applied by the planner's capacity logic (spectune.planner.capacity) and its objective.
 """
 
 from __future__ import annotations
@@ -190,8 +194,9 @@ class EngineProfile:
     )
     spec_extra_hbm_bytes: float = help_field(
         0.0,
-        help="engine-specific HBM for speculation beyond draft weights and draft KV (which the "
-        "planner's KV budget holds), bytes; 0: not measured",
+        help="engine-specific HBM per GPU for speculation beyond draft weights and draft KV "
+        "(which the planner's KV budget holds: planner.capacity), e.g. draft CUDA graphs, bytes; "
+        "0: not measured",
     )
     overheads: EngineOverheads = field(
         default_factory=EngineOverheads,

@@ -112,14 +112,17 @@ def export_vllm(
     *,
     context: int | None = None,
     tree: bool = False,
+    notes: Sequence[str] = (),
     shaper: TreeShaper | None = None,
     profile: EngineProfile | str | None = None,
     model_path: str | None = None,
     draft_model_path: str | None = None,
 ) -> Export:
-    """`tree` selects the vllm-0.11 profile (speculative_token_tree) when no profile is given."""
+    """`tree` selects the vllm-0.11 profile (speculative_token_tree) when no profile is given;
+    `notes`: what was given up before (export_policy's fit), first in the list."""
     prof = load_engine(profile or ("vllm-0.11" if tree else "vllm"))
-    rows, notes = batch_plan(table, context)
+    rows, more = batch_plan(table, context)
+    notes = [*notes, *more]
     paths = model_paths(table, model_path, draft_model_path)
     check_engine_drafter(paths.drafter_kind, prof)
     m = max_batch(rows)
