@@ -507,7 +507,7 @@ def test_fit_calibration_recovers_a_known_gpu() -> None:
     rows: list[dict[str, float | str]] = [{"kind": "launch", "seconds": 3e-6}]
     for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
         for m in (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192):
-            t = float(gemm_time(r, m, n, k, 2)) + 3e-6
+            t = float(gemm_time(r, m, n, k, r.dense_format(2))) + 3e-6
             rows.append({"kind": "gemm", "m": m, "n": n, "k": k, "weight_bytes": 2, "seconds": t})
     for kv_bytes, flops in ((1e7, 1e8), (1e8, 1e9), (1e9, 1e10), (1e8, 1e11), (1e9, 1e12)):
         t = float(attention_time(r, kv_bytes, flops, 0.0)) + 3e-6

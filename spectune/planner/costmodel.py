@@ -340,12 +340,16 @@ class CostModel:
 
     def knee_tokens(self, *, experts: bool = False) -> float:
         """Tokens (summed over the batch) where the target's weight GEMMs turn compute-bound:
-        achievable FLOP/s / (2 * achievable weight bytes/s / bytes per weight). With `experts`,
+        achievable FLOP/s / (2 * achievable weight bytes/s / bytes per weight), in the target's
+        weight format (a weight-only 4-bit format: a quarter of the bytes at a share of the
+        bf16 rate, Calibration.weight_only_*; the crossover of a quantized GEMM). With `experts`,
         the knee of an MoE model's routed experts, which see only k/E of the tokens each:
         E/k times later."""
-        wb = float(self.target.dtype_bytes)
-        eff = float(self.rates.gemm_efficiency[-1])
-        knee = self.rates.gemm_peak(wb) * eff * wb / (2 * self.rates.weight_bytes_per_s)
+        # compute 2*M*N*K / (peak * eff * flops_scale) = memory N*K*wb / (bw * bw_scale)
+        fmt = self._target.fmt
+        eff = float(self.rates.gemm_efficiency[-1]) * fmt.flops_scale
+        bw = self.rates.weight_bytes_per_s * fmt.bw_scale
+        knee = fmt.peak_flops * eff * fmt.weight_bytes / (2 * bw)
         if experts and self.target.is_moe:
             knee *= self.target.experts / self.target.experts_topk
         return knee
