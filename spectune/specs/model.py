@@ -491,6 +491,23 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             source=_hf("yuhuili/EAGLE-LLaMA3.1-Instruct-8B")
             + " (0.25B head; embedding and LM head are the target's)",
         ),
+        ModelSpec(  # the EAGLE(-1/-2) head of Llama-3-70B-Instruct, priced as eagle-llama-3.1-8b
+            name="eagle-llama-3-70b",
+            layers=1,
+            hidden=8192,
+            heads=64,
+            kv_heads=8,
+            head_dim=128,
+            ffn=28672,
+            vocab=128256,
+            family="llama-3",
+            draft_method="eagle",
+            base_model="llama-3.1-70b",
+            hf_repo="yuhuili/EAGLE-LLaMA3-Instruct-70B",
+            source=_hf("yuhuili/EAGLE-LLaMA3-Instruct-70B")
+            + " (trained for Llama-3-70B-Instruct, the same shape as 3.1-70B; embedding and LM "
+            "head are the target's)",
+        ),
         # DeepSeek-V3's multi-token-prediction module: one more MoE decoder layer (MLA, 256
         # routed experts + 1 shared) after a 2*hidden -> hidden projection, sharing the target's
         # embedding and LM head; SGLang and vLLM run it as the drafter of its own target only.
