@@ -129,3 +129,27 @@ def hierarchical_outcome(
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return out
+
+
+def sample_hierarchical(
+    policy: TreePolicy, models: HierAcceptance, rng: np.random.Generator, batch: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens int64[batch], target tokens int64[batch]) of one hierarchical step per sequence:
+    rounds of the policy's tree against the intermediate until the running total of accepted
+    tokens reaches policy.chain (chain L'), then the target's walk down that chain with the
+    chain acceptance model. tokens = accepted chain tokens + 1; target tokens = L' + 1 (what
+    the target verifies). The simulator's sampler for hierarchical policies."""
+    from spectune.planner.trees import sample_accepted_lengths, sample_step
+
+    if not policy.chain:
+        raise SpecError(f"policy {policy.label} is not hierarchical (chain 0)")
+    tok, _, _ = sample_step(tree_policy(policy), models.tree, rng, batch * policy.chain)
+    total = np.cumsum(tok.reshape(batch, policy.chain), axis=1)
+    last = np.argmax(total >= policy.chain, axis=1)
+    length = np.minimum(total[np.arange(batch), last], MAX_DEPTH).astype(np.int64)
+    tokens = np.ones(batch, dtype=np.int64)
+    for n in np.unique(length):
+        rows = np.flatnonzero(length == n)
+        chain = TreePolicy("dynamic-topk", int(n), 1, int(n) + 1)
+        tokens[rows] = sample_accepted_lengths(chain, models.chain, rng, rows.size)
+    return tokens, length + 1
