@@ -153,3 +153,14 @@ def sample_hierarchical(
         chain = TreePolicy("dynamic-topk", int(n), 1, int(n) + 1)
         tokens[rows] = sample_accepted_lengths(chain, models.chain, rng, rows.size)
     return tokens, length + 1
+
+
+def chain_acceptance(alpha: float) -> AcceptanceModel:
+    """The acceptance of a draft model's chain with the same conditional `alpha` at every
+    position (draft models read real tokens, so acceptance does not decay with depth: the
+    presets' decay 1.0): the `chain` model of a HierAcceptance where no preset covers the pair."""
+    from spectune.planner.acceptance import PositionalAcceptance
+
+    if not 0.0 < alpha < 1.0:
+        raise SpecError(f"chain acceptance alpha must be in (0, 1), got {alpha!r}")
+    return PositionalAcceptance([[float(alpha)]])

@@ -261,6 +261,20 @@ SEED_POLICIES: tuple[TreePolicy, ...] = (
 )
 
 
+def seed_policies(space: PolicySpace) -> tuple[TreePolicy, ...]:
+    """SEED_POLICIES, plus, where the space draws hierarchical policies, the paper's setting
+    (EAGLE tree 3 steps x top-10, 30 tokens, chain >= 6: AI9Stars/SpecMQuant run_hierspec.sh)
+    and a smaller tree with a shorter chain, chains clamped into the space."""
+    if not space.hierarchical:
+        return SEED_POLICIES
+    lo, hi = space.chain
+    hier = tuple(
+        canonical_policy("dynamic-topk", d, k, b, chain=max(lo, min(hi, c)))
+        for d, k, b, c in ((3, 10, 30, 6), (3, 8, 16, 4))
+    )
+    return SEED_POLICIES + hier
+
+
 def neighbours(
     policy: TreePolicy | None, space: PolicySpace, max_batch: int | None = None
 ) -> list[TreePolicy]:
