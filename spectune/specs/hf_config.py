@@ -29,7 +29,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from spectune.specs.errors import SpecError
 
@@ -259,11 +259,11 @@ def _dtype_fields(cfg: _Config, where: str) -> dict[str, Any]:
         bits, group = q.get("bits"), q.get("group_size", q.get("q_group_size", 0))
         if method == "fp8":
             nbytes = 1
-        elif method in ("awq", "gptq") and bits == 4 and _is_int(group) and group <= 4096:
+        elif method in ("awq", "gptq") and bits == 4 and _is_int(group) and group >= -1:
             # 4-bit weight-only (AutoAWQ, AutoGPTQ): priced as w4a16 (specs.quant); group -1
-            # (one scale per channel) is group 0 here
+            # (one scale per channel) is group 0 here; ModelSpec bounds the rest
             out["weight_format"] = "w4a16"
-            out["quant_group_size"] = max(0, int(group))
+            out["quant_group_size"] = max(0, group)
         else:
             warnings.warn(
                 f"{where}: the cost model cannot price {out['quantization']!r} weights; they are "
@@ -276,7 +276,7 @@ def _dtype_fields(cfg: _Config, where: str) -> dict[str, Any]:
     return out
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
