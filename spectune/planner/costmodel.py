@@ -344,6 +344,7 @@ class CostModel:
                 raise SpecError("tokens and accepted price a speculative iteration; policy is None")
             parts = {
                 "draft_s": None,
+                "intermediate_s": None,
                 "verify_s": self.verify_time(b, 1, c),
                 "extend_s": None,
                 "overhead_s": self.step_overhead_time(b, 1),
@@ -357,6 +358,7 @@ class CostModel:
             builder = policy.builder
             parts = {
                 "draft_s": self.draft_time(b, policy.depth, policy.topk, c, builder=builder),
+                "intermediate_s": None,
                 "verify_s": self.verify_time(b, n, c),
                 "extend_s": self.draft_extend_time(b, a, c),
                 "overhead_s": self.step_overhead_time(b, n, builder=builder),
