@@ -274,3 +274,39 @@ def test_hostile_hierarchical_inputs() -> None:
     for alpha in (0.0, 1.0, -0.5, math.nan):
         with pytest.raises(SpecError, match="alpha"):
             chain_acceptance(alpha)
+
+
+def test_hierarchical_policy_simulates_near_its_closed_form() -> None:
+    from spectune.planner.objective import ClosedFormObjective
+    from spectune.simulator import SimConfig, simulate
+    from spectune.simulator.arrivals import ClosedLoop
+    from spectune.specs import load_workload
+
+    models = HierAcceptance(tree=PositionalAcceptance([[0.7, 0.2]]), chain=chain_acceptance(0.85))
+    target, head70 = W4_70B, model_preset("eagle-llama-3-70b")
+    cm = CostModel(
+        H100,
+        target,
+        head70,
+        intermediate=model_preset("llama-3.1-8b-gptq"),
+        intermediate_drafter=model_preset("eagle-llama-3.1-8b"),
+    )
+    policy = TreePolicy("dynamic-topk", 3, 2, 8, chain=5)
+    obj = ClosedFormObjective(cm, models.tree, hierarchy=models)
+    closed = obj(policy, 1, 256) / obj(None, 1, 256)
+    cfg = SimConfig(
+        H100,
+        target,
+        head70,
+        ClosedLoop(1),
+        policy,
+        load_workload("mt-bench"),
+        requests=12,
+        cost_model=cm,
+        acceptance=models.tree,
+        hierarchy=models,
+    )
+    speedup = float(simulate(cfg).summary()["speedup_vs_off"])
+    assert speedup == pytest.approx(closed, rel=0.15)
+    with pytest.raises(SpecError, match="hierarchy"):
+        simulate(dataclasses.replace(cfg, hierarchy=None))

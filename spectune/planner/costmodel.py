@@ -382,6 +382,19 @@ class CostModel:
             )
         return _total(self._intermediate.forward(self._uniform(batch, tokens, context)))
 
+    def intermediate_extend_time(
+        self, batch: ArrayLike, tokens: ArrayLike, context: ArrayLike
+    ) -> F64:
+        """Seconds of the intermediate's drafter (its draft head) over `tokens` tokens per
+        sequence fed by the intermediate: a hierarchical round's draft extend, or its share of
+        newcomers' prompts. Zero without that drafter."""
+        b, c, a = _arr("batch", batch), _arr("context", context), _arr("tokens", tokens)
+        pricer = self._hier_drafter
+        if pricer is None:
+            return np.zeros(np.broadcast(b, c, a).shape)
+        shape = self._uniform(b, a, c, lm_per_seq=np.ones(()))
+        return _f64(np.where(a > 0, _total(pricer.forward(shape, from_target=True)), 0.0))
+
     def _hier_draft(
         self, batch: F64, policy: TreePolicy, context: F64, accepted: F64
     ) -> tuple[F64, F64]:
@@ -396,9 +409,7 @@ class CostModel:
         rest = _total(pricer.forward(self._uniform(batch, policy.topk, context)))
         fixed = policy.depth * self.calibration.draft_step_cost_s(policy.builder)
         draft = first + (policy.depth - 1) * rest + fixed
-        ext_shape = self._uniform(batch, accepted, context, lm_per_seq=np.ones(()))
-        extend = np.where(accepted > 0, _total(pricer.forward(ext_shape, from_target=True)), 0.0)
-        return _f64(draft), _f64(extend)
+        return _f64(draft), self.intermediate_extend_time(batch, accepted, context)
 
     def _hierarchical(
         self,

@@ -271,12 +271,14 @@ class ClosedFormObjective:
         t = np.asarray(cm.verify_time(batch, tokens + spread, context), np.float64) - np.asarray(
             cm.verify_time(batch, tokens, context), np.float64
         )
-        if policy is not None and getattr(cm, "drafter", None) is not None:
-            t = t + np.asarray(cm.draft_extend_time(batch, e + spread, context), np.float64)
-            t = t - np.asarray(cm.draft_extend_time(batch, e, context), np.float64)
-        if policy is not None and policy.chain:
+        if policy is not None and policy.chain:  # intermediate + its drafter prefill too
             t = t + np.asarray(cm.intermediate_verify_time(batch, 1 + spread, context))
             t = t - np.asarray(cm.intermediate_verify_time(batch, 1, context))
+            t = t + np.asarray(cm.intermediate_extend_time(batch, 1 + spread, context))
+            t = t - np.asarray(cm.intermediate_extend_time(batch, 1, context))
+        elif policy is not None and getattr(cm, "drafter", None) is not None:
+            t = t + np.asarray(cm.draft_extend_time(batch, e + spread, context), np.float64)
+            t = t - np.asarray(cm.draft_extend_time(batch, e, context), np.float64)
         return batch * e / self.output_tokens * np.maximum(t, 0.0)
 
     def fitting_batch(self, batch: Any, context: int) -> np.ndarray:
