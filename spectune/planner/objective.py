@@ -16,6 +16,12 @@ the batch size: they are priced per (policy, batch) from planner.trees.sample_st
 shared_budget at that batch (whole batches drawn, per-request means taken), and at batch 1 a
 shared policy is its per-request equivalent.
 
+A hierarchical policy (TreePolicy.chain > 0) takes E[tokens per step], the target's chain
+tokens, the intermediate's rounds, its accepted tokens per round and its tree size from
+planner.hierarchical (the objective's `hierarchy` acceptance models), and the iteration prices
+all of them (CostModel.iteration); its turnover also prefills the newcomers through the
+intermediate model.
+
 turnover is not part of one iteration but a steady-state term of this objective: the prefill a
 saturated server does per step to replace finished requests. A step emits batch * E tokens, so
 batch * E / output_tokens requests finish, and each newcomer prefills its prompt (`context`
@@ -42,8 +48,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from spectune.planner.capacity import KVBudget, auto_max_batch, kv_budget
+from spectune.planner.hierarchical import HierAcceptance, HierOutcome, hierarchical_outcome
 from spectune.planner.step import StepBreakdown
 from spectune.specs.calibration import Calibration
+from spectune.specs.errors import SpecError
 from spectune.specs.policy import MAX_BUDGET, TreePolicy
 from spectune.specs.scenario import ResolvedScenario, Scenario
 
@@ -105,6 +113,9 @@ class ClosedFormObjective:
         the simulator's objective) would. None: no cap.
     kv_off: the budget of the same server without speculation (no drafter: more KV), which
         "off" runs with (planner.capacity); None: `kv`.
+    hierarchy: the acceptance models of hierarchical policies (planner.hierarchical: the
+        drafter's trees against the intermediate, the intermediate's chain against the
+        target); None: a hierarchical policy is a SpecError
     """
 
     def __init__(
@@ -119,8 +130,10 @@ class ClosedFormObjective:
         kv: KVBudget | None = None,
         mean_output_tokens: float | None = None,
         kv_off: KVBudget | None = None,
+        hierarchy: HierAcceptance | None = None,
     ) -> None:
         self.cost_model = cost_model
+        self.hierarchy = hierarchy
         self.acceptance = acceptance
         self.samples = samples
         self.seed = seed
@@ -150,6 +163,8 @@ class ClosedFormObjective:
         its per-request equivalent)."""
         if policy is None:
             return 1.0
+        if policy.chain:
+            return self.hier_outcome(policy).expected_tokens
         if self._shares(policy, batch):
             assert batch is not None
             return self._shared_step(policy, int(batch))[0]
@@ -172,6 +187,8 @@ class ClosedFormObjective:
         workload's acceptance (vectorised, as the simulator draws them): the budget, or fewer
         when pruning drops nodes or the acceptance model offers fewer candidates (a chain-only
         profile fills no branches). `batch` as for expected_tokens."""
+        if policy.chain:
+            return self.hier_outcome(policy).target_tokens
         if self._expected_fn is not None:
             return float(policy.budget)
         if self._shares(policy, batch):
@@ -187,6 +204,19 @@ class ClosedFormObjective:
             _, nodes, _ = sample_step(policy, self.acceptance, rng, n)
             self._tokens[policy] = float(np.mean(nodes))
         return self._tokens[policy]
+
+    def hier_outcome(self, policy: TreePolicy) -> HierOutcome:
+        """Means of a hierarchical policy's step (planner.hierarchical), from the objective's
+        `hierarchy` acceptance models."""
+        if self.hierarchy is None:
+            raise SpecError(
+                f"policy {policy.label} is hierarchical (chain {policy.chain}); the objective "
+                "needs the acceptance of the drafter against the intermediate and of the "
+                "intermediate against the target (hierarchy=HierAcceptance(...))"
+            )
+        return hierarchical_outcome(
+            policy, self.hierarchy, samples=max(256, self.samples), seed=self.seed
+        )
 
     def _shared_step(self, policy: TreePolicy, batch: int) -> tuple[float, float]:
         """(E[tokens per step], tree tokens) per request of a shared-budget policy at `batch`
@@ -246,7 +276,12 @@ class ClosedFormObjective:
         t = np.asarray(cm.verify_time(batch, tokens + spread, context), np.float64) - np.asarray(
             cm.verify_time(batch, tokens, context), np.float64
         )
-        if policy is not None and getattr(cm, "drafter", None) is not None:
+        if policy is not None and policy.chain:  # intermediate + its drafter prefill too
+            t = t + np.asarray(cm.intermediate_verify_time(batch, 1 + spread, context))
+            t = t - np.asarray(cm.intermediate_verify_time(batch, 1, context))
+            t = t + np.asarray(cm.intermediate_extend_time(batch, 1 + spread, context))
+            t = t - np.asarray(cm.intermediate_extend_time(batch, 1, context))
+        elif policy is not None and getattr(cm, "drafter", None) is not None:
             t = t + np.asarray(cm.draft_extend_time(batch, e + spread, context), np.float64)
             t = t - np.asarray(cm.draft_extend_time(batch, e, context), np.float64)
         return batch * e / self.output_tokens * np.maximum(t, 0.0)
@@ -276,6 +311,18 @@ class ClosedFormObjective:
         if policy is None:
             return self.cost_model.iteration(None, b, context), 1.0
         accepted, tokens = self.per_step(policy, b)  # per batch size (a shared budget varies)
+        if policy.chain:
+            h = self.hier_outcome(policy)
+            step = self.cost_model.iteration(
+                policy,
+                b,
+                context,
+                tokens=h.target_tokens,
+                accepted=h.round_accepted,
+                rounds=h.rounds,
+                tree_tokens=h.tree_tokens,
+            )
+            return step, tokens
         step = self.cost_model.iteration(policy, b, context, tokens=tokens, accepted=accepted)
         return step, tokens
 

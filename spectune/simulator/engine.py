@@ -47,7 +47,7 @@ def default_sampler(cfg: SimConfig) -> StepSampler:
         from spectune.planner.acceptance import acceptance_model
 
         acc = acceptance_model(cfg.workload)
-    return tree_sampler(acc)
+    return tree_sampler(acc, cfg.hierarchy)
 
 
 def _lengths(cfg: SimConfig) -> tuple[LengthDist, LengthDist]:
@@ -245,6 +245,7 @@ def simulate(
         cost,
         context_quantum=cfg.context_quantum,
         exact_mixed=cfg.exact_mixed,
+        hierarchy=cfg.hierarchy,
     )
     closed = isinstance(cfg.arrivals, ClosedLoop)
     spec: RunResult | None = None

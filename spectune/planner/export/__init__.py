@@ -52,6 +52,7 @@ from spectune.planner.export.base import (
 from spectune.planner.export.sglang import check_sglang, export_sglang
 from spectune.planner.export.trtllm import check_trtllm, export_trtllm, schedule_for, to_yaml
 from spectune.planner.export.vllm import check_vllm, export_vllm
+from spectune.planner.space import check_runnable
 from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import PolicyTable, TreePolicy
@@ -80,6 +81,8 @@ def export_policy(
     if engine == "vllm" and vllm_tree:
         engine = "vllm-0.11"
     prof = load_engine(engine)
+    for b in table.buckets:
+        check_runnable(b.policy, f"{prof.name} ({prof.versions})")
     notes: list[str] = []
     if evaluate is not None and prof.engine != "spectune":
         table, note = _engine_runnable(table, prof, evaluate)
