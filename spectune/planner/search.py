@@ -310,7 +310,7 @@ def choose(
             name = next(n for n, p in references.items() if p == ref)
             note = note or (
                 f"kept {name}: the best searched policy ({policy_label(policy)}) is predicted only "
-                f"{100 * gain:+.1f}% (< min_gain {100 * settings.min_gain:.0f}%)"
+                f"{100 * gain:+.1f}% over it, >= {100 * settings.min_gain:.0f}% required (min_gain)"
             )
             policy = ref
     pareto: tuple[ParetoPoint, ...] = ()
@@ -372,7 +372,7 @@ def _per_request_unless_shared_gains(
     safe[twin] = values
     return twin, (
         f"kept the per-request budget: ECHO's shared budget ({policy_label(policy)}) is predicted "
-        f"only {100 * gain:+.1f}% (< min_gain {100 * settings.min_gain:.0f}%)"
+        f"only {100 * gain:+.1f}% over it, >= {100 * settings.min_gain:.0f}% required (min_gain)"
     )
 
 
