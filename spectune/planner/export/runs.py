@@ -34,6 +34,7 @@ from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.io import loads_json, read_bytes_bounded
 from spectune.specs.policy import Bucket, PolicyTable, TreePolicy
+from spectune.specs.scenario import NO_DRAFTER, Scenario
 
 SIDECAR_SCHEMA = "spectune.export/v1"
 ANY_CONTEXT = (0, 1 << 24)
@@ -207,7 +208,8 @@ def engine_runs(
 
 def runs_table(runs: Sequence[EngineRun], base: PolicyTable) -> PolicyTable:
     """The runs as a PolicyTable for `base`'s scenario (its target, drafter, GPU, TP, workload),
-    one bucket per batch range at every context (what simulate and the objective read)."""
+    one bucket per batch range at every context (what simulate and the objective read).
+    A sidecar's scenario runs on its engine: its profile's host overheads price every step."""
     for a, b in pairwise(runs):
         if b.batch[0] != a.batch[1] + 1:
             raise SpecError(f"engine runs {a.batch} and {b.batch} leave a gap or overlap")
@@ -255,6 +257,14 @@ def sidecar_table(doc: Mapping[str, Any], where: str) -> PolicyTable:
         tp=tp,
         workload=names["workload"],
         provenance={"export": where, "engine": profile},
+        scenario=Scenario(
+            target=names["target"],
+            drafter=names["drafter"] or NO_DRAFTER,
+            gpu=names["hardware"],
+            tp=tp,
+            workload=names["workload"],
+            engine=profile,
+        ),
     )
     config = _sidecar_config(engine, doc)
     return runs_table(engine_runs(engine, config, profile, where=where), base)
