@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "plan",
     "worker",
     "simulate",
+    "capacity",
     "cost",
     "tree",
     "export",

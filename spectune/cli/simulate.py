@@ -303,15 +303,9 @@ def draw_runs(labels: list[str], runs: list[dict[str, Any]]) -> Any:
     return draw
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    from spectune.simulator.arrivals import MAX_CONCURRENCY, MAX_CV, MAX_QPS, MAX_THINK_S
-    from spectune.simulator.config import MAX_REQUESTS
-
-    p = sub.add_parser(
-        "simulate",
-        help="simulate serving traffic with a policy, against speculation off",
-        description=__doc__,
-    )
+def add_scenario_options(p: argparse.ArgumentParser) -> None:
+    """The scenario flags of simulate and capacity: each defaults to the policy file's (an
+    export's source), else to Scenario()'s."""
     d = Scenario()
     p.add_argument(
         "--target",
@@ -339,6 +333,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="price steps with this fitted calibration, or 'none' (default: the policy file's)",
     )
     add_strict(p)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from spectune.simulator.arrivals import MAX_CONCURRENCY, MAX_CV, MAX_QPS, MAX_THINK_S
+    from spectune.simulator.config import MAX_REQUESTS
+
+    p = sub.add_parser(
+        "simulate",
+        help="simulate serving traffic with a policy, against speculation off",
+        description=__doc__,
+    )
+    add_scenario_options(p)
     load = p.add_mutually_exclusive_group()
     load.add_argument(
         "--qps",
