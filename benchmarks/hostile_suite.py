@@ -550,7 +550,7 @@ NUMERIC: list[tuple[str, str, str, float, float, tuple[str, ...]]] = [
     ("calibrate", "--context", "ints", 1, 1 << 20, ("--out", "OUT")),
     ("check", "--speedup-tol", "float", 0, 10, ()),
     ("check", "--mape-tol", "float", 0, 10, ()),
-    ("fit-workload", "--holdout-every", "int", 0, 1_000_000, ("TRACE", "--out", "OUT")),
+    ("fit-workload", "--folds", "int", 0, 100, ("TRACE", "--out", "OUT")),
     ("fit-workload", "--budgets", "ints", 2, 1024, ("TRACE", "--out", "OUT")),
     ("record-traces", "--count", "int", 1, 100_000, ("mt-bench", "--out", "OUT")),
     ("record-traces", "--stride", "int", 1, 100_000, ("mt-bench", "--out", "OUT")),
