@@ -34,6 +34,7 @@ from spectune.cli.common import (
     seed,
 )
 from spectune.cli.outputs import add_csv_plot, check_csv_plot, write_outputs
+from spectune.cli.plan_report import bucket_notes, format_range, summarize_notes
 from spectune.planner.buckets import (
     DEFAULT_BATCH_EDGES,
     DEFAULT_CONTEXT_EDGES,
@@ -107,10 +108,6 @@ def _default_legend(engine: str) -> str:
     return f"over {profile.name}'s own default config ({default.label})"
 
 
-def format_range(r: tuple[int, int]) -> str:
-    return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
-
-
 def print_table(
     results: Sequence[BucketResult],
     out: Any = None,
@@ -124,8 +121,6 @@ def print_table(
     at their context say how many requests actually run. `engine`: the engine profile planned
     for, whose default config the "vs default" column compares with. Notes follow their rows
     with `verbose`, else one line per kind of note under the table (plan_report)."""
-    from spectune.cli.plan_report import bucket_notes, summarize_notes
-
     out = out or sys.stdout
     head = (
         f"{'batch':>8} {'context':>12}  {'policy':<30} {'served tok/s':>12} {'vs off':>7} "

@@ -79,6 +79,11 @@ def batch_weights(args: argparse.Namespace, max_batch: int, workload: Any) -> Ba
     return BatchWeights.uniform(max_batch)
 
 
+def format_range(r: tuple[int, int]) -> str:
+    """'8' or '5-8': an inclusive range of the table."""
+    return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
+
+
 # ---- notes ----------------------------------------------------------------------------------
 
 
@@ -102,8 +107,6 @@ def note_kind(text: str) -> str:
 
 def bucket_notes(results: Sequence[BucketResult], kv_notes: dict[int, str]) -> list[Note]:
     """Every note of the plan, in table order; kv_notes: result index -> KV-cap note."""
-    from spectune.cli.plan import format_range
-
     out = []
     for i, r in enumerate(results):
         where = f"batch {format_range(r.bucket.batch)} context {format_range(r.bucket.context)}"
@@ -174,12 +177,7 @@ def _runs_text(d: Deployment) -> str:
             return f"chain {p.depth}"
         return policy_label(p)
 
-    return "; ".join(
-        f"batch {r.batch[0]}-{r.batch[1]}: {one(r.policy)}"
-        if r.batch[0] != r.batch[1]
-        else f"batch {r.batch[0]}: {one(r.policy)}"
-        for r in d.runs
-    )
+    return "; ".join(f"batch {format_range(r.batch)}: {one(r.policy)}" for r in d.runs)
 
 
 def print_deployments(
