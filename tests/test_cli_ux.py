@@ -5,10 +5,19 @@ held-out check, and exit code 2 on bad values of the new options."""
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
-from spectune.cli import build_parser
+from spectune.cli import build_parser, main
+from spectune.planner.deploy import BatchWeights, deployment
+from spectune.planner.export.runs import EngineRun, engine_runs, load_export
+from spectune.specs import PolicyTable, SpecError, TreePolicy
 
 _NO_DEFAULT = (
     argparse._HelpAction,
@@ -33,7 +42,7 @@ def _missing_defaults(p: argparse.ArgumentParser) -> list[str]:
     for a in p._actions:
         if isinstance(a, _NO_DEFAULT) or not a.option_strings:
             continue
-        if a.default is None or a.default is argparse.SUPPRESS:
+        if a.default is None or a.default is argparse.SUPPRESS or a.default in ("", [], ()):
             continue
         shown = formatter._expand_help(a) if a.help else ""
         if "default" not in shown:
@@ -69,3 +78,349 @@ def test_help_checker_catches_a_missing_default() -> None:
     finish_help(p, "the module docstring")  # what build_parser does to every subcommand
     assert _missing_defaults(p) == []
     assert "(default 3)" in p.format_help() and p.description == "a parser for this test only"
+
+
+# ---- spectune plan: the deployment -----------------------------------------------------------
+
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """A small default plan (3 batch buckets, 1 context), its terse and its verbose output."""
+    import contextlib
+    import io
+
+    d = tmp_path_factory.mktemp("plan")
+    out = d / "policy.json"
+    common = ["plan", "--trials", "6", "--quiet", "--batch-edges", "1,8,64"]
+    common += ["--context-edges", "4096", "--out", str(out)]
+    texts = []
+    for extra in ([], ["--verbose", "--batch-weights", "1:0.2,8:0.5,64:0.3"]):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            extra_out = ["--csv", str(d / "p.csv"), "--plot", str(d / "p.png")] if not extra else []
+            assert main([*common, *extra, *extra_out]) == 0
+        texts.append(buf.getvalue())
+    return out, texts[0], texts[1]
+
+
+def test_plan_ends_with_the_deployment_per_engine(planned: tuple[Path, str, str]) -> None:
+    out, text, verbose = planned
+    deploy = text[text.index("\nDeploy (") :]
+    assert "served tok/s incl. prefill" in deploy
+    for engine, launch in (
+        ("sglang", "python -m sglang.launch_server"),
+        ("vllm", "vllm serve"),
+        ("trtllm", "trtllm-serve"),
+    ):
+        assert f"  {engine}: batch " in deploy
+        assert f"launch: {launch}" in deploy
+        assert f"spectune export --engine {engine} {out} --out export-{engine}" in deploy
+    assert "vs no speculation" in deploy and "vs sglang's default 5/4/8" in deploy
+    assert "uniform over batch sizes 1..64" in deploy
+    assert "--batch-weights" in verbose and "1: 20%, 8: 50%, 64: 30%" in verbose
+    # the legend explains the notation, min_gain reads as a requirement
+    for text_ in (text, verbose):
+        assert "dynamic-topk:7,6,32" in text_ and "static:2,9,30,0,29" in text_
+        assert "5/4/8" in text_ and "< min_gain" not in text_
+
+
+def test_plan_notes_collapse_by_kind(planned: tuple[Path, str, str]) -> None:
+    _, text, verbose = planned
+    table = PolicyTable.load(planned[0])
+    assert "      note: " not in text.split("\nDeploy")[0]  # no note under a row
+    per_row = verbose.count(" note: ")
+    if per_row:
+        assert "--verbose shows each under its row" in text
+        kinds = text.split("--verbose shows each under its row):\n")[1].split("\n")
+        listed = [k for k in kinds if k.startswith("  ") and "bucket" in k]
+        assert 1 <= len(listed) <= per_row
+    assert len(table.buckets) == 3
+
+
+def test_plan_csv_and_plot(planned: tuple[Path, str, str]) -> None:
+    out = planned[0]
+    import csv
+
+    with open(out.parent / "p.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3
+    table = PolicyTable.load(out)
+    first = rows[0]
+    assert first["policy"] == (table.buckets[0].policy.label if table.buckets[0].policy else "off")
+    assert float(first["served_tok_per_s_incl_prefill"]) == pytest.approx(
+        table.buckets[0].predicted.tokens_per_s, rel=1e-4
+    )
+    assert (out.parent / "p.png").read_bytes()[:8] == PNG
+
+
+def test_deployment_gain_is_the_weighted_served_ratio(planned: tuple[Path, str, str]) -> None:
+    """The gains are the ratios of weighted means of served tok/s, computed here by hand from
+    the one objective, with the engine's own overheads."""
+    from spectune.planner.tokens_per_s import SERVED, served_objective, tokens_per_s
+
+    table = PolicyTable.load(planned[0])
+    w = BatchWeights.of([(64, 3.0), (1, 2.0), (8, 5.0)], "test")
+    assert w.sizes == (1, 8, 64) and w.weights == pytest.approx((0.2, 0.5, 0.3))
+    d = deployment(table, "sglang", w)
+    obj = served_objective(table.scenario.replace(engine="sglang").resolve())
+
+    def mean(p_of: Any) -> float:
+        return sum(
+            wt * float(tokens_per_s(obj, SERVED, p_of(b), b, d.context)[0])
+            for b, wt in zip(w.sizes, w.weights, strict=True)
+        )
+
+    run = mean(d.policy_at)
+    assert d.mean_tokens_per_s == pytest.approx(run)
+    assert d.gain_vs_off == pytest.approx(run / mean(lambda b: None) - 1)
+    assert d.default is not None
+    assert d.gain_vs_default == pytest.approx(run / mean(lambda b: d.default) - 1)
+    assert deployment(table, "vllm", w).gain_vs_default is None  # vLLM has no default
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "nan",
+        "1:nan",
+        "1:inf",
+        "1:-1",
+        "0:1",
+        "65537:1",
+        "1:0",
+        "1:1,1:2",
+        "a:b",
+        "1",
+        ",".join(f"{i}:1" for i in range(1, 66)),
+    ],
+)
+def test_batch_weights_bad_values_exit_2(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", f"--batch-weights={value}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--batch-weights" in err
+
+
+# ---- what an engine runs, read back from its config ---------------------------------------
+def _chain(d: int) -> TreePolicy:
+    return TreePolicy("dynamic-topk", d, 1, d + 1)
+
+
+def test_engine_runs_in_each_engines_semantics() -> None:
+    sglang = {
+        "server_args": {
+            "speculative_num_steps": 6,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 7,
+        },
+        "adaptive": {
+            "1": {"candidate_steps": [6]},
+            "9": {"candidate_steps": [3]},
+            "33": {"candidate_steps": [0]},
+        },
+        "max_running_requests": 64,
+    }
+    assert engine_runs("sglang", sglang) == (
+        EngineRun((1, 8), _chain(6)),
+        EngineRun((9, 32), _chain(3)),
+        EngineRun((33, 64), None),
+    )
+    static = {
+        **sglang,
+        "adaptive": None,
+        "server_args": {
+            "speculative_num_steps": 5,
+            "speculative_eagle_topk": 4,
+            "speculative_num_draft_tokens": 8,
+        },
+    }
+    assert engine_runs("sglang", static) == (
+        EngineRun((1, 64), TreePolicy("dynamic-topk", 5, 4, 8)),
+    )
+    vllm = {
+        "speculative_config": {
+            "num_speculative_tokens": 5,
+            "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 16, 2]],
+        },
+        "max_num_seqs": 32,
+    }
+    # the last range's K carries past its end (vLLM 0.33)
+    assert engine_runs("vllm", vllm) == (
+        EngineRun((1, 4), _chain(5)),
+        EngineRun((5, 32), _chain(2)),
+    )
+    assert engine_runs("vllm", {"speculative_config": None, "max_num_seqs": 8}) == (
+        EngineRun((1, 8), None),
+    )
+    trt = {
+        "max_batch_size": 64,
+        "speculative_config": {"max_draft_len": 4, "draft_len_schedule": {4: 4, 16: 2}},
+    }
+    # upper bounds: batch <= key; past the largest key, 0
+    assert engine_runs("trtllm", trt, "trtllm") == (
+        EngineRun((1, 4), _chain(4)),
+        EngineRun((5, 16), _chain(2)),
+        EngineRun((17, 64), None),
+    )
+    lower = {
+        "max_batch_size": 64,
+        "speculative_config": {"max_draft_len": 4, "draft_len_schedule": {1: 4, 8: 2}},
+    }
+    assert engine_runs("trtllm", lower, "trtllm-stage1") == (
+        EngineRun((1, 7), _chain(4)),
+        EngineRun((8, 64), _chain(2)),
+    )
+    tree = {
+        "max_batch_size": 8,
+        "speculative_config": {
+            "max_draft_len": 5,
+            "use_dynamic_tree": True,
+            "dynamic_tree_max_topK": 4,
+            "max_total_draft_tokens": 7,
+        },
+    }
+    assert engine_runs("trtllm", tree, "trtllm") == (
+        EngineRun((1, 8), TreePolicy("dynamic-topk", 5, 4, 8)),
+    )
+    with pytest.raises(SpecError, match="max_running_requests"):
+        engine_runs("sglang", {"server_args": {}})
+
+
+def test_every_exported_plan_reads_back(planned: tuple[Path, str, str], tmp_path: Path) -> None:
+    """An export of the plan read back covers batch 1 to the plan's largest, contiguous; the
+    sidecar reads back to the same runs as the export's config."""
+    from spectune.planner.export import export_table
+
+    table = PolicyTable.load(planned[0])
+    for engine in ("sglang", "vllm"):
+        ex, _ = export_table(table, engine)
+        runs = engine_runs(ex.engine, ex.config, engine)
+        assert runs[0].batch[0] == 1 and runs[-1].batch[1] == 64
+        assert all(b.batch[0] == a.batch[1] + 1 for a, b in itertools.pairwise(runs))
+        ex.write(tmp_path / engine)
+        back = load_export(tmp_path / engine / f"{engine}.spectune.json")
+        assert [(b.batch, b.policy) for b in back.buckets] == [(r.batch, r.policy) for r in runs]
+        assert back.scenario.engine == engine and back.target == table.target
+
+
+# ---- simulate --policy EXPORT, capacity ---------------------------------------------------
+def test_simulate_runs_an_export(
+    planned: tuple[Path, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spectune.planner.export import export_table
+
+    table = PolicyTable.load(planned[0])
+    ex, _ = export_table(table, "vllm")
+    ex.write(tmp_path)
+    side = tmp_path / "vllm.spectune.json"
+    csv_path = tmp_path / "s.csv"
+    args = ["simulate", "--policy", str(side), "--qps", "4", "--requests", "40", "--quiet"]
+    assert main([*args, "--csv", str(csv_path), "--json"]) == 0
+    captured = capsys.readouterr()
+    runs = json.loads(captured.out)["runs"]
+    assert len(runs) == 1 and runs[0]["mean_accepted"] > 1
+    assert "served_tok_per_s_incl_prefill" in csv_path.read_text().split("\n")[0]
+    # a sidecar whose config is broken is a one-line error naming the file, exit 2
+    doc = json.loads(side.read_text())
+    doc["config"] = {"num_speculative_tokens": "many"}
+    bad = tmp_path / "bad.spectune.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["simulate", "--policy", str(bad), "--requests", "5", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.spectune.json" in err and "num_speculative_tokens" in err
+
+
+def test_capacity_finds_a_rate_within_the_slos(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["capacity", "--requests", "60", "--tolerance", "0.2", "--json", "--quiet"]
+    assert main([*args, "--slo-ttft-ms", "200", "--slo-tpot-ms", "30"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for name in ("policy", "off"):
+        c = doc[name]
+        assert 0 < c["max_qps"] <= c["saturated_qps"] * (1 + 1e-9)
+        met = [p for p in c["probes"] if p["meets"]]
+        assert max(p["qps"] for p in met) == c["max_qps"]
+        for p in met:  # every rate reported as meeting does meet both SLOs at p90
+            assert p["ttft_s"] <= 0.2 and (p["tpot_s"] is None or p["tpot_s"] <= 0.03)
+        if c["fail_qps"] is not None:
+            assert c["fail_qps"] > c["max_qps"]
+            assert (c["fail_qps"] - c["max_qps"]) <= 0.2 * c["fail_qps"] + 1e-9
+
+
+def test_capacity_tight_slo_and_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    """A TTFT bound no run can meet gives no rate, and each probe prints a progress line."""
+    args = ["capacity", "--requests", "20", "--policy", "off", "--slo-ttft-ms", "0.001"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "no rate meets the SLOs" in captured.out
+    assert "req/s -> TTFT p90" in captured.err and "misses" in captured.err
+
+
+# ---- --csv / --plot ---------------------------------------------------------------------------
+def test_cost_csv_plot_and_bad_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    c, p = tmp_path / "c.csv", tmp_path / "c.png"
+    assert (
+        main(["cost", "--batch", "1,8", "--tokens", "1,16", "--csv", str(c), "--plot", str(p)]) == 0
+    )
+    head, *rows = c.read_text().strip().split("\n")
+    assert len(rows) == 4 and "verify_s" in head and "verify_attention_s" in head
+    assert p.read_bytes()[:8] == PNG
+    capsys.readouterr()
+    for argv in (
+        ["cost", "--csv", str(tmp_path)],  # a folder
+        ["cost", "--plot", str(tmp_path / "x.jpg")],  # not a png
+        ["simulate", "--plot", str(c / "under-a-file.png")],  # parent is a file
+    ):
+        assert main(argv) == 2, argv
+        assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_failed_plot_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.figure import Figure
+
+    from spectune.cli.outputs import write_plot
+
+    def boom(*_a: Any, **_k: Any) -> None:
+        raise RuntimeError("render failed")
+
+    monkeypatch.setattr(Figure, "savefig", boom)
+    out = tmp_path / "x.png"
+    with pytest.raises(RuntimeError):
+        write_plot(str(out), lambda ax: ax.plot([1, 2]), title="t", xlabel="x", ylabel="y")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- fit-workload: held-out check --------------------------------------------------------
+def test_fit_workload_validates_on_held_out_requests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spectune.specs.trace import TraceHeader, make_step, write_trace
+    from spectune.specs.tree import DraftTree
+
+    header = TraceHeader("toy", "toy-drafter", "toy-set", max_depth=2, max_topk=2)
+    steps = []
+    for i in range(6):
+        t = DraftTree.from_parents(
+            [-1, 0, 0, 1], tokens=[5, 10, 11, 20], logprobs=[0.0, -0.1 - 0.1 * i, -2.5, -0.3]
+        )
+        steps.append(make_step(f"r{i}", 0, 7, t, [10, 20 if i % 2 else 7, 0, 0]))
+    trace = tmp_path / "toy.jsonl.gz"
+    write_trace(trace, header, steps)
+    out = tmp_path / "wl.json"
+    argv = ["fit-workload", str(trace), "--out", str(out), "--budgets", "4", "--folds", "3"]
+    assert main([*argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "3-fold cross-validation by request" in captured.out
+    assert "fold 3/3 done" in captured.err and "fitting" in captured.err
+    doc = json.loads(captured.out.strip().split("\n")[-1])
+    (row,) = doc["check"]
+    assert doc["folds"] == 3 and row["folds"] == 3
+    assert math.isfinite(row["held_out_error"])
+    assert row["held_out_error"] == pytest.approx(
+        row["predicted_held_out"] / row["replayed"] - 1, abs=1e-3
+    )
+    assert main([*argv[:-1], "7"]) == 2  # more folds than requests
+    assert "--folds 7" in capsys.readouterr().err
+    assert np.isfinite(row["predicted_in_sample"])
