@@ -424,3 +424,31 @@ def test_fit_workload_validates_on_held_out_requests(
     assert main([*argv[:-1], "7"]) == 2  # more folds than requests
     assert "--folds 7" in capsys.readouterr().err
     assert np.isfinite(row["predicted_in_sample"])
+
+
+def test_batch_weights_from_the_workload(tmp_path: Path) -> None:
+    """--batch-weights, else the workload's own batch_weights (read from its file), else equal
+    weights on powers of two; a bad distribution in a workload file names the field."""
+    import dataclasses
+
+    from spectune.cli.plan_report import batch_weights
+    from spectune.specs.io import write_json_atomic
+    from spectune.specs.workload import load_workload
+    from spectune.traces.fit import workload_to_dict
+
+    wl = dataclasses.replace(load_workload("mt-bench"), name="mine", batch_weights=((8, 3), (1, 1)))
+    path = tmp_path / "wl.json"
+    write_json_atomic(path, workload_to_dict(wl))
+    loaded = load_workload(str(path))
+    got = batch_weights(argparse.Namespace(batch_weights=None), 64, loaded)
+    assert got.sizes == (1, 8) and got.weights == pytest.approx((0.25, 0.75))
+    assert "workload mine" in got.source
+    flag = batch_weights(argparse.Namespace(batch_weights=[(2, 1.0)]), 64, loaded)
+    assert flag.sizes == (2,) and flag.source == "--batch-weights"
+    plain = batch_weights(argparse.Namespace(batch_weights=None), 48, load_workload("mt-bench"))
+    assert plain.sizes == (1, 2, 4, 8, 16, 32, 48)
+    doc = workload_to_dict(wl)
+    doc["batch_weights"] = [[1, 1], [1, 2]]
+    write_json_atomic(path, doc)
+    with pytest.raises(SpecError, match="batch_weights"):
+        load_workload(str(path))

@@ -72,7 +72,7 @@ def batch_weights(args: argparse.Namespace, max_batch: int, workload: Any) -> Ba
     has one), else equal weights on the powers of two up to the plan's largest batch."""
     if args.batch_weights:
         return BatchWeights.of(args.batch_weights, "--batch-weights")
-    own = getattr(workload, "batch_weights", ())
+    own = workload.batch_weights
     if own:
         pairs = [(int(b), float(w)) for b, w in own]
         return BatchWeights.of(pairs, f"workload {workload.name}")
