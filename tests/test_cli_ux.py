@@ -421,8 +421,10 @@ def test_fit_workload_validates_on_held_out_requests(
     assert row["held_out_error"] == pytest.approx(
         row["predicted_held_out"] / row["replayed"] - 1, abs=1e-3
     )
-    assert main([*argv[:-1], "7"]) == 2  # more folds than requests
-    assert "--folds 7" in capsys.readouterr().err
+    assert main([*argv[:-1], "7"]) == 0  # more folds than requests: one request per fold
+    captured = capsys.readouterr()
+    assert "--folds 7 > 6 requests: 6-fold" in captured.err
+    assert "6-fold cross-validation by request" in captured.out
     assert np.isfinite(row["predicted_in_sample"])
 
 

@@ -18,7 +18,6 @@ import sys
 import time
 
 from spectune.cli.common import check_out_path, int_range, ints
-from spectune.specs.errors import SpecError
 from spectune.specs.io import write_json_atomic
 from spectune.specs.policy import MAX_BUDGET
 
@@ -45,21 +44,22 @@ def run(args: argparse.Namespace) -> int:
     traces = load_traces(args.traces)
     requests = len({s.request for s in traces.steps})
     say(f"read {len(traces.steps)} steps of {requests} requests from {len(args.traces)} file(s)")
-    if args.folds > requests:
-        raise SpecError(f"--folds {args.folds}: the traces hold only {requests} requests")
+    folds = min(args.folds, requests)
+    if folds < args.folds:
+        say(f"--folds {args.folds} > {requests} requests: {folds}-fold (one request per fold)")
     name = args.name or "fitted-" + "-".join(sorted({h.prompt_set for h in traces.headers}))
     say(f"fitting {name} on all {requests} requests")
     wl = fit_workload(traces, name, acceptance=args.acceptance)
     doc = workload_to_dict(wl)
     checks = []
-    if args.folds >= 2:
+    if folds >= 2:
         say(
-            f"validating on held-out requests: {args.folds}-fold by request, each fold "
-            f"predicted by a fit on the other {args.folds - 1}"
+            f"validating on held-out requests: {folds}-fold by request, each fold "
+            f"predicted by a fit on the other {folds - 1}"
         )
         checks = cross_validate(
             traces,
-            args.folds,
+            folds,
             args.budgets,
             args.acceptance,
             progress=lambda done, k: say(f"fold {done}/{k} done"),
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 folds=c.folds,
             )
         report.append(row)
-    _print_report(report, args.folds, requests)
+    _print_report(report, folds, requests)
     write_json_atomic(args.out, doc)  # last: a failure above leaves no file behind
     print(
         f"wrote {args.out} ({wl.name}, acceptance {wl.acceptance}, fitted on all {requests} "
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                     "out": args.out,
                     "target": wl.target,
                     "drafter": wl.drafter,
-                    "folds": args.folds if checks else 0,
+                    "folds": folds if checks else 0,
                     "check": report,
                 }
             )
@@ -112,7 +112,7 @@ def _print_report(report: list[dict[str, float | int]], folds: int, requests: in
             f"{requests} requests): mean tokens per verify step"
         )
     else:
-        print("in-sample check only (--folds 0): mean tokens per verify step")
+        print("in-sample check only (fewer than 2 folds): mean tokens per verify step")
     head = f"{'budget':>6} {'in-sample pred':>14}"
     if held:
         head += f" {'held-out pred':>13} {'replayed':>9} {'held-out error':>14}"
