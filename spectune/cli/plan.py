@@ -403,7 +403,7 @@ def report(
         pr.csv_rows(results),
         pr.draw_plan(results),
         title=f"spectune plan: {table.scenario.label}",
-        xlabel="batch size (bucket's largest)",
+        xlabel="batch size (geometric middle of the bucket)",
         ylabel=SERVED.label,
     )
 

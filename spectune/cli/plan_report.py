@@ -274,13 +274,14 @@ def csv_rows(results: Sequence[BucketResult]) -> list[dict[str, Any]]:
 
 
 def draw_plan(results: Sequence[BucketResult]) -> Any:
-    """Served tok/s at each bucket's largest batch, one line per context range, plan vs off."""
+    """Served tok/s of each bucket (the geometric mean over its batch ends, as the table) at
+    the geometric middle of its batch range, one line per context range, plan vs off."""
 
     def draw(ax: Any) -> None:
         ctxs = sorted({r.bucket.context for r in results})
         for i, c in enumerate(ctxs):
             rs = sorted((r for r in results if r.bucket.context == c), key=lambda r: r.bucket.batch)
-            xs = [r.bucket.batch[1] for r in rs]
+            xs = [(r.bucket.batch[0] * r.bucket.batch[1]) ** 0.5 for r in rs]
             color = f"C{i % 10}"
             label = f"context {c[0]}-{c[1]}"
             ax.plot(xs, [r.tokens_per_s for r in rs], "o-", color=color, label=f"plan, {label}")
