@@ -40,13 +40,13 @@ def _missing_defaults(p: argparse.ArgumentParser) -> list[str]:
     formatter = p._get_formatter()
     out = []
     for a in p._actions:
-        if isinstance(a, _NO_DEFAULT) or not a.option_strings:
+        if isinstance(a, _NO_DEFAULT) or (not a.option_strings and a.nargs != "?"):
             continue
         if a.default is None or a.default is argparse.SUPPRESS or a.default in ("", [], ()):
             continue
         shown = formatter._expand_help(a) if a.help else ""
         if "default" not in shown:
-            out.append(a.option_strings[-1])
+            out.append(a.option_strings[-1] if a.option_strings else a.dest)
     return out
 
 

@@ -97,7 +97,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         text = action.help or ""
         default = action.default
         silent = (
-            not action.option_strings
+            (not action.option_strings and action.nargs != "?")
             or default is None
             or default is argparse.SUPPRESS
             or isinstance(default, bool)
