@@ -454,3 +454,27 @@ def test_batch_weights_from_the_workload(tmp_path: Path) -> None:
     write_json_atomic(path, doc)
     with pytest.raises(SpecError, match="batch_weights"):
         load_workload(str(path))
+
+
+def test_min_gain_never_reads_as_a_contradiction() -> None:
+    """A gain short of min_gain is rounded down (4.96% is +4.9%, never +5.0%), and the summary
+    of kept references states the requirement."""
+    from spectune.cli.plan_report import Note, summarize_notes
+    from spectune.planner.search import _below
+
+    assert _below(0.04996) == "+4.9%" and _below(0.05) == "+5.0%" and _below(0.029) == "+2.9%"
+    notes = [
+        Note(
+            "b1",
+            "kept sglang",
+            f"kept sglang: the best searched policy (x) is predicted {g} "
+            "over it, >= 5% required (min_gain)",
+        )
+        for g in (_below(0.04996), _below(0.001))
+    ] + [Note("b2", "kv cap", "the KV cache holds 15 requests at context 24576; larger ...")]
+    lines = summarize_notes(notes, 0.05)
+    assert lines[0] == (
+        "kept sglang in 2 buckets: the best searched policy was predicted +0.1% to +4.9% over "
+        "it, >= 5% required (--min-gain)"
+    )
+    assert lines[1] == "KV cache caps the batch in 1 bucket: it holds 15 requests at context 24576"
