@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spectune.cli import build_parser, main
 from spectune.planner.deploy import BatchWeights, deployment
@@ -478,3 +480,72 @@ def test_min_gain_never_reads_as_a_contradiction() -> None:
         "it, >= 5% required (--min-gain)"
     )
     assert lines[1] == "KV cache caps the batch in 1 bucket: it holds 15 requests at context 24576"
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _leaves(obj: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(obj, dict):
+        return [path] + [p for k, v in obj.items() for p in _leaves(v, (*path, k))]
+    if isinstance(obj, list):
+        return [path] + [p for i, v in enumerate(obj) for p in _leaves(v, (*path, i))]
+    return [path]
+
+
+def _sidecars() -> list[dict[str, Any]]:
+    from spectune.planner.export import export_policy
+    from spectune.specs.policy import Bucket
+
+    chain = TreePolicy("dynamic-topk", 4, 1, 5)
+    table = PolicyTable(
+        "llama-3.1-8b",
+        "eagle3-llama-3.1-8b",
+        "h100-sxm",
+        (Bucket((1, 8), (0, 4096), chain), Bucket((9, 64), (0, 4096), None)),
+        workload="mt-bench",
+    )
+    out = []
+    for engine in ("sglang", "vllm"):
+        ex = export_policy(table, engine)
+        out.append(json.loads(ex.files[f"{engine}.spectune.json"]))
+    return out
+
+
+SIDECARS = _sidecars()
+
+
+@settings(max_examples=150, deadline=None)
+@given(which=st.integers(0, len(SIDECARS) - 1), pick=st.integers(0, 10_000), value=_JSON)
+def test_a_mutated_sidecar_is_a_table_or_a_spec_error(which: int, pick: int, value: Any) -> None:
+    """Any one value of an export's sidecar replaced by arbitrary JSON: the reader returns a
+    table covering batch 1 onward without gaps, or refuses with a SpecError naming the file."""
+    import copy
+
+    from spectune.planner.export.runs import sidecar_table
+
+    doc = copy.deepcopy(SIDECARS[which])
+    paths = [p for p in _leaves(doc) if p]
+    path = paths[pick % len(paths)]
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    try:
+        table = sidecar_table(doc, "side.spectune.json")
+    except SpecError as e:
+        assert "side.spectune.json" in str(e) or "field" in str(e)
+        return
+    assert table.buckets[0].batch[0] == 1
+    for a, b in itertools.pairwise(table.buckets):
+        assert b.batch[0] == a.batch[1] + 1

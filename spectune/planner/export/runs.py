@@ -53,11 +53,33 @@ def _chain(depth: int) -> TreePolicy | None:
     return None if depth <= 0 else TreePolicy("dynamic-topk", depth, 1, depth + 1)
 
 
-def _int(cfg: Mapping[str, Any], key: str, where: str, lo: int = 0) -> int:
-    v = cfg.get(key)
-    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= 1 << 20:
-        raise SpecError(f"{where}: field {key!r} must be an integer in {lo}..{1 << 20}, got {v!r}")
+MAX_COUNT = 1 << 20
+"""Largest batch size, draft length or token count a config may name."""
+
+
+def _count(v: Any, what: str, where: str, lo: int = 0) -> int:
+    """An integer in lo..MAX_COUNT (a mapping key may be its decimal string)."""
+    if isinstance(v, str) and v.isdigit() and len(v) <= 8:
+        v = int(v)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= MAX_COUNT:
+        raise SpecError(f"{where}: {what} must be an integer in {lo}..{MAX_COUNT}, got {v!r}")
     return v
+
+
+def _int(cfg: Mapping[str, Any], key: str, where: str, lo: int = 0) -> int:
+    return _count(cfg.get(key), f"field {key!r}", where, lo)
+
+
+def _paths(v: Any, what: str, where: str) -> list[tuple[int, ...]]:
+    """Tree paths of sibling ranks: a non-empty list of non-empty lists of ranks."""
+    if not isinstance(v, list | tuple) or not v or len(v) > MAX_COUNT:
+        raise SpecError(f"{where}: {what} must be a non-empty list of paths")
+    out = []
+    for p in v:
+        if not isinstance(p, list | tuple) or not p:
+            raise SpecError(f"{where}: {what} holds {p!r}, not a path of sibling ranks")
+        out.append(tuple(_count(r, what, where) for r in p))
+    return out
 
 
 def _ranges(lows: Sequence[int], top: int) -> list[tuple[int, int]]:
@@ -91,19 +113,17 @@ def _sglang(config: Mapping[str, Any], where: str) -> tuple[EngineRun, ...]:
     adaptive = config.get("adaptive")
     if not adaptive:
         return (EngineRun((1, m), TreePolicy("dynamic-topk", steps, topk, tokens)),)
-    if not isinstance(adaptive, Mapping) or not all(str(k).isdigit() for k in adaptive):
+    if not isinstance(adaptive, Mapping):
         raise SpecError(f"{where}: field 'adaptive' must map batch sizes to candidate_steps")
-    lows = sorted(int(k) for k in adaptive)
-    runs = []
-    for lo, hi in _ranges(lows, m):
-        cand = (
-            adaptive[str(lo)].get("candidate_steps")
-            if isinstance(adaptive[str(lo)], Mapping)
-            else None
-        )
-        if not isinstance(cand, list) or not cand or not all(isinstance(c, int) for c in cand):
-            raise SpecError(f"{where}: adaptive[{lo}].candidate_steps must be a list of integers")
-        runs.append(EngineRun((lo, hi), _chain(max(cand))))
+    by_lo: dict[int, int] = {}
+    for k, entry in adaptive.items():
+        lo = _count(k, "an adaptive key (batch size)", where, 1)
+        cand = entry.get("candidate_steps") if isinstance(entry, Mapping) else None
+        if not isinstance(cand, list) or not cand:
+            raise SpecError(f"{where}: adaptive[{k}].candidate_steps must be a non-empty list")
+        by_lo[lo] = max(_count(c, f"adaptive[{k}].candidate_steps", where) for c in cand)
+    lows = sorted(by_lo)
+    runs = [EngineRun((lo, hi), _chain(by_lo[lo])) for lo, hi in _ranges(lows, m)]
     return _merge(runs)
 
 
@@ -119,20 +139,25 @@ def _vllm(config: Mapping[str, Any], where: str) -> tuple[EngineRun, ...]:
     if tree:
         import ast
 
+        text = str(tree)
         try:
-            paths = [tuple(p) for p in ast.literal_eval(str(tree))]
-        except (ValueError, SyntaxError, TypeError):
-            raise SpecError(f"{where}: speculative_token_tree is not a list of paths") from None
-        topk = 1 + max((max(p) for p in paths if p), default=0)
+            parsed = ast.literal_eval(text) if len(text) <= 1 << 16 else None
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            parsed = None
+        paths = _paths(parsed, "speculative_token_tree", where)
+        topk = 1 + max(max(p) for p in paths)
         return (EngineRun((1, m), TreePolicy("static", k_max, topk, len(paths) + 1)),)
     ranges = cfg.get("num_speculative_tokens_per_batch_size")
     if not ranges:
         return (EngineRun((1, m), _chain(k_max)),)
+    what = "num_speculative_tokens_per_batch_size"
+    if not isinstance(ranges, list | tuple):
+        raise SpecError(f"{where}: {what} must be a list of [lo, hi, K]")
     runs = []
     for r in ranges:
         if not isinstance(r, list | tuple) or len(r) != 3:
-            raise SpecError(f"{where}: num_speculative_tokens_per_batch_size entry {r!r}")
-        lo, hi, k = (int(x) for x in r)
+            raise SpecError(f"{where}: {what} entry {r!r} is not [lo, hi, K]")
+        lo, hi, k = (_count(x, what, where) for x in r)
         runs.append(EngineRun((lo, min(hi, m)), _chain(min(k, k_max))))
     if runs[-1].batch[1] < m:  # the last range's value carries past its end
         runs.append(EngineRun((runs[-1].batch[1] + 1, m), runs[-1].policy))
@@ -148,6 +173,8 @@ def _trtllm(config: Mapping[str, Any], profile: EngineProfile, where: str) -> tu
         raise SpecError(f"{where}: field 'speculative_config' must be an object or null")
     d_max = _int(cfg, "max_draft_len", where, 1)
     choices = cfg.get("eagle_choices")
+    if choices is not None:
+        choices = _paths(choices, "eagle_choices", where)
 
     def policy(d: int) -> TreePolicy | None:
         if d <= 0:
@@ -166,8 +193,11 @@ def _trtllm(config: Mapping[str, Any], profile: EngineProfile, where: str) -> tu
         return (EngineRun((1, m), policy(d_max)),)
     if not isinstance(sched, Mapping):
         raise SpecError(f"{where}: field 'draft_len_schedule' must map batch sizes to lengths")
-    keys = sorted(int(k) for k in sched)
-    value = {int(k): int(v) for k, v in sched.items()}
+    value = {
+        _count(k, "a draft_len_schedule key", where, 1): _count(v, "a draft length", where)
+        for k, v in sched.items()
+    }
+    keys = sorted(value)
     floor = profile.schedule_min_steps
     runs: list[EngineRun] = []
     if profile.schedule == "lower-bound":
@@ -198,12 +228,19 @@ def engine_runs(
     if not isinstance(config, Mapping):
         raise SpecError(f"{where}: the config must be an object")
     if engine == "sglang":
-        return _sglang(config, where)
-    if engine == "vllm":
-        return _vllm(config, where)
-    if engine == "trtllm":
-        return _trtllm(config, load_engine(profile or "trtllm"), where)
-    raise SpecError(f"{where}: engine {engine!r} has no export (sglang, vllm, trtllm)")
+        runs = _sglang(config, where)
+    elif engine == "vllm":
+        runs = _vllm(config, where)
+    elif engine == "trtllm":
+        runs = _trtllm(config, load_engine(profile or "trtllm"), where)
+    else:
+        raise SpecError(f"{where}: engine {engine!r} has no export (sglang, vllm, trtllm)")
+    if not runs or runs[0].batch[0] != 1:
+        raise SpecError(f"{where}: the {engine} config does not cover batch size 1")
+    for a, b in pairwise(runs):
+        if b.batch[0] != a.batch[1] + 1:
+            raise SpecError(f"{where}: batch ranges {a.batch} and {b.batch} leave a gap or overlap")
+    return runs
 
 
 def runs_table(runs: Sequence[EngineRun], base: PolicyTable) -> PolicyTable:
