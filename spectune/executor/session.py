@@ -23,7 +23,6 @@ from spectune.kernels.gemm import autotune, set_plan
 from spectune.kernels.span_attention import self_check
 from spectune.kernels.timing import PhaseTimer
 from spectune.kernels.tree_attention_plan import TreeAttentionPlan, tune_tree_attention
-from spectune.planner.tokens_per_s import DECODE
 from spectune.specs import ModelSpec, SpecError, TreePolicy
 
 
@@ -266,7 +265,7 @@ def measure_runs(
         print(
             f"  B={batch:<3} {label:<10} {policy and (policy.depth, policy.topk, policy.budget)!s:<14} "
             f"step {rec['phases_ms']['step']:8.3f} ms  verify {rec['phases_ms']['verify']:7.3f}  "
-            f"acc {rec['accepted_mean']:.2f}  {rec['tokens_per_s']:9.0f} {DECODE.label}  x{rec['speedup']:.2f}",
+            f"acc {rec['accepted_mean']:.2f}  {rec['tokens_per_s']:9.0f} tok/s  x{rec['speedup']:.2f}",
             flush=True,
         )
     return out

@@ -14,7 +14,6 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from spectune.planner.tokens_per_s import SERVED
 from spectune.specs.engine import EngineProfile
 from spectune.specs.errors import SpecError
 from spectune.specs.io import write_text_atomic
@@ -395,7 +394,7 @@ def engine_shape(
             f"{engine} varies only the draft depth with the batch size: fitted one shape for "
             f"all batch sizes ({kind}; depths "
             + ", ".join(f"{range_label(b)}: {d}" for b, d in zip(rows, shape.depths, strict=True))
-            + f") among the buckets' own shapes and chains; predicted {SERVED.label} "
+            + f") among the buckets' own shapes and chains; predicted tokens/s "
             f"{100 * (math.exp(loss) - 1):+.1f}% vs the per-bucket plan (geometric mean)"
         )
         # the fitted shape replaces the smallest-batch one: keep only the prune/graft notes

@@ -34,7 +34,6 @@ from spectune.planner.export.base import (
     sidecar,
 )
 from spectune.planner.space import check_engine_drafter, check_engine_policy, engine_policy
-from spectune.planner.tokens_per_s import SERVED
 from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import Bucket, PolicyTable, TreePolicy
@@ -149,7 +148,7 @@ def _choose(
             kind = f"one static setting for every batch ({static.label}"
         notes.append(
             "sglang runs a per-batch schedule only with top-k 1, and the plan varies trees with "
-            f"the batch size: fitted {kind}); predicted {SERVED.label} "
+            f"the batch size: fitted {kind}); predicted tokens/s "
             f"{100 * (math.exp(loss) - 1):+.1f}% vs the per-bucket plan (geometric mean)"
         )
         if static is not None:
