@@ -43,7 +43,10 @@ def run(args: argparse.Namespace) -> int:
     from spectune.simulator.slo_capacity import Probe, max_rate
 
     policy = load_policy(args.policy)
-    scenario = scenario_of(args, policy)
+    # the SLOs bound the search here; the scenario keeps its own (no override notes)
+    scenario = scenario_of(
+        argparse.Namespace(**{**vars(args), "slo_ttft_ms": None, "slo_tpot_ms": None}), policy
+    )
     resolved = scenario.resolve()
     if policy is not None and resolved.drafter is None:
         raise SpecError("a policy needs a drafter; pass --drafter or --policy off")
@@ -77,6 +80,13 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
+        if not args.quiet:
+            print(
+                f"  {name}: measuring the saturated completion rate (closed loop at the max "
+                "batch), the ceiling of the search",
+                file=sys.stderr,
+                flush=True,
+            )
         found[name] = max_rate(
             replace(base, policy=pol),
             slo_ttft_s=args.slo_ttft_ms / 1e3,

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from spectune.simulator.arrivals import MAX_QPS, ClosedLoop, Poisson
-from spectune.simulator.config import SimConfig
+from spectune.simulator.config import MAX_REQUESTS, SimConfig
 from spectune.simulator.engine import SimResult, simulate
 from spectune.specs.errors import SpecError
 
@@ -130,10 +130,12 @@ def max_rate(
 
 def saturated_rate(config: SimConfig) -> float:
     """Requests/s the server completes when saturated: a closed-loop run whose clients fill
-    every replica's batch (its max batch, from the KV cache unless set)."""
+    every replica's batch (its max batch, from the KV cache unless set), each client sending
+    at least 4 requests so that the full batch, not its ramp-up, dominates the run."""
     first = simulate(replace(config, arrivals=ClosedLoop(1), baseline=False, requests=1))
     clients = first.max_batch * config.replicas
-    res = simulate(replace(config, arrivals=ClosedLoop(clients), baseline=False))
+    requests = min(max(config.requests, 4 * clients), MAX_REQUESTS)
+    res = simulate(replace(config, arrivals=ClosedLoop(clients), baseline=False, requests=requests))
     return float(res.spec.metrics.request_rate_s)
 
 
