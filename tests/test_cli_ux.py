@@ -549,3 +549,32 @@ def test_a_mutated_sidecar_is_a_table_or_a_spec_error(which: int, pick: int, val
     assert table.buckets[0].batch[0] == 1
     for a, b in itertools.pairwise(table.buckets):
         assert b.batch[0] == a.batch[1] + 1
+
+
+@pytest.mark.parametrize("true_max,saturated", [(37.3, 1e9), (0.01, 1e9), (500.0, 120.0)])
+def test_max_rate_brackets_the_answer(
+    true_max: float, saturated: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The doubling + bisection search on a server that meets its SLOs exactly up to
+    `true_max` req/s: the answer lies within the tolerance below it, never above the
+    saturated rate, and every probe is on the right side."""
+    from spectune.simulator import slo_capacity as sc
+
+    def probe(config: Any, qps: float, *_a: Any) -> tuple[Any, None]:
+        ok = qps <= true_max
+        return sc.Probe(qps, 0.1 if ok else 9.0, 0.01, ok, 100.0 * qps), None
+
+    monkeypatch.setattr(sc, "probe", probe)
+    monkeypatch.setattr(sc, "saturated_rate", lambda config: saturated)
+    seen: list[Any] = []
+    got = sc.max_rate(None, slo_ttft_s=1.0, slo_tpot_s=1.0, rel_tol=0.02, progress=seen.append)  # type: ignore[arg-type]
+    assert [p.qps for p in seen] == [p.qps for p in got.probes]
+    ceiling = min(true_max, saturated)
+    assert got.max_qps <= ceiling
+    if true_max < sc.MIN_QPS:
+        assert got.max_qps == 0.0
+    elif saturated < true_max:
+        assert got.max_qps == saturated and got.fail_qps == math.inf
+    else:
+        assert got.fail_qps > true_max and got.fail_qps - got.max_qps <= 0.02 * got.fail_qps
+    assert all(p.meets == (p.qps <= true_max) for p in got.probes)
