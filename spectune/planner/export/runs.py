@@ -57,9 +57,10 @@ MAX_COUNT = 1 << 20
 """Largest batch size, draft length or token count a config may name."""
 
 
-def _count(v: Any, what: str, where: str, lo: int = 0) -> int:
-    """An integer in lo..MAX_COUNT (a mapping key may be its decimal string)."""
-    if isinstance(v, str) and v.isdigit() and len(v) <= 8:
+def _count(v: Any, what: str, where: str, lo: int = 0, *, key: bool = False) -> int:
+    """An integer in lo..MAX_COUNT; a mapping `key` may also be its decimal string (JSON keys
+    are strings)."""
+    if key and isinstance(v, str) and v.isdigit() and len(v) <= 8:
         v = int(v)
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= MAX_COUNT:
         raise SpecError(f"{where}: {what} must be an integer in {lo}..{MAX_COUNT}, got {v!r}")
@@ -117,7 +118,7 @@ def _sglang(config: Mapping[str, Any], where: str) -> tuple[EngineRun, ...]:
         raise SpecError(f"{where}: field 'adaptive' must map batch sizes to candidate_steps")
     by_lo: dict[int, int] = {}
     for k, entry in adaptive.items():
-        lo = _count(k, "an adaptive key (batch size)", where, 1)
+        lo = _count(k, "an adaptive key (batch size)", where, 1, key=True)
         cand = entry.get("candidate_steps") if isinstance(entry, Mapping) else None
         if not isinstance(cand, list) or not cand:
             raise SpecError(f"{where}: adaptive[{k}].candidate_steps must be a non-empty list")
@@ -194,7 +195,9 @@ def _trtllm(config: Mapping[str, Any], profile: EngineProfile, where: str) -> tu
     if not isinstance(sched, Mapping):
         raise SpecError(f"{where}: field 'draft_len_schedule' must map batch sizes to lengths")
     value = {
-        _count(k, "a draft_len_schedule key", where, 1): _count(v, "a draft length", where)
+        _count(k, "a draft_len_schedule key", where, 1, key=True): _count(
+            v, "a draft length", where
+        )
         for k, v in sched.items()
     }
     keys = sorted(value)
