@@ -578,3 +578,28 @@ def test_max_rate_brackets_the_answer(
     else:
         assert got.fail_qps > true_max and got.fail_qps - got.max_qps <= 0.02 * got.fail_qps
     assert all(p.meets == (p.qps <= true_max) for p in got.probes)
+
+
+def test_plot_without_matplotlib_exits_2_before_the_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    import spectune.cli.plan as plan
+
+    def boom(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("work started before --plot was checked")
+
+    monkeypatch.setattr(plan, "build_scorer", boom)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    out = tmp_path / "p.png"
+    assert main(["plan", "--out", str(tmp_path / "p.json"), "--plot", str(out)]) == 2
+    assert "matplotlib" in capsys.readouterr().err and not out.exists()
+
+
+def test_plan_verbose_shows_every_note_and_approximation(planned: tuple[Path, str, str]) -> None:
+    _, text, verbose = planned
+    assert "--verbose lists them" in text
+    assert "approximation: " in verbose and "--verbose lists them" not in verbose
+    assert "    batch 8: " in verbose  # per-batch predictions of each engine
+    assert "notes (" not in verbose  # every note sits under its row instead
