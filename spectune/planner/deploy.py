@@ -140,7 +140,7 @@ def deployment(
             b.context for b in table.buckets if b.context[0] <= context <= b.context[1]
         )
     ctx = export_context(ctx_range)
-    resolved = table.scenario.replace(engine=profile.name).resolve()
+    resolved = table.scenario.replace(engine=engine).resolve()  # a preset name or profile file
     objective = served_objective(resolved)
     from spectune.planner.space import engine_default
 
