@@ -501,8 +501,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--min-gain",
         type=float_range(0, 10),
         default=SearchSettings.min_gain,
-        help="keep off or an engine default unless a searched policy is predicted this much "
-        f"faster (default {SearchSettings.min_gain}: a margin for model error)",
+        help="keep off or an engine default unless a searched policy is predicted this fraction "
+        f"faster, e.g. 0.05 = 5%% (default {SearchSettings.min_gain}: a margin for model error)",
     )
     p.add_argument(
         "--storage",

@@ -349,12 +349,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     load.add_argument(
         "--qps",
         type=floats(0, MAX_QPS, lo_open=True),
-        help="request rates, e.g. 1,4,16 (default)",
+        help="Poisson request rates, requests/s (default 1,4,16)",
     )
     load.add_argument(
         "--concurrency",
         type=ints(1, MAX_CONCURRENCY),
-        help="closed-loop clients, e.g. 1,8,64",
+        help="closed-loop clients (concurrent requests), e.g. 1,8,64 (default: --qps)",
     )
     load.add_argument("--trace", help="replay a CSV/JSONL trace: arrival_s, prompt/output tokens")
     p.add_argument(
