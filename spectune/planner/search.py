@@ -112,6 +112,12 @@ class BucketResult:
         return name, geomean(self.references[name])
 
 
+def _below(gain: float) -> str:
+    """A gain short of min_gain as a percentage rounded down to 0.1%, so that it never reads
+    as the threshold it missed (+4.96% is +4.9%, not +5.0%)."""
+    return f"{math.floor(1000 * gain) / 10:+.1f}%"
+
+
 def geomean(values: Iterable[float]) -> float:
     vs = [max(float(v), 1e-300) for v in values]
     return math.exp(sum(math.log(v) for v in vs) / len(vs))
@@ -320,7 +326,7 @@ def choose(
             name = next(n for n, p in references.items() if p == ref)
             note = note or (
                 f"kept {name}: the best searched policy ({policy_label(policy)}) is predicted only "
-                f"{100 * gain:+.1f}% (< min_gain {100 * settings.min_gain:.0f}%)"
+                f"{_below(gain)} over it, >= {100 * settings.min_gain:g}% required (min_gain)"
             )
             policy = ref
     pareto: tuple[ParetoPoint, ...] = ()
@@ -382,7 +388,7 @@ def _per_request_unless_shared_gains(
     safe[twin] = values
     return twin, (
         f"kept the per-request budget: ECHO's shared budget ({policy_label(policy)}) is predicted "
-        f"only {100 * gain:+.1f}% (< min_gain {100 * settings.min_gain:.0f}%)"
+        f"only {_below(gain)} over it, >= {100 * settings.min_gain:g}% required (min_gain)"
     )
 
 

@@ -159,7 +159,10 @@ def policy_label(policy: TreePolicy | None) -> str:
 class Prediction:
     """What the planner predicted for a bucket's policy."""
 
-    tokens_per_s: float = help_field(help="predicted steady-state output tokens/s")
+    tokens_per_s: float = help_field(
+        help="predicted served tok/s incl. prefill (planner.tokens_per_s.SERVED), geometric "
+        "mean over the bucket's batch ends"
+    )
     speedup: float = help_field(help="predicted speedup over no speculation")
     accepted_len: float = help_field(help="predicted tokens per verify step (accepted + bonus)")
 
@@ -169,7 +172,7 @@ class ChainChoice:
     """The best chain (top-k 1) for a bucket, for engines that verify chains only (vLLM 0.33)."""
 
     draft_tokens: int = help_field(help="draft tokens per step of the best chain; 0 = off")
-    tokens_per_s: float = help_field(help="predicted steady-state output tokens/s of that chain")
+    tokens_per_s: float = help_field(help="predicted served tok/s incl. prefill of that chain")
     speedup: float = help_field(help="predicted speedup of that chain over no speculation")
 
     def __post_init__(self) -> None:

@@ -30,6 +30,7 @@ from spectune.planner.export.base import (
     tree_choices,
 )
 from spectune.planner.space import check_engine_drafter
+from spectune.planner.tokens_per_s import SERVED
 from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import Bucket, PolicyTable
@@ -90,7 +91,7 @@ def chain_lengths(rows: Sequence[Bucket], notes: list[str]) -> list[int]:
                 loss = 1 - b.chain.tokens_per_s / b.predicted.tokens_per_s
                 losses.append(
                     f"{range_label(b)}: {b.predicted.tokens_per_s:.0f} -> "
-                    f"{b.chain.tokens_per_s:.0f} tok/s ({-100 * loss:+.1f}%)"
+                    f"{b.chain.tokens_per_s:.0f} {SERVED.label} ({-100 * loss:+.1f}%)"
                 )
         else:
             raise SpecError(
