@@ -21,8 +21,6 @@ with st.expander("Add a benchmark result"):
 
 docs = [x for x in loaded if x.doc is not None]
 skipped = [x for x in loaded if x.doc is None]
-if skipped:
-    st.caption("Not kernel benchmarks: " + "; ".join(x.error for x in skipped))
 if not docs:
     st.info(
         f"No kernel benchmark results yet. On a GPU host run "
@@ -46,7 +44,7 @@ else:
         ui.show(
             plots.roofline_figure(rows, bw, peak, f"tree attention on {chosen.get('card', '')}")
         )
-        st.dataframe(pd.DataFrame(rows), hide_index=True, key="kernels.table")
+        ui.table(rows, artifacts.ROOFLINE_COLUMNS, key="kernels.table")
     else:
         st.info("This result holds no timed attention shapes.")
     for part in ("verify", "compact"):
@@ -55,3 +53,8 @@ else:
             st.markdown(f"**{part}**")
             st.dataframe(pd.DataFrame([{"metric": k, "value": str(v)} for k, v in extra.items()]),
                          hide_index=True, key=f"kernels.{part}")  # fmt: skip
+
+if skipped:  # other results share the folder: listed last, folded
+    with st.expander(f"{len(skipped)} other files in {folder} (not kernel benchmarks)"):
+        for x in skipped:
+            st.caption(x.error)
