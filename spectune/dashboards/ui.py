@@ -101,11 +101,19 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Mapping[str, tuple[str, st
 # ---- the scenario sidebar -----------------------------------------------------------------------
 
 
+KEPT_KEYS = ("planner.source", "planner.batch_edges", "planner.context_edges", "planner.trials",
+             "planner.seed", "planner.multi", "planner.max_ms", "planner.storage")  # fmt: skip
+"""Planner inputs kept while another page is shown (a plan read from a file is kept apart, as
+LOADED_KEY: an uploader's file cannot be put back)."""
+LOADED_KEY = "planner.loaded"
+
+
 def keep_scenario_state() -> None:
-    """Keep the sidebar's choices while a page without the sidebar is shown (Streamlit drops
-    the state of widgets that a run does not draw unless it is written back)."""
+    """Keep the sidebar's choices and the Planner's inputs while another page is shown
+    (Streamlit drops the state of widgets that a run does not draw unless it is written
+    back)."""
     for k in list(st.session_state):
-        if isinstance(k, str) and k.startswith(SCENARIO_PREFIX):
+        if isinstance(k, str) and (k.startswith(SCENARIO_PREFIX) or k in KEPT_KEYS):
             st.session_state[k] = st.session_state[k]
 
 

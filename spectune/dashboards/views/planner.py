@@ -65,10 +65,14 @@ elif source == "Open a stored study":
 else:
     table = ui.upload("Policy file (policy.json from `spectune plan`)", ("json",),
                       uploads.policy_from_upload, key="planner.upload")  # fmt: skip
-    if table is None:
-        st.info("Upload a policy.json to see its table, curves and engine exports.")
+    held = st.session_state.get(ui.LOADED_KEY)
+    if table is not None:
+        plan = st.session_state[ui.LOADED_KEY] = plans.Plan(table)
+    elif isinstance(held, plans.Plan):
+        plan = held
+        st.caption("Showing the policy file loaded before; upload another to replace it.")
     else:
-        plan = plans.Plan(table)
+        st.info("Upload a policy.json to see its table, curves and engine exports.")
 
 if plan is not None:
     st.session_state[ui.PLAN_KEY] = plan  # the Load page can simulate the table shown here
