@@ -903,8 +903,14 @@ def _check_phases(scn: Scenario) -> None:
             assert sum(w.phases_s.values()) == pytest.approx(
                 obj.step_time(policy, b, 8192), rel=1e-9
             )
-            assert w.tokens_per_s == pytest.approx(obj(policy, b, 8192), rel=1e-12)
-            assert math.isclose(w.speedup, w.tokens_per_s / w.off_tokens_per_s)
+            assert w.decode_tokens_per_s == pytest.approx(obj(policy, b, 8192), rel=1e-12)
+            assert math.isclose(w.decode_speedup, w.decode_tokens_per_s / w.off_decode_tokens_per_s)
+            served = data.objective_for(scn)  # served: the Planner's curves at this batch
+            assert w.served_tokens_per_s == pytest.approx(served(policy, b, 8192), rel=1e-12)
+            assert math.isclose(w.speedup, w.served_tokens_per_s / w.off_served_tokens_per_s)
+            assert w.served_step_s == pytest.approx(served.step_time(policy, b, 8192), rel=1e-12)
+            if w.served_batch == b:  # the cache holds the batch: served = decode + turnover
+                assert w.step_s + w.turnover_s == pytest.approx(w.served_step_s, rel=1e-9)
             if policy is not None:
                 draft = sum(w.draft_steps_s.values())
                 assert draft == pytest.approx(w.phases_s["draft"], rel=1e-9)
