@@ -363,8 +363,14 @@ def test_planner_multi_objective_run_shows_the_pareto_front() -> None:
     assert list(pareto["tokens_per_s"]) == pytest.approx(
         [r["tokens_per_s"] for r in plans.pareto_rows(results)]
     )
-    at.select_slider(key="planner.context").set_value(16384).run()
+    at.select_slider(key="planner.context").set_value("4096-32768 (scored at 18432)").run()
     _ok(at)
+    obj = scenario_objective(Scenario().resolve())
+    curves = _frame(at, "planner.curves")
+    for b, planned in zip(curves["batch"], curves["planned policy"], strict=True):
+        policy = next(r.policy for r in results if r.bucket.batch[0] <= b <= r.bucket.batch[1]
+                      and r.bucket.context[0] == 4096)  # fmt: skip
+        assert planned == pytest.approx(obj(policy, int(b), 18432), rel=1e-9)
 
     at.text_input(key="planner.batch_edges").set_value("one,two")
     at.button(key="FormSubmitter:planner.form-Run plan").click().run()

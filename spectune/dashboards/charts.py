@@ -17,8 +17,12 @@ import pandas as pd
 AnyChart = alt.Chart | alt.LayerChart | alt.FacetChart
 """What these functions return (what Altair's `.interactive()` is typed to give)."""
 
-LEGEND = alt.Legend(orient="bottom", columns=3, labelLimit=320, title=None)
-WIDTH_PX = 520  # a column of the wide layout; Streamlit stretches to the container
+LEGEND = alt.Legend(orient="bottom", columns=4, labelLimit=320, title=None)
+STACKED = alt.Legend(orient="bottom", direction="vertical", labelLimit=200, title=None)
+"""Legends for narrow charts (a third of the page): one entry per row, side by side."""
+PALETTE = ("#1f4e9c", "#ff7f0e", "#2ca02c", "#7f7f7f", "#d62728", "#9467bd")
+"""Distinct colours in order: the planned policy first, then the references."""
+SPEC_ON, SPEC_OFF = "on (solid)", "off (dashed)"
 HEIGHT_PX = 320
 
 
@@ -49,7 +53,11 @@ def batch_chart(
     order = list(curves)
     x = alt.X("batch:Q", title="batch size (running requests)", scale=_log_x(list(batches)))
     y = alt.Y("tok_s:Q", title=y_title)
-    color = alt.Color("policy:N", sort=order, legend=LEGEND)
+    color = alt.Color(
+        "policy:N",
+        scale=alt.Scale(domain=order, range=list(PALETTE[: len(order)])),
+        legend=LEGEND,
+    )
     tips = [
         alt.Tooltip("policy:N"),
         alt.Tooltip("batch:Q"),
@@ -116,7 +124,7 @@ def load_chart(
     long = []
     for r in rows:
         for col, label in columns:
-            for on, key in (("on", col), ("off", f"off_{col}")):
+            for on, key in ((SPEC_ON, col), (SPEC_OFF, f"off_{col}")):
                 if key in r:
                     long.append({"qps": r["qps"], "metric": label, "speculation": on,
                                  "value": r[key]})  # fmt: skip
@@ -128,9 +136,11 @@ def load_chart(
         .encode(
             x=alt.X("qps:Q", title="request rate, requests/s", scale=_log_x(qps)),
             y=alt.Y("value:Q", title=y_title),
-            color=alt.Color("metric:N", legend=LEGEND),
+            color=alt.Color("metric:N", scale=alt.Scale(range=list(PALETTE)), legend=STACKED),
             strokeDash=alt.StrokeDash(
-                "speculation:N", sort=["on", "off"], legend=alt.Legend(orient="bottom")
+                "speculation:N",
+                scale=alt.Scale(domain=[SPEC_ON, SPEC_OFF], range=[[1, 0], [5, 3]]),
+                legend=alt.Legend(orient="bottom", direction="vertical", title="speculation"),
             ),
             tooltip=[
                 alt.Tooltip("metric:N"),

@@ -33,7 +33,7 @@ LATENCY_COLUMNS = (
     ("tpot_p50_ms", "TPOT p50"),
     ("tpot_p99_ms", "TPOT p99"),
 )
-THROUGHPUT_LABEL = "output tok/s (served, steady state)"
+THROUGHPUT_LABEL = "output tok/s, steady state"
 
 # Every column of a row: (label with unit, printf format). Columns with prefix 'off_' are the
 # speculation-off run's.

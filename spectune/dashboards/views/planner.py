@@ -94,11 +94,13 @@ if plan is not None:
     st.subheader(f"Predicted {data.SERVED_TOK_S} against batch size")
     ctx_ranges = sorted({b.context for b in table.buckets})
     ctx_labels = [f"{lo}-{hi} (scored at {(lo + hi + 1) // 2})" for lo, hi in ctx_ranges]
-    ctx_pick = st.select_slider(
-        "Context bucket", ctx_labels, value=ctx_labels[0], key="planner.context",
-        help="the curves are drawn at the context each bucket is scored at: the middle of its "
-        "range, as `spectune plan` scores it",
-    )  # fmt: skip
+    ctx_pick = ctx_labels[0]
+    if len(ctx_labels) > 1:
+        ctx_pick = st.select_slider(
+            "Context bucket", ctx_labels, value=ctx_labels[0], key="planner.context",
+            help="the curves are drawn at the context each bucket is scored at: the middle of "
+            "its range, as `spectune plan` scores it",
+        )  # fmt: skip
     ctx_range = ctx_ranges[ctx_labels.index(ctx_pick)]
     context = (ctx_range[0] + ctx_range[1] + 1) // 2
     top = max(b.batch[1] for b in table.buckets)
@@ -128,7 +130,8 @@ if plan is not None:
     chosen = table.buckets[pick]
     with ui.friendly_errors("bucket"):
         score = ui.bucket_score(pscn, chosen.policy, chosen.batch, chosen.context, trace)
-        m = st.columns(4)
+        st.markdown(f"Policy **{data.policy_label(chosen.policy)}**")
+        m = st.columns(3)
         m[0].metric(f"{data.SERVED_TOK_S}, policy file",
                     f"{chosen.predicted.tokens_per_s:,.0f}" if chosen.predicted else "none",
                     help=data.BUCKET_SCORE_HELP)  # fmt: skip
@@ -136,7 +139,6 @@ if plan is not None:
                     help="the same score from the objective of this scenario now (differs from "
                     "the file's only when the file was planned with other specs or code)")  # fmt: skip
         m[2].metric("speedup vs no speculation", f"{score.speedup:.2f}x")
-        m[3].metric("policy", data.policy_label(chosen.policy))
         ui.table(
             [{"batch": b, "context": c, "served": s_, "decode": d_}
              for (b, c), s_, d_ in zip(score.points, score.served_tokens_per_s,
