@@ -33,12 +33,12 @@ LATENCY_COLUMNS = (
     ("tpot_p50_ms", "TPOT p50"),
     ("tpot_p99_ms", "TPOT p99"),
 )
-THROUGHPUT_LABEL = "output tok/s, steady state"
+THROUGHPUT_LABEL = "served output tok/s, simulated"
 
 # Every column of a row: (label with unit, printf format). Columns with prefix 'off_' are the
 # speculation-off run's.
 _RUN_COLUMNS = {
-    "throughput_tok_s": ("output tok/s", "%.0f"),
+    "throughput_tok_s": ("served output tok/s (simulated)", "%.0f"),
     "goodput_tok_s": ("goodput tok/s (SLO met)", "%.0f"),
     "ttft_p50_ms": ("TTFT p50, ms", "%.1f"),
     "ttft_p99_ms": ("TTFT p99, ms", "%.1f"),
@@ -59,7 +59,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
 STEADY_NOTE = (
     f"Steady state: the first {WARMUP_FRACTION:.0%} of requests (warm-up) and everything after "
     "the last arrival (drain) are left out of throughput and latencies. Throughput below the "
-    "offered tok/s means the server cannot keep up at that rate (its queue grows)."
+    "offered tok/s (the output of the requests that arrived) means the server cannot keep up at that rate (its queue grows)."
 )
 
 

@@ -35,7 +35,7 @@ if source == "Run a plan here":
         trials = c2.slider("Trials per bucket", 4, 64, 8, key="planner.trials",
                            help="the references (off, SGLang and EAGLE defaults) come first")  # fmt: skip
         seed = int(c2.number_input("Seed", 0, 1_000_000, 0, key="planner.seed"))
-        multi = c3.checkbox("Multi-objective (tokens/s vs step latency)", key="planner.multi")
+        multi = c3.checkbox("Multi-objective (served tok/s vs step latency)", key="planner.multi")
         max_ms = c3.number_input("Max step latency, ms (0: none)", 0.0, 1000.0, 0.0,
                                  key="planner.max_ms")  # fmt: skip
         st.form_submit_button("Run plan")  # the form's values change only when it is submitted
@@ -162,7 +162,7 @@ if plan is not None:
         ui.table(rows, plans.PARETO_COLUMNS, key="planner.pareto")
     else:
         st.info("Tick 'Multi-objective' and run the plan to see each bucket's Pareto front "
-                "of tokens/s against step latency.")  # fmt: skip
+                f"of {data.SERVED_TOK_S} against step latency.")  # fmt: skip
 
     st.subheader("Downloads")
     st.download_button("policy.json", json.dumps(table.to_dict(), indent=2) + "\n",
