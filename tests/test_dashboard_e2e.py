@@ -298,15 +298,12 @@ def test_planner_what_if_and_cli_show_the_same_tokens_per_s(tmp_path: Path) -> N
         devtools.call("Page.navigate", url=f"http://127.0.0.1:{port}/planner")
         _click(devtools, '[data-testid="stRadio"] label', "Load a policy file")
         _upload(devtools, "Policy file", policy)
-        planner = _wait_for_metrics(
-            devtools, "Planner", [f"{served}, policy file", f"{served}, predicted here"]
-        )
+        labels = [data.BUCKET_SCORE_FILE, data.BUCKET_SCORE_HERE]
+        planner = _wait_for_metrics(devtools, "Planner", labels)
         _click(devtools, "button", "Open this bucket in What-if")
-        labels = [f"bucket score, {served} (policy file)", f"bucket score, {served} (here)"]
         whatif = _wait_for_metrics(devtools, "What-if", [*labels, served])
 
-    assert planner[f"{served}, policy file"] == want
-    assert planner[f"{served}, predicted here"] == want
+    assert planner[labels[0]] == want and planner[labels[1]] == want
     assert whatif[labels[0]] == want and whatif[labels[1]] == want
     assert whatif[served] == f"{at_8.served_tokens_per_s[-1]:,.0f}"
     assert "tokens/s" not in whatif and "tokens/s" not in planner  # every figure names its kind

@@ -132,7 +132,7 @@ def test_whatif_defaults_equal_the_planner() -> None:
     metrics = {m.label: m.value for m in at.metric}
     assert metrics[SERVED] == f"{served(p, b, c):,.0f}"
     assert metrics[DECODE] == f"{obj(p, b, c):,.0f}"
-    assert metrics["speedup vs no speculation"] == f"{served(p, b, c) / served(None, b, c):.2f}x"
+    assert metrics["speedup (served)"] == f"{served(p, b, c) / served(None, b, c):.2f}x"
     assert not any(m.label == "tokens/s" for m in at.metric)  # every tok/s names its kind
     assert len(at.image) >= 3  # phase bars, operator bars, the tree
 
@@ -564,8 +564,8 @@ def test_a_loaded_70b_plan_shows_one_tokens_per_s_on_every_page(plan70: Path) ->
     _ok(at)
     metrics = {m.label: m.value for m in at.metric}
     want = f"{last.predicted.tokens_per_s:,.0f}"
-    assert metrics[f"{SERVED}, policy file"] == want
-    assert metrics[f"{SERVED}, predicted here"] == want
+    assert metrics[data.BUCKET_SCORE_FILE] == want
+    assert metrics[data.BUCKET_SCORE_HERE] == want
 
     at.button(key="planner.open_whatif").click().run()
     _ok(at)
@@ -575,8 +575,8 @@ def test_a_loaded_70b_plan_shows_one_tokens_per_s_on_every_page(plan70: Path) ->
     assert at.select_slider(key="whatif.context").value == 2048
     assert any(BIG_LABEL in c.value for c in at.caption)
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics[f"bucket score, {SERVED} (policy file)"] == want
-    assert metrics[f"bucket score, {SERVED} (here)"] == want
+    assert metrics[data.BUCKET_SCORE_FILE] == want
+    assert metrics[data.BUCKET_SCORE_HERE] == want
     assert metrics[SERVED] == f"{at_batch[128]:,.0f}"  # the Planner's curve at this batch
     assert _numbers(at)[SERVED] == pytest.approx(at_batch[128], rel=1e-12)
 

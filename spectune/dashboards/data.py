@@ -64,6 +64,10 @@ DECODE_TOK_S = DECODE.label
 """The label of decode tokens/s (planner.tokens_per_s.DECODE)."""
 SERVED_HELP = SERVED.description
 DECODE_HELP = DECODE.description
+BUCKET_SCORE_FILE = "bucket score, policy file"
+BUCKET_SCORE_HERE = "bucket score, predicted here"
+"""Metric labels of a bucket's score (served tok/s incl. prefill, which the line above them
+names): as the policy file records it, and computed by this dashboard's objective."""
 BUCKET_SCORE_HELP = (
     f"{SERVED.label} of the bucket as `spectune plan` scores and records it: the geometric "
     "mean over the bucket's batch ends, at the middle of its context range"

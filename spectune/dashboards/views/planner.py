@@ -130,14 +130,15 @@ if plan is not None:
     chosen = table.buckets[pick]
     with ui.friendly_errors("bucket"):
         score = ui.bucket_score(pscn, chosen.policy, chosen.batch, chosen.context, trace)
-        st.markdown(f"Policy **{data.policy_label(chosen.policy)}**")
+        st.markdown(f"Policy **{data.policy_label(chosen.policy)}**; {data.SERVED_TOK_S}:")
         m = st.columns(3)
-        m[0].metric(f"{data.SERVED_TOK_S}, policy file",
+        m[0].metric(data.BUCKET_SCORE_FILE,
                     f"{chosen.predicted.tokens_per_s:,.0f}" if chosen.predicted else "none",
                     help=data.BUCKET_SCORE_HELP)  # fmt: skip
-        m[1].metric(f"{data.SERVED_TOK_S}, predicted here", f"{score.score:,.0f}",
-                    help="the same score from the objective of this scenario now (differs from "
-                    "the file's only when the file was planned with other specs or code)")  # fmt: skip
+        m[1].metric(data.BUCKET_SCORE_HERE, f"{score.score:,.0f}",
+                    help=f"{data.BUCKET_SCORE_HELP}, from the objective of this scenario now "
+                    "(differs from the file's only when the file was planned with other specs or "
+                    "code)")  # fmt: skip
         m[2].metric("speedup vs no speculation", f"{score.speedup:.2f}x")
         ui.table(
             [{"batch": b, "context": c, "served": s_, "decode": d_}

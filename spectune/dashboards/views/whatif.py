@@ -55,16 +55,17 @@ with ui.friendly_errors("policy"):
             name = plans.bucket_name(bucket.batch, bucket.context)
             score = ui.bucket_score(scn, bucket.policy, bucket.batch, bucket.context, trace)
             st.markdown(f"**{data.policy_label(policy)}**, the table's policy for its bucket "
-                        f"{name}.")  # fmt: skip
+                        f"{name}; the bucket's {data.SERVED_TOK_S}:")  # fmt: skip
             b = st.columns(3)
-            b[0].metric(f"bucket score, {data.SERVED_TOK_S} (policy file)",
+            b[0].metric(data.BUCKET_SCORE_FILE,
                         f"{bucket.predicted.tokens_per_s:,.0f}" if bucket.predicted else "none",
                         help=data.BUCKET_SCORE_HELP)  # fmt: skip
-            b[1].metric(f"bucket score, {data.SERVED_TOK_S} (here)", f"{score.score:,.0f}",
+            b[1].metric(data.BUCKET_SCORE_HERE, f"{score.score:,.0f}",
                         help=data.BUCKET_SCORE_HELP + "; "
                         + ", ".join(f"batch {p[0]}: {v:,.0f}" for p, v in
                                     zip(score.points, score.served_tokens_per_s, strict=True)))  # fmt: skip
-            b[2].metric("bucket speedup vs no speculation", f"{score.speedup:.2f}x")
+            b[2].metric("bucket speedup", f"{score.speedup:.2f}x",
+                        help="served, over no speculation")  # fmt: skip
     else:
         policy = ui.policy_controls("whatif")
     res = ui.what_if(scn, policy, batch, context, trace)
@@ -74,8 +75,8 @@ with ui.friendly_errors("policy"):
     m[0].metric(data.SERVED_TOK_S, f"{res.served_tokens_per_s:,.0f}",
                 help=f"{data.SERVED_HELP}; the Planner's curves at this batch and context. "
                 f"No speculation: {res.off_served_tokens_per_s:,.0f}")  # fmt: skip
-    m[1].metric("speedup vs no speculation", f"{res.speedup:.2f}x",
-                help=f"served; decode: {res.decode_speedup:.2f}x")  # fmt: skip
+    m[1].metric("speedup (served)", f"{res.speedup:.2f}x",
+                help=f"over no speculation; decode: {res.decode_speedup:.2f}x")  # fmt: skip
     m[2].metric(data.DECODE_TOK_S, f"{res.decode_tokens_per_s:,.0f}",
                 help=f"{data.DECODE_HELP}. No speculation: {res.off_decode_tokens_per_s:,.0f}")  # fmt: skip
     m[3].metric("expected tokens per step", f"{res.expected_tokens:.2f}",
