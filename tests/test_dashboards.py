@@ -378,6 +378,20 @@ def test_planner_multi_objective_run_shows_the_pareto_front() -> None:
     assert any("bucket edges" in e for e in _errors(at))
 
 
+def test_planner_inputs_survive_another_page() -> None:
+    at = _page("planner")
+    at.text_input(key="planner.batch_edges").set_value("1,8")
+    at.slider(key="planner.trials").set_value(4)
+    at.button(key="FormSubmitter:planner.form-Run plan").click().run()
+    _ok(at)
+    at.switch_page("views/kernels.py").run()
+    at.switch_page("views/planner.py").run()
+    _ok(at)
+    assert at.text_input(key="planner.batch_edges").value == "1,8"
+    assert at.slider(key="planner.trials").value == 4
+    assert list(_frame(at, "planner.table")["batch"]) == ["1-1", "2-8"]
+
+
 def test_planner_loads_a_policy_file_and_reports_bad_ones() -> None:
     _, results = _planned((1, 16), (32768,), 4)
     table = PolicyTable(

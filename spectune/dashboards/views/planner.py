@@ -29,16 +29,21 @@ if source == "Run a plan here":
                    + ui.scenario_label(scn, trace))  # fmt: skip
     with st.form("planner.form"):
         c1, c2, c3 = st.columns(3)
-        batch_text = c1.text_input("Batch bucket upper edges", "1,2,4,8,16,32,64,128,256",
+        batch_text = c1.text_input("Batch bucket upper edges",
+                                   ui.initial("planner.batch_edges", "1,2,4,8,16,32,64,128,256"),
                                    key="planner.batch_edges")  # fmt: skip
-        ctx_text = c1.text_input("Context bucket upper edges", "32768", key="planner.context_edges")
-        trials = c2.slider("Trials per bucket", 4, 64, 8, key="planner.trials",
+        ctx_text = c1.text_input("Context bucket upper edges",
+                                 ui.initial("planner.context_edges", "32768"),
+                                 key="planner.context_edges")  # fmt: skip
+        trials = c2.slider("Trials per bucket", 4, 64, ui.initial("planner.trials", 8), key="planner.trials",
                            help="the references (off, SGLang and EAGLE defaults) come first")  # fmt: skip
-        seed = int(c2.number_input("Seed", 0, 1_000_000, 0, key="planner.seed"))
+        seed = int(c2.number_input("Seed", 0, 1_000_000, ui.initial("planner.seed", 0),
+                                   key="planner.seed") or 0)  # fmt: skip
         multi = c3.checkbox("Multi-objective (served tok/s vs step latency)", key="planner.multi")
-        max_ms = c3.number_input("Max step latency, ms (0: none)", 0.0, 1000.0, 0.0,
-                                 key="planner.max_ms")  # fmt: skip
+        max_ms = c3.number_input("Max step latency, ms (0: none)", 0.0, 1000.0,
+                                 ui.initial("planner.max_ms", 0.0), key="planner.max_ms")  # fmt: skip
         st.form_submit_button("Run plan")  # the form's values change only when it is submitted
+    batch_text, ctx_text = batch_text or "", ctx_text or ""  # None only while state is kept
     try:
         batch_edges = tuple(parse_int_list(batch_text, "batch bucket edges"))
         ctx_edges = tuple(parse_int_list(ctx_text, "context bucket edges"))
@@ -53,8 +58,9 @@ if source == "Run a plan here":
 elif source == "Open a stored study":
     st.caption("The Optuna storage of `spectune plan --storage URL` (add --multi-objective "
                "for a Pareto front); the policies are chosen from its trials by the planner's rule.")  # fmt: skip
-    url = st.text_input("Storage URL", "sqlite:///spectune.db", key="planner.storage",
-                        help="sqlite:///FILE.db or postgresql://USER:PW@HOST/DB")  # fmt: skip
+    url = st.text_input("Storage URL", ui.initial("planner.storage", "sqlite:///spectune.db"),
+                        key="planner.storage",
+                        help="sqlite:///FILE.db or postgresql://USER:PW@HOST/DB") or ""  # fmt: skip
     with ui.friendly_errors("storage"):
         prefixes = ui.study_prefixes(url)
         if not prefixes:
