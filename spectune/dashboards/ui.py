@@ -1,6 +1,7 @@
 """Streamlit pieces shared by the pages: the scenario sidebar (with the user's own spec files),
-cached wrappers around dashboards.data / plans / loadtest / artifacts / uploads, and showing
-errors and figures.
+cached wrappers around dashboards.data / plans / loadtest / artifacts / uploads, the plan the
+Planner page holds (for What-if and Load), and showing errors, figures, charts and tables with
+labelled columns.
 
 Cached wrappers are the only way pages reach the computations, so every page shows what the
 non-UI functions return (and the tests compare those with the planner's).
@@ -16,7 +17,7 @@ import pandas as pd
 import streamlit as st
 from matplotlib.figure import Figure
 
-from spectune.dashboards import artifacts, data, loadtest, plans, uploads
+from spectune.dashboards import artifacts, charts, data, loadtest, plans, uploads
 from spectune.specs import (
     HARDWARE_PRESETS,
     MODEL_PRESETS,
@@ -76,7 +77,7 @@ def show(fig: Figure) -> None:
     st.pyplot(fig, clear_figure=False)
 
 
-def chart(c: Any, key: str) -> None:
+def chart(c: charts.AnyChart, key: str) -> None:
     """An interactive Altair chart (dashboards.charts), as wide as its column."""
     st.altair_chart(c, width="stretch", key=key)
 
@@ -216,7 +217,7 @@ def trace() -> str:
     return key if isinstance(key, str) else ""
 
 
-def planned() -> Any:
+def planned() -> plans.Plan | None:
     """The plans.Plan the Planner page shows (None before it showed one)."""
     found = st.session_state.get(PLAN_KEY)
     return found if isinstance(found, plans.Plan) else None
