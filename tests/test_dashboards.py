@@ -881,6 +881,12 @@ def test_kernels_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert row["tflops"] == pytest.approx(r["flops"] / (r["ours_us"] * 1e-6) / 1e12, rel=1e-12)
         assert row["copy_bw_fraction"] == pytest.approx(1 / 1.3, rel=1e-12)
     assert len(table) == 2 * 3  # FlexAttention's null time is left out
+    (chart,) = at.get("vega_lite_chart")
+    layers = json.loads(chart.proto.spec)["layer"]
+    assert [layer["mark"]["type"] for layer in layers] == ["line", "point"]
+    assert any("of copy bandwidth" in str(t) for t in layers[1]["encoding"]["tooltip"])
+    assert any("costmodel.json" in c.value for c in at.caption)  # listed last, folded
+    assert at.caption[-1].value.startswith("costmodel.json")
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["measured copy bandwidth"] == "3.00 TB/s"
     peak = load_hardware("h100-sxm").peak_bf16_flops

@@ -152,3 +152,56 @@ def load_chart(
         .properties(height=HEIGHT_PX)
         .interactive()
     )
+
+
+def roofline_chart(
+    rows: Sequence[Mapping[str, Any]], copy_bytes_per_s: float, peak_flops: float
+) -> AnyChart:
+    """Achieved TFLOP/s against arithmetic intensity (FLOP per KV byte, log-log), one point per
+    (shape, implementation) of dashboards.artifacts.roofline_rows, under the roof: measured copy
+    bandwidth x intensity, capped by the card's dense bf16 peak when known (> 0)."""
+    pts = pd.DataFrame(list(rows))
+    xs = [float(x) for x in pts["intensity_flop_per_byte"] if x > 0] if len(pts) else [1.0]
+    lo, hi = min(xs) / 2, max(xs) * 2
+    grid = [lo * (hi / lo) ** (i / 63) for i in range(64)]
+    roof = pd.DataFrame(
+        {
+            "intensity_flop_per_byte": grid,
+            "tflops": [
+                min(copy_bytes_per_s * x, peak_flops if peak_flops > 0 else float("inf")) / 1e12
+                for x in grid
+            ],
+        }
+    )
+    x = alt.X(
+        "intensity_flop_per_byte:Q",
+        title="arithmetic intensity, FLOP per KV byte",
+        scale=alt.Scale(type="log"),
+    )
+    y = alt.Y("tflops:Q", title="achieved TFLOP/s", scale=alt.Scale(type="log"))
+    line = (
+        alt.Chart(roof)
+        .mark_line(color="black")
+        .encode(x=x, y=y, tooltip=[alt.Tooltip("tflops:Q", title="roof, TFLOP/s", format=".3g")])
+    )
+    dots = (
+        alt.Chart(pts)
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=x,
+            y=y,
+            color=alt.Color(
+                "implementation:N", scale=alt.Scale(range=list(PALETTE)), legend=LEGEND
+            ),
+            shape=alt.Shape("implementation:N", legend=None),
+            tooltip=[
+                alt.Tooltip("shape:N"),
+                alt.Tooltip("implementation:N"),
+                alt.Tooltip("us:Q", title="time, us", format=".1f"),
+                alt.Tooltip("tflops:Q", title="TFLOP/s", format=".3g"),
+                alt.Tooltip("gb_per_s:Q", title="KV GB/s", format=",.0f"),
+                alt.Tooltip("copy_bw_fraction:Q", title="of copy bandwidth", format=".0%"),
+            ],
+        )
+    )
+    return alt.layer(line, dots, height=HEIGHT_PX).interactive()

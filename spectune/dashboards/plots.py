@@ -1,6 +1,6 @@
-"""Matplotlib figures of the dashboards (no Streamlit here): the draft tree, time breakdowns,
-predicted against measured, and the kernel roofline. The charts people explore (Planner, Load)
-are interactive Altair charts in dashboards.charts.
+"""Matplotlib figures of the dashboards (no Streamlit here): the draft tree, time breakdowns and
+predicted against measured. The charts people explore (Planner, Load, the kernel roofline) are
+interactive Altair charts in dashboards.charts.
 
 Figures are built with the object API on the Agg canvas (no pyplot state shared between the
 sessions of one server), so each function returns a new Figure.
@@ -124,38 +124,4 @@ def scatter_figure(rows: Sequence[Mapping[str, Any]], quantity: str, label: str)
     ax.set_ylabel(f"predicted {label}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return fig
-
-
-def roofline_figure(rows: Sequence[Mapping[str, Any]], copy_bytes_per_s: float,
-                    peak_flops: float, title: str) -> Figure:  # fmt: skip
-    """Achieved TFLOP/s against arithmetic intensity (log-log) under the roofs: measured copy
-    bandwidth x intensity, and the card's dense bf16 peak when known."""
-    fig = Figure(figsize=(7.5, 4.8), layout="constrained")
-    ax = fig.add_subplot()
-    xs = np.array([r["intensity_flop_per_byte"] for r in rows], dtype=float)
-    x = (
-        np.geomspace(max(xs.min() / 2, 1e-3), xs.max() * 2, 200)
-        if xs.size
-        else np.geomspace(0.1, 100, 2)
-    )
-    roof = copy_bytes_per_s * x
-    if peak_flops > 0:
-        roof = np.minimum(roof, peak_flops)
-        ax.axhline(peak_flops / 1e12, color="gray", lw=0.8, ls=":")
-    ax.plot(x, roof / 1e12, color="black", lw=1.5,
-            label=f"roof: copy bandwidth {copy_bytes_per_s / 1e12:.2f} TB/s")  # fmt: skip
-    impls = list(dict.fromkeys(r["implementation"] for r in rows))
-    markers = "os^vD"
-    for i, name in enumerate(impls):
-        pts = [r for r in rows if r["implementation"] == name]
-        ax.scatter([r["intensity_flop_per_byte"] for r in pts], [r["tflops"] for r in pts],
-                   marker=markers[i % len(markers)], label=name, s=36)  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity, FLOP per KV byte")
-    ax.set_ylabel("achieved TFLOP/s")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
     return fig

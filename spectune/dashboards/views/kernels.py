@@ -1,12 +1,13 @@
 """Kernels: the Triton kernel benchmarks (benchmarks/bench_kernels.py --out, under
-benchmarks/results/) as a roofline against the measured device-to-device copy bandwidth."""
+benchmarks/results/) as an interactive roofline against the measured device-to-device copy
+bandwidth; other files of the folder are listed last, folded."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from spectune.dashboards import artifacts, plots, ui
+from spectune.dashboards import artifacts, charts, ui
 
 st.title("Kernels")
 folder = artifacts.benchmarks_dir()
@@ -41,9 +42,9 @@ else:
                 help=f"hardware preset {preset}" if preset else None)  # fmt: skip
     rows = artifacts.roofline_rows(chosen)
     if rows:
-        ui.show(
-            plots.roofline_figure(rows, bw, peak, f"tree attention on {chosen.get('card', '')}")
-        )
+        st.markdown(f"**Tree attention on {chosen.get('card', '?')}**: achieved TFLOP/s "
+                    "under the roof of the measured copy bandwidth (hover a point for its shape)")  # fmt: skip
+        ui.chart(charts.roofline_chart(rows, bw, peak), key="kernels.chart")
         ui.table(rows, artifacts.ROOFLINE_COLUMNS, key="kernels.table")
     else:
         st.info("This result holds no timed attention shapes.")
