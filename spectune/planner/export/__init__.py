@@ -136,7 +136,7 @@ def _engine_runnable(
     fitted, config, loss = fit_table(table, profile, evaluate)
     return fitted, (
         f"{profile.name} cannot run the table as written ({reason}); the planner chose "
-        f"{config.label} (planner.engine_plan): predicted tokens/s "
+        f"{config.label} (planner.engine_plan): predicted tok/s "
         f"{100 * (math.exp(loss) - 1):+.1f}% vs the table's policies (geometric mean over "
         f"buckets); plan with --engine {profile.name} to search within it"
     )
