@@ -44,3 +44,23 @@ def test_missing_streamlit_is_a_clear_error(
 def test_bad_port_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dashboard", "--port", "70000"]) == 2
     assert "--port" in capsys.readouterr().err
+
+
+def test_folders_default_to_the_repository_not_the_working_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Without --measurements/--benchmarks the command sets no folder, so the dashboard
+    resolves the repository's (dashboards.data.repo_path); given, they are made absolute."""
+    if importlib.util.find_spec("streamlit") is None:
+        pytest.skip("needs the dashboard extra")
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(cli_dashboard.os, "execve", lambda exe, cmd, env: seen.update(env=env))
+    monkeypatch.delenv("SPECTUNE_MEASUREMENTS_DIR", raising=False)
+    monkeypatch.delenv("SPECTUNE_BENCHMARKS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["dashboard"]) == 0
+    assert "SPECTUNE_MEASUREMENTS_DIR" not in seen["env"]
+    assert "SPECTUNE_BENCHMARKS_DIR" not in seen["env"]
+    assert main(["dashboard", "--measurements", "m", "--benchmarks", "b"]) == 0
+    assert seen["env"]["SPECTUNE_MEASUREMENTS_DIR"] == str(tmp_path / "m")
+    assert seen["env"]["SPECTUNE_BENCHMARKS_DIR"] == str(tmp_path / "b")

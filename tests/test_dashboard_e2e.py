@@ -1,5 +1,7 @@
 """End to end: `spectune dashboard` serves the app, headless Chromium opens it, the What-if page
-renders (its metrics and figures are in the page), and a screenshot of it is not blank.
+renders (its metrics and figures are in the page), and a screenshot of it is not blank; and a
+policy file from `spectune plan`, loaded on the Planner page and opened in What-if, shows the
+same served tok/s in all three places.
 
 Chromium is Debian's `chromium` package (scripts/setup.d/chromium.sh installs it). Under CI a
 missing browser fails the test; elsewhere it skips. The browser is driven over the DevTools
@@ -11,6 +13,7 @@ draws the page from messages on a websocket after the load event, and --screensh
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -20,6 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +158,9 @@ def _render_and_capture(devtools: DevTools, port: int, tmp_path: Path) -> Path:
     return png
 
 
-def test_dashboard_renders_in_headless_chromium(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _browser_on_app(tmp_path: Path) -> Iterator[tuple[DevTools, int]]:
+    """`spectune dashboard` on a free port and headless Chromium attached over DevTools."""
     browser_bin = _chromium()
     port = _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -176,12 +182,17 @@ def test_dashboard_renders_in_headless_chromium(tmp_path: Path) -> None:
         from websockets.sync.client import connect
 
         with connect(_page_ws(profile, browser), max_size=None, open_timeout=20) as ws:
-            png = _render_and_capture(DevTools(ws), port, tmp_path)
+            yield DevTools(ws), port
     finally:
         if browser is not None:
             _stop(browser)
         _stop(server)
         log.close()
+
+
+def test_dashboard_renders_in_headless_chromium(tmp_path: Path) -> None:
+    with _browser_on_app(tmp_path) as (devtools, port):
+        png = _render_and_capture(devtools, port, tmp_path)
 
     from PIL import Image
 
@@ -191,3 +202,108 @@ def test_dashboard_renders_in_headless_chromium(tmp_path: Path) -> None:
     non_white = float((pixels < 240).mean())
     assert pixels.std() > 10.0, f"screenshot looks blank (pixel std {pixels.std():.1f})"
     assert non_white > 0.03, f"screenshot looks blank ({100 * non_white:.1f}% non-white pixels)"
+
+
+# Every metric of the page as {label: value} (labels and values as the browser shows them).
+METRICS_JS = """(() => {
+  const out = {};
+  document.querySelectorAll('[data-testid="stMetric"]').forEach(m => {
+    const label = m.querySelector('[data-testid="stMetricLabel"]');
+    const value = m.querySelector('[data-testid="stMetricValue"]');
+    if (label && value) out[label.innerText.trim()] = value.innerText.trim();
+  });
+  const errors = document.querySelectorAll('[data-testid="stException"]').length;
+  const title = Array.from(document.querySelectorAll('h1')).map(h => h.innerText.trim());
+  return JSON.stringify({metrics: out, errors, title});
+})()"""
+
+
+def _page_state(devtools: DevTools) -> dict[str, Any]:
+    res = devtools.call("Runtime.evaluate", expression=METRICS_JS, returnByValue=True)
+    return dict(json.loads(res["result"]["value"]))
+
+
+def _wait_for_metrics(devtools: DevTools, title: str, labels: list[str]) -> dict[str, str]:
+    """The page's metrics once the page titled `title` shows every label (and no exception)."""
+    state: dict[str, Any] = {}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        state = _page_state(devtools)
+        assert state["errors"] == 0, state
+        if title in state["title"] and all(k in state["metrics"] for k in labels):
+            return dict(state["metrics"])
+        time.sleep(0.5)
+    raise AssertionError(f"{title}: metrics {labels} did not appear: {state}")
+
+
+def _click(devtools: DevTools, selector: str, text: str) -> None:
+    """Click the element matching `selector` whose text is `text` (waits for it)."""
+    js = f"""(() => {{
+      const el = Array.from(document.querySelectorAll({json.dumps(selector)}))
+        .find(e => e.innerText.trim() === {json.dumps(text)});
+      if (!el) return false;
+      el.click();
+      return true;
+    }})()"""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if devtools.call("Runtime.evaluate", expression=js, returnByValue=True)["result"]["value"]:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no {selector} reading {text!r}")
+
+
+def _upload(devtools: DevTools, uploader_label: str, path: Path) -> None:
+    """Give the file input of the uploader labelled `uploader_label` a file (as a user picking
+    it in the file dialog would)."""
+    js = f"""(() => Array.from(document.querySelectorAll('[data-testid="stFileUploader"]'))
+      .find(u => u.innerText.includes({json.dumps(uploader_label)}))
+      ?.querySelector('input[type=file]') ?? null)()"""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = devtools.call("Runtime.evaluate", expression=js)["result"]
+        if found.get("objectId"):
+            devtools.call("DOM.setFileInputFiles", files=[str(path)], objectId=found["objectId"])
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no file uploader labelled {uploader_label!r}")
+
+
+def test_planner_what_if_and_cli_show_the_same_tokens_per_s(tmp_path: Path) -> None:
+    """One scenario (Llama-3.1-8B + EAGLE-3 on H100, MT-Bench; one bucket: batch 1-8, context
+    0-4096): the served tok/s `spectune plan` writes to the policy file is what the Planner
+    page shows for that bucket, in the file and predicted there, and what What-if shows for it,
+    opened from the Planner; What-if's served tok/s at batch 8 is the planner's objective."""
+    from spectune.dashboards import data
+    from spectune.specs import PolicyTable
+
+    policy = tmp_path / "policy.json"
+    cli = subprocess.run(
+        [sys.executable, "-m", "spectune", "plan", "--batch-edges", "8", "--context-edges", "4096",
+         "--trials", "4", "--out", str(policy), "--quiet"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    table = PolicyTable.load(policy)
+    (bucket,) = table.buckets
+    want = f"{bucket.predicted.tokens_per_s:,.0f}"
+    served = data.SERVED_TOK_S
+    at_8 = data.bucket_score(table.scenario, bucket.policy, bucket.batch, bucket.context)
+    assert at_8.points[-1] == (8, 2048)
+
+    with _browser_on_app(tmp_path) as (devtools, port):
+        devtools.call("Emulation.setDeviceMetricsOverride", width=1400, height=1000,
+                      deviceScaleFactor=1, mobile=False)  # fmt: skip
+        devtools.call("Page.enable")
+        devtools.call("Page.navigate", url=f"http://127.0.0.1:{port}/planner")
+        _click(devtools, '[data-testid="stRadio"] label', "Load a policy file")
+        _upload(devtools, "Policy file", policy)
+        labels = [data.BUCKET_SCORE_FILE, data.BUCKET_SCORE_HERE]
+        planner = _wait_for_metrics(devtools, "Planner", labels)
+        _click(devtools, "button", "Open this bucket in What-if")
+        whatif = _wait_for_metrics(devtools, "What-if", [*labels, served])
+
+    assert planner[labels[0]] == want and planner[labels[1]] == want
+    assert whatif[labels[0]] == want and whatif[labels[1]] == want
+    assert whatif[served] == f"{at_8.served_tokens_per_s[-1]:,.0f}"
+    assert "tokens/s" not in whatif and "tokens/s" not in planner  # every figure names its kind

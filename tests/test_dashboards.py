@@ -21,12 +21,13 @@ pytest.importorskip("matplotlib")
 
 from streamlit.testing.v1 import AppTest
 
-from spectune.dashboards import artifacts, data, plans, uploads
+from spectune.dashboards import artifacts, data, loadtest, plans, uploads
 from spectune.planner.buckets import buckets_from_edges
 from spectune.planner.objective import closed_form_objective, scenario_objective
 from spectune.planner.search import SearchSettings, search
 from spectune.planner.space import EAGLE_DEFAULT, SGLANG_DEFAULT, canonical_policy
 from spectune.simulator import Poisson, SimConfig, simulate
+from spectune.simulator.metrics import steady_metrics
 from spectune.specs import (
     Bucket,
     PolicyTable,
@@ -67,6 +68,7 @@ TABLES = {
     "load.table": ("load", "qps", "throughput_tok_s"),
     "validation.gate": ("check", "what", "predicted"),
     "validation.table": ("predicted_tokens_per_s", "measured_tokens_per_s"),
+    "validation.engines": ("engine", "quantity", "predicted", "measured", "error_pct"),
     "kernels.table": ("implementation", "tflops"),
 }
 
@@ -90,21 +92,34 @@ def _errors(at: AppTest) -> list[str]:
 # ---- What-if ------------------------------------------------------------------------------------
 
 
+SERVED, DECODE = data.SERVED_TOK_S, data.DECODE_TOK_S
+
+
 def test_whatif_defaults_equal_the_planner() -> None:
     at = _app().run()
     _ok(at)
     assert at.title[0].value == "What-if"
-    obj = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")
+    served = scenario_objective(Scenario().resolve())  # what `spectune plan` scores with
+    obj = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")  # decode: no turnover
     p, b, c = SGLANG_DEFAULT, 8, 4096
     got = _numbers(at)
-    assert got["tokens/s"] == pytest.approx(obj(p, b, c), rel=1e-12)
-    assert got["tokens/s without speculation"] == pytest.approx(obj(None, b, c), rel=1e-12)
-    assert got["speedup"] == pytest.approx(obj(p, b, c) / obj(None, b, c), rel=1e-12)
+    assert got[SERVED] == pytest.approx(served(p, b, c), rel=1e-12)
+    assert got[f"{SERVED} without speculation"] == pytest.approx(served(None, b, c), rel=1e-12)
+    assert got["speedup (served)"] == pytest.approx(served(p, b, c) / served(None, b, c), rel=1e-12)
+    assert got[DECODE] == pytest.approx(obj(p, b, c), rel=1e-12)
+    assert got[f"{DECODE} without speculation"] == pytest.approx(obj(None, b, c), rel=1e-12)
+    assert got["speedup (decode)"] == pytest.approx(obj(p, b, c) / obj(None, b, c), rel=1e-12)
+    assert got[DECODE] > got[SERVED]  # the served figure pays the prefill turnover
     assert got["expected tokens per step"] == pytest.approx(obj.expected_tokens(p), rel=1e-12)
-    assert got["step time"] == pytest.approx(obj.step_time(p, b, c) * 1e3, rel=1e-12)
-    phases = [v for k, v in got.items() if k.endswith(" time") and k != "step time"
-              and "without" not in k]  # fmt: skip
-    assert sum(phases) == pytest.approx(got["step time"], rel=1e-9)
+    assert got["decode step time"] == pytest.approx(obj.step_time(p, b, c) * 1e3, rel=1e-12)
+    assert got["served step time"] == pytest.approx(served.step_time(p, b, c) * 1e3, rel=1e-12)
+    assert got["batch the KV cache holds"] == b
+    # served step = the decode iteration (the cache holds the batch) + the prefill turnover
+    assert got["decode step time"] + got["prefill turnover per served step"] == pytest.approx(
+        got["served step time"], rel=1e-9
+    )
+    phases = [v for k, v in got.items() if k.endswith(" time") and "step time" not in k]
+    assert sum(phases) == pytest.approx(got["decode step time"], rel=1e-9)
     cm = obj.cost_model
     ops = _frame(at, "whatif.operators")
     want = cm.verify_breakdown(b, p.budget, c)
@@ -116,9 +131,29 @@ def test_whatif_defaults_equal_the_planner() -> None:
     first = cm.draft_step_time(b, 1, c, from_target=True)
     assert draft["ms"][0] == pytest.approx(float(np.asarray(first).reshape(-1)[0]) * 1e3, rel=1e-12)
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["tokens/s"] == f"{obj(p, b, c):,.0f}"
-    assert metrics["speedup vs no speculation"] == f"{obj(p, b, c) / obj(None, b, c):.2f}x"
+    assert metrics[SERVED] == f"{served(p, b, c):,.0f}"
+    assert metrics[DECODE] == f"{obj(p, b, c):,.0f}"
+    assert metrics["speedup (served)"] == f"{served(p, b, c) / served(None, b, c):.2f}x"
+    assert not any(m.label == "tokens/s" for m in at.metric)  # every tok/s names its kind
     assert len(at.image) >= 3  # phase bars, operator bars, the tree
+
+
+def test_whatif_says_when_the_kv_cache_caps_the_served_batch() -> None:
+    at = _app().run()
+    at.sidebar.selectbox(key="scn.target").set_value("llama-3.1-70b")
+    at.sidebar.select_slider(key="scn.tp").set_value(4)
+    at.sidebar.selectbox(key="scn.gpu").set_value("h200").run()
+    at.select_slider(key="whatif.batch").set_value(256)
+    at.select_slider(key="whatif.context").set_value(32768).run()
+    _ok(at)
+    scn = Scenario("llama-3.1-70b", "eagle3-llama-3.1-70b", "h200", 4)
+    served = scenario_objective(scn.resolve())
+    fits = int(served.fitting_batch(256, 32768)[0])
+    assert fits < 256
+    got = _numbers(at)
+    assert got["batch the KV cache holds"] == fits
+    assert got[SERVED] == pytest.approx(served(SGLANG_DEFAULT, 256, 32768), rel=1e-12)
+    assert any(f"KV cache holds {fits} requests" in i.value for i in at.info)
 
 
 def test_whatif_changed_inputs_equal_the_planner() -> None:
@@ -140,7 +175,9 @@ def test_whatif_changed_inputs_equal_the_planner() -> None:
     obj = closed_form_objective(TARGET, DRAFTER, "h200", "ngram-code-edit", tp=2)
     p = canonical_policy("static", 6, 3, 24, 0.01, 6)
     got = _numbers(at)
-    assert got["tokens/s"] == pytest.approx(obj(p, 64, 16384), rel=1e-12)
+    assert got[DECODE] == pytest.approx(obj(p, 64, 16384), rel=1e-12)
+    served = scenario_objective(Scenario(gpu="h200", workload="ngram-code-edit", tp=2).resolve())
+    assert got[SERVED] == pytest.approx(served(p, 64, 16384), rel=1e-12)
     assert got["expected tokens per step"] == pytest.approx(obj.expected_tokens(p), rel=1e-12)
     assert got["tree tokens verified"] == pytest.approx(obj.tree_tokens(p), rel=1e-12)
     assert "retrieval time" in got
@@ -154,14 +191,14 @@ def test_whatif_changed_inputs_equal_the_planner() -> None:
     _ok(at)
     assert any("cut to" in i.value for i in at.info)
     p = canonical_policy("dynamic-topk", 2, 2, 200, 0.01, 6)
-    assert _numbers(at)["tokens/s"] == pytest.approx(obj(p, 64, 16384), rel=1e-12)
+    assert _numbers(at)[DECODE] == pytest.approx(obj(p, 64, 16384), rel=1e-12)
 
     # speculation off: plain decoding
     at.toggle(key="whatif.on").set_value(False).run()
     _ok(at)
     got = _numbers(at)
-    assert got["tokens/s"] == pytest.approx(obj(None, 64, 16384), rel=1e-12)
-    assert got["speedup"] == 1.0
+    assert got[DECODE] == pytest.approx(obj(None, 64, 16384), rel=1e-12)
+    assert got["speedup (served)"] == 1.0 and got["speedup (decode)"] == 1.0
 
 
 def test_scenario_choices_survive_other_pages() -> None:
@@ -191,7 +228,7 @@ def test_uploaded_gpu_spec_is_used_and_bad_specs_are_reported(tmp_path: Path) ->
     (tmp_path / "my-gpu.toml").write_bytes(spec)
     scn = Scenario(gpu=str(tmp_path / "my-gpu.toml"))
     want = data.objective_for(scn, decode_only=True)(SGLANG_DEFAULT, 8, 4096)
-    assert _numbers(at)["tokens/s"] == pytest.approx(want, rel=1e-12)
+    assert _numbers(at)[DECODE] == pytest.approx(want, rel=1e-12)
 
     bad = {
         "broken.json": b"{not json",
@@ -259,12 +296,12 @@ def test_uploaded_acceptance_trace_drives_the_prediction(tmp_path: Path) -> None
     assert got["expected tokens per step"] == pytest.approx(
         obj.expected_tokens(SGLANG_DEFAULT), rel=1e-12
     )
-    assert got["tokens/s"] == pytest.approx(obj(SGLANG_DEFAULT, 8, 4096), rel=1e-12)
+    assert got[DECODE] == pytest.approx(obj(SGLANG_DEFAULT, 8, 4096), rel=1e-12)
 
     at.sidebar.toggle(key="scn.use_trace").set_value(False).run()
     _ok(at)
     want = closed_form_objective(TARGET, DRAFTER, "h100-sxm", "mt-bench")(SGLANG_DEFAULT, 8, 4096)
-    assert _numbers(at)["tokens/s"] == pytest.approx(want, rel=1e-12)
+    assert _numbers(at)[DECODE] == pytest.approx(want, rel=1e-12)
 
     at.sidebar.file_uploader(key="upload.trace").set_value(
         ("bad.jsonl", b'{"schema": "nope"}\n', "application/jsonl")
@@ -289,7 +326,7 @@ def test_planner_defaults_equal_the_search() -> None:
     obj, results = _planned((1, 2, 4, 8, 16, 32, 64, 128, 256), (32768,), 8)
     table = _frame(at, "planner.table")
     assert list(table["policy"]) == [data.policy_label(r.policy) for r in results]
-    assert list(table["tokens_per_s"]) == pytest.approx([round(r.tokens_per_s, 3) for r in results])
+    assert list(table["served_tok_s"]) == pytest.approx([round(r.tokens_per_s, 3) for r in results])
     curves = _frame(at, "planner.curves")
     batches = [int(b) for b in curves["batch"]]
     assert batches[0] == 1 and batches[-1] == 256
@@ -327,13 +364,33 @@ def test_planner_multi_objective_run_shows_the_pareto_front() -> None:
     assert list(pareto["tokens_per_s"]) == pytest.approx(
         [r["tokens_per_s"] for r in plans.pareto_rows(results)]
     )
-    at.select_slider(key="planner.context").set_value(16384).run()
+    at.select_slider(key="planner.context").set_value("4096-32768 (scored at 18432)").run()
     _ok(at)
+    obj = scenario_objective(Scenario().resolve())
+    curves = _frame(at, "planner.curves")
+    for b, planned in zip(curves["batch"], curves["planned policy"], strict=True):
+        policy = next(r.policy for r in results if r.bucket.batch[0] <= b <= r.bucket.batch[1]
+                      and r.bucket.context[0] == 4096)  # fmt: skip
+        assert planned == pytest.approx(obj(policy, int(b), 18432), rel=1e-9)
 
     at.text_input(key="planner.batch_edges").set_value("one,two")
     at.button(key="FormSubmitter:planner.form-Run plan").click().run()
     _ok(at)
     assert any("bucket edges" in e for e in _errors(at))
+
+
+def test_planner_inputs_survive_another_page() -> None:
+    at = _page("planner")
+    at.text_input(key="planner.batch_edges").set_value("1,8")
+    at.slider(key="planner.trials").set_value(4)
+    at.button(key="FormSubmitter:planner.form-Run plan").click().run()
+    _ok(at)
+    at.switch_page("views/kernels.py").run()
+    at.switch_page("views/planner.py").run()
+    _ok(at)
+    assert at.text_input(key="planner.batch_edges").value == "1,8"
+    assert at.slider(key="planner.trials").value == 4
+    assert list(_frame(at, "planner.table")["batch"]) == ["1-1", "2-8"]
 
 
 def test_planner_loads_a_policy_file_and_reports_bad_ones() -> None:
@@ -392,7 +449,7 @@ def test_planner_opens_a_stored_multi_objective_study(tmp_path: Path) -> None:
     assert at.selectbox(key="planner.study").value == "toy"
     table = _frame(at, "planner.table")
     assert list(table["policy"]) == [data.policy_label(b.policy) for b in want.buckets]
-    assert list(table["tokens_per_s"]) == pytest.approx(
+    assert list(table["served_tok_s"]) == pytest.approx(
         [b.predicted.tokens_per_s for b in want.buckets]
     )
     pareto = _frame(at, "planner.pareto")
@@ -420,7 +477,7 @@ def test_planner_run_here_predicts_what_the_cli_plans(tmp_path: Path) -> None:
     _ok(at)
     table = _frame(at, "planner.table")
     assert list(table["policy"]) == [data.policy_label(b.policy) for b in cli.buckets]
-    assert list(table["tokens_per_s"]) == [b.predicted.tokens_per_s for b in cli.buckets]
+    assert list(table["served_tok_s"]) == [b.predicted.tokens_per_s for b in cli.buckets]
     assert at.session_state["planner.result"].table.scenario == cli.scenario
 
 
@@ -461,13 +518,142 @@ def test_planner_and_load_pages_take_a_loaded_plans_scenario() -> None:
         hardware=load_hardware("h200"), target=load_model(big.target),
         drafter=load_model(big.drafter), arrivals=Poisson(2.0), policy=table,
         workload=load_workload("mt-bench"), requests=20, tp=4, seed=0, tree_pool=256,
+        keep_iterations=True,
     )  # fmt: skip
     res = simulate(cfg)
     rows = _frame(at, "load.table")
-    assert rows["throughput_tok_s"][0] == pytest.approx(
-        res.spec.metrics.throughput_tok_s, rel=1e-12
-    )
+    assert rows["throughput_tok_s"][0] == pytest.approx(_steady(res).throughput_tok_s, rel=1e-12)
     assert rows["mean_accepted"][0] == pytest.approx(res.spec.metrics.mean_accepted, rel=1e-12)
+
+
+BIG = ("--target", "llama-3.1-70b", "--drafter", "eagle3-llama-3.1-70b", "--gpu", "h200",
+       "--tp", "4")  # fmt: skip
+BIG_LABEL = "llama-3.1-70b + eagle3-llama-3.1-70b on h200 (tp 4), workload mt-bench"
+
+
+@pytest.fixture(scope="module")
+def plan70(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 70B / H200 / TP 4 policy file written by `spectune plan` (two batch buckets, the
+    second ending at 128, one context bucket scored at 2048)."""
+    from spectune.cli import main
+
+    out = tmp_path_factory.mktemp("plan70") / "policy.json"
+    args = ["plan", *BIG, "--trials", "4", "--batch-edges", "8,128", "--context-edges", "4096"]
+    assert main([*args, "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_a_loaded_70b_plan_shows_one_tokens_per_s_on_every_page(plan70: Path) -> None:
+    """The plan's scenario on every page; the Planner's table, chart and bucket metrics and
+    What-if give the policy file's served tok/s for the same bucket (one objective call)."""
+    from spectune.planner.search import geomean
+
+    table = PolicyTable.load(plan70)
+    big = table.scenario
+    at = _page("planner")
+    at.radio(key="planner.source").set_value("Load a policy file").run()
+    at.file_uploader(key="planner.upload").set_value(
+        ("policy.json", plan70.read_bytes(), "application/json")
+    ).run()
+    _ok(at)
+    assert any(BIG_LABEL in c.value for c in at.caption)
+    rows = _frame(at, "planner.table")
+    assert list(rows["served_tok_s"]) == [b.predicted.tokens_per_s for b in table.buckets]
+    curves = _frame(at, "planner.curves")
+    at_batch = dict(zip(curves["batch"], curves["planned policy"], strict=True))
+    served = scenario_objective(big.resolve())
+    for b in table.buckets:  # the chart's points give the table's score (geometric mean)
+        lo, hi = b.batch
+        assert geomean([at_batch[lo], at_batch[hi]]) == pytest.approx(
+            b.predicted.tokens_per_s, rel=1e-6
+        )
+        assert at_batch[hi] == pytest.approx(served(b.policy, hi, 2048), rel=1e-12)
+    chart = json.loads(at.get("vega_lite_chart")[0].proto.spec)
+    assert [layer["mark"]["type"] for layer in chart["layer"]] == ["line", "rule"]
+    assert all("tooltip" in layer["encoding"] for layer in chart["layer"])
+
+    last = table.buckets[-1]
+    assert last.batch == (9, 128)
+    at.selectbox(key="planner.bucket").set_value(plans.bucket_name(last.batch, last.context))
+    at.run()
+    _ok(at)
+    metrics = {m.label: m.value for m in at.metric}
+    want = f"{last.predicted.tokens_per_s:,.0f}"
+    assert metrics[data.BUCKET_SCORE_FILE] == want
+    assert metrics[data.BUCKET_SCORE_HERE] == want
+
+    at.button(key="planner.open_whatif").click().run()
+    _ok(at)
+    assert at.title[0].value == "What-if"
+    assert at.radio(key="whatif.source").value == "Planned table (Planner page)"
+    assert at.select_slider(key="whatif.batch").value == 128
+    assert at.select_slider(key="whatif.context").value == 2048
+    assert any(BIG_LABEL in c.value for c in at.caption)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics[data.BUCKET_SCORE_FILE] == want
+    assert metrics[data.BUCKET_SCORE_HERE] == want
+    assert metrics[SERVED] == f"{at_batch[128]:,.0f}"  # the Planner's curve at this batch
+    assert _numbers(at)[SERVED] == pytest.approx(at_batch[128], rel=1e-12)
+
+    for page in ("whatif", "planner", "validation", "kernels", "load"):
+        at.switch_page(f"views/{page}.py").run()
+        _ok(at)
+        shown = [c.value for c in at.sidebar.caption]
+        assert any(f"Plan on the Planner page: {BIG_LABEL}" in c for c in shown), (page, shown)
+    at.radio(key="load.source").set_value("Planned table (Planner page)")
+    at.multiselect(key="load.qps").set_value([1.0])
+    at.slider(key="load.requests").set_value(40)
+    at.button(key="FormSubmitter:load.form-Simulate").click().run()
+    _ok(at)
+    assert any(f"Simulating {BIG_LABEL}" in c.value for c in at.caption)
+
+
+def test_bucket_score_is_the_policy_files_prediction(plan70: Path) -> None:
+    table = PolicyTable.load(plan70)
+    for b in table.buckets:
+        got = data.bucket_score(table.scenario, b.policy, b.batch, b.context)
+        assert got.score == pytest.approx(b.predicted.tokens_per_s, abs=1e-3)
+        assert got.speedup == pytest.approx(b.predicted.speedup, abs=1e-4)
+        assert got.points == ((b.batch[0], 2048), (b.batch[1], 2048))
+        assert all(d >= s_ for d, s_ in zip(got.decode_tokens_per_s, got.served_tokens_per_s,
+                                            strict=True))  # fmt: skip
+
+
+def test_steady_metrics_trim_warm_up_and_drain() -> None:
+    """Worked by hand: 11 requests arriving 1 s apart; the window runs from the arrival of
+    request 2 (ceil(10% of 11) = 2) to the last arrival (t = 10 s). Iterations every 0.5 s
+    emit 3 tokens; those starting in [2, 10) count: 16 iterations, 48 tokens over 8 s."""
+    from spectune.simulator.iterations import IterationLog
+    from spectune.simulator.requests import Requests
+
+    reqs = Requests(np.arange(11.0), np.full(11, 100), np.full(11, 5))
+    reqs.out[:] = 5
+    reqs.first_token_s[:] = reqs.arrival_s + 0.25
+    reqs.finish_s[:] = reqs.arrival_s + 0.25 + 4 * 0.1 * (1 + np.arange(11) % 2)
+    log = IterationLog()
+    for i in range(30):  # 0 .. 14.5 s, past the last arrival (the drain)
+        log.rows.append((0, 0.5 * i, 0.5, 1, 0, 1, 3, 3, 0, 0.5, 0, 0, 0, 0))
+    m = steady_metrics(reqs, log, slo_tpot_s=0.15)
+    assert (m.start_s, m.end_s, m.requests) == (2.0, 10.0, 9)
+    assert m.throughput_tok_s == pytest.approx(48 / 8)
+    assert m.offered_tok_s == pytest.approx(9 * 5 / 8)
+    assert m.ttft.p50 == pytest.approx(0.25)
+    # requests 2..10: even ones have TPOT 0.1 s (5 of them), odd ones 0.2 s (4): SLO 0.15 s
+    assert m.goodput_tok_s == pytest.approx(6.0 * 5 / 9)
+    assert m.token_latency_s == pytest.approx((5 * 0.4 + 4 * 0.8) / (9 * 4))
+
+
+def test_folders_resolve_from_the_repository_not_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(artifacts.ENV_MEASUREMENTS, raising=False)
+    monkeypatch.delenv(artifacts.ENV_BENCHMARKS, raising=False)
+    monkeypatch.chdir(tmp_path)
+    root = Path(data.__file__).resolve().parents[2]
+    assert artifacts.measurements_dir() == root / "measurements"
+    assert artifacts.benchmarks_dir() == root / "benchmarks" / "results"
+    monkeypatch.setenv(artifacts.ENV_MEASUREMENTS, str(tmp_path / "m"))
+    assert artifacts.measurements_dir() == tmp_path / "m"
 
 
 # ---- Load ---------------------------------------------------------------------------------------
@@ -477,35 +663,63 @@ def _simulated(policy: Any, qps: float, requests: int) -> Any:
     cfg = SimConfig(
         hardware=load_hardware("h100-sxm"), target=load_model(TARGET), drafter=load_model(DRAFTER),
         arrivals=Poisson(qps), policy=policy, workload=load_workload("mt-bench"),
-        requests=requests, seed=0, tree_pool=256,
+        requests=requests, seed=0, tree_pool=256, keep_iterations=True,
     )  # fmt: skip
     return simulate(cfg)
+
+
+def _steady(res: Any, off: bool = False) -> Any:
+    run = res.off if off else res.spec
+    return steady_metrics(run.requests, run.log, res.config.slo_ttft_s, res.config.slo_tpot_s)
 
 
 def test_load_page_equals_the_simulator() -> None:
     at = _page("load")
     _ok(at)
+    assert at.slider(key="load.requests").value == 1000  # enough for steady state
+    assert any("Steady state" in c.value and "warm-up" in c.value for c in at.caption)
     rows = _frame(at, "load.table")
     assert list(rows["qps"]) == [1.0, 4.0, 16.0]
-    res = _simulated(SGLANG_DEFAULT, 4.0, 100)
-    row = rows[rows["qps"] == 4.0].iloc[0]
-    assert row["throughput_tok_s"] == pytest.approx(res.spec.metrics.throughput_tok_s, rel=1e-12)
-    assert row["off_throughput_tok_s"] == pytest.approx(res.off.metrics.throughput_tok_s, rel=1e-12)
-    assert row["tpot_p99_s"] == pytest.approx(res.spec.metrics.tpot.p99, rel=1e-12)
-    assert row["ttft_p50_s"] == pytest.approx(res.spec.metrics.ttft.p50, rel=1e-12)
+    res = _simulated(SGLANG_DEFAULT, 16.0, 1000)
+    on, off = _steady(res), _steady(res, off=True)
+    row = rows[rows["qps"] == 16.0].iloc[0]
+    assert row["throughput_tok_s"] == pytest.approx(on.throughput_tok_s, rel=1e-12)
+    assert row["off_throughput_tok_s"] == pytest.approx(off.throughput_tok_s, rel=1e-12)
+    assert row["tpot_p99_ms"] == pytest.approx(on.tpot.p99 * 1e3, rel=1e-12)
+    assert row["ttft_p50_ms"] == pytest.approx(on.ttft.p50 * 1e3, rel=1e-12)
+    # below saturation a server serves what arrives, with or without speculation (the whole-run
+    # figure of a short run counts its drain and shows a phantom gain)
+    assert row["throughput_ratio_vs_off"] == pytest.approx(1.0, abs=0.05)
+    assert row["throughput_tok_s"] == pytest.approx(row["offered_tok_s"], rel=0.05)
+    short = _simulated(SGLANG_DEFAULT, 16.0, 100)
+    assert short.throughput_ratio_vs_off > 1.3
+    # every column has a label with its unit, and no latency is in seconds
+    assert set(rows.columns) <= set(loadtest.COLUMNS)
+    latency = [c for c in rows.columns if "ttft" in c or "tpot" in c]
+    assert len(latency) == 8 and all(c.endswith("_ms") for c in latency)
+    assert all(" ms" in loadtest.COLUMNS[c][0] for c in latency)
+    charts = at.get("vega_lite_chart")
+    assert len(charts) == 3
+    for c in charts:
+        spec = json.loads(c.proto.spec)
+        assert (
+            "tooltip" in spec["encoding"]
+            and spec["encoding"]["color"]["legend"]["orient"] == "bottom"
+        )
 
     at.radio(key="load.source").set_value("EAGLE default 7/10/60")
     at.multiselect(key="load.qps").set_value([2.0])
     at.slider(key="load.requests").set_value(40)
     at.button(key="FormSubmitter:load.form-Simulate").click().run()
     _ok(at)
+    assert any("noisy" in w.value for w in at.warning)
     rows = _frame(at, "load.table")
     res = _simulated(EAGLE_DEFAULT, 2.0, 40)
+    on, off = _steady(res), _steady(res, off=True)
     assert list(rows["qps"]) == [2.0]
-    assert rows["throughput_tok_s"][0] == pytest.approx(
-        res.spec.metrics.throughput_tok_s, rel=1e-12
-    )
-    assert rows["speedup_vs_off"][0] == pytest.approx(res.speedup_vs_off, rel=1e-12)
+    assert rows["throughput_tok_s"][0] == pytest.approx(on.throughput_tok_s, rel=1e-12)
+    want = off.token_latency_s / on.token_latency_s
+    assert rows["speedup_vs_off"][0] == pytest.approx(want, rel=1e-12)
 
     trace = b"arrival_s,prompt_tokens,output_tokens\n0,100,20\n0.2,300,10\n0.5,50,30\n"
     at.file_uploader(key="load.trace").set_value(("t.csv", trace, "text/csv")).run()
@@ -534,9 +748,7 @@ def test_load_page_simulates_the_planned_table() -> None:
     _ok(at)
     res = _simulated(table, 8.0, 30)
     rows = _frame(at, "load.table")
-    assert rows["throughput_tok_s"][0] == pytest.approx(
-        res.spec.metrics.throughput_tok_s, rel=1e-12
-    )
+    assert rows["throughput_tok_s"][0] == pytest.approx(_steady(res).throughput_tok_s, rel=1e-12)
     assert rows["mean_accepted"][0] == pytest.approx(res.spec.metrics.mean_accepted, rel=1e-12)
 
 
@@ -670,6 +882,12 @@ def test_kernels_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert row["tflops"] == pytest.approx(r["flops"] / (r["ours_us"] * 1e-6) / 1e12, rel=1e-12)
         assert row["copy_bw_fraction"] == pytest.approx(1 / 1.3, rel=1e-12)
     assert len(table) == 2 * 3  # FlexAttention's null time is left out
+    (chart,) = at.get("vega_lite_chart")
+    layers = json.loads(chart.proto.spec)["layer"]
+    assert [layer["mark"]["type"] for layer in layers] == ["line", "point"]
+    assert any("of copy bandwidth" in str(t) for t in layers[1]["encoding"]["tooltip"])
+    assert any("costmodel.json" in c.value for c in at.caption)  # listed last, folded
+    assert at.caption[-1].value.startswith("costmodel.json")
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["measured copy bandwidth"] == "3.00 TB/s"
     peak = load_hardware("h100-sxm").peak_bf16_flops
@@ -712,8 +930,14 @@ def _check_phases(scn: Scenario) -> None:
             assert sum(w.phases_s.values()) == pytest.approx(
                 obj.step_time(policy, b, 8192), rel=1e-9
             )
-            assert w.tokens_per_s == pytest.approx(obj(policy, b, 8192), rel=1e-12)
-            assert math.isclose(w.speedup, w.tokens_per_s / w.off_tokens_per_s)
+            assert w.decode_tokens_per_s == pytest.approx(obj(policy, b, 8192), rel=1e-12)
+            assert math.isclose(w.decode_speedup, w.decode_tokens_per_s / w.off_decode_tokens_per_s)
+            served = data.objective_for(scn)  # served: the Planner's curves at this batch
+            assert w.served_tokens_per_s == pytest.approx(served(policy, b, 8192), rel=1e-12)
+            assert math.isclose(w.speedup, w.served_tokens_per_s / w.off_served_tokens_per_s)
+            assert w.served_step_s == pytest.approx(served.step_time(policy, b, 8192), rel=1e-12)
+            if w.served_batch == b:  # the cache holds the batch: served = decode + turnover
+                assert w.step_s + w.turnover_s == pytest.approx(w.served_step_s, rel=1e-9)
             if policy is not None:
                 draft = sum(w.draft_steps_s.values())
                 assert draft == pytest.approx(w.phases_s["draft"], rel=1e-9)
@@ -730,3 +954,28 @@ def test_upload_parsing_is_data_only_and_limited() -> None:
         uploads.parse_mapping("deep.json", b"[" * 100_000 + b"]" * 100_000)
     with pytest.raises(SpecError, match=r"expected a \.csv or \.jsonl"):
         uploads.trace_from_upload("trace.exe", b"MZ")
+
+
+def test_validation_shows_engine_measurements_recursively(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spectune.validate.check import check_folder
+
+    src = Path(__file__).parent.parent / "measurements" / "engines"
+    (tmp_path / "engines").mkdir()
+    for name in ("vllm-qwen3-8b-eagle3-k5-h100.json", "trtllm-deepseek-r1-mtp3-b200.json"):
+        (tmp_path / "engines" / name).write_text((src / name).read_text())
+    (tmp_path / "h100").mkdir()
+    (tmp_path / "h100" / "m.json").write_text(json.dumps(_measurement()))
+    monkeypatch.setenv(artifacts.ENV_MEASUREMENTS, str(tmp_path))
+    at = _page("validation")
+    _ok(at)
+    assert not at.warning  # engine documents are not reported as bad executor measurements
+    engines = _frame(at, "validation.engines")
+    res = check_folder(tmp_path)
+    assert list(engines["predicted"]) == pytest.approx([r.predicted for r in res.engine])
+    m = res.engine_mape()[("vllm", "tokens_per_s")][0]
+    metrics = {x.label: x.value for x in at.metric}
+    assert metrics["vllm tokens_per_s MAPE"] == f"{100 * m:.1f} %"
+    assert any("b200" in c.value for c in at.caption)
+    assert _frame(at, "validation.table") is not None  # executor measurement from a subfolder

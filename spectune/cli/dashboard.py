@@ -2,7 +2,8 @@
 
 Runs `python -m streamlit run` on the app, headless (no browser is opened, no usage statistics
 are sent), on --address:--port. The Validation page reads measurement JSONs from
---measurements and the Kernels page benchmark results from --benchmarks. Needs the
+--measurements and the Kernels page benchmark results from --benchmarks (by default the
+repository's measurements/ and benchmarks/results/, not the working directory's). Needs the
 `dashboard` extra: pip install 'spectune[dashboard]'.
 """
 
@@ -56,8 +57,11 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError(f"--port must be in 1..65535, got {args.port}")
     require_streamlit()
     env = dict(os.environ)
-    env["SPECTUNE_MEASUREMENTS_DIR"] = str(Path(args.measurements).resolve())
-    env["SPECTUNE_BENCHMARKS_DIR"] = str(Path(args.benchmarks).resolve())
+    # unset: the dashboard finds the repository's folders (dashboards.data.repo_path)
+    if args.measurements is not None:
+        env["SPECTUNE_MEASUREMENTS_DIR"] = str(Path(args.measurements).resolve())
+    if args.benchmarks is not None:
+        env["SPECTUNE_BENCHMARKS_DIR"] = str(Path(args.benchmarks).resolve())
     cmd = streamlit_command(args.port, args.address)
     print(f"spectune dashboard: http://{args.address}:{args.port}", file=sys.stderr, flush=True)
     # Replace this process, so that stopping it (Ctrl-C, a signal to its pid) stops the server.
@@ -82,12 +86,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--measurements",
-        default="measurements",
-        help="folder of measurement JSONs for the Validation page (default ./measurements)",
+        default=None,
+        help="folder of measurement JSONs for the Validation page (default: the repository's "
+        "measurements/, wherever the command runs)",
     )
     p.add_argument(
         "--benchmarks",
-        default=str(Path("benchmarks") / "results"),
-        help="folder of kernel benchmark JSONs for the Kernels page (default ./benchmarks/results)",
+        default=None,
+        help="folder of kernel benchmark JSONs for the Kernels page (default: the repository's "
+        "benchmarks/results/)",
     )
     p.set_defaults(func=run)

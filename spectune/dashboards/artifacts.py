@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spectune.dashboards.data import objective_for
+from spectune.dashboards.data import objective_for, repo_path
 from spectune.dashboards.uploads import MAX_SPEC_BYTES, parse_mapping
 from spectune.specs import HARDWARE_PRESETS, NO_DRAFTER, Scenario, SpecError, TreePolicy
 from spectune.specs.io import from_mapping, names_a_file
@@ -26,13 +25,15 @@ ENV_BENCHMARKS = "SPECTUNE_BENCHMARKS_DIR"
 
 
 def measurements_dir() -> Path:
-    """Where measurement JSONs live: $SPECTUNE_MEASUREMENTS_DIR or ./measurements."""
-    return Path(os.environ.get(ENV_MEASUREMENTS) or "measurements")
+    """Where measurement JSONs live: $SPECTUNE_MEASUREMENTS_DIR, else the repository's
+    measurements/ (data.repo_path), wherever the dashboard was started."""
+    return repo_path("measurements", env=ENV_MEASUREMENTS)
 
 
 def benchmarks_dir() -> Path:
-    """Where benchmark results live: $SPECTUNE_BENCHMARKS_DIR or ./benchmarks/results."""
-    return Path(os.environ.get(ENV_BENCHMARKS) or Path("benchmarks") / "results")
+    """Where benchmark results live: $SPECTUNE_BENCHMARKS_DIR, else the repository's
+    benchmarks/results/ (data.repo_path)."""
+    return repo_path("benchmarks", "results", env=ENV_BENCHMARKS)
 
 
 # ---- measurements -------------------------------------------------------------------------------
@@ -258,6 +259,18 @@ def peak_flops_for(doc: Mapping[str, Any]) -> tuple[float, str]:
         if key in text and preset in HARDWARE_PRESETS:
             return HARDWARE_PRESETS[preset].peak_bf16_flops, preset
     return 0.0, ""
+
+
+ROOFLINE_COLUMNS: dict[str, tuple[str, str]] = {
+    "shape": ("shape (batch, context, tree tokens)", "%s"),
+    "implementation": ("implementation", "%s"),
+    "us": ("time, us", "%.1f"),
+    "floor_us": ("copy-bandwidth floor, us", "%.1f"),
+    "intensity_flop_per_byte": ("FLOP per KV byte", "%.3g"),
+    "tflops": ("TFLOP/s", "%.3g"),
+    "gb_per_s": ("KV GB/s", "%.0f"),
+    "copy_bw_fraction": ("fraction of copy bandwidth", "%.2f"),
+}
 
 
 def roofline_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:

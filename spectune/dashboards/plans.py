@@ -11,7 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spectune.dashboards.data import objective_for, policy_label, trace_label
+from spectune.dashboards.data import (
+    BUCKET_SCORE_HELP,
+    SERVED_TOK_S,
+    objective_for,
+    policy_label,
+    trace_label,
+)
 from spectune.dashboards.uploads import is_kept_upload
 from spectune.planner.buckets import buckets_from_edges
 from spectune.planner.export import ENGINES, Export, export_table
@@ -113,13 +119,16 @@ def study_prefixes(storage_url: str) -> list[str]:
 
 def load_study_plan(storage_url: str, prefix: str) -> Plan:
     """A plan read back from its Optuna studies (`spectune plan --storage URL`): each bucket's
-    policy chosen by the planner's own rule (planner.search.choose) from the trials stored, the
-    Pareto front when the studies are multi-objective."""
+    policy chosen by the planner's own rule (planner.search.choose) from the trials stored, then
+    made into the one configuration the scenario's engine runs (planner.engine_plan) as
+    `spectune plan --engine` does, the Pareto front when the studies are multi-objective."""
     import optuna
 
+    from spectune.planner.engine_plan import engine_plan
     from spectune.planner.search import bucket_studies, choose, settings_from_dict
     from spectune.planner.table import build_table
     from spectune.simulator.scoring import build_scorer
+    from spectune.specs.engine import load_engine
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = _open_storage(storage_url)
@@ -138,14 +147,42 @@ def load_study_plan(storage_url: str, prefix: str) -> Plan:
         multi = multi or settings.multi_objective
         study = optuna.load_study(study_name=name, storage=store)
         results.append(choose(study, bucket, scorer, settings))
+    profile = load_engine(scenario.engine)
+    if profile.engine != "spectune":  # what `spectune plan --engine` writes: one engine config
+        min_gain = settings_from_dict(studies[0][2]["settings"]).min_gain
+        results = list(engine_plan(results, profile, scorer, min_gain=min_gain).results)
     provenance = {"study": prefix, "storage": storage_url.split("@")[-1],
                   "trials": sum(r.trials for r in results), "multi_objective": multi}  # fmt: skip
     table = build_table(results, closed, scenario, provenance)
     return Plan(table, tuple(results), multi, provenance)
 
 
+# The Planner's policy table: key -> (label, printf format), and the help of some columns.
+TABLE_COLUMNS: dict[str, tuple[str, str]] = {
+    "batch": ("batch", "%s"),
+    "context": ("context, tokens", "%s"),
+    "policy": ("policy", "%s"),
+    "builder": ("tree builder", "%s"),
+    "depth": ("depth", "%d"),
+    "topk": ("top-k", "%d"),
+    "budget": ("verify budget", "%d"),
+    "prune_threshold": ("prune threshold", "%g"),
+    "graft_budget": ("graft budget", "%d"),
+    "shared_budget": ("shared budget (ECHO)", "bool"),
+    "served_tok_s": (SERVED_TOK_S, "%.0f"),
+    "speedup": ("speedup vs no speculation", "%.2f"),
+    "accepted_len": ("accepted tokens per step", "%.2f"),
+}
+TABLE_HELP = {
+    "served_tok_s": BUCKET_SCORE_HELP + " (the policy file's predicted.tokens_per_s)",
+    "policy": "builder:depth,top-k,verify budget[,prune threshold,graft budget]; off: no "
+    "speculation",
+}
+
+
 def table_rows(table: PolicyTable) -> list[dict[str, Any]]:
-    """The policy table, one row per bucket, as the Planner page lists it."""
+    """The policy table, one row per bucket, as the Planner page lists it (keys of
+    TABLE_COLUMNS); served_tok_s is the policy file's recorded bucket score."""
     rows = []
     for b in table.buckets:
         p = b.policy
@@ -161,12 +198,42 @@ def table_rows(table: PolicyTable) -> list[dict[str, Any]]:
                 "prune_threshold": p.prune_threshold if p else 0.0,
                 "graft_budget": p.graft_budget if p else 0,
                 "shared_budget": p.shared_budget if p else False,
-                "tokens_per_s": b.predicted.tokens_per_s if b.predicted else float("nan"),
+                "served_tok_s": b.predicted.tokens_per_s if b.predicted else float("nan"),
                 "speedup": b.predicted.speedup if b.predicted else float("nan"),
                 "accepted_len": b.predicted.accepted_len if b.predicted else float("nan"),
             }
         )
     return rows
+
+
+def bucket_segments(table: PolicyTable, context: tuple[int, int]) -> list[dict[str, Any]]:
+    """The recorded score of each bucket of one context range, as a segment over its batch
+    range for the Planner's chart (rows: batch_lo, batch_hi, score, bucket, policy)."""
+    return [
+        {
+            "batch_lo": b.batch[0],
+            "batch_hi": b.batch[1],
+            "score": b.predicted.tokens_per_s,
+            "bucket": bucket_name(b.batch, b.context),
+            "policy": policy_label(b.policy),
+        }
+        for b in table.buckets
+        if b.context == context and b.predicted is not None
+    ]
+
+
+def bucket_name(batch: tuple[int, int], context: tuple[int, int]) -> str:
+    """How pages name a bucket: 'batch 5-8, context 0-4095'."""
+    return f"batch {batch[0]}-{batch[1]}, context {context[0]}-{context[1]}"
+
+
+PARETO_COLUMNS: dict[str, tuple[str, str]] = {
+    "bucket": ("bucket", "%s"),
+    "policy": ("policy", "%s"),
+    "tokens_per_s": (f"{SERVED_TOK_S} (bucket score)", "%.0f"),
+    "step_ms": ("step latency, ms", "%.2f"),
+    "chosen": ("chosen", "bool"),
+}
 
 
 def pareto_rows(results: Sequence[BucketResult]) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
-"""Matplotlib figures of the dashboards (no Streamlit here): the draft tree, tokens/s against
-batch size, latency against load, predicted against measured, and the kernel roofline.
+"""Matplotlib figures of the dashboards (no Streamlit here): the draft tree, time breakdowns and
+predicted against measured. The charts people explore (Planner, Load, the kernel roofline) are
+interactive Altair charts in dashboards.charts.
 
 Figures are built with the object API on the Agg canvas (no pyplot state shared between the
 sessions of one server), so each function returns a new Figure.
@@ -105,68 +106,6 @@ def breakdown_figure(parts_s: Mapping[str, float], title: str) -> Figure:
     return fig
 
 
-def batch_figure(batches: Sequence[int], curves: Mapping[str, np.ndarray], context: int) -> Figure:
-    """Predicted tokens/s against batch size (log x), one line per policy."""
-    fig = Figure(figsize=(7, 4), layout="constrained")
-    ax = fig.add_subplot()
-    for name, y in curves.items():
-        ax.plot(batches, y, marker=".", label=name, lw=2.2 if name.startswith("planned") else 1.4)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("predicted tokens/s")
-    ax.set_title(f"context {context} tokens", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return fig
-
-
-def pareto_figure(
-    rows: Sequence[Mapping[str, Any]], chosen: Sequence[Mapping[str, Any]] = ()
-) -> Figure:
-    """Each bucket's Pareto front, tokens/s against step latency, and the table's choice."""
-    fig = Figure(figsize=(7, 4), layout="constrained")
-    ax = fig.add_subplot()
-    for i, b in enumerate(sorted({r["bucket"] for r in rows})):
-        pts = sorted((r for r in rows if r["bucket"] == b), key=lambda r: r["step_ms"])
-        ax.plot([r["step_ms"] for r in pts], [r["tokens_per_s"] for r in pts], marker="o",
-                color=f"C{i}", label=b)  # fmt: skip
-        mine = [r for r in chosen if r["bucket"] == b]
-        ax.scatter([r["step_ms"] for r in mine], [r["tokens_per_s"] for r in mine], marker="*",
-                   s=220, color=f"C{i}", edgecolors="black", zorder=3)  # fmt: skip
-    if chosen:
-        ax.scatter([], [], marker="*", s=160, color="white", edgecolors="black",
-                   label="the table's choice")  # fmt: skip
-    ax.set_xlabel("step latency, ms")
-    ax.set_ylabel("predicted tokens/s")
-    ax.set_title("Pareto front per bucket", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return fig
-
-
-def load_figure(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]],
-                ylabel: str, scale: float = 1.0) -> Figure:  # fmt: skip
-    """Metrics against request rate, speculation on (solid) and off (dashed)."""
-    fig = Figure(figsize=(6, 3.6), layout="constrained")
-    ax = fig.add_subplot()
-    x = [r["qps"] for r in rows]
-    for i, (col, label) in enumerate(columns):
-        color = f"C{i}"
-        ax.plot(
-            x, [r[col] * scale for r in rows], marker="o", color=color, label=f"{label}, spec on"
-        )
-        if all(f"off_{col}" in r for r in rows):
-            ax.plot(x, [r[f"off_{col}"] * scale for r in rows], marker="x", ls="--", color=color,
-                    label=f"{label}, off")  # fmt: skip
-    if len(x) > 1 and min(x) > 0 and max(x) / min(x) >= 8:
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel("request rate, requests/s")
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return fig
-
-
 def scatter_figure(rows: Sequence[Mapping[str, Any]], quantity: str, label: str) -> Figure:
     """Predicted against measured with the y = x line; columns predicted_<quantity> and
     measured_<quantity> (or predicted / measured when quantity is '')."""
@@ -185,38 +124,4 @@ def scatter_figure(rows: Sequence[Mapping[str, Any]], quantity: str, label: str)
     ax.set_ylabel(f"predicted {label}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return fig
-
-
-def roofline_figure(rows: Sequence[Mapping[str, Any]], copy_bytes_per_s: float,
-                    peak_flops: float, title: str) -> Figure:  # fmt: skip
-    """Achieved TFLOP/s against arithmetic intensity (log-log) under the roofs: measured copy
-    bandwidth x intensity, and the card's dense bf16 peak when known."""
-    fig = Figure(figsize=(7.5, 4.8), layout="constrained")
-    ax = fig.add_subplot()
-    xs = np.array([r["intensity_flop_per_byte"] for r in rows], dtype=float)
-    x = (
-        np.geomspace(max(xs.min() / 2, 1e-3), xs.max() * 2, 200)
-        if xs.size
-        else np.geomspace(0.1, 100, 2)
-    )
-    roof = copy_bytes_per_s * x
-    if peak_flops > 0:
-        roof = np.minimum(roof, peak_flops)
-        ax.axhline(peak_flops / 1e12, color="gray", lw=0.8, ls=":")
-    ax.plot(x, roof / 1e12, color="black", lw=1.5,
-            label=f"roof: copy bandwidth {copy_bytes_per_s / 1e12:.2f} TB/s")  # fmt: skip
-    impls = list(dict.fromkeys(r["implementation"] for r in rows))
-    markers = "os^vD"
-    for i, name in enumerate(impls):
-        pts = [r for r in rows if r["implementation"] == name]
-        ax.scatter([r["intensity_flop_per_byte"] for r in pts], [r["tflops"] for r in pts],
-                   marker=markers[i % len(markers)], label=name, s=36)  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity, FLOP per KV byte")
-    ax.set_ylabel("achieved TFLOP/s")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
     return fig

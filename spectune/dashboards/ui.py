@@ -1,6 +1,7 @@
 """Streamlit pieces shared by the pages: the scenario sidebar (with the user's own spec files),
-cached wrappers around dashboards.data / plans / loadtest / artifacts / uploads, and showing
-errors and figures.
+cached wrappers around dashboards.data / plans / loadtest / artifacts / uploads, the plan the
+Planner page holds (for What-if and Load), and showing errors, figures, charts and tables with
+labelled columns.
 
 Cached wrappers are the only way pages reach the computations, so every page shows what the
 non-UI functions return (and the tests compare those with the planner's).
@@ -8,14 +9,15 @@ non-UI functions return (and the tests compare those with the planner's).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import pandas as pd
 import streamlit as st
 from matplotlib.figure import Figure
 
-from spectune.dashboards import artifacts, data, loadtest, plans, uploads
+from spectune.dashboards import artifacts, charts, data, loadtest, plans, uploads
 from spectune.specs import (
     HARDWARE_PRESETS,
     MODEL_PRESETS,
@@ -38,6 +40,9 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 CONTEXTS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 PRUNE_THRESHOLDS = (0.0, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3)
 TP_SIZES = (1, 2, 4, 8)
+PLAN_KEY = "planner.result"  # the Planner page's plans.Plan, for What-if and Load
+WHATIF_PAGE = "views/whatif.py"
+PLANNED_SOURCE = "Planned table (Planner page)"
 
 
 # ---- errors and figures -------------------------------------------------------------------------
@@ -72,18 +77,48 @@ def show(fig: Figure) -> None:
     st.pyplot(fig, clear_figure=False)
 
 
+def chart(c: charts.AnyChart, key: str) -> None:
+    """An interactive Altair chart (dashboards.charts), as wide as its column."""
+    st.altair_chart(c, width="stretch", key=key)
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Mapping[str, tuple[str, str]], key: str,
+          help: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    """A table whose columns carry readable labels with units and a number format each
+    (`columns`: key -> (label, printf format, or "bool" for a tick)); the rows keep their keys
+    (the tests read them)."""
+    cfg: dict[str, Any] = {}
+    for k, (label, fmt) in columns.items():
+        tip = (help or {}).get(k)
+        if fmt == "bool":
+            cfg[k] = st.column_config.CheckboxColumn(label, help=tip)
+        elif fmt in ("%s", ""):
+            cfg[k] = st.column_config.TextColumn(label, help=tip)
+        else:
+            cfg[k] = st.column_config.NumberColumn(label, format=fmt, help=tip)
+    st.dataframe(pd.DataFrame(list(rows)), hide_index=True, column_config=cfg, key=key)
+
+
 # ---- the scenario sidebar -----------------------------------------------------------------------
 
 
+KEPT_KEYS = ("planner.source", "planner.batch_edges", "planner.context_edges", "planner.trials",
+             "planner.seed", "planner.multi", "planner.max_ms", "planner.storage")  # fmt: skip
+"""Planner inputs kept while another page is shown (a plan read from a file is kept apart, as
+LOADED_KEY: an uploader's file cannot be put back)."""
+LOADED_KEY = "planner.loaded"
+
+
 def keep_scenario_state() -> None:
-    """Keep the sidebar's choices while a page without the sidebar is shown (Streamlit drops
-    the state of widgets that a run does not draw unless it is written back)."""
+    """Keep the sidebar's choices and the Planner's inputs while another page is shown
+    (Streamlit drops the state of widgets that a run does not draw unless it is written
+    back)."""
     for k in list(st.session_state):
-        if isinstance(k, str) and k.startswith(SCENARIO_PREFIX):
+        if isinstance(k, str) and (k.startswith(SCENARIO_PREFIX) or k in KEPT_KEYS):
             st.session_state[k] = st.session_state[k]
 
 
-def _initial(key: str, value: T) -> T | None:
+def initial(key: str, value: T) -> T | None:
     """A widget's default only while Session State holds no value for it (else Streamlit
     warns that both were given; the kept state wins either way)."""
     return None if key in st.session_state else value
@@ -135,9 +170,9 @@ def scenario_sidebar() -> tuple[Scenario, str]:
     d = data.DEFAULT_SCENARIO
     k = SCENARIO_PREFIX
     gpu = sb.selectbox("GPU", list(gpus), key=k + "gpu",
-                       index=_initial(k + "gpu", list(gpus).index(d.gpu)))  # fmt: skip
+                       index=initial(k + "gpu", list(gpus).index(d.gpu)))  # fmt: skip
     target = sb.selectbox("Target model", targets, key=k + "target",
-                          index=_initial(k + "target", targets.index(d.target)))  # fmt: skip
+                          index=initial(k + "target", targets.index(d.target)))  # fmt: skip
     gpu = gpu if gpu in gpus else d.gpu  # a kept choice that is no option any more
     target = target if target in targets else d.target
     tm = models[target][1]
@@ -149,13 +184,13 @@ def scenario_sidebar() -> tuple[Scenario, str]:
     preferred = f"eagle3-{tm.name}"
     default = drafters.index(preferred) if preferred in drafters else 0
     dkey = f"{k}drafter.{target}"
-    drafter = sb.selectbox("Drafter", drafters, key=dkey, index=_initial(dkey, default))
+    drafter = sb.selectbox("Drafter", drafters, key=dkey, index=initial(dkey, default))
     tp = sb.select_slider(
-        "Tensor parallel GPUs", TP_SIZES, key=k + "tp", value=_initial(k + "tp", 1)
+        "Tensor parallel GPUs", TP_SIZES, key=k + "tp", value=initial(k + "tp", 1)
     )
     drafter = drafter if drafter in drafters else drafters[default]
     wl = sb.selectbox("Workload", list(workloads), key=k + "workload",
-                      index=_initial(k + "workload", list(workloads).index(d.workload)))  # fmt: skip
+                      index=initial(k + "workload", list(workloads).index(d.workload)))  # fmt: skip
     wl = wl if wl in workloads else d.workload
     trace = store.get("trace") or {}
     use_trace = bool(trace) and sb.toggle("Acceptance from the uploaded trace", value=True,
@@ -180,6 +215,28 @@ def trace() -> str:
     """The key of the uploaded acceptance trace the sidebar uses ('' : the workload's)."""
     key = st.session_state.get(TRACE_KEY)
     return key if isinstance(key, str) else ""
+
+
+def planned() -> plans.Plan | None:
+    """The plans.Plan the Planner page shows (None before it showed one)."""
+    found = st.session_state.get(PLAN_KEY)
+    return found if isinstance(found, plans.Plan) else None
+
+
+def options_with(choices: Sequence[int], key: str) -> list[int]:
+    """A slider's choices plus the value another page put in its state (a bucket's batch or
+    scored context that is not one of the usual choices)."""
+    held = st.session_state.get(key)
+    extra = {int(held)} if isinstance(held, int) and held > 0 else set()
+    return sorted(set(choices) | extra)
+
+
+def open_in_whatif(batch: int, context: int) -> None:
+    """Switch to What-if with the planned table's policy at (batch, context)."""
+    st.session_state["whatif.source"] = PLANNED_SOURCE
+    st.session_state["whatif.batch"] = int(batch)
+    st.session_state["whatif.context"] = int(context)
+    st.switch_page(WHATIF_PAGE)
 
 
 def policy_controls(prefix: str, default: TreePolicy = data.SGLANG_DEFAULT) -> TreePolicy | None:
@@ -223,6 +280,12 @@ def acceptance_trace(name: str, blob: bytes) -> tuple[str, Any, str]:
 def what_if(s: Scenario, policy: TreePolicy | None, batch: int, context: int,
             trace: str = "") -> data.WhatIf:  # fmt: skip
     return data.what_if(s, policy, batch, context, trace)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def bucket_score(s: Scenario, policy: TreePolicy | None, batch: tuple[int, int],
+                 context: tuple[int, int], trace: str = "") -> data.BucketScore:  # fmt: skip
+    return data.bucket_score(s, policy, batch, context, trace)
 
 
 @st.cache_data(show_spinner=False, max_entries=128)

@@ -265,7 +265,8 @@ def measure_runs(
         print(
             f"  B={batch:<3} {label:<10} {policy and (policy.depth, policy.topk, policy.budget)!s:<14} "
             f"step {rec['phases_ms']['step']:8.3f} ms  verify {rec['phases_ms']['verify']:7.3f}  "
-            f"acc {rec['accepted_mean']:.2f}  {rec['tokens_per_s']:9.0f} tok/s  x{rec['speedup']:.2f}",
+            f"acc {rec['accepted_mean']:.2f}  {rec['tokens_per_s']:9.0f} decode tok/s  "
+            f"x{rec['speedup']:.2f}",
             flush=True,
         )
     return out

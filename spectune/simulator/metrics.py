@@ -116,3 +116,75 @@ def compute_metrics(
         },
         busy_fraction=float(it["dt_s"].sum()) * inv / replicas,
     )
+
+
+WARMUP_FRACTION = 0.1
+"""Share of an open-loop run's requests (by arrival) treated as warm-up by steady_metrics."""
+
+
+@dataclass(frozen=True)
+class SteadyMetrics:
+    """An open-loop run measured over its steady window [start_s, end_s): from the arrival of
+    the first request past the warm-up (WARMUP_FRACTION of the requests) to the last arrival,
+    so neither the empty server at the start nor the drain after the last arrival (few
+    requests left, which flatters speculation) counts. Latencies are over the requests that
+    arrive in the window; throughput counts the output tokens the iterations starting in the
+    window emitted."""
+
+    start_s: float
+    end_s: float
+    requests: int  # requests arriving in the window
+    throughput_tok_s: float
+    offered_tok_s: float  # output tokens of the window's requests / window length
+    goodput_tok_s: float  # throughput x the share of those tokens whose requests meet the SLO
+    ttft: Latency
+    tpot: Latency
+    token_latency_s: float  # decode seconds per output token of the window's requests
+
+
+def steady_metrics(
+    reqs: Requests,
+    log: IterationLog,
+    slo_ttft_s: float | None = None,
+    slo_tpot_s: float | None = None,
+    warmup_fraction: float = WARMUP_FRACTION,
+) -> SteadyMetrics:
+    """SteadyMetrics of a finished open-loop run; the iteration log must have been kept
+    (SimConfig.keep_iterations). A run whose window is empty (one request, a trace whose
+    requests all arrive at once) is measured from its first arrival to its last finish."""
+    arrival = np.sort(reqs.arrival_s)
+    n = arrival.size
+    start = float(arrival[min(n - 1, int(np.ceil(warmup_fraction * n)))]) if n else 0.0
+    end = float(arrival[-1]) if n else 0.0
+    if not end > start:
+        start = float(arrival[0]) if n else 0.0
+        end = float(np.nanmax(reqs.finish_s)) if n else 0.0
+    span = end - start
+    inside = (reqs.arrival_s >= start) & (reqs.arrival_s <= end) & np.isfinite(reqs.finish_s)
+    first, finish, out = reqs.first_token_s[inside], reqs.finish_s[inside], reqs.out[inside]
+    ttft = first - reqs.arrival_s[inside]
+    multi = out > 1
+    tpot = np.full(out.size, np.nan)
+    tpot[multi] = (finish[multi] - first[multi]) / (out[multi] - 1)
+    ok = np.ones(out.size, dtype=bool)
+    if slo_ttft_s is not None:
+        ok &= ttft <= slo_ttft_s
+    if slo_tpot_s is not None:
+        ok &= ~(tpot > slo_tpot_s)
+    it = log.arrays()
+    emitting = (it["start_s"] >= start) & (it["start_s"] < end)
+    inv = 1.0 / span if span > 0 else 0.0
+    throughput = float(it["emitted_tokens"][emitting].sum()) * inv
+    tokens = float(out.sum())
+    dec = float((out[multi] - 1).sum())
+    return SteadyMetrics(
+        start_s=start,
+        end_s=end,
+        requests=int(inside.sum()),
+        throughput_tok_s=throughput,
+        offered_tok_s=float(reqs.output[inside].sum()) * inv,
+        goodput_tok_s=throughput * (float(out[ok].sum()) / tokens if tokens else 0.0),
+        ttft=Latency.of(ttft),
+        tpot=Latency.of(tpot),
+        token_latency_s=float((finish[multi] - first[multi]).sum()) / dec if dec else float("nan"),
+    )

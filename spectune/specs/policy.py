@@ -43,6 +43,8 @@ MAX_DEPTH = 64
 MAX_TOPK = 64
 ECHO_SUFFIX = "echo"
 """The last comma-separated part of a policy label that turns shared_budget on."""
+HIER_PREFIX = "hier"
+"""A last label part 'hierN' makes the policy hierarchical with chain N (TreePolicy.chain)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,12 @@ class TreePolicy:
         "tokens, given to the candidates with the highest P(accepted) over the whole batch "
         "(trees differ in size per request); False: budget - 1 per request. Same as False at "
         "batch 1. static: the shared allocation picks from the Sequoia shape for 2 x budget",
+    )
+    chain: int = help_field(
+        0,
+        help="hierarchical drafting (arXiv 2505.22179): 0 off; N > 0: the tree is verified by "
+        "an intermediate model, round after round, until it has accepted at least N tokens, "
+        "and the target verifies those as one chain (planner.hierarchical)",
     )
 
     def __post_init__(self) -> None:
@@ -86,42 +94,60 @@ class TreePolicy:
             raise SpecError(
                 f"field 'shared_budget' must be true or false, got {self.shared_budget!r}"
             )
+        if isinstance(self.chain, bool) or not 0 <= self.chain <= MAX_DEPTH:
+            raise SpecError(f"field 'chain' must be in 0..{MAX_DEPTH}, got {self.chain!r}")
+        if self.chain and self.shared_budget:
+            raise SpecError(
+                "field 'chain': a hierarchical policy verifies one chain per request; it cannot "
+                "share a verify budget across the batch (set shared_budget false)"
+            )
 
     @classmethod
     def parse(cls, text: str) -> TreePolicy:
-        """Parse the CLI form 'BUILDER:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]][,echo]' (the inverse
-        of `label`; a trailing ',echo' turns shared_budget on)."""
+        """Parse the CLI form 'BUILDER:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]][,echo|,hierN]' (the
+        inverse of `label`; a trailing ',echo' turns shared_budget on, ',hierN' sets chain N)."""
         try:
             builder, _, rest = text.partition(":")
             parts = [p for p in rest.split(",") if p]
-            shared = bool(parts) and parts[-1].strip().lower() == ECHO_SUFFIX
-            if shared:
+            last = parts[-1].strip().lower() if parts else ""
+            shared = last == ECHO_SUFFIX
+            chain = 0
+            if last.startswith(HIER_PREFIX):
+                chain = int(last[len(HIER_PREFIX) :])
+            if shared or chain:
                 parts.pop()
             if builder in BUILDERS and 3 <= len(parts) <= 5:
                 depth, topk, budget = (int(p) for p in parts[:3])
                 prune = float(parts[3]) if len(parts) > 3 else 0.0
                 graft = int(parts[4]) if len(parts) > 4 else 0
-                return cls(builder, depth, topk, budget, prune, graft, shared)
+                return cls(builder, depth, topk, budget, prune, graft, shared, chain)
         except ValueError as e:
             if isinstance(e, SpecError):
                 raise
         raise SpecError(
             f"cannot parse policy {text!r}; expected 'static:DEPTH,TOPK,BUDGET' or "
             "'dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE_THRESHOLD[,GRAFT_BUDGET]]', optionally "
-            "followed by ',echo' (ECHO shared verify budget), e.g. static:5,4,8 or "
-            "dynamic-topk:6,8,32,echo"
+            "followed by ',echo' (ECHO shared verify budget) or ',hierN' (hierarchical, chain "
+            "N), e.g. static:5,4,8, dynamic-topk:6,8,32,echo or dynamic-topk:3,10,30,hier6"
         )
 
     @property
     def label(self) -> str:
         """The CLI form 'builder:depth,topk,budget' plus ',prune,graft' when either is set,
-        plus ',echo' with a shared verify budget."""
+        plus ',echo' with a shared verify budget, ',hierN' when hierarchical (chain N)."""
         s = f"{self.builder}:{self.depth},{self.topk},{self.budget}"
         if self.prune_threshold or self.graft_budget:
             s += f",{self.prune_threshold:.3g},{self.graft_budget}"
         if self.shared_budget:
             s += f",{ECHO_SUFFIX}"
+        if self.chain:
+            s += f",{HIER_PREFIX}{self.chain}"
         return s
+
+    @property
+    def hierarchical(self) -> bool:
+        """Whether an intermediate model turns the tree into a chain for the target."""
+        return self.chain > 0
 
 
 def policy_label(policy: TreePolicy | None) -> str:
@@ -133,7 +159,10 @@ def policy_label(policy: TreePolicy | None) -> str:
 class Prediction:
     """What the planner predicted for a bucket's policy."""
 
-    tokens_per_s: float = help_field(help="predicted steady-state output tokens/s")
+    tokens_per_s: float = help_field(
+        help="predicted served tok/s incl. prefill (planner.tokens_per_s.SERVED), geometric "
+        "mean over the bucket's batch ends"
+    )
     speedup: float = help_field(help="predicted speedup over no speculation")
     accepted_len: float = help_field(help="predicted tokens per verify step (accepted + bonus)")
 
@@ -143,7 +172,7 @@ class ChainChoice:
     """The best chain (top-k 1) for a bucket, for engines that verify chains only (vLLM 0.33)."""
 
     draft_tokens: int = help_field(help="draft tokens per step of the best chain; 0 = off")
-    tokens_per_s: float = help_field(help="predicted steady-state output tokens/s of that chain")
+    tokens_per_s: float = help_field(help="predicted served tok/s incl. prefill of that chain")
     speedup: float = help_field(help="predicted speedup of that chain over no speculation")
 
     def __post_init__(self) -> None:
@@ -245,7 +274,7 @@ class PolicyTable:
                 {
                     "batch": list(b.batch),
                     "context": list(b.context),
-                    "policy": asdict(b.policy) if b.policy else None,
+                    "policy": _policy_dict(b.policy) if b.policy else None,
                     "predicted": asdict(b.predicted) if b.predicted else None,
                     **({"chain": asdict(b.chain)} if b.chain else {}),
                 }
@@ -338,6 +367,15 @@ class PolicyTable:
         if not p.is_file():
             raise SpecError(f"{p}: no such policy file")
         return cls.from_dict(loads_json(read_bytes_bounded(p), str(p)), str(p))
+
+
+def _policy_dict(policy: TreePolicy) -> dict[str, Any]:
+    """A policy's fields for the policy file; 'chain' only when hierarchical (files of
+    non-hierarchical plans read the same as before the field existed)."""
+    d = asdict(policy)
+    if not policy.chain:
+        del d["chain"]
+    return d
 
 
 def _obj(v: Any, where: str) -> Mapping[str, Any]:

@@ -1,12 +1,13 @@
 """Kernels: the Triton kernel benchmarks (benchmarks/bench_kernels.py --out, under
-benchmarks/results/) as a roofline against the measured device-to-device copy bandwidth."""
+benchmarks/results/) as an interactive roofline against the measured device-to-device copy
+bandwidth; other files of the folder are listed last, folded."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from spectune.dashboards import artifacts, plots, ui
+from spectune.dashboards import artifacts, charts, ui
 
 st.title("Kernels")
 folder = artifacts.benchmarks_dir()
@@ -21,8 +22,6 @@ with st.expander("Add a benchmark result"):
 
 docs = [x for x in loaded if x.doc is not None]
 skipped = [x for x in loaded if x.doc is None]
-if skipped:
-    st.caption("Not kernel benchmarks: " + "; ".join(x.error for x in skipped))
 if not docs:
     st.info(
         f"No kernel benchmark results yet. On a GPU host run "
@@ -43,10 +42,10 @@ else:
                 help=f"hardware preset {preset}" if preset else None)  # fmt: skip
     rows = artifacts.roofline_rows(chosen)
     if rows:
-        ui.show(
-            plots.roofline_figure(rows, bw, peak, f"tree attention on {chosen.get('card', '')}")
-        )
-        st.dataframe(pd.DataFrame(rows), hide_index=True, key="kernels.table")
+        st.markdown(f"**Tree attention on {chosen.get('card', '?')}**: achieved TFLOP/s "
+                    "under the roof of the measured copy bandwidth (hover a point for its shape)")  # fmt: skip
+        ui.chart(charts.roofline_chart(rows, bw, peak), key="kernels.chart")
+        ui.table(rows, artifacts.ROOFLINE_COLUMNS, key="kernels.table")
     else:
         st.info("This result holds no timed attention shapes.")
     for part in ("verify", "compact"):
@@ -55,3 +54,8 @@ else:
             st.markdown(f"**{part}**")
             st.dataframe(pd.DataFrame([{"metric": k, "value": str(v)} for k, v in extra.items()]),
                          hide_index=True, key=f"kernels.{part}")  # fmt: skip
+
+if skipped:  # other results share the folder: listed last, folded
+    with st.expander(f"{len(skipped)} other files in {folder} (not kernel benchmarks)"):
+        for x in skipped:
+            st.caption(x.error)

@@ -1,14 +1,14 @@
 """Load: simulated serving at several request rates, speculation on and off on the same
-arrivals: throughput, and TTFT / TPOT percentiles (spectune.simulator). The planned table of
+arrivals: steady-state throughput (warm-up and drain trimmed), and TTFT / TPOT percentiles in
+ms (spectune.simulator). The planned table of
 the Planner page is simulated for the Scenario it was planned for, which the page shows (and
 says where the sidebar's differs)."""
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
-from spectune.dashboards import data, loadtest, plans, plots, ui, uploads
+from spectune.dashboards import charts, data, loadtest, plans, ui, uploads
 
 QPS_CHOICES = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 
@@ -16,14 +16,14 @@ scn, trace = ui.scenario(), ui.trace()
 st.title("Load")
 
 sources = ["SGLang default 5/4/8", "EAGLE default 7/10/60", "Custom policy"]
-plan = st.session_state.get("planner.result")
-if isinstance(plan, plans.Plan):
-    sources.append("Planned table (Planner page)")
+plan = ui.planned()
+if plan is not None:
+    sources.append(ui.PLANNED_SOURCE)
 source = st.radio("Speculation policy", sources, horizontal=True, key="load.source")
 policy: loadtest.PolicySource
 if source == "Custom policy":
     policy = ui.policy_controls("load")
-elif source.startswith("Planned") and isinstance(plan, plans.Plan):
+elif source == ui.PLANNED_SOURCE and plan is not None:
     policy = plan.table
     sidebar = scn
     scn, note = plans.scenario_for_table(plan.table, sidebar)  # simulate what it was planned for
@@ -41,8 +41,10 @@ with st.form("load.form"):
     c1, c2, c3 = st.columns(3)
     qps = c1.multiselect("Request rates, requests/s", QPS_CHOICES, default=[1.0, 4.0, 16.0],
                          key="load.qps")  # fmt: skip
-    requests = c2.slider("Requests per rate", 20, 2000, 100, step=10, key="load.requests",
-                         help="more requests: steadier percentiles, slower")  # fmt: skip
+    requests = c2.slider("Requests per rate", 20, 5000, loadtest.LoadSettings().requests, step=10,
+                         key="load.requests",
+                         help="enough for steady state (warm-up and drain are trimmed); fewer "
+                         "are faster and noisier")  # fmt: skip
     burst = c2.slider("Burstiness (cv of inter-arrival times; 1 = Poisson)", 0.5, 4.0, 1.0,
                       step=0.5, key="load.burst")  # fmt: skip
     seed = int(c3.number_input("Seed", 0, 1_000_000, 0, key="load.seed"))
@@ -57,14 +59,22 @@ with ui.friendly_errors("simulation"):  # cached: simulates again only when an i
     rows = ui.load_sweep(scn, policy, tuple(qps), settings, trace)
 
 if rows:
+    st.caption(loadtest.STEADY_NOTE)
+    if settings.requests < 300:
+        st.warning(f"{settings.requests} requests per rate: the steady window holds few of "
+                   "them, so throughput and percentiles are noisy; 1,000 give steadier figures.")  # fmt: skip
     c1, c2, c3 = st.columns(3)
     with c1:
-        ui.show(plots.load_figure(rows, [("throughput_tok_s", "throughput")], "output tokens/s"))
+        ui.chart(charts.load_chart(rows, [("throughput_tok_s", "throughput"),
+                                          ("goodput_tok_s", "goodput")],
+                                   loadtest.THROUGHPUT_LABEL), key="load.chart.throughput")  # fmt: skip
     with c2:
-        ui.show(plots.load_figure(rows, loadtest.LATENCY_COLUMNS[2:], "TPOT, ms", 1e3))
+        ui.chart(charts.load_chart(rows, loadtest.LATENCY_COLUMNS[2:], "TPOT, ms"),
+                 key="load.chart.tpot")  # fmt: skip
     with c3:
-        ui.show(plots.load_figure(rows, loadtest.LATENCY_COLUMNS[:2], "TTFT, ms", 1e3))
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="load.table")
+        ui.chart(charts.load_chart(rows, loadtest.LATENCY_COLUMNS[:2], "TTFT, ms"),
+                 key="load.chart.ttft")  # fmt: skip
+    ui.table(rows, loadtest.COLUMNS, key="load.table")
 
 st.subheader("Replay a recorded arrival trace")
 arrivals = ui.upload("Trace (CSV or JSONL, optionally .gz: arrival time, prompt tokens, output "
@@ -73,4 +83,4 @@ arrivals = ui.upload("Trace (CSV or JSONL, optionally .gz: arrival time, prompt 
 if arrivals is not None:
     with ui.friendly_errors("trace replay"):
         row = ui.trace_replay(scn, policy, arrivals, settings, trace)
-        st.dataframe(pd.DataFrame([row]), hide_index=True, key="load.trace_table")
+        ui.table([row], loadtest.COLUMNS, key="load.trace_table")
