@@ -208,8 +208,13 @@ def _summary(args: argparse.Namespace) -> int:
     coll = [r for doc in docs.values() if isinstance(doc, dict) for r in doc.get("collectives", [])]
     out["collectives"] = _collectives_choice(coll, lines)
     cals = calibrations_in(d)
-    lines.append("  all-reduce cost per layer, measured in place vs the cost model (us)")
-    lines.append(f"  {'file':<22} {'B':>3} {'N':>4} {'measured':>9} {'model':>9} {'error':>7}")
+    lines.append(
+        "  all-reduce cost per layer, measured in place (verify minus the same compute without"
+        " collectives) vs the cost model, and 2 x the sweep's all-reduce at that size (us)"
+    )
+    lines.append(
+        f"  {'file':<22} {'B':>3} {'N':>4} {'measured':>9} {'model':>9} {'error':>7} {'sweep':>9}"
+    )
     per_layer = []
     for name, doc in docs.items():
         if not isinstance(doc, dict) or tp_of.get(name, 1) == 1 or "verify" not in doc:
@@ -230,10 +235,14 @@ def _summary(args: argparse.Namespace) -> int:
                 {"file": name, "batch": r["batch"], "tokens": r["tokens"],
                  "measured_us": meas * 1e6, "model_us": model * 1e6}
             )  # fmt: skip
+            # the sweep's back-to-back all-reduces at this message size: 2 per layer
+            msg = r["batch"] * r["tokens"] * target.hidden * 2
+            swept = 2 * _swept(coll, doc["tp"], msg)
+            per_layer[-1]["sweep_us"] = swept * 1e6
             err = model / meas - 1 if meas > 0 else float("nan")
             lines.append(
                 f"  {name:<22.22} {r['batch']:>3} {r['tokens']:>4} {meas * 1e6:>9.1f} "
-                f"{model * 1e6:>9.1f} {err:>+7.1%}"
+                f"{model * 1e6:>9.1f} {err:>+7.1%} {swept * 1e6:>9.1f}"
             )
     out["allreduce_per_layer"] = per_layer
     agree = {
@@ -256,6 +265,20 @@ def _summary(args: argparse.Namespace) -> int:
     print("\n".join(lines))
     print(json.dumps(out))
     return 0
+
+
+def _swept(rows: list[dict[str, Any]], tp: int, nbytes: float) -> float:
+    """Seconds of one all-reduce of `nbytes` on `tp` ranks interpolated (log-log) in the
+    sweep's rows; NaN without rows for that tp."""
+    import numpy as np
+
+    pts = sorted(
+        (r["bytes"], r["seconds"]) for r in rows if r["op"] == "all_reduce" and r["tp"] == tp
+    )
+    if not pts:
+        return float("nan")
+    x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+    return float(np.exp(np.interp(np.log(nbytes), x, y)))
 
 
 def _collectives_choice(rows: list[dict[str, Any]], lines: list[str]) -> dict[str, Any]:
