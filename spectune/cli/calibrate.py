@@ -4,16 +4,26 @@ Calibration to them.
 
     spectune calibrate --gpu h100-sxm --out measurements/calibration-h100-sxm.json
     spectune calibrate --from-run calibrate-run.json --measurements run.json --out cal.json   (CPU)
+    spectune calibrate --tp 4 --target llama-3.1-70b --drafter eagle3-llama-3.1-70b \
+        --base cal.json --raw-out verify-tp4.json --out cal-tp4.json
+
+On a host of several GPUs the one-GPU run also times all-reduces by message size on 2, 4, ...
+of them, and the fit adds the interconnect terms (spectune.validate.fit.fit_interconnect).
+With --tp N the verify grid runs with the target split over N GPUs (spectune.executor.tp), each
+point also without its collectives; that run is for `spectune check` (it records "tp"), and
+its calibration is --base with the interconnect terms refitted to its all-reduces.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-from spectune.cli.common import check_out_path, ints
+from spectune.cli.common import check_out_path, int_range, ints
 from spectune.specs import SpecError, load_hardware, load_model, write_json_atomic
+from spectune.specs.calibration import Calibration
 from spectune.specs.io import loads_json, read_bytes_bounded
 
 
@@ -27,48 +37,136 @@ def _read(path: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spectune.validate.fit import fit_calibration
-    from spectune.validate.measure import validate_calibration_run, validate_measurement
+    from spectune.validate.fit import fit_calibration, fit_interconnect
+    from spectune.validate.measure import doc_tp, validate_calibration_run, validate_measurement
 
+    if args.dry_run and args.tp == 1:
+        raise SpecError("--dry-run runs the ranks of --tp N (N > 1) on CPU; pass --tp")
     check_out_path(args.out)
     if args.raw_out is not None:
         check_out_path(args.raw_out, "--raw-out")
+    base = Calibration.load(args.base) if args.base else None
     measurements = [_read(m) for m in args.measurements]
     for path, doc in zip(args.measurements, measurements, strict=True):
         validate_measurement(doc, path)
     if args.from_run:
         raw = _read(args.from_run)
         validate_calibration_run(raw, args.from_run)
+    elif args.tp > 1:
+        raw = _tp_run(args)
     else:
-        import torch
-
-        from spectune.executor.calibrate import calibration_run
-        from spectune.executor.session import Session, SessionConfig, require_cuda
-        from spectune.validate.measure import gpu_hardware_name
-
-        device = require_cuda()
-        name = torch.cuda.get_device_name(device)
-        hardware = load_hardware(args.gpu).name if args.gpu else gpu_hardware_name(name)
-        if args.gpu and gpu_hardware_name(name) != hardware:
-            raise SpecError(f"--gpu {args.gpu} but this machine's GPU is {name!r}")
-        cfg = SessionConfig(max(args.batch), max(args.context), max(args.tokens))
-        session = Session(load_model(args.target), load_model(args.drafter), cfg, device)
-        raw = calibration_run(
-            session,
-            gpu=name,
-            hardware=hardware,
-            batches=args.batch,
-            tokens=args.tokens,
-            contexts=args.context,
+        raw = _one_gpu_run(args)
+    if args.raw_out and not args.from_run:
+        write_json_atomic(args.raw_out, raw)
+    if doc_tp(raw, args.from_run or "the run") > 1:
+        # a split target's verify grid is checked, not fitted: the efficiencies are one GPU's
+        # (--base); the run's all-reduces refit the interconnect terms
+        cal, report = fit_interconnect(
+            raw.get("collectives", []), raw["hardware"], base or Calibration()
         )
-        if args.raw_out:
-            write_json_atomic(args.raw_out, raw)
-    cal, report = fit_calibration(raw, measurements)
+    else:
+        cal, report = fit_calibration(raw, measurements, base=base)
     cal.save(args.out)
     for k, v in report.items():
         print(f"{k:<32} {v}")
     print(f"wrote {args.out}")
     return 0
+
+
+def _one_gpu_run(args: argparse.Namespace) -> dict[str, Any]:
+    """The micro-benchmarks on GPU 0; on a host of several GPUs first the collectives sweep
+    over 2, 4, ... of them (the interconnect terms' data)."""
+    import torch
+
+    from spectune.executor.calibrate import calibration_run
+    from spectune.executor.session import Session, SessionConfig, require_cuda
+
+    device = require_cuda()
+    name = torch.cuda.get_device_name(device)
+    hardware = _hardware(args, name)
+    rows = _sweep(hardware) if torch.cuda.device_count() > 1 and not args.no_collectives else []
+    cfg = SessionConfig(max(args.batch), max(args.context), max(args.tokens))
+    session = Session(load_model(args.target), load_model(args.drafter), cfg, device)
+    raw = calibration_run(
+        session,
+        gpu=name,
+        hardware=hardware,
+        batches=args.batch,
+        tokens=args.tokens,
+        contexts=args.context,
+    )
+    if rows:
+        raw["collectives"] = rows
+    return raw
+
+
+def _hardware(args: argparse.Namespace, gpu_name: str) -> str:
+    from spectune.validate.measure import gpu_hardware_name
+
+    hardware = load_hardware(args.gpu).name if args.gpu else gpu_hardware_name(gpu_name)
+    if args.gpu and gpu_name != "cpu" and gpu_hardware_name(gpu_name) != hardware:
+        raise SpecError(f"--gpu {args.gpu} but this machine's GPU is {gpu_name!r}")
+    return hardware
+
+
+def _sweep(hardware: str) -> list[dict[str, Any]]:
+    """All-reduce (and reduce-scatter + all-gather, all-gather, broadcast) seconds by message
+    size on 2, 4, ... GPUs of this host (spectune.executor.collectives.collective_sweep)."""
+    import tempfile
+
+    import torch
+
+    from spectune.executor.collectives import launch
+    from spectune.executor.tp_jobs import CalibrateJob, calibrate_rank, read_sweep, sweep_tps
+
+    tps = sweep_tps(torch.cuda.device_count())
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "sweep.json")
+        launch(calibrate_rank, tps[-1], (CalibrateJob(out, hardware, tps),), backend="nccl")
+        rows = read_sweep(out)
+    for r in rows:
+        if r["op"] == "all_reduce":
+            print(
+                f"  all_reduce tp{r['tp']} {r['bytes']:>10} B {r['seconds'] * 1e6:9.1f} us "
+                f"busbw {r['busbw_gb_s']:6.1f} GB/s",
+                flush=True,
+            )
+    return rows
+
+
+def _tp_run(args: argparse.Namespace) -> dict[str, Any]:
+    """The verify grid with the target split over --tp GPUs (also without its collectives) and
+    the collectives sweep on them, as a calibration-run document with "tp"."""
+    import tempfile
+
+    import torch
+
+    from spectune.executor.collectives import launch
+    from spectune.executor.tp_jobs import CalibrateJob, calibrate_rank, sweep_tps
+
+    gpu = (
+        "cpu"
+        if args.dry_run
+        else torch.cuda.get_device_name(0)
+        if torch.cuda.is_available()
+        else ""
+    )
+    if not gpu:
+        from spectune.executor.session import require_cuda
+
+        require_cuda()
+    hardware = _hardware(args, gpu)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "run.json")
+        job = CalibrateJob(
+            out, hardware, sweep_tps(args.tp), load_model(args.target), load_model(args.drafter),
+            tuple(args.batch), tuple(args.tokens), tuple(args.context),
+            use_graphs=not args.dry_run,
+        )  # fmt: skip
+        if args.dry_run:  # gloo on CPU: two small messages, two replays
+            job = dataclasses.replace(job, sizes=(4096, 65536), reps=2)
+        launch(calibrate_rank, args.tp, (job,), backend="gloo" if args.dry_run else "nccl")
+        return _read(out)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -91,6 +189,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="FILE",
         help="measurement JSONs (spectune execute) whose phases join the fit (repeatable)",
+    )
+    p.add_argument(
+        "--tp",
+        type=int_range(1, 64),
+        default=1,
+        help="time the verify grid with the target split over this many GPUs (one process "
+        "each); the fit then keeps --base's efficiencies and refits the interconnect terms",
+    )
+    p.add_argument(
+        "--base",
+        default=None,
+        help="calibration whose fields the fit starts from (with --tp: keeps all but the "
+        "interconnect terms)",
+    )
+    p.add_argument(
+        "--no-collectives",
+        action="store_true",
+        help="skip the all-reduce sweep on a host of several GPUs",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --tp: run the ranks on CPU over gloo (tiny models; tests the launch, not timing)",
     )
     p.add_argument("--target", default="llama-3.1-8b", help="target model preset/file")
     p.add_argument("--drafter", default="eagle3-llama-3.1-8b", help="drafter preset/file")

@@ -4,6 +4,7 @@ measurement JSON: per-phase ms, accepted lengths, tokens/s with and without spec
     spectune execute --policy policy.json --batch 1,8,32,64 --context 4096 --out run.json
     spectune execute --policy dynamic-topk:5,4,8 --also dynamic-topk:7,10,60 --batch 1,64
     spectune execute --policy dynamic-topk:5,4,8 --acceptance-trace data/traces/smollm2-mtbench.jsonl.gz
+    spectune execute --policy p70.json --target llama-3.1-70b --tp 4     # 4 GPUs, one process each
 
 With a policy file, the target, drafter and workload are its scenario's; a flag that changes
 one of them says so in one line, and so does a GPU or TP other than the one it was planned for.
@@ -13,6 +14,11 @@ Acceptance is synthetic (random weights): drawn from the workload's acceptance m
 recorded steps' draft probabilities of each expanded node's children with their 0/1 outcome
 against the target's token (planner.acceptance.TraceReplay), so each drafted node replays one
 recorded node's children.
+
+With --tp N the target and the drafter are split over N GPUs of this host
+(spectune.executor.tp: column/row-parallel layers, all-reduces, vocab-parallel LM heads); the
+command spawns one process per GPU itself and the document records "tp": N, which
+`spectune check` prices at that degree.
 """
 
 from __future__ import annotations
@@ -66,6 +72,8 @@ def scenario_of(args: argparse.Namespace, table: PolicyTable | None) -> Scenario
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dry_run and args.tp == 1:
+        raise SpecError("--dry-run runs the ranks of --tp N (N > 1) on CPU; pass --tp")
     check_out_path(args.out)
     table, single = parse_policy_arg(args.policy)
     batches = args.batch
@@ -108,15 +116,36 @@ def run(args: argparse.Namespace) -> int:
     from spectune.planner.acceptance import acceptance_model
     from spectune.validate.measure import format_table, gpu_hardware_name, measurement_doc
 
-    device = require_cuda()
-    gpu = torch.cuda.get_device_name(device)
+    if args.tp > 1 and args.dry_run:
+        device = torch.device("cpu")
+        gpu = "cpu"
+    else:
+        device = require_cuda()
+        gpu = torch.cuda.get_device_name(device)
     hardware = args.hardware or gpu_hardware_name(gpu)
     if table is not None and hardware != scenario.gpu:
         print(f"note: measuring on {hardware}; {args.policy} was planned for {scenario.gpu}")
-    if table is not None and scenario.tp != 1:
-        print(f"note: the executor runs one GPU; {args.policy} was planned for tp {scenario.tp}")
+    if table is not None and scenario.tp != args.tp:
+        print(f"note: measuring at tp {args.tp}; {args.policy} was planned for tp {scenario.tp}")
     acc = acceptance_model(workload_spec) if workload_spec is not None else replay
-    cfg = SessionConfig(max(batches), context, max([1, *budgets]), use_kernels=not args.no_kernels)
+    if args.tp > 1:
+        from spectune.executor.collectives import launch
+        from spectune.executor.tp_jobs import ExecuteJob, execute_rank
+
+        job = ExecuteJob(
+            target, drafter, tuple(runs), context, acc, steps, args.warmup, args.out,
+            doc={"hardware": hardware, "workload": workload, "command": _command(args)},
+            use_kernels=not args.no_kernels, use_graphs=not args.no_graphs,
+        )  # fmt: skip
+        launch(execute_rank, args.tp, (job,), backend="gloo" if args.dry_run else "nccl")
+        return 0
+    cfg = SessionConfig(
+        max(batches),
+        context,
+        max([1, *budgets]),
+        use_graphs=not args.no_graphs,
+        use_kernels=not args.no_kernels,
+    )
     session = Session(target, drafter, cfg, device)
     recs = measure_runs(session, runs, context, acc, steps, args.warmup)
     doc = measurement_doc(
@@ -190,6 +219,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--warmup", type=int_range(0, 100_000), default=5, help="untimed steps per run (default 5)"
     )
     p.add_argument(
+        "--tp",
+        type=int_range(1, 64),
+        default=1,
+        help="split the target (and drafter) over this many GPUs of this host, one process each "
+        "(torch.distributed + NCCL; default 1)",
+    )
+    p.add_argument(
+        "--no-graphs", action="store_true", help="run the phases eagerly (no CUDA graphs)"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --tp: run the ranks on CPU over gloo (tiny models; tests the launch, not timing)",
+    )
+    p.add_argument(
         "--no-kernels",
         action="store_true",
         help="torch attention/verify instead of spectune.kernels",
@@ -207,4 +251,6 @@ def _command(args: argparse.Namespace) -> str:
     parts += [f"--also {a}" for a in args.also]
     if args.acceptance_trace:
         parts.append(f"--acceptance-trace {args.acceptance_trace}")
+    if args.tp > 1:
+        parts.append(f"--tp {args.tp}")
     return " ".join(parts)

@@ -5,7 +5,9 @@ Modules (one concept each): model (dense decoder + KV cache), moe (MoE decoder),
 sources: dynamic top-k, static shape, pruned), verifiers/ (dense and ragged verify), accept
 (accept + KV compaction), tree_build (device EAGLE-2 builder and pruning), synthetic
 (acceptance-model-driven target tokens), graphs (phase CUDA graphs), session (one GPU session),
-calibrate (the GPU side of calibration: micro-benchmarks and timed runs). Every Triton kernel a
+calibrate (the GPU side of calibration: micro-benchmarks and timed runs), tp (tensor
+parallelism: sharded target and drafter), collectives (the TP group, its collectives and their
+sweep), tp_jobs (what the ranks of a --tp command run). Every Triton kernel a
 forward runs, its planning and the CUDA-event timers are in spectune.kernels. The CPU side of
 measurement (measurement documents, check, the calibration fit) is spectune.validate. This
 package's __init__ imports nothing, so importing it costs nothing until a GPU part is used.
@@ -28,6 +30,10 @@ _EXPORTS = {
     "SessionConfig": "session",
     "measure_runs": "session",
     "calibration_run": "calibrate",
+    "TPDecoder": "tp",
+    "TPSession": "tp",
+    "TPGroup": "collectives",
+    "launch": "collectives",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -18,7 +18,8 @@ K/V prefix of every sequence once per layer: B * C * kv_bytes_per_token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -60,6 +61,8 @@ class LayerWeights:
     wqkv: [(H + 2*KVH) * D, in_width]  q, k, v stacked (q heads first)
     wo: [hidden, H * D];  w_gate_up: [2 * ffn, hidden] (gate first);  w_down: [hidden, ffn]
     norm_attn, norm_mlp: [hidden]
+    reduce: the sum over tensor-parallel ranks of a row-parallel output [.., hidden], applied to
+    the o and down projections' outputs (spectune.executor.tp); None on one GPU
     """
 
     wqkv: torch.Tensor
@@ -68,6 +71,7 @@ class LayerWeights:
     w_down: torch.Tensor
     norm_attn: torch.Tensor
     norm_mlp: torch.Tensor
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, kw_only=True)
 
     @classmethod
     def random(
@@ -164,6 +168,8 @@ def attention_block(
             mask,
         )
     o = linear(attn.reshape(b * n, hq * d), w.wo).view(b, n, -1)
+    if w.reduce is not None:
+        o = w.reduce(o)
     return add_rmsnorm(o, residual, w.norm_mlp)
 
 
@@ -188,6 +194,8 @@ def layer_forward(
     b, n, _ = h2.shape
     gu = linear(h2.view(b * n, -1), w.w_gate_up)
     mlp = linear_gated(gu, w.w_down).view(b, n, -1)
+    if w.reduce is not None:
+        mlp = w.reduce(mlp)
     return mlp, residual
 
 
@@ -211,6 +219,7 @@ class Decoder:
                 f"{spec.name}: the executor runs dense decoders only (no MoE/MLA/heads)"
             )
         self.spec = spec
+        self.shard = spec  # the per-rank shape the layers run (spectune.executor.tp narrows it)
         self.device = torch.device(device)
         self.dtype = dtype
         gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -227,12 +236,12 @@ class Decoder:
         self.rope = rope_tables(max_pos, spec.head_dim, ROPE_THETA, self.device)
 
     def new_cache(self, max_batch: int, capacity: int) -> KVCache:
-        return KVCache(self.spec, max_batch, capacity, self.device, self.dtype)
+        return KVCache(self.shard, max_batch, capacity, self.device, self.dtype)
 
     @property
     def heads(self) -> HeadShape:
         """The attention heads an attention plan for this model is made for."""
-        s = self.spec
+        s = self.shard
         return HeadShape(s.heads, s.kv_heads, s.head_dim, self.dtype)
 
     def forward(
@@ -297,7 +306,7 @@ class Decoder:
         captured: dict[int, torch.Tensor] = {}
         for i, w in enumerate(self.layers):
             nxt = self.layers[i + 1].norm_attn if i + 1 < len(self.layers) else self.norm_final
-            args = (self.spec, cache.layer(i, rows), pos, context, slot, span, mask, self.rope)
+            args = (self.shard, cache.layer(i, rows), pos, context, slot, span, mask, self.rope)
             x = self._layer(x, residual, w, args, plan, nxt)
             if i in capture:
                 captured[i] = residual.clone()

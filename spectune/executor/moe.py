@@ -221,6 +221,7 @@ class MoEDecoder(Decoder):
         if not spec.is_moe or spec.is_mla or spec.is_draft_head or spec.shared_experts:
             raise SpecError(f"{spec.name}: MoEDecoder runs GQA MoE decoders without shared experts")
         self.spec = spec
+        self.shard = spec
         self.device = torch.device(device)
         self.dtype = dtype
         self.use_triton = use_triton

@@ -78,6 +78,7 @@ class Rates:
     elementwise_bytes_per_s: float
     link_bytes_per_s: float  # per-direction bus bandwidth a ring collective reaches
     link_latency_s: float
+    link_step_latency_s: float  # added per ring step (2*(tp-1) per all-reduce, tp-1 per gather)
     launch_s: float  # one kernel inside a CUDA graph
     gemm_fixed_s: float  # one weight GEMM's fixed time beyond its launch
     attention_fixed_s: float  # one attention kernel's fixed time beyond its launch
@@ -123,6 +124,7 @@ class Rates:
             * pick(cal.elementwise_bw_efficiency, hw.hbm_efficiency),
             link_bytes_per_s=hw.interconnect_bytes_per_s * cal.interconnect_efficiency,
             link_latency_s=pick(cal.allreduce_latency_s, hw.interconnect_latency_s),
+            link_step_latency_s=cal.allreduce_step_latency_s,
             launch_s=launch,
             gemm_fixed_s=cal.gemm_fixed_s,
             attention_fixed_s=cal.attention_fixed_s,
@@ -285,16 +287,20 @@ def elementwise_time(r: Rates, bytes_: ArrayLike) -> F64:
 
 def allreduce_time(r: Rates, bytes_: ArrayLike, tp: int) -> F64:
     """Ring all-reduce of `bytes_` over `tp` ranks: each link carries 2*(tp-1)/tp * bytes,
-    plus a fixed latency. Zero for tp = 1."""
+    plus a fixed latency and one step latency per each of the 2*(tp-1) ring steps. Zero for
+    tp = 1."""
     b = np.asarray(bytes_, dtype=np.float64)
     if tp == 1:
         return np.zeros_like(b)
-    return 2 * (tp - 1) / tp * b / r.link_bytes_per_s + r.link_latency_s
+    steps = 2 * (tp - 1)
+    return steps / tp * b / r.link_bytes_per_s + r.link_latency_s + steps * r.link_step_latency_s
 
 
 def allgather_time(r: Rates, bytes_: ArrayLike, tp: int) -> F64:
-    """Ring all-gather of a tensor of `bytes_` total: (tp-1)/tp * bytes per link + latency."""
+    """Ring all-gather of a tensor of `bytes_` total: (tp-1)/tp * bytes per link + latency
+    (+ tp-1 step latencies)."""
     b = np.asarray(bytes_, dtype=np.float64)
     if tp == 1:
         return np.zeros_like(b)
-    return (tp - 1) / tp * b / r.link_bytes_per_s + r.link_latency_s
+    steps = tp - 1
+    return steps / tp * b / r.link_bytes_per_s + r.link_latency_s + steps * r.link_step_latency_s

@@ -90,6 +90,12 @@ class Calibration:
         help="fixed latency of one all-reduce or all-gather, s; "
         "None: HardwareSpec.interconnect_latency_s",
     )
+    allreduce_step_latency_s: float = help_field(
+        0.0,
+        help="latency each step of a ring collective adds, s: an all-reduce over tp ranks "
+        "takes 2*(tp-1) steps, an all-gather tp-1 (NCCL's own model, src/graph/tuning.cc: "
+        "latency = base + steps x per-hop latency); default 0: one latency at every tp",
+    )
     launch_s: float | None = help_field(
         None,
         help="cost of one kernel inside a CUDA graph (launch gap + ramp), s; "
@@ -229,6 +235,7 @@ class Calibration:
                 )
         times = (
             "allreduce_latency_s",
+            "allreduce_step_latency_s",
             "launch_s",
             "gemm_fixed_s",
             "attention_fixed_s",

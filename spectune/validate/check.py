@@ -2,7 +2,8 @@
 
 For each measurement document (schema spectune.measurement/v1) in a folder, the calibration
 committed beside it for the same GPU (a spectune.calibration/v1 file whose `hardware` matches;
-none: the cost model's defaults) configures CostModel(hardware, target, drafter). Per run:
+none: the cost model's defaults) configures CostModel(hardware, target, drafter, tp), tp being
+the document's (the GPUs the executor split the target over; 1 when absent). Per run:
 - verify latency: CostModel.verify_time(batch, tree tokens, context) vs the measured verify phase
   (and the baseline's verify at 1 token); for a pruned policy the tree tokens are the measured
   mean verified per sequence (`verified_mean`), or, in a document without it, the planner's
@@ -45,7 +46,7 @@ from spectune.specs import SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import SCHEMA as CALIBRATION_SCHEMA
 from spectune.specs.calibration import Calibration
 from spectune.specs.io import loads_json, read_bytes_bounded
-from spectune.validate.measure import RUN_SCHEMA, validate_document
+from spectune.validate.measure import RUN_SCHEMA, doc_tp, validate_document
 
 if TYPE_CHECKING:
     from spectune.specs.engine import EngineProfile
@@ -186,6 +187,7 @@ def check_folder(
                 hw,
                 load_model(data["target"]),
                 load_model(data["drafter"]),
+                tp=doc_tp(data, str(p)),
                 calibration=cals.get(hw.name),
             )
             name = str(p.relative_to(root))

@@ -229,6 +229,9 @@ def fit_calibration(
         if sel.any():
             report[f"mape_{kind}_before"] = float(np.mean(np.abs(start[sel] / meas[sel] - 1)))
             report[f"mape_{kind}_after"] = float(np.mean(np.abs(end[sel] / meas[sel] - 1)))
+    if any(r.get("op") == "all_reduce" for r in run.get("collectives", [])):
+        cal, link = fit_interconnect(run["collectives"], hw.name, cal)
+        report.update({f"link_{k}": v for k, v in link.items()})
     return cal, report
 
 
@@ -290,3 +293,74 @@ def _scalar(x: object) -> float:
     import numpy as np
 
     return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])
+
+
+# Bounds of the interconnect fit. Efficiency <= 1: a ring all-reduce's bus bandwidth cannot
+# pass the link's published per-direction bandwidth (HardwareSpec.interconnect_bytes_per_s:
+# NVLink 4 on H100/H200 SXM, 18 links x 50 GB/s = 900 GB/s bidirectional, 450 GB/s each way,
+# NVIDIA H100 datasheet). Latency: 0.5 us (a kernel launch) .. 1 ms; per ring step 0 .. 20 us.
+# (name, lower, upper, start, scale)
+LINK_PARAMS = (
+    ("interconnect_efficiency", 1e-3, 1.0, 0.8, 0.1),
+    ("allreduce_latency_s", 0.5e-6, 1e-3, 8e-6, 1e-6),
+    ("allreduce_step_latency_s", 0.0, 20e-6, 0.5e-6, 1e-6),
+)
+
+
+def fit_interconnect(
+    rows: Sequence[dict[str, Any]], hardware: str, base: Calibration
+) -> tuple[Calibration, dict[str, Any]]:
+    """`base` with the interconnect terms fitted to measured all-reduces (rows of
+    spectune.executor.collectives.collective_sweep with op 'all_reduce': tp, bytes, seconds)
+    by least squares on the log-ratio of the cost model's ring all-reduce
+    (operators.allreduce_time: 2*(tp-1)/tp * bytes / (link bytes/s * efficiency) + latency
+    + 2*(tp-1) * step latency) to the measured seconds, every tp of the sweep at once; the
+    step latency is fitted only when the rows hold two tp or more (one tp cannot tell it from
+    the fixed latency). Returns it and a report: the fit, its bus bandwidth and MAPE per tp."""
+    from scipy.optimize import least_squares
+
+    hw = load_hardware(hardware)
+    ar = [r for r in rows if r.get("op") == "all_reduce" and int(r["tp"]) > 1]
+    if len(ar) < 2:
+        raise SpecError("the interconnect fit needs at least 2 all-reduce rows with tp > 1")
+    tp = np.array([float(r["tp"]) for r in ar])
+    size = np.array([float(r["bytes"]) for r in ar])
+    meas = np.array([float(r["seconds"]) for r in ar])
+    steps = 2 * (tp - 1)  # ring steps of an all-reduce; each link carries steps/tp of it
+    link = hw.interconnect_bytes_per_s
+    params = LINK_PARAMS if len(set(tp.tolist())) > 1 else LINK_PARAMS[:2]
+
+    def model(x: np.ndarray) -> np.ndarray:
+        step = x[2] if len(x) > 2 else 0.0
+        return steps / tp * size / (link * x[0]) + x[1] + steps * step
+
+    sol = least_squares(
+        lambda x: np.log(model(x) / meas),
+        np.array([p[3] for p in params]),
+        bounds=(np.array([p[1] for p in params]), np.array([p[2] for p in params])),
+        x_scale=np.array([p[4] for p in params]),
+    )
+    fitted = {p[0]: float(v) for p, v in zip(params, sol.x, strict=True)}
+    fitted.setdefault("allreduce_step_latency_s", 0.0)
+    tps = ", ".join(str(int(t)) for t in sorted(set(tp.tolist())))
+    cal = dataclasses.replace(
+        base,
+        hardware=hw.name,
+        interconnect_efficiency=fitted["interconnect_efficiency"],
+        allreduce_latency_s=fitted["allreduce_latency_s"],
+        allreduce_step_latency_s=fitted["allreduce_step_latency_s"],
+        source=f"{base.source}; interconnect: least-squares fit of {len(ar)} all-reduce timings "
+        f"(tp {tps}; spectune.validate.fit.fit_interconnect)",
+    )
+    pred = model(sol.x)
+    report: dict[str, Any] = {
+        "interconnect_efficiency": fitted["interconnect_efficiency"],
+        "allreduce_latency_us": fitted["allreduce_latency_s"] * 1e6,
+        "allreduce_step_latency_us": fitted["allreduce_step_latency_s"] * 1e6,
+        "busbw_gb_s": link * fitted["interconnect_efficiency"] / 1e9,
+        "rows": len(ar),
+    }
+    for t in sorted(set(tp.tolist())):
+        sel = tp == t
+        report[f"mape_allreduce_tp{int(t)}"] = float(np.mean(np.abs(pred[sel] / meas[sel] - 1)))
+    return cal, report

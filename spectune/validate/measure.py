@@ -172,6 +172,7 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
         if not isinstance(doc.get(key), typ) or isinstance(doc.get(key), bool):
             raise SpecError(f"{where}: field {key!r} must be a {typ.__name__}")
     _number(doc, "context", where, lo_open=False, hi=2**31, integer=True)
+    doc_tp(doc, where)
     if not doc["runs"]:
         raise SpecError(f"{where}: field 'runs' is empty; a measurement needs at least one run")
     for i, r in enumerate(doc["runs"]):
@@ -206,6 +207,29 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
 
 
 RUN_SCHEMA = "spectune.calibration-run/v1"
+MAX_TP = 64  # as Scenario.tp
+
+
+def doc_tp(doc: dict[str, Any], where: str) -> int:
+    """The document's tensor-parallel degree: field 'tp' (absent: 1, one GPU), 1..MAX_TP."""
+    if "tp" not in doc:
+        return 1
+    return int(_number(doc, "tp", where, lo=1, lo_open=False, hi=MAX_TP, integer=True))
+
+
+def _collectives(doc: dict[str, Any], where: str) -> None:
+    """The collectives sweep's rows (spectune.executor.collectives.collective_sweep): op, tp
+    in 2..MAX_TP, bytes >= 1, seconds > 0."""
+    rows = doc.get("collectives", [])
+    if not isinstance(rows, list):
+        raise SpecError(f"{where}: field 'collectives' must be a list of objects")
+    for i, r in enumerate(rows):
+        w = f"{where}: collectives[{i}]"
+        if not isinstance(r, dict) or not isinstance(r.get("op"), str):
+            raise SpecError(f"{w}: expected an object with a string 'op'")
+        _number(r, "tp", w, lo=2, lo_open=False, hi=MAX_TP, integer=True)
+        _number(r, "bytes", w, lo=1, lo_open=False, hi=2**40, integer=True)
+        _number(r, "seconds", w, hi=1e3)
 
 
 def validate_calibration_run(doc: Any, where: str = "calibration run") -> None:
@@ -230,6 +254,10 @@ def validate_calibration_run(doc: Any, where: str = "calibration run") -> None:
                 lo = 0 if key == "context" else 1
                 _number(r, key, w, lo=lo, lo_open=False, hi=2**31, integer=True)
             _number(r, "seconds", w, hi=1e6)
+            if kind == "verify" and "seconds_nocomm" in r:
+                _number(r, "seconds_nocomm", w, hi=1e6)
+    doc_tp(doc, where)
+    _collectives(doc, where)
     if not doc.get("verify") and not doc.get("gemm"):
         raise SpecError(f"{where}: no verify or gemm rows to fit or check")
 

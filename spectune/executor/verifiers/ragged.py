@@ -139,7 +139,11 @@ class RaggedVerifier(Verifier):
         now = lay.bucket(int(lay.total.item()))  # the step in the plan
         reach = last + ROUTE_REACH * TOKEN_BUCKET
         sizes = sorted({lay.bucket(t) for t in range(first, reach + 1)})
-        self.route = route_buckets(self.gemm_cost_s(sizes), ROUTE_REACH)
+        cost = self.gemm_cost_s(sizes)
+        group = getattr(self.target, "group", None)  # a TPDecoder's (spectune.executor.tp)
+        if group is not None:  # rank 0's costs route every rank: their graphs' collectives pair up
+            cost = group.broadcast_object(cost)
+        self.route = route_buckets(cost, ROUTE_REACH)
         for tokens in (now, *sorted({self.route.get(b, b) for b in sizes if b <= last})):
             if tokens not in self.graphs:  # warm `now` first
                 self._capture_bucket(tokens, warm=tokens >= now)

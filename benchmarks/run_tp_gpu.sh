@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Tensor-parallel executor vs the cost model's TP terms, on one host of 4 GPUs (nvidia-h100-x4),
+# in one device call of about 7-8 minutes (every part has its own time limit; total < 9 min):
+#
+#     OUT=$OUT bash benchmarks/run_tp_gpu.sh             # from the repo root; OUT defaults to ./out
+#     OUT=/tmp/tpdry bash benchmarks/run_tp_gpu.sh --dry-run   # CPU: gloo, tiny models, no timing
+#
+# Needs optuna (the planner's search): on the device, install the wheels first
+# (python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl;
+# export PYTHONPATH=/tmp/site). NVLink SHARP stays off (NCCL_NVLS_ENABLE=0).
+#
+# Parts, writing the check folder $OUT/tp/ in the layout of measurements/h200/:
+#   sweep   all-reduce / reduce-scatter+all-gather / all-gather / broadcast by message size on
+#           2 and 4 GPUs (graph-captured NCCL)                              -> $OUT/sweep.json
+#   one     in parallel on separate GPUs: the one-GPU micro-benchmarks of `spectune calibrate`
+#           (Llama-3.1-8B, GPU 0) and one-GPU spec decoding (SGLang 5/4/8 and a vLLM-style chain
+#           3/1/4 at B 1/8/32/64, GPU 1)       -> tp/calibrate-run.json, tp/measurement-tp1.json
+#   fit     `spectune calibrate --from-run` over both + the sweep (interconnect terms)
+#                                                                  -> tp/calibration-<gpu>.json
+#   plan    planned tables for Llama-3.1-70B at tp 4 and Llama-3.1-8B at tp 2 (calibrated)
+#   tp4     Llama-3.1-70B + its EAGLE-3 head at real shape, random bf16 weights, split over 4
+#           GPUs: verify grid B{1,8,32,64} x N{1,16,64} at C 4096 (each with and without its
+#           collectives), then the planned policy, the SGLang default and the vLLM chain at
+#           B 1/8/32/64                              -> tp/verify-tp4.json, tp/execute-tp4.json
+#   tp2     the same for Llama-3.1-8B on 2 GPUs      -> tp/verify-tp2.json, tp/execute-tp2.json
+#   check   `spectune check $OUT/tp`, then the summary table (printed last, also summary.txt):
+#           TP verify MAPE, speedup errors, all-reduce cost per layer measured vs the model's.
+# Knobs (environment): TP_PARTS (default "sweep one fit plan tp4 tp2 check"), TP_STEPS (15),
+# TP_GRAPHS=0 (the TP runs without CUDA graphs, should capturing NCCL collectives fail),
+# TP2_GPUS (default 0,1).
+set -uo pipefail
+OUT=${OUT:-out}
+D="$OUT/tp"
+mkdir -p "$D"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+PY=$(command -v python3 || command -v python)
+PARTS=${TP_PARTS:-sweep one fit plan tp4 tp2 check}
+STEPS=${TP_STEPS:-15}  # timed steps per TP run (the one-GPU runs take 20)
+NOGRAPHS=()
+[[ "${TP_GRAPHS:-1}" == 0 ]] && NOGRAPHS=(--no-graphs)
+LOG="$OUT/run.log"
+: >"$LOG"
+rm -f "$OUT/.status"
+status() { echo "$1" >>"$OUT/.status"; }
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+# part NAME LIMIT_S CMD...: run with a time limit (its whole process group), log, record rc
+part() {
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name ($(date -u +%T), limit ${limit}s): $*" | tee -a "$LOG"
+    timeout -k 10 "$limit" "$@" 2>&1 | tee -a "$LOG"
+    status "$name rc=${PIPESTATUS[0]}"
+}
+
+if [[ "${1:-}" == "--dry-run" ]]; then
+    # CPU: the ranks over gloo on tiny models; the one-GPU part replaced by the committed H200
+    # run (its fit, with the dry sweep's rows, exercises the interconnect fit)
+    DRY=(--dry-run)
+    HW=h200
+    export TRITON_INTERPRET=1
+    "$PY" benchmarks/bench_tp.py tiny-models "$OUT/models" >/dev/null
+    T70="$OUT/models/tiny-target.json" H70="$OUT/models/tiny-head.json"
+    T8=$T70 H8=$H70
+    CTX=16 BATCH=1,2 GRID=(--grid-batch 1,2 --grid-tokens 1,4) STEPS=2
+else
+    DRY=()
+    case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
+    *H200*) HW=h200 ;;
+    *H100*) HW=h100-sxm ;;
+    *) echo "unknown GPU; this script prices H100 SXM or H200" && exit 2 ;;
+    esac
+    T70=llama-3.1-70b H70=eagle3-llama-3.1-70b T8=llama-3.1-8b H8=eagle3-llama-3.1-8b
+    CTX=4096 BATCH=1,8,32,64 GRID=(--grid-batch 1,8,32,64 --grid-tokens 1,16,64)
+fi
+
+{
+    echo "== $(date -u +%FT%TZ) rev $(git rev-parse --short HEAD 2>/dev/null || echo unknown) hw $HW"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+    "$PY" -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")'
+} 2>&1 | tee -a "$LOG"
+
+has sweep && part sweep 40 "$PY" benchmarks/bench_tp.py sweep --out "$OUT/sweep.json" \
+    --hardware "$HW" "${DRY[@]}"
+
+if has one; then
+    if [[ ${#DRY[@]} -eq 0 ]]; then
+        echo "== one ($(date -u +%T), limit 120s)" | tee -a "$LOG"
+        CUDA_VISIBLE_DEVICES=1 timeout -k 10 120 "$PY" -m spectune execute \
+            --policy dynamic-topk:5,4,8 --also dynamic-topk:3,1,4 --batch "$BATCH" \
+            --context "$CTX" --steps 20 --warmup 3 --out "$D/measurement-tp1.json" \
+            >"$OUT/one-execute.log" 2>&1 &
+        CUDA_VISIBLE_DEVICES=0 timeout -k 10 120 "$PY" benchmarks/bench_tp.py micro \
+            --out "$D/calibrate-run.json" --hardware "$HW" 2>&1 | tee -a "$LOG"
+        status "one-micro rc=${PIPESTATUS[0]}"
+        wait $!
+        status "one-execute rc=$?"
+        cat "$OUT/one-execute.log" >>"$LOG"
+        tail -6 "$OUT/one-execute.log"
+    else
+        cp measurements/h200/calibrate-run.json "$OUT/calibrate-run.json"
+    fi
+fi
+
+if has fit; then
+    if [[ ${#DRY[@]} -eq 0 ]]; then
+        RUN="$D/calibrate-run.json" MEAS=(--measurements "$D/measurement-tp1.json")
+    else
+        RUN="$OUT/calibrate-run.json" MEAS=()
+    fi
+    "$PY" benchmarks/bench_tp.py merge "$RUN" "$OUT/sweep.json"
+    part fit 60 "$PY" -m spectune calibrate --from-run "$RUN" "${MEAS[@]}" \
+        --out "$D/calibration-$HW.json"
+fi
+
+if has plan; then
+    part plan 40 bash -c "'$PY' benchmarks/bench_tp.py plan --calibration '$D/calibration-$HW.json' \
+        --gpu $HW --tp 4 --target '$T70' --drafter '$H70' --batch $BATCH --context $CTX \
+        --out '$D/policy-tp4.json' && '$PY' benchmarks/bench_tp.py plan \
+        --calibration '$D/calibration-$HW.json' --gpu $HW --tp 2 --target '$T8' --drafter '$H8' \
+        --batch $BATCH --context $CTX --out '$D/policy-tp2.json'"
+fi
+
+tp_run() { # tp_run N TARGET DRAFTER LIMIT
+    local n=$1 t=$2 h=$3 limit=$4 pol=()
+    [[ -f "$D/policy-tp$n.json" ]] && pol=(--policy "$D/policy-tp$n.json")
+    part "tp$n" "$limit" "$PY" benchmarks/bench_tp.py run --tp "$n" --target "$t" --drafter "$h" \
+        "${pol[@]}" --engine sglang --engine vllm --hardware "$HW" --batch "$BATCH" \
+        --context "$CTX" --steps "$STEPS" --warmup 3 "${GRID[@]}" \
+        --out-grid "$D/verify-tp$n.json" --out-measure "$D/execute-tp$n.json" "${DRY[@]}" \
+        "${NOGRAPHS[@]}"
+}
+has tp4 && tp_run 4 "$T70" "$H70" 180
+has tp2 && CUDA_VISIBLE_DEVICES=${TP2_GPUS:-0,1} tp_run 2 "$T8" "$H8" 100
+
+cat >"$D/README.md" <<EOF
+# Tensor-parallel executor measurements on $HW ($(date -u +%F))
+
+Made by \`OUT=... bash benchmarks/run_tp_gpu.sh\` (rev $(git rev-parse --short HEAD 2>/dev/null || echo unknown)),
+one device call on 4 GPUs of one host, NCCL_NVLS_ENABLE=0; real-shape models with random bf16
+weights, synthetic acceptance from the mt-bench workload, context $CTX. \`spectune check\` re-predicts
+every document here at its own "tp" with the calibration beside it.
+
+| file | what |
+| --- | --- |
+| calibrate-run.json | one-GPU micro-benchmarks (Llama-3.1-8B, GPU 0; verify grid B{$BATCH} x N{1,16,64}) + the collectives sweep on 2 and 4 GPUs (rows "collectives") |
+| measurement-tp1.json | one GPU (GPU 1, run beside the micro-benchmarks on GPU 0): SGLang 5/4/8 and the chain 3/1/4 at B{$BATCH} |
+| calibration-$HW.json | \`spectune calibrate --from-run calibrate-run.json --measurements measurement-tp1.json\`: efficiencies and fixed costs from one GPU, interconnect terms (validate.fit.fit_interconnect) from the all-reduce sweep |
+| policy-tp4.json, policy-tp2.json | planned tables (validate.planned.plan_table, calibrated, tp 4 / tp 2) |
+| verify-tp4.json, verify-tp2.json | verify grid of the split target (Llama-3.1-70B at tp 4, Llama-3.1-8B at tp 2); "seconds_nocomm": the same shard compute without its collectives |
+| execute-tp4.json, execute-tp2.json | planned policy, SGLang default (engine_default), vLLM-style chain 3/1/4 (vLLM has no default) vs no speculation at B{$BATCH}; "ranks_agree": every rank accepted alike |
+
+The verify grids and TP runs are out of sample: nothing measured at tp > 1 enters the fit.
+EOF
+
+if has check; then
+    "$PY" -m spectune check "$D" --speedup-tol 0.03 --mape-tol 0.03 >"$OUT/check.txt" 2>&1
+    status "check rc=$?"
+    tail -40 "$OUT/check.txt" >>"$LOG"
+    echo "exit codes: $(tr '\n' ' ' <"$OUT/.status") (124: the part hit its time limit)" | tee "$OUT/summary.txt"
+    "$PY" benchmarks/bench_tp.py summary "$D" 2>&1 | tee -a "$OUT/summary.txt"
+fi
