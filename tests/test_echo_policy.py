@@ -336,15 +336,9 @@ def test_exports_say_echo_and_export_the_per_request_policy(engine: str) -> None
     assert any("ECHO" in text for text in a.files.values())
 
 
-def test_executor_rejects_shared_budget_policies() -> None:
-    pytest.importorskip("torch")
-    from spectune.executor.loop import SpecRunner
-
-    with pytest.raises(SpecError, match="shared verify budget"):
-        SpecRunner(None, None, None, ECHO, 4, 128, None, None)  # type: ignore[arg-type]
-
-
-def test_executor_plans_without_shared_budget(tmp_path: Path) -> None:
+def test_executor_plans_with_shared_budget_and_grafting(tmp_path: Path) -> None:
+    """plan_table searches the whole space the executor runs (ECHO and grafting included); on
+    a workload whose requests differ this much it picks ECHO at batch 32 or 64."""
     from spectune.validate.planned import plan_table
 
     cal_file = ROOT / "measurements/h200/calibration-h200.json"
@@ -353,6 +347,7 @@ def test_executor_plans_without_shared_budget(tmp_path: Path) -> None:
     scenario = Scenario(
         gpu=load_calibration(cal_file).hardware, workload=str(spread), calibration=str(cal_file)
     )
-    table = plan_table(scenario, batches=[32, 64], context=2048, trials=16)
-    assert all(b.policy is None or not b.policy.shared_budget for b in table.buckets)
+    table = plan_table(scenario, batches=[32, 64], context=2048, trials=16, min_gain=0.0)
+    assert any(b.policy is not None and b.policy.shared_budget for b in table.buckets)
     assert table.scenario == scenario
+    assert "graft" in table.provenance["space"]

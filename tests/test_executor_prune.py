@@ -351,11 +351,6 @@ def test_pruned_accepted_lengths_and_tree_size_match_the_planner(policy: TreePol
     assert abs(kept / count - float(np.mean(nodes))) < 0.35
 
 
-def test_graft_is_rejected_with_the_reason() -> None:
-    with pytest.raises(SpecError, match="no retrieval drafter"):
-        _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, 0.1, 2))
-
-
 # ---- measurement + check ------------------------------------------------------------------------
 def test_check_prices_pruned_runs_at_the_measured_tree_size(tmp_path: Path) -> None:
     """run_record writes verified_mean; check prices a pruned run's verify at it, and falls back

@@ -12,7 +12,12 @@ Measurement JSON (schema spectune.measurement/v1; spectune.validate.check reads 
                unless the policy prunes; optional in older documents),
                "phases_ms": {draft, tree, verify, accept, compact, extend, overhead, step},
                "accepted_mean": accepted draft tokens per step, "tokens_per_step",
-               "tokens_per_s", "ar_step_ms", "ar_tokens_per_s", "speedup"}]}
+               "tokens_per_s", "ar_step_ms", "ar_tokens_per_s", "speedup",
+               "extend_tokens": tokens per sequence of the (padded) draft extend (optional;
+               absent: depth + 1),
+               "repeats": {"tokens_per_s": [...], "tokens_per_step": [...], "step_ms": [...]}
+               and "spread": {"tokens_per_s_rel": sample std / mean, ...} (optional: runs
+               measured more than once; the run's figures are then the repeats' means)}]}
 """
 
 from __future__ import annotations
@@ -54,8 +59,24 @@ class RunSpec:
     label: str
 
 
+def _rel_std(values: Sequence[float]) -> float:
+    """Sample standard deviation / mean (0 for fewer than two values)."""
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(var) / mean if mean else 0.0
+
+
 def run_record(spec: RunSpec, spec_res: Any, ar_res: Any) -> dict[str, Any]:
-    """One entry of "runs" from a spec PhaseResult (None when off) and the baseline PhaseResult."""
+    """One entry of "runs" from a spec PhaseResult, or a list of repeats of one (None when off),
+    and the baseline PhaseResult. Repeats: phases are the means of the repeats' medians,
+    accepted and verified lengths the means over every timed step, and the entry holds each
+    repeat's figures and their relative spread."""
+    repeats: list[Any] = []
+    if isinstance(spec_res, list | tuple):
+        repeats = list(spec_res)
+        spec_res = repeats[0] if len(repeats) == 1 else _pooled(repeats)
     ar_ms = ar_res.phases_s["step"] * 1e3
     ar_tps = spec.batch / ar_res.phases_s["step"]
     if spec_res is None:
@@ -87,7 +108,39 @@ def run_record(spec: RunSpec, spec_res: Any, ar_res: Any) -> dict[str, Any]:
         },
         "ar_tokens_per_s": ar_tps,
         "speedup": tps / ar_tps,
+        **_extras(spec_res, repeats),
     }
+
+
+def _pooled(repeats: Sequence[Any]) -> Any:
+    """One PhaseResult-like record of several repeats of one run (see run_record)."""
+    first = repeats[0]
+    keys = first.phases_s.keys()
+    phases = {k: sum(r.phases_s[k] for r in repeats) / len(repeats) for k in keys}
+    return dataclasses.replace(
+        first,
+        phases_s=phases,
+        accepted=[a for r in repeats for a in r.accepted],
+        verified=[v for r in repeats for v in r.verified],
+    )
+
+
+def _extras(res: Any, repeats: Sequence[Any]) -> dict[str, Any]:
+    """extend_tokens (when known) and, for repeated runs, the repeats and their spread."""
+    out: dict[str, Any] = {}
+    if res is not None and getattr(res, "extend_tokens", 0):
+        out["extend_tokens"] = int(res.extend_tokens)
+    if len(repeats) > 1:
+        tps = [float(r.tokens_per_s) for r in repeats]
+        per_step = [float(r.tokens_per_step) for r in repeats]
+        step_ms = [float(r.phases_s["step"]) * 1e3 for r in repeats]
+        out["repeats"] = {"tokens_per_s": tps, "tokens_per_step": per_step, "step_ms": step_ms}
+        out["spread"] = {
+            "tokens_per_s_rel": _rel_std(tps),
+            "tokens_per_step_rel": _rel_std(per_step),
+            "step_ms_rel": _rel_std(step_ms),
+        }
+    return out
 
 
 def measurement_doc(
