@@ -5,14 +5,16 @@ committed beside it for the same GPU (a spectune.calibration/v1 file whose `hard
 none: the cost model's defaults) configures CostModel(hardware, target, drafter). Per run:
 - verify latency: CostModel.verify_time(batch, tree tokens, context) vs the measured verify phase
   (and the baseline's verify at 1 token); for a pruned policy the tree tokens are the measured
-  mean verified per sequence (`verified_mean`), or, in a document without it, the planner's
-  mean kept tokens (ClosedFormObjective.tree_tokens for the document's workload);
+  mean verified per sequence (`verified_mean`; also for shared-budget and grafted trees), or,
+  in a document without it, the planner's mean kept tokens (ClosedFormObjective.tree_tokens
+  for the document's workload);
 - speedup: predicted = tokens_per_step_measured / CostModel.iteration(policy, batch, context,
   tokens=tree tokens).total_s x CostModel.iteration(None, batch, context).total_s vs the
   measured speedup. The iteration charges everything the policy has (a pruned policy its
   pruning pass, ragged packing and host read: Calibration.prune_step_s), and its draft extend
   runs over depth + 1 tokens (its default) because the executor pads it so (graph-captured, as
-  engines do). The measured accepted length is used on both sides, so the check tests the
+  engines do; a grafting run pads it further, to depth + its longest chain: the document's
+  `extend_tokens`). The measured accepted length is used on both sides, so the check tests the
   timing model (acceptance is checked separately, against the acceptance model, by the
   executor's tests).
 Calibration-run documents (spectune.calibration-run/v1) add their verify grids to the MAPE.
@@ -165,19 +167,21 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
                 ph["verify"] / 1e3,
             )
         )
-        spec_pred = _scalar(cm.iteration(policy, b, c, tokens=n).total_s)
+        step = cm.iteration(policy, b, c, tokens=n, accepted=r.get("extend_tokens"))
+        spec_pred = _scalar(step.total_s)
         pred_speedup = r["tokens_per_step"] / spec_pred * ar_pred
         res.speedup.append(Row(name, f"speedup {label}", pred_speedup, r["speedup"]))
 
 
 def _tree_tokens(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, Any]) -> float:
-    """Tokens a run verified per sequence: its tree slots, or for a pruned policy the measured
-    mean (else the planner's tree_tokens for the document's workload)."""
+    """Tokens a run verified per sequence: the measured mean (`verified_mean`: the tree slots of
+    a dense verify, the kept nodes of a ragged one), else for a document without it the tree
+    slots, or for a pruned policy the planner's tree_tokens for the document's workload."""
     pol = run["policy"]
-    if pol.get("prune_threshold", 0.0) <= 0:
-        return float(run["nodes"])
     if run.get("verified_mean") is not None:
         return float(run["verified_mean"])
+    if pol.get("prune_threshold", 0.0) <= 0:
+        return float(run["nodes"])
     if "objective" not in planned:
         from spectune.planner.objective import closed_form_objective
 

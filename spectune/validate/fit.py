@@ -117,7 +117,7 @@ def _rows(
                 ("verify", {"batch": b, "tokens": _tokens(r), "context": c}, ph["verify"] / 1e3)
             )
             policy = TreePolicy(**pol)
-            run_args = {"batch": b, "policy": policy, "context": c}
+            run_args = {"batch": b, "policy": policy, "context": c, "accepted": r.get("extend_tokens")}
             rows.append(("step", {**run_args, "tokens": _tokens(r)}, ph["step"] / 1e3))
             rows.append(("draft", run_args, ph["draft"] / 1e3))
             rows.append(("extend", run_args, ph["extend"] / 1e3))
@@ -138,7 +138,9 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
     if kind == "ar":
         return _scalar(cm.iteration(None, a["batch"], a["context"]).total_s)
     if kind in ("step", "draft", "extend"):
-        step = cm.iteration(a["policy"], a["batch"], a["context"], tokens=a.get("tokens"))
+        step = cm.iteration(
+            a["policy"], a["batch"], a["context"], tokens=a.get("tokens"), accepted=a.get("accepted")
+        )
         field = {"step": step.total_s, "draft": step.draft_s, "extend": step.extend_s}[kind]
         return _scalar(field)
     raise ValueError(kind)
@@ -187,6 +189,9 @@ def fit_calibration(
             tree_build_per_node_s=over["tree_build_per_node_s"],
             static_tree_build_s=over.get("static_tree_build_s", base.static_tree_build_s),
             prune_step_s=over.get("prune_step_s", base.prune_step_s),
+            retrieval_per_request_s=over.get(
+                "retrieval_per_request_s", base.retrieval_per_request_s
+            ),
         )
     rows = _rows(run, measurements)
     if not rows:
@@ -231,8 +236,8 @@ def fit_calibration(
     return cal, report
 
 
-# columns of the non-forward-phase fit (_overheads), in order; the last two are fitted only when
-# runs of their kind are measured
+# columns of the non-forward-phase fit (_overheads), in order; the last three are fitted only
+# when runs of their kind are measured
 OVERHEAD_COLUMNS = (
     "step_overhead_s",
     "per_request_overhead_s",
@@ -240,7 +245,14 @@ OVERHEAD_COLUMNS = (
     "tree_build_per_node_s",
     "static_tree_build_s",
     "prune_step_s",
+    "retrieval_per_request_s",
 )
+
+
+def _ragged(pol: dict[str, Any], batch: int) -> bool:
+    """Whether a run's trees differ in size per request (pruned, or a shared budget above batch
+    1): its verify is ragged and the cost model charges prune_step_s (CostModel.iteration)."""
+    return pol.get("prune_threshold", 0.0) > 0 or (bool(pol.get("shared_budget")) and batch > 1)
 
 
 def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -250,28 +262,31 @@ def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
         speculation off: overhead                      = fixed + per_request * B
         on:              tree + accept + compact + ovh = fixed + per_request * B
                                                          + tree_build[builder] + per_node * B * N
-                                                         + prune_step * [prune_threshold > 0]
-    (N: verified tree nodes per sequence, root included, the measured mean of a pruned run; the
-    cost model's step_overhead_time and prune_time; the per-node cost is shared by both
-    builders, the fixed tree cost is each builder's own). The pruned run's host read of its
-    packed size is timed in its verify phase, which this fit does not see: prune_step_s fitted
-    here is the tree phase's share."""
+                                                         + prune_step * [ragged verify]
+                                                         + retrieval_per_request * B * [graft]
+    (N: verified tree nodes per sequence, root included, the measured mean of a ragged run; the
+    cost model's step_overhead_time, prune_time and retrieval_time; the per-node cost is shared
+    by both builders, the fixed tree cost is each builder's own; a ragged verify is a pruned or
+    shared-budget (ECHO, batch > 1) run; the executor's retrieval lookup and grafting run in the
+    tree phase). The ragged run's host read of its packed size is timed in its verify phase,
+    which this fit does not see: prune_step_s fitted here is the tree phase's share."""
     a_rows, y = [], []
     for doc in measurements:
         for r in doc["runs"]:
             ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
             if "ar_phases_ms" in r:
-                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0])
+                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0])
                 y.append(r["ar_phases_ms"]["overhead"] / 1e3)
             if pol is None:
-                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0])
+                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0])
                 y.append(ph["overhead"] / 1e3)
             else:
                 static = pol["builder"] == "static"
-                pruned = pol.get("prune_threshold", 0.0) > 0
-                a_rows.append(
-                    [1.0, b, float(not static), b * _tokens(r), float(static), float(pruned)]
-                )
+                graft = float(b) * (pol.get("graft_budget", 0) > 0)
+                a_rows.append([
+                    1.0, b, float(not static), b * _tokens(r), float(static),
+                    float(_ragged(pol, b)), graft,
+                ])  # fmt: skip
                 y.append((ph["tree"] + ph["accept"] + ph["compact"] + ph["overhead"]) / 1e3)
     if len(y) < 4:
         return {}

@@ -143,6 +143,52 @@ def _extras(res: Any, repeats: Sequence[Any]) -> dict[str, Any]:
     return out
 
 
+def comparisons(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each speculative run against the first speculative run at its batch: the ratio of their
+    tokens/s, each one's run-to-run spread (relative std over its repeats; 0 when measured
+    once), and with repeats the paired ratios (repeat r of both saw draw stream r) and their
+    spread. A ratio farther from 1 than the spreads is a difference the draws do not explain."""
+    first: dict[int, dict[str, Any]] = {}
+    out = []
+    for r in runs:
+        if r.get("policy") is None:
+            continue
+        ref = first.setdefault(r["batch"], r)
+        if ref is r:
+            continue
+        row: dict[str, Any] = {
+            "batch": r["batch"],
+            "label": r["label"],
+            "versus": ref["label"],
+            "tokens_per_s_ratio": r["tokens_per_s"] / ref["tokens_per_s"],
+            "spread_rel": r.get("spread", {}).get("tokens_per_s_rel", 0.0),
+            "versus_spread_rel": ref.get("spread", {}).get("tokens_per_s_rel", 0.0),
+        }
+        a, b = r.get("repeats"), ref.get("repeats")
+        if a and b and len(a["tokens_per_s"]) == len(b["tokens_per_s"]):
+            paired = [x / y for x, y in zip(a["tokens_per_s"], b["tokens_per_s"], strict=True)]
+            row["paired_ratios"] = paired
+            row["paired_spread_rel"] = _rel_std(paired)
+        out.append(row)
+    return out
+
+
+def format_comparisons(rows: Sequence[dict[str, Any]]) -> str:
+    """The comparisons as a table: ratio of tokens/s and the spreads beside it."""
+    lines = [
+        f"{'batch':>5} {'policy':<28} {'vs':<28} {'tok/s ratio':>11} {'spread':>7} "
+        f"{'vs spread':>9} {'paired':>7}"
+    ]
+    for c in rows:
+        paired = f"{c['paired_spread_rel']:>6.1%}" if "paired_spread_rel" in c else "      -"
+        lines.append(
+            f"{c['batch']:>5} {c['label']:<28.28} {c['versus']:<28.28} "
+            f"{c['tokens_per_s_ratio']:>11.3f} {c['spread_rel']:>7.1%} "
+            f"{c['versus_spread_rel']:>9.1%} {paired}"
+        )
+    return "\n".join(lines)
+
+
 def measurement_doc(
     *,
     gpu: str,
@@ -311,6 +357,10 @@ def format_table(doc: dict[str, Any]) -> str:
         name = "off" if p is None else f"{r['label']}:{p['depth']}/{p['topk']}/{p['budget']}"
         if p is not None and p.get("prune_threshold", 0.0) > 0:
             name += f"/p{p['prune_threshold']:g}"
+        if p is not None and p.get("graft_budget", 0) > 0:
+            name += f"/g{p['graft_budget']}"
+        if p is not None and p.get("shared_budget"):
+            name += "/echo"
         ph = r["phases_ms"]
         nodes = r.get("verified_mean", r["nodes"])  # tokens verified per sequence
         lines.append(
@@ -319,6 +369,8 @@ def format_table(doc: dict[str, Any]) -> str:
             f"{ph['overhead']:>5.2f} {ph['step']:>8.2f} {r['accepted_mean']:>5.2f} "
             f"{r['tokens_per_s']:>9.0f} {r['ar_tokens_per_s']:>9.0f} {r['speedup']:>7.2f}"
         )
+    if doc.get("comparisons"):
+        lines.append(format_comparisons(doc["comparisons"]))
     return "\n".join(lines)
 
 
