@@ -272,7 +272,7 @@ def test_grafted_accepted_lengths_match_the_planner(policy: TreePolicy) -> None:
 SPACE = PolicySpace(depth=(1, 3), topk=(1, 3), budget=(2, 10), graft=(0, 4))
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(
     mode=st.sampled_from(SPACE.builders),
     depth=st.integers(*SPACE.depth),
@@ -300,9 +300,14 @@ def test_every_policy_of_the_planners_space_runs(
     r = _runner(policy=policy, batch=batch)
     assert r.nodes == tree_slots(policy, MODEL, batch)
     assert isinstance(r.verifier, RaggedVerifier) == (prune_on or (shared and batch > 1))
-    res = r.run(2, 1)
-    assert len(res.accepted) == 2
-    assert all(0 <= a <= r.max_depth for a in res.accepted)
-    assert res.extend_tokens == r.max_depth + 1
-    if r.counts is not None:
-        assert (r.counts >= 1).all() and (r.counts <= r.nodes).all()
+    for _ in range(2):  # the phases run() times, without its ragged warm-up of 6 steps
+        _steps(r, 1)
+        num = r.acceptor.num_acc
+        assert ((num >= 0) & (num <= r.max_depth)).all()
+        if r.counts is not None:
+            assert (r.counts >= 1).all() and (r.counts <= r.nodes).all()
+        # the accepted path is a root path of the verified tree
+        path = r.acceptor.path
+        for b in range(batch):
+            for j in range(1, int(num[b]) + 1):
+                assert int(r.tree.parents[b, path[b, j]]) == int(path[b, j - 1])
