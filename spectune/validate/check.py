@@ -174,14 +174,15 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
 
 
 def _tree_tokens(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, Any]) -> float:
-    """Tokens a run verified per sequence: the measured mean (`verified_mean`: the tree slots of
-    a dense verify, the kept nodes of a ragged one), else for a document without it the tree
-    slots, or for a pruned policy the planner's tree_tokens for the document's workload."""
+    """Tokens a run verified per sequence: its tree slots (a dense verify), or for a ragged one
+    (pruned, or ECHO's shared budget above batch 1) the measured mean `verified_mean` (else,
+    in a document without it, the planner's tree_tokens for the document's workload)."""
     pol = run["policy"]
+    shared = bool(pol.get("shared_budget")) and run["batch"] > 1
+    if pol.get("prune_threshold", 0.0) <= 0 and not shared:
+        return float(run["nodes"])
     if run.get("verified_mean") is not None:
         return float(run["verified_mean"])
-    if pol.get("prune_threshold", 0.0) <= 0:
-        return float(run["nodes"])
     if "objective" not in planned:
         from spectune.planner.objective import closed_form_objective
 
