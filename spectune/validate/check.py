@@ -17,7 +17,8 @@ none: the cost model's defaults) configures CostModel(hardware, target, drafter)
   `extend_tokens`). The measured accepted length is used on both sides, so the check tests the
   timing model (acceptance is checked separately, against the acceptance model, by the
   executor's tests).
-Calibration-run documents (spectune.calibration-run/v1) add their verify grids to the MAPE.
+Calibration-run documents (spectune.calibration-run/v1) add their verify grids to the MAPE,
+and their speculative runs (`spec_runs`) are checked like a measurement's runs.
 
 The gate fails (exit 1) when any run's speedup differs by more than `speedup_tol` (10%) or the
 verify-latency MAPE exceeds `mape_tol` (10%). Nothing here imports torch.
@@ -34,7 +35,7 @@ from spectune.specs import SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import SCHEMA as CALIBRATION_SCHEMA
 from spectune.specs.calibration import Calibration
 from spectune.specs.io import loads_json, read_bytes_bounded
-from spectune.validate.measure import RUN_SCHEMA, validate_document
+from spectune.validate.measure import RUN_SCHEMA, spec_run_measurements, validate_document
 
 MEASUREMENT_SCHEMA = "spectune.measurement/v1"
 
@@ -125,6 +126,8 @@ def check_folder(folder: str | Path) -> CheckResult:
                             r["seconds"],
                         )
                     )
+                for m in spec_run_measurements(data):  # spectune calibrate's own spec runs
+                    _check_measurement(cm, m, name, res)
                 continue
             _check_measurement(cm, data, name, res)
     if res.files == 0:

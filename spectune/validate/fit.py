@@ -6,6 +6,11 @@ least-squares fit minimises the log-ratio of predicted to measured seconds over
 - the weight-GEMM micro-benchmarks of the same run (operators.gemm_time per shape and M),
 - the phases of measured speculative runs (verify over the tree, drafting, draft extend) and
   their whole steps, each read from the cost model's StepBreakdown (CostModel.iteration).
+The calibration run's own speculative runs (`spec_runs`: one short run per tree builder:
+dynamic, static, pruned, grafted, shared budget) join the measurements, so the draft-step, tree,
+prune and graft fixed costs are fitted on the GPU at hand. Every efficiency is bounded by the
+run's measured copy bandwidth and matmul rate (validate.fit_bounds), and the report gives
+them beside those ceilings and says which parameters the data determined.
 Parameters: weight/attention/elementwise bandwidth efficiencies, attention FLOP efficiency,
 the per-kernel launch cost inside a graph, the fixed cost of each draft step beyond the
 drafter's forward (top-k, frontier sort, pool bookkeeping: draft_step_s; and
@@ -168,9 +173,12 @@ def fit_calibration(
     from scipy.optimize import least_squares
 
     from spectune.planner.costmodel import CostModel
+    from spectune.validate.fit_bounds import bounded, bounds_report, ceilings, identified
+    from spectune.validate.measure import spec_run_measurements
 
     hw = load_hardware(run["hardware"])
     target, drafter = load_model(run["target"]), load_model(run["drafter"])
+    measurements = [*measurements, *spec_run_measurements(run)]
     for doc in measurements:
         if (doc["hardware"], doc["target"], doc["drafter"]) != (
             run["hardware"],
@@ -202,7 +210,8 @@ def fit_calibration(
     meas = meas[keep]
     w = np.sqrt(np.array([WEIGHTS[k] for k, _, _ in rows]))
     static = any(a["policy"].builder == "static" for _, a, _ in rows if "policy" in a)
-    params = (*PARAMS, STATIC_PARAM) if static else PARAMS
+    ceiling = ceilings(run, hw)  # efficiencies <= measured copy bandwidth / matmul rate
+    params = bounded((*PARAMS, STATIC_PARAM) if static else PARAMS, ceiling)
 
     def model(x: Sequence[float] | np.ndarray) -> np.ndarray:
         cal = _calibration(x, hw.name, base, params)
@@ -224,9 +233,13 @@ def fit_calibration(
         f"{len(rows)} executor timings (verify grid, GEMMs, loop phases); spectune.validate.fit",
     )
     end = model(sol.x)
+    names = [p[0] for p in params]
     report: dict[str, Any] = {
         "rows": len(rows),
-        "params": dict(zip((p[0] for p in params), sol.x.tolist(), strict=True)),
+        "params": dict(zip(names, sol.x.tolist(), strict=True)),
+        "bounds": bounds_report(params, sol.x, ceiling, run, hw),
+        "identified": identified(names, sol.x, sol.jac, sol.fun, lo, hi),
+        "overheads": {"fitted": sorted(over), "default": sorted(set(OVERHEAD_COLUMNS) - set(over))},
     }
     for kind in WEIGHTS:
         sel = np.array([k == kind for k, _, _ in rows])

@@ -331,6 +331,36 @@ def validate_calibration_run(doc: Any, where: str = "calibration run") -> None:
             _number(r, "seconds", w, hi=1e6)
     if not doc.get("verify") and not doc.get("gemm"):
         raise SpecError(f"{where}: no verify or gemm rows to fit or check")
+    spec = doc.get("spec_runs")
+    if spec is not None:
+        if not isinstance(spec, dict) or not isinstance(spec.get("runs"), list):
+            raise SpecError(f"{where}: field 'spec_runs' must be an object with a 'runs' list")
+        for m in spec_run_measurements(doc):
+            validate_measurement(m, f"{where}: spec_runs")
+    for key in ("copy_bytes_per_s", "matmul_flops"):
+        if key in doc:
+            _number(doc, key, where)
+
+
+def spec_run_measurements(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The speculative runs a calibration-run document holds (`spec_runs`: {"context",
+    "workload", "steps", "runs": [...]}, spectune calibrate) as one measurement document of the
+    run's GPU and models ([] when it holds none)."""
+    spec = run.get("spec_runs")
+    if not spec:
+        return []
+    doc = measurement_doc(
+        gpu=str(run.get("gpu", run["hardware"])),
+        hardware=run["hardware"],
+        target=run["target"],
+        drafter=run["drafter"],
+        workload=str(spec.get("workload", "")),
+        context=spec["context"],
+        steps=int(spec.get("steps", 0)),
+        attention=str(run.get("attention", "")),
+        runs=spec["runs"],
+    )
+    return [doc]
 
 
 def validate_document(doc: dict[str, Any], where: str) -> None:
