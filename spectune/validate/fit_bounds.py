@@ -13,8 +13,9 @@ i.e. <= 1 against the measured copy bandwidth and matmul rate. A run without tho
 bounded by the peaks (1). The report gives each efficiency as a fraction of its measured
 ceiling next to the fitted value, and says which parameters the data determined: a parameter
 is `determined` when it sits inside its bounds and its relative standard error (from the
-Jacobian of the weighted log residuals at the solution, J^T J inverted) is below
-DETERMINED_REL_SE; `at_bound` when the data push it against a bound (the bound, not the data,
+Jacobian of the weighted log residuals at the solution, J^T J inverted through its singular
+values; a direction the data leave unconstrained gives its parameters an infinite error) is
+below DETERMINED_REL_SE; `at_bound` when the data push it against a bound (the bound, not the data,
 sets it); `weak` otherwise (the data hardly move it: its start value or a trade-off stands).
 """
 
@@ -37,6 +38,7 @@ CEILING_OF = {
 }
 DETERMINED_REL_SE = 0.25
 AT_BOUND_REL = 1e-3  # within this fraction of the range from a bound: at the bound
+RCOND = 1e-6  # singular values of the relative Jacobian below this fraction: unconstrained
 
 
 def ceilings(run: dict[str, Any], hw: HardwareSpec) -> dict[str, float]:
@@ -84,13 +86,15 @@ def identified(
     s2 = float(resid @ resid) / dof
     rel = np.full(n, np.inf)
     if free.any():
-        jf = jac[:, free]
-        cov = np.linalg.pinv(jf.T @ jf) * s2
-        se = np.sqrt(np.maximum(np.diag(cov), 0.0))
-        norm = np.linalg.norm(jf, axis=0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.where(norm > 0, se / np.maximum(np.abs(x[free]), 1e-12), np.inf)
-        rel[free] = r
+        # sensitivities to relative changes; directions the data do not constrain (singular
+        # values below RCOND of the largest) give their parameters an infinite error
+        jf = jac[:, free] * np.maximum(np.abs(x[free]), 1e-12)
+        _, sv, vt = np.linalg.svd(jf, full_matrices=False)
+        small = sv <= RCOND * max(float(sv.max()), 1e-300)
+        inv2 = np.where(small, 0.0, 1.0 / np.maximum(sv, 1e-300) ** 2)
+        var = (vt.T**2 @ inv2) * s2
+        loose = ((vt.T**2)[:, small] > 1e-6).any(axis=1)
+        rel[free] = np.where(loose, np.inf, np.sqrt(var))
     out: dict[str, Any] = {"determined": [], "at_bound": [], "weak": [], "rel_se": {}}
     for i, name in enumerate(names):
         out["rel_se"][name] = float(rel[i]) if np.isfinite(rel[i]) else None
