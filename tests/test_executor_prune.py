@@ -34,7 +34,7 @@ from spectune.planner.acceptance import acceptance_model  # noqa: E402
 from spectune.planner.trees import expected_tokens_for_policy, sample_step  # noqa: E402
 from spectune.planner.trees.build import _choose  # noqa: E402
 from spectune.planner.trees.flat import FlatPool  # noqa: E402
-from spectune.specs import SpecError, TreePolicy  # noqa: E402
+from spectune.specs import TreePolicy  # noqa: E402
 
 MODEL = acceptance_model("mt-bench")
 

@@ -49,7 +49,10 @@ def _calrun(doc: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 def test_ceilings_cut_every_efficiency_bound() -> None:
-    run = {"copy_bytes_per_s": 0.8 * H100.hbm_bytes_per_s, "matmul_flops": 0.7 * H100.peak_bf16_flops}
+    run = {
+        "copy_bytes_per_s": 0.8 * H100.hbm_bytes_per_s,
+        "matmul_flops": 0.7 * H100.peak_bf16_flops,
+    }
     ceil = ceilings(run, H100)
     assert ceil == pytest.approx({"copy": 0.8, "matmul": 0.7})
     assert ceilings({}, H100) == {"copy": 1.0, "matmul": 1.0}

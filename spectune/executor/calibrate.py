@@ -245,7 +245,7 @@ def calibration_run(
     doc["verify"] = verify_grid(session, batches, tokens, contexts)
     if acceptance is not None:
         c = spec_context or max(contexts)
-        runs = [
+        runs: list[tuple[int, TreePolicy | None, str]] = [
             (b, p, p.label)
             for b in spec_batches
             for p in SPEC_POLICIES

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 import torch
 
 from spectune.executor.accept import PathAcceptor
-from spectune.executor.draws import CommonDraws
 from spectune.executor.drafter import Drafter, Eagle3Head
+from spectune.executor.draws import CommonDraws
 from spectune.executor.graphs import PhaseGraphs
 from spectune.executor.model import Decoder, KVCache
 from spectune.executor.retrieval import RetrievalDrafter

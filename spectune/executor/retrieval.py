@@ -94,9 +94,11 @@ class RetrievalDrafter:
     def record(self, tokens: torch.Tensor, count: torch.Tensor) -> None:
         """Append the first count[b] of tokens[b] (int64[B, A]: the accepted drafts, then the
         bonus) to each request's ring (fixed shape: the rest goes to the sink column)."""
-        b, a = tokens.shape
+        a = tokens.shape[1]
         j = torch.arange(a, device=self.device)
-        dest = torch.where(j[None, :] < count[:, None], (self.ptr[:, None] + j) % self.size, self.size)
+        dest = torch.where(
+            j[None, :] < count[:, None], (self.ptr[:, None] + j) % self.size, self.size
+        )
         clean = torch.where((tokens >= 0) & (tokens < self.other), tokens, 0)
         self.history.scatter_(1, dest, clean)
         self.ptr.copy_((self.ptr + count) % self.size)

@@ -91,11 +91,13 @@ def shared_keep(lp: torch.Tensor, total: int, row_cap: int) -> torch.Tensor:
     return keep
 
 
-def compact(cands: Candidates, keep: torch.Tensor, nodes: int, max_depth: int) -> tuple[TreeBatch, torch.Tensor]:
+def compact(
+    cands: Candidates, keep: torch.Tensor, nodes: int, max_depth: int
+) -> tuple[TreeBatch, torch.Tensor]:
     """The kept columns (keep bool[B, C], root kept, closed under parents, at most `nodes` per
     row) as trees [B, nodes]: kept nodes first in column order, then placeholders (PRUNED
     token, parent 0, depth 1, accept 0); and counts int64[B] (kept nodes, root included)."""
-    b, c = keep.shape
+    b = keep.shape[0]
     dev = keep.device
     counts = keep.sum(dim=1)
     new = torch.where(keep, torch.cumsum(keep.long(), 1) - 1, nodes)  # old column -> slot
@@ -131,7 +133,9 @@ class GraftPlan:
     added: torch.Tensor
 
 
-def best_leaves(tree: TreeBatch, counts: torch.Tensor, lp: torch.Tensor, n_leaves: int) -> tuple[torch.Tensor, torch.Tensor]:
+def best_leaves(
+    tree: TreeBatch, counts: torch.Tensor, lp: torch.Tensor, n_leaves: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(leaf slots int64[B, L], their log P float64[B, L], NEG where fewer leaves exist): the
     kept nodes without a kept child, highest P(accepted) first (ties: lower slot)."""
     b, n = tree.parents.shape

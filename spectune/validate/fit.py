@@ -122,7 +122,12 @@ def _rows(
                 ("verify", {"batch": b, "tokens": _tokens(r), "context": c}, ph["verify"] / 1e3)
             )
             policy = TreePolicy(**pol)
-            run_args = {"batch": b, "policy": policy, "context": c, "accepted": r.get("extend_tokens")}
+            run_args = {
+                "batch": b,
+                "policy": policy,
+                "context": c,
+                "accepted": r.get("extend_tokens"),
+            }
             rows.append(("step", {**run_args, "tokens": _tokens(r)}, ph["step"] / 1e3))
             rows.append(("draft", run_args, ph["draft"] / 1e3))
             rows.append(("extend", run_args, ph["extend"] / 1e3))
@@ -144,7 +149,11 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
         return _scalar(cm.iteration(None, a["batch"], a["context"]).total_s)
     if kind in ("step", "draft", "extend"):
         step = cm.iteration(
-            a["policy"], a["batch"], a["context"], tokens=a.get("tokens"), accepted=a.get("accepted")
+            a["policy"],
+            a["batch"],
+            a["context"],
+            tokens=a.get("tokens"),
+            accepted=a.get("accepted"),
         )
         field = {"step": step.total_s, "draft": step.draft_s, "extend": step.extend_s}[kind]
         return _scalar(field)

@@ -128,7 +128,7 @@ def _pooled(repeats: Sequence[Any]) -> Any:
 def _extras(res: Any, repeats: Sequence[Any]) -> dict[str, Any]:
     """extend_tokens (when known) and, for repeated runs, the repeats and their spread."""
     out: dict[str, Any] = {}
-    if res is not None and getattr(res, "extend_tokens", 0):
+    if res is not None and getattr(res, "extend_tokens", None):
         out["extend_tokens"] = int(res.extend_tokens)
     if len(repeats) > 1:
         tps = [float(r.tokens_per_s) for r in repeats]

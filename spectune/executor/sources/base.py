@@ -17,8 +17,8 @@ import torch
 
 from spectune.executor.drafter import Drafter
 from spectune.executor.model import KVCache
-from spectune.executor.synthetic import SyntheticAcceptance
 from spectune.executor.select import Candidates
+from spectune.executor.synthetic import SyntheticAcceptance
 from spectune.executor.tree_build import TreeBatch
 
 

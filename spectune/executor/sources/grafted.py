@@ -16,7 +16,13 @@ from __future__ import annotations
 import torch
 
 from spectune.executor.retrieval import RetrievalDrafter
-from spectune.executor.select import Candidates, accept_logp, attach_chains, best_leaves, place_grafts
+from spectune.executor.select import (
+    Candidates,
+    accept_logp,
+    attach_chains,
+    best_leaves,
+    place_grafts,
+)
 from spectune.executor.sources.base import TreeSource
 from spectune.executor.tree_build import PRUNED, TreeBatch
 
@@ -56,9 +62,7 @@ class Grafted(TreeSource):
         extra = self.nodes - n0
         dev = t.tokens.device
 
-        def pad(x: torch.Tensor | None, fill: float | int) -> torch.Tensor | None:
-            if x is None:
-                return None
+        def pad(x: torch.Tensor, fill: float | int) -> torch.Tensor:
             tail = torch.full((b, extra), fill, dtype=x.dtype, device=dev)
             return torch.cat((x, tail), dim=1)
 
@@ -67,13 +71,16 @@ class Grafted(TreeSource):
         idx = torch.arange(n0, self.nodes, device=dev)
         mask[:, idx, idx] = True
         mask[:, n0:, 0] = True
-        score = pad(t.score, 0.0)
-        if score is None:
-            score = torch.zeros((b, self.nodes), dtype=torch.float32, device=dev)
+        score = (
+            pad(t.score, 0.0)
+            if t.score is not None
+            else torch.zeros((b, self.nodes), dtype=torch.float32, device=dev)
+        )
+        ids = None if t.ids is None else pad(t.ids, 0)
         return TreeBatch(
             pad(t.parents, 0), pad(t.tokens, PRUNED), pad(t.depth, 1), pad(t.accept, 0.0),
-            pad(t.lo, 0.0), mask, score, pad(t.ids, 0),
-        )  # type: ignore[arg-type]  # fmt: skip
+            pad(t.lo, 0.0), mask, score, ids,
+        )  # fmt: skip
 
     def draft(self) -> None:
         self.base.draft()
@@ -83,7 +90,9 @@ class Grafted(TreeSource):
         base_counts = self.base.counts if self.base.counts is not None else self.base_counts
         t = self._widen(self.base.tree)
         lp = accept_logp(t.parents, t.accept, self.max_depth)
-        lp = torch.where(torch.arange(self.nodes, device=lp.device) < base_counts[:, None], lp, -1.0e30)
+        lp = torch.where(
+            torch.arange(self.nodes, device=lp.device) < base_counts[:, None], lp, -1.0e30
+        )
         leaf, leaf_lp = best_leaves(t, base_counts, lp, self.leaves)
         rho = self.retrieval.chain_accept()  # [B, G]
         if self.shared:

@@ -33,9 +33,7 @@ class Shared(TreeSource):
 
     counts: torch.Tensor
 
-    def __init__(
-        self, base: TreeSource, columns: int, budget: int, prune: float, max_depth: int
-    ):
+    def __init__(self, base: TreeSource, columns: int, budget: int, prune: float, max_depth: int):
         self.base, self.prune, self.max_depth = base, float(prune), max_depth
         b = base.tree.tokens.shape[0]
         self.total = b * (budget - 1)
