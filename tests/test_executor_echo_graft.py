@@ -309,3 +309,31 @@ def test_every_policy_of_the_planners_space_runs(
         for b in range(batch):
             for j in range(1, int(num[b]) + 1):
                 assert int(r.tree.parents[b, path[b, j]]) == int(path[b, j - 1])
+
+
+# ---- GPU ------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_gpu_echo_and_graft_sessions_graphs() -> None:
+    """ECHO, prune+graft and both through the graph-captured session with repeats: every phase
+    replays (the ragged verify's bucket graphs included), repeats report their spread, and the
+    paired comparison holds the same number of repeats."""
+    from test_executor import HEAD
+
+    from spectune.executor.session import Session, SessionConfig, measure_runs
+    from spectune.validate.measure import comparisons
+
+    s = Session(TARGET, HEAD, SessionConfig(8, 256, 64, autotune_gemm=False), "cuda")
+    runs = [
+        (6, TreePolicy("dynamic-topk", 3, 3, 10), "dense"),
+        (6, TreePolicy("dynamic-topk", 3, 3, 10, shared_budget=True), "echo"),
+        (6, TreePolicy("dynamic-topk", 3, 3, 10, 0.1, 4), "graft"),
+        (6, TreePolicy("static", 3, 3, 10, 0.1, 4, True), "both"),
+    ]
+    recs = measure_runs(s, runs, 256, MODEL, 6, 2, repeats=2)
+    assert [r["label"] for r in recs] == ["dense", "echo", "graft", "both"]
+    assert all(len(r["repeats"]["tokens_per_s"]) == 2 for r in recs)
+    assert all(r["tokens_per_step"] >= 1.0 for r in recs)
+    assert recs[2]["extend_tokens"] > 4  # grafted chains lengthen the padded extend
+    rows = comparisons(recs)
+    assert [c["label"] for c in rows] == ["echo", "graft", "both"]
+    assert all(len(c["paired_ratios"]) == 2 for c in rows)

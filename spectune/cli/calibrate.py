@@ -56,12 +56,12 @@ def run(args: argparse.Namespace) -> int:
         if args.gpu and gpu_hardware_name(name) != hardware:
             raise SpecError(f"--gpu {args.gpu} but this machine's GPU is {name!r}")
         from spectune.executor.calibrate import SPEC_BATCHES, SPEC_POLICIES
-        from spectune.executor.sources import tree_slots
+        from spectune.executor.sources import cache_slots
         from spectune.planner.acceptance import acceptance_model
 
         acc = None if args.no_spec_runs else acceptance_model(load_workload(args.workload))
         spec_batches = [] if acc is None else list(SPEC_BATCHES)
-        slots = [tree_slots(p, acc, b) for p in SPEC_POLICIES for b in spec_batches]
+        slots = [cache_slots(p, acc, b) for p in SPEC_POLICIES for b in spec_batches]
         cfg = SessionConfig(
             max([*args.batch, *spec_batches]), max(args.context), max([*args.tokens, *slots])
         )

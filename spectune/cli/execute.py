@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from spectune.executor.session import Session, SessionConfig, measure_runs, require_cuda
-    from spectune.executor.sources import tree_slots
+    from spectune.executor.sources import cache_slots
     from spectune.planner.acceptance import acceptance_model
     from spectune.validate.measure import (
         comparisons,
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     if table is not None and scenario.tp != 1:
         print(f"note: the executor runs one GPU; {args.policy} was planned for tp {scenario.tp}")
     acc = acceptance_model(workload_spec) if workload_spec is not None else replay
-    slots = [tree_slots(p, acc, b) for b, p, _ in runs if p is not None]
+    slots = [cache_slots(p, acc, b) for b, p, _ in runs if p is not None]
     cfg = SessionConfig(max(batches), context, max([1, *slots]), use_kernels=not args.no_kernels)
     session = Session(target, drafter, cfg, device)
     recs = measure_runs(session, runs, context, acc, steps, args.warmup, repeats=args.repeat)

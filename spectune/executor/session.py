@@ -18,7 +18,7 @@ from spectune.executor.drafter import Drafter, make_drafter
 from spectune.executor.graphs import PhaseGraphs
 from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner
 from spectune.executor.model import Decoder
-from spectune.executor.sources import tree_slots
+from spectune.executor.sources import cache_slots, tree_slots
 from spectune.kernels.gemm import autotune, set_plan
 from spectune.kernels.span_attention import self_check
 from spectune.kernels.timing import PhaseTimer
@@ -163,9 +163,8 @@ class Session:
     ) -> list[PhaseResult]:
         """`repeats` timed runs of one policy (one runner and graph capture; repeat r on common
         random draw stream r, so repeat r of every policy at this batch sees the same draws)."""
-        slots = tree_slots(policy, acceptance, batch)
-        self._check(batch, context, slots)
-        self.tune(batch, slots, context)
+        self._check(batch, context, cache_slots(policy, acceptance, batch))
+        self.tune(batch, tree_slots(policy, acceptance, batch), context)
         r = SpecRunner(
             self.target,
             self.drafter,

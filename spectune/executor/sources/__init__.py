@@ -32,6 +32,7 @@ __all__ = [
     "StaticPlan",
     "StaticShape",
     "TreeSource",
+    "cache_slots",
     "is_ragged",
     "make_source",
     "shares",
@@ -78,6 +79,13 @@ def verify_tokens(policy: TreePolicy, acceptance: object) -> int:
     if policy.builder == "static":
         return int(static_shape(acceptance, policy.budget, policy.depth, policy.topk).parents.size)  # type: ignore[arg-type]
     return tree_size(policy.depth, policy.topk, policy.budget)
+
+
+def cache_slots(policy: TreePolicy, acceptance: object, batch: int) -> int:
+    """Cache positions past the context a run of this policy writes per sequence: its tree
+    slots, or the padded draft extend (depth + 1, + the longest grafted chain, at most
+    graft_budget) when that is longer."""
+    return max(tree_slots(policy, acceptance, batch), policy.depth + policy.graft_budget + 1)
 
 
 def make_source(
