@@ -337,3 +337,35 @@ def test_gpu_echo_and_graft_sessions_graphs() -> None:
     rows = comparisons(recs)
     assert [c["label"] for c in rows] == ["echo", "graft", "both"]
     assert all(len(c["paired_ratios"]) == 2 for c in rows)
+
+
+def test_session_repeats_and_calibration_spec_runs_on_cpu() -> None:
+    """The session's measured runs on CPU (no graphs; interpreter kernels for the ragged
+    verify): repeats give per-repeat figures and a spread, the comparisons pair them, and the
+    calibration run's spec runs of every builder validate as a measurement of its models."""
+    from test_executor import HEAD
+
+    from spectune.executor.calibrate import SPEC_POLICIES, spec_runs
+    from spectune.executor.session import Session, SessionConfig, measure_runs
+    from spectune.validate.measure import comparisons, validate_measurement
+
+    cfg = SessionConfig(4, 32, 64, use_graphs=False, use_kernels=False, autotune_gemm=False)
+    s = Session(TARGET, HEAD, cfg, "cpu")
+    runs = [
+        (3, TreePolicy("dynamic-topk", 2, 2, 5), "dense"),
+        (3, TreePolicy("dynamic-topk", 2, 2, 5, 0.1, 2, True), "echo-graft"),
+    ]
+    recs = measure_runs(s, runs, 32, MODEL, 2, 0, repeats=3)
+    assert all(len(r["repeats"]["tokens_per_step"]) == 3 for r in recs)
+    assert recs[1]["repeats"]["tokens_per_step"][0] != recs[1]["repeats"]["tokens_per_step"][1]
+    assert recs[1]["spread"]["tokens_per_step_rel"] >= 0.0
+    (row,) = comparisons(recs)
+    assert row["versus"] == "dense" and len(row["paired_ratios"]) == 3
+    small = [TreePolicy(p.builder, 2, 2, 5, p.prune_threshold, min(p.graft_budget, 2),
+                        p.shared_budget) for p in SPEC_POLICIES]  # fmt: skip
+    doc = spec_runs(s, MODEL, "mt-bench", (1, 2), 32, 1, small)
+    assert len(doc["runs"]) == 2 * len(small) - 1  # no shared budget at batch 1
+    validate_measurement(
+        {"schema": "spectune.measurement/v1", "gpu": "cpu", "hardware": "h100-sxm",
+         "target": "t", "drafter": "d", "context": 32, "runs": doc["runs"]}
+    )  # fmt: skip

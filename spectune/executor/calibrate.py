@@ -245,12 +245,24 @@ def calibration_run(
     doc["verify"] = verify_grid(session, batches, tokens, contexts)
     if acceptance is not None:
         c = spec_context or max(contexts)
-        runs: list[tuple[int, TreePolicy | None, str]] = [
-            (b, p, p.label)
-            for b in spec_batches
-            for p in SPEC_POLICIES
-            if not (p.shared_budget and b == 1)  # the per-request tree at batch 1
-        ]
-        recs = measure_runs(session, runs, c, acceptance, spec_steps, keep_going=True)
-        doc["spec_runs"] = {"context": c, "workload": workload, "steps": spec_steps, "runs": recs}
+        doc["spec_runs"] = spec_runs(session, acceptance, workload, spec_batches, c, spec_steps)
     return doc
+
+
+def spec_runs(
+    session: Session,
+    acceptance: object,
+    workload: str,
+    batches: Sequence[int],
+    context: int,
+    steps: int,
+    policies: Sequence[TreePolicy] = SPEC_POLICIES,
+) -> dict[str, Any]:
+    """Short speculative runs of `policies` at `batches` (a shared budget only above batch 1,
+    where it differs from the per-request tree), phase by phase: the calibration run's
+    `spec_runs` ({"context", "workload", "steps", "runs"}; runs as a measurement's)."""
+    runs: list[tuple[int, TreePolicy | None, str]] = [
+        (b, p, p.label) for b in batches for p in policies if not (p.shared_budget and b == 1)
+    ]
+    recs = measure_runs(session, runs, context, acceptance, steps, keep_going=True)
+    return {"context": context, "workload": workload, "steps": steps, "runs": recs}

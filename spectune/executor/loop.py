@@ -150,6 +150,7 @@ class SpecRunner:
         )
         if self.graphs.captured:
             self.verifier.graphs_captured(self.graphs.pool)
+        self.warmed = False  # run() warms the verifier up once
 
     def _verifier(self, capture: tuple[int, ...], other: int, use_kernels: bool) -> Verifier:
         """Ragged over the kept nodes when trees differ in size per request (pruned or shared
@@ -233,10 +234,13 @@ class SpecRunner:
         every policy run at this batch sees the same draws; a runner may run again with
         another seed (a repeat)."""
         fns = self.graphs.phases()
-        for _ in range(max(warmup, self.verifier.min_warmup)):
+        first = not self.warmed  # a repeat needs no verifier warm-up or bucket captures
+        for _ in range(max(warmup, self.verifier.min_warmup if first else 0)):
             for fn in fns:
                 fn()
-        self.verifier.before_timing()
+        if first:
+            self.verifier.before_timing()
+            self.warmed = True
         self.draws.reset(seed)
         counts = self.source.counts if self.ragged else None
         hist = torch.zeros((steps, self.batch), dtype=torch.int64, device=self.device)
