@@ -369,3 +369,36 @@ def test_session_repeats_and_calibration_spec_runs_on_cpu() -> None:
         {"schema": "spectune.measurement/v1", "gpu": "cpu", "hardware": "h100-sxm",
          "target": "t", "drafter": "d", "context": 32, "runs": doc["runs"]}
     )  # fmt: skip
+
+
+def test_recorded_outcomes_rank_by_draft_probability_not_by_the_answer() -> None:
+    """Under trace replay the bank's acceptances are the recorded 0/1 outcomes: a shared budget
+    and graft leaves then rank by the path draft probability (else ECHO would keep exactly the
+    accepted path); model-driven acceptance ranks by P(accepted)."""
+    from pathlib import Path
+
+    from test_executor import HEAD, _target
+
+    from spectune.executor.drafter import Eagle3Head
+    from spectune.executor.loop import SpecRunner
+    from spectune.executor.sources.shared import Shared as SharedSource
+    from spectune.planner.acceptance import TraceReplay
+    from spectune.specs.trace import read_trace
+
+    _, steps = read_trace(
+        Path(__file__).resolve().parents[1] / "data/traces/smollm2-humaneval.jsonl.gz"
+    )
+    replay = TraceReplay(steps[:200])
+    m = _target()
+    dr = Eagle3Head(HEAD, m)
+    pol = TreePolicy("dynamic-topk", 3, 3, 6, 0.0, 2, True)
+    r = SpecRunner(m, dr, replay, pol, 8, 24, m.new_cache(8, 128), dr.new_cache(8, 128),
+                   use_kernels=False)  # fmt: skip
+    shared = r.source.base
+    assert isinstance(shared, SharedSource) and shared.by_confidence
+    assert isinstance(r.source, Grafted) and r.source.by_confidence
+    r.draft()
+    r.build()
+    # every candidate with a finite draft probability competes: the batch's budget is used
+    assert int((shared.counts - 1).sum()) == 8 * (pol.budget - 1)
+    assert not _runner(policy=pol, batch=8, use_kernels=False).source.base.by_confidence

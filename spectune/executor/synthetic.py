@@ -45,6 +45,7 @@ class SyntheticAcceptance:
         self.depth, self.topk = depth, topk
         self.draws = draws
         self.table: list[torch.Tensor] = []  # per level: float32[M, 3, K] (logconf, accept, lo)
+        accepts: list[np.ndarray] = []
         for level in range(1, depth + 1):
             bank = model.candidate_bank(level, topk)  # type: ignore[attr-defined]
             logc = np.where(np.isfinite(bank.logconf), bank.logconf, NEG)
@@ -54,6 +55,12 @@ class SyntheticAcceptance:
             self.table.append(
                 torch.tensor(stacked, dtype=torch.float32, device=device).contiguous()
             )
+            accepts.append(acc)
+        #: whether the bank's acceptances are recorded 0/1 outcomes (a trace replay) rather
+        #: than probabilities: then they are not known at draft time, and choices that rank
+        #: nodes by P(accepted) (ECHO's shared budget, graft leaves) must rank by the draft
+        #: probability instead, or they would pick the accepted path from the answer
+        self.outcomes = all(bool(np.isin(a, (0.0, 1.0)).all()) for a in accepts)
 
     def rows(self, level: int) -> int:
         return int(self.table[level - 1].shape[0])

@@ -114,12 +114,17 @@ def make_source(
         nodes = tree_size(policy.depth, policy.topk, policy.budget)
         source = DynamicTopK(drafting, policy.depth, policy.topk, nodes)
         columns = 1 + pool_size(policy.depth, policy.topk)
+    outcomes = drafting.synthetic.outcomes
     if shared:
-        source = Shared(source, columns, policy.budget, policy.prune_threshold, policy.depth)
+        source = Shared(
+            source, columns, policy.budget, policy.prune_threshold, policy.depth, outcomes
+        )
     elif prune:
         source = Pruned(source, policy.prune_threshold)
     if graft:
         if retrieval is None:
             raise ValueError("a grafting policy needs a RetrievalDrafter")
-        source = Grafted(source, retrieval, policy.budget, policy.graft_budget, shared, depth)
+        source = Grafted(
+            source, retrieval, policy.budget, policy.graft_budget, shared, depth, outcomes
+        )
     return source

@@ -50,7 +50,7 @@ class DynamicTopK(TreeSource):
         self.slots = 1 + (depth - 1) * topk
         self.slot_mask = torch.zeros((b, self.slots, self.slots), dtype=torch.bool, device=dev)
         self.true = torch.ones((), dtype=torch.bool, device=dev)
-        self.tree = self.select()
+        self.tree = self.select(with_score=True)  # scores: what grafting ranks leaves by
 
     def draft(self) -> None:
         d, k, b, c = self.depth, self.topk, self.d.batch, self.d.context
@@ -114,8 +114,8 @@ class DynamicTopK(TreeSource):
         return syn.draw_rows(level, tuple(ids.shape), self.d.device)
 
     def build(self) -> None:
-        t = self.select()
-        for name in ("parents", "tokens", "depth", "accept", "lo", "mask", "ids"):
+        t = self.select(with_score=True)
+        for name in ("parents", "tokens", "depth", "accept", "lo", "mask", "score", "ids"):
             getattr(self.tree, name).copy_(getattr(t, name))
 
     def candidates(self) -> Candidates:

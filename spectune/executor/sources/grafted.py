@@ -8,7 +8,9 @@ leaves, each slot to the (leaf, position) of largest expected gain (select.place
 planner's choose_grafts). Free slots: budget - kept nodes per request; with a shared budget,
 the batch's unused B x (budget - 1) - kept draft slots split evenly. The chain tokens' acceptance
 is the retrieval profile's rho for the request's drawn match length (common random draws).
-The trees keep the [B, N] layout with counts (kept + grafted nodes per request).
+The trees keep the [B, N] layout with counts (kept + grafted nodes per request). Under
+recorded-trace acceptance (0/1 outcomes) leaves are ranked by their path draft probability, as
+a shared budget's candidates are (shared.py).
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ class Grafted(TreeSource):
         graft_budget: int,
         shared: bool,
         max_depth: int,
+        by_confidence: bool = False,
     ):
         self.base, self.retrieval, self.budget = base, retrieval, budget
+        self.by_confidence = by_confidence
         self.graft_budget, self.shared, self.max_depth = graft_budget, shared, max_depth
         bt = base.tree
         b, n0 = bt.tokens.shape
@@ -89,7 +93,10 @@ class Grafted(TreeSource):
         self.base.build()
         base_counts = self.base.counts if self.base.counts is not None else self.base_counts
         t = self._widen(self.base.tree)
-        lp = accept_logp(t.parents, t.accept, self.max_depth)
+        if self.by_confidence:  # recorded outcomes: leaves ranked by draft path probability
+            lp = t.score.double()
+        else:
+            lp = accept_logp(t.parents, t.accept, self.max_depth)
         lp = torch.where(
             torch.arange(self.nodes, device=lp.device) < base_counts[:, None], lp, -1.0e30
         )

@@ -7,7 +7,9 @@ the synthetic acceptances on its path (select.shared_keep: the planner's keep_to
 whole batch), then nodes whose path draft probability is under the prune threshold are dropped
 (as the planner does after choosing), and each request's kept nodes are laid out as one row of
 [B, N] (select.compact; placeholders after counts[b]). Trees differ in size per request, so the
-batch is verified ragged (verifiers/ragged.py), T = sum(counts) tokens.
+batch is verified ragged (verifiers/ragged.py), T = sum(counts) tokens. Under recorded-trace
+acceptance (0/1 outcomes, SyntheticAcceptance.outcomes) P(accepted) is the answer, not an
+estimate, so candidates compete by their path draft probability instead (what a drafter knows).
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ import math
 
 import torch
 
-from spectune.executor.select import ECHO_ROW_FACTOR, Candidates, accept_logp, compact, shared_keep
+from spectune.executor.select import (
+    ECHO_ROW_FACTOR,
+    NEG,
+    Candidates,
+    accept_logp,
+    compact,
+    shared_keep,
+)
 from spectune.executor.sources.base import TreeSource
 from spectune.executor.tree_build import TreeBatch
 
@@ -33,8 +42,17 @@ class Shared(TreeSource):
 
     counts: torch.Tensor
 
-    def __init__(self, base: TreeSource, columns: int, budget: int, prune: float, max_depth: int):
+    def __init__(
+        self,
+        base: TreeSource,
+        columns: int,
+        budget: int,
+        prune: float,
+        max_depth: int,
+        by_confidence: bool = False,
+    ):
         self.base, self.prune, self.max_depth = base, float(prune), max_depth
+        self.by_confidence = by_confidence
         b = base.tree.tokens.shape[0]
         self.total = b * (budget - 1)
         self.nodes = shared_row_nodes(columns, budget, b)
@@ -45,7 +63,10 @@ class Shared(TreeSource):
     def choose(self) -> tuple[TreeBatch, torch.Tensor]:
         """This step's shared-budget trees and counts, as fresh tensors."""
         cands: Candidates = self.base.candidates()
-        lp = accept_logp(cands.parents, cands.accept, self.max_depth)
+        if self.by_confidence:  # recorded outcomes: rank by the draft path probability
+            lp = torch.where(cands.score > NEG / 2, cands.score.double(), NEG)
+        else:
+            lp = accept_logp(cands.parents, cands.accept, self.max_depth)
         keep = shared_keep(lp, self.total, self.nodes)
         if self.prune > 0:
             keep &= cands.score.double() >= math.log(self.prune)

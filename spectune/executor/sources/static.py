@@ -98,9 +98,9 @@ class StaticPlan:
 
 
 class StaticShape(TreeSource):
-    """A fixed Sequoia tree shape (StaticPlan), drafted level by level each step. With
-    `with_score`, drafting writes into a separate `drafted` tree that also sums path log-probs
-    (what pruning reads); otherwise `drafted` is `tree` itself."""
+    """A fixed Sequoia tree shape (StaticPlan), drafted level by level each step into `tree`
+    (`drafted` is the same tree); with `with_score` it also sums each node's path log-prob
+    (TreeBatch.score: what pruning, a shared budget and grafting read)."""
 
     def __init__(self, drafting: Drafting, plan: StaticPlan, with_score: bool = False):
         self.d, self.plan, self.nodes = drafting, plan, plan.nodes
@@ -128,6 +128,7 @@ class StaticShape(TreeSource):
                 t0.parents.clone(), t0.tokens.clone(), t0.depth.clone(), t0.accept.clone(),
                 t0.lo.clone(), t0.mask.clone(), torch.zeros((b, n), **f32), t0.ids,
             )  # fmt: skip
+            self.tree = self.drafted  # one tree: the drafted shape with its path log-probs
 
     def draft(self) -> None:
         """The rank-r child of each drafted node takes its r-th most probable token and the r-th
