@@ -94,6 +94,7 @@ class Grafted(TreeSource):
         base_counts = self.base.counts if self.base.counts is not None else self.base_counts
         t = self._widen(self.base.tree)
         if self.by_confidence:  # recorded outcomes: leaves ranked by draft path probability
+            assert t.score is not None  # _widen always gives one
             lp = t.score.double()
         else:
             lp = accept_logp(t.parents, t.accept, self.max_depth)
