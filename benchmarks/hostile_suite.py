@@ -550,6 +550,7 @@ NUMERIC: list[tuple[str, str, str, float, float, tuple[str, ...]]] = [
     ("calibrate", "--tokens", "ints", 1, 1024, ("--out", "OUT")),
     ("calibrate", "--context", "ints", 1, 1 << 20, ("--out", "OUT")),
     ("calibrate", "--spec-steps", "int", 1, 10_000, ("--out", "OUT")),
+    ("calibrate", "--spec-batches", "ints", 1, 4096, ("--out", "OUT")),
     ("check", "--speedup-tol", "float", 0, 10, ()),
     ("check", "--mape-tol", "float", 0, 10, ()),
     ("fit-workload", "--holdout-every", "int", 0, 1_000_000, ("TRACE", "--out", "OUT")),

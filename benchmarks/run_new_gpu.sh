@@ -22,6 +22,10 @@
 # execute-trace-mtbench.json, *-log.txt, check.txt, summary.txt and README.md; `spectune check
 # $OUT/<hardware>` gates it once committed (e.g. as measurements/h100/).
 #
+# Parts: NEW_GPU_PARTS (default "calibrate execute humaneval mtbench"; plan and check always run)
+# picks what runs, e.g. NEW_GPU_PARTS="humaneval mtbench" NEW_GPU_CALIBRATION=<file> in a
+# second call when the first ran out of budget (the calibration is copied into the folder).
+#
 # Dry run (NEW_GPU_DRY_RUN=1, CPU): the GPU commands are run with their arguments until they
 # stop at "no CUDA GPU" (so their arguments, policy files and traces are known good), and the
 # calibration is fitted from measurements/h200/calibrate-run.json instead (CPU fit), so the
@@ -34,6 +38,7 @@ CONTEXT=4096
 BATCHES=1,8,32,64
 STEPS=${NEW_GPU_STEPS:-30}
 REPEAT=${NEW_GPU_REPEAT:-2}
+PARTS=" ${NEW_GPU_PARTS:-calibrate execute humaneval mtbench} "
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PY=$(command -v python3 || command -v python)
 START=$(date +%s)
@@ -84,8 +89,14 @@ gpu() {
 
 # ---- 1. calibrate ------------------------------------------------------------------------------
 CAL="$D/calibration-$HW.json"
-gpu calibrate 270 "$D/calibrate-log.txt" $PY -m spectune calibrate --gpu "$HW" --out "$CAL" \
-    --raw-out "$D/calibrate-run.json" --report "$D/calibration-report.json" --spec-steps 15
+if [[ "$PARTS" == *" calibrate "* ]]; then
+    gpu calibrate 300 "$D/calibrate-log.txt" $PY -m spectune calibrate --gpu "$HW" --out "$CAL" \
+        --raw-out "$D/calibrate-run.json" --report "$D/calibration-report.json" \
+        --spec-batches 1,32 --spec-steps 15
+elif [ -n "${NEW_GPU_CALIBRATION:-}" ]; then
+    cp "$NEW_GPU_CALIBRATION" "$CAL"
+    status "calibrate skipped: $NEW_GPU_CALIBRATION"
+fi
 if [ "$DRY" = 1 ]; then  # stand-in: the committed H200 run, fitted on this CPU
     M=measurements/h200
     HW=h200
@@ -121,12 +132,13 @@ EOF
 echo "engine defaults: sglang $SGL, vllm $VLLM" | tee -a "$D/run-log.txt"
 
 # ---- 3. the planned policy and the engine defaults ---------------------------------------------
-gpu execute-planned 110 "$D/execute-log.txt" $PY -m spectune execute --policy "$POLICY" \
+[[ "$PARTS" == *" execute "* ]] && gpu execute-planned 110 "$D/execute-log.txt" $PY -m spectune execute --policy "$POLICY" \
     --batch "$BATCHES" --context "$CONTEXT" --also "$SGL" --also "$VLLM" --steps "$STEPS" \
     --repeat "$REPEAT" --out "$D/execute-planned.json"
 
 # ---- 4. ECHO vs its twin, prune+graft vs dense, recorded-trace acceptance ----------------------
 for trace in humaneval mtbench; do
+    [[ "$PARTS" == *" $trace "* ]] || continue
     if [ "$DRY" != 1 ] && [ "$(left)" -lt 90 ]; then
         status "trace-$trace skipped: $(left) s of the budget left"
         continue

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         from spectune.planner.acceptance import acceptance_model
 
         acc = None if args.no_spec_runs else acceptance_model(load_workload(args.workload))
-        spec_batches = [] if acc is None else list(SPEC_BATCHES)
+        spec_batches = [] if acc is None else list(args.spec_batches or SPEC_BATCHES)
         slots = [cache_slots(p, acc, b) for p in SPEC_POLICIES for b in spec_batches]
         cfg = SessionConfig(
             max([*args.batch, *spec_batches]), max(args.context), max([*args.tokens, *slots])
@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
             contexts=args.context,
             acceptance=acc,
             workload=args.workload,
+            spec_batches=spec_batches,
             spec_steps=args.spec_steps,
         )
         if args.raw_out:
@@ -153,6 +154,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int_range(1, 10_000),
         default=20,
         help="timed steps per speculative run (default 20)",
+    )
+    p.add_argument(
+        "--spec-batches",
+        type=ints(1, 4096),
+        default=None,
+        help="batches of the speculative runs (default 1,8,32)",
     )
     p.add_argument(
         "--no-spec-runs",
