@@ -13,7 +13,7 @@
 #     NEW_GPU_DRY_RUN=1 OUT=/tmp/x bash benchmarks/run_new_gpu.sh   # CPU: the plumbing only
 #
 # Machine: nvidia-h100-x1 or nvidia-h200 (one GPU; Llama-3.1-8B + EAGLE-3 at real shape).
-# Time: a budget of NEW_GPU_BUDGET_S (default 510 s) for the GPU parts; each part gets at most
+# Time: a budget of NEW_GPU_BUDGET_S (default 480 s) for the GPU parts; each part gets at most
 # what is left (minus the check's reserve), the MT-Bench trace part is skipped when under 60 s
 # remain, and the summary says which parts ran and which hit their limit.
 # Writes $OUT/<hardware>/ in measurements/h200's layout: calibrate-run.json (the raw run,
@@ -33,7 +33,7 @@
 set -uo pipefail
 OUT=${OUT:-out}
 DRY=${NEW_GPU_DRY_RUN:-0}
-BUDGET=${NEW_GPU_BUDGET_S:-510}
+BUDGET=${NEW_GPU_BUDGET_S:-480}
 CONTEXT=4096
 BATCHES=1,8,32,64
 STEPS=${NEW_GPU_STEPS:-30}

@@ -2,9 +2,11 @@
 
 Modules (one concept each): model (dense decoder + KV cache), moe (MoE decoder), drafter
 (EAGLE-3 head, draft model), loop (the speculative loop and the baseline), sources/ (tree
-sources: dynamic top-k, static shape, pruned), verifiers/ (dense and ragged verify), accept
-(accept + KV compaction), tree_build (device EAGLE-2 builder and pruning), synthetic
-(acceptance-model-driven target tokens), graphs (phase CUDA graphs), session (one GPU session),
+sources: dynamic top-k, static shape, pruned, ECHO shared budget, grafted), verifiers/ (dense
+and ragged verify), accept (accept + KV compaction), tree_build (device EAGLE-2 builder and
+pruning), select (shared-budget choice and graft placement), retrieval (the GPU n-gram
+drafter grafting uses), synthetic (acceptance-model-driven target tokens), draws (common random
+numbers), graphs (phase CUDA graphs), session (one GPU session),
 calibrate (the GPU side of calibration: micro-benchmarks and timed runs). Every Triton kernel a
 forward runs, its planning and the CUDA-event timers are in spectune.kernels. The CPU side of
 measurement (measurement documents, check, the calibration fit) is spectune.validate. This
