@@ -63,3 +63,38 @@ def test_trace_replay_drives_synthetic_acceptance() -> None:
     assert set(torch.unique(acc).tolist()) <= {0.0, 1.0}  # recorded 0/1 outcomes
     assert float(acc.sum(-1).max()) <= 1.0  # siblings are exclusive: at most one matches
     assert 0.0 < float(acc[:, 0].mean()) < 1.0
+
+
+@pytest.mark.parametrize(
+    "policy", ["dynamic-topk:5,4,8,echo", "dynamic-topk:6,8,32,0.05,8", "static:4,3,12,0.1,3,echo"]
+)
+def test_execute_takes_echo_and_graft_policies(
+    policy: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ECHO and grafting policies are accepted: without a GPU the command stops only at the GPU
+    check, not at the policy."""
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the command would run")
+    out = str(tmp_path / "m.json")
+    assert main(["execute", "--policy", policy, "--repeat", "2", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "no CUDA GPU" in err and "ECHO" not in err and "graft" not in err
+
+
+def test_calibrate_from_run_reports_bounds_and_what_the_data_determined(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    root = Path(__file__).resolve().parent.parent / "measurements" / "h200"
+    out, report = tmp_path / "cal.json", tmp_path / "report.json"
+    argv = ["calibrate", "--from-run", str(root / "calibrate-run.json"), "--out", str(out)]
+    assert main([*argv, "--report", str(report)]) == 0
+    text = capsys.readouterr().out
+    assert "measured ceilings: copy 4.26 TB/s" in text and "determined" in text
+    rep = json.loads(report.read_text())
+    assert rep["bounds"]["gemm_emax"]["of_ceiling"] <= 1.0 + 1e-9
+    assert set(rep["identified"]) >= {"determined", "at_bound", "weak", "rel_se"}

@@ -331,9 +331,11 @@ def test_static_tree_is_the_planner_shape_and_accepts_as_predicted() -> None:
     assert abs(total / count + 1 - shape.expected_tokens) < 0.06
 
 
-def test_graft_is_rejected_clearly_and_prune_is_run() -> None:
-    with pytest.raises(SpecError, match="cannot graft"):
-        _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, 0.0, 4))
+def test_graft_and_prune_policies_get_their_sources() -> None:
+    from spectune.executor.sources import Grafted
+
+    graft = _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, 0.0, 4), use_kernels=False)
+    assert isinstance(graft.source, Grafted) and graft.retrieval is not None
     assert isinstance(_runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, 0.1, 0)).source, Pruned)
 
 

@@ -218,7 +218,7 @@ def test_session_runs_speculation_with_an_moe_target() -> None:
     cfg = SessionConfig(2, 32, 16, use_graphs=False, use_kernels=False, autotune_gemm=False)
     session = Session(TINY, draft, cfg, "cpu")
     assert isinstance(session.target, MoEDecoder) and session.target.routing == "independent"
-    res = session.run_spec(
+    (res,) = session.run_spec(
         2, 32, TreePolicy("dynamic-topk", 3, 2, 6), acceptance_model("mt-bench"), 3, 1
     )
     assert res.tokens_per_step >= 1.0

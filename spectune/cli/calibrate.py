@@ -1,6 +1,8 @@
-"""`spectune calibrate`: micro-benchmark this GPU (GEMMs by token count and shape, attention by
-batch/context/tree size, per-step overhead, whole verify passes) and fit the cost model's
-Calibration to them.
+"""`spectune calibrate`: micro-benchmark this GPU (copy bandwidth and matmul rate, GEMMs by token
+count and shape, attention by batch/context/tree size, per-step overhead, whole verify passes,
+a short speculative run per tree builder) and fit the cost model's Calibration to them, every
+efficiency bounded by the measured copy bandwidth and matmul rate. The report lists the fitted
+values beside those ceilings and which parameters the data determined.
 
     spectune calibrate --gpu h100-sxm --out measurements/calibration-h100-sxm.json
     spectune calibrate --from-run calibrate-run.json --measurements run.json --out cal.json   (CPU)
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from spectune.cli.common import check_out_path, int_range, ints
-from spectune.specs import SpecError, load_hardware, load_model, write_json_atomic
+from spectune.specs import SpecError, load_hardware, load_model, load_workload, write_json_atomic
 from spectune.specs.calibration import Calibration
 from spectune.specs.io import loads_json, read_bytes_bounded
 
@@ -46,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     if args.raw_out is not None:
         check_out_path(args.raw_out, "--raw-out")
     base = Calibration.load(args.base) if args.base else None
+    if args.report is not None:
+        check_out_path(args.report, "--report")
     measurements = [_read(m) for m in args.measurements]
     for path, doc in zip(args.measurements, measurements, strict=True):
         validate_measurement(doc, path)
@@ -67,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         cal, report = fit_calibration(raw, measurements, base=base)
     cal.save(args.out)
-    for k, v in report.items():
-        print(f"{k:<32} {v}")
+    if args.report:
+        write_json_atomic(args.report, report)
+    print(format_report(report))
     print(f"wrote {args.out}")
     return 0
 
@@ -85,7 +90,16 @@ def _one_gpu_run(args: argparse.Namespace) -> dict[str, Any]:
     name = torch.cuda.get_device_name(device)
     hardware = _hardware(args, name)
     rows = _sweep(hardware) if torch.cuda.device_count() > 1 and not args.no_collectives else []
-    cfg = SessionConfig(max(args.batch), max(args.context), max(args.tokens))
+    from spectune.executor.calibrate import SPEC_BATCHES, SPEC_POLICIES
+    from spectune.executor.sources import cache_slots
+    from spectune.planner.acceptance import acceptance_model
+
+    acc = None if args.no_spec_runs else acceptance_model(load_workload(args.workload))
+    spec_batches = [] if acc is None else list(args.spec_batches or SPEC_BATCHES)
+    slots = [cache_slots(p, acc, b) for p in SPEC_POLICIES for b in spec_batches]
+    cfg = SessionConfig(
+        max([*args.batch, *spec_batches]), max(args.context), max([*args.tokens, *slots])
+    )
     session = Session(load_model(args.target), load_model(args.drafter), cfg, device)
     raw = calibration_run(
         session,
@@ -94,6 +108,10 @@ def _one_gpu_run(args: argparse.Namespace) -> dict[str, Any]:
         batches=args.batch,
         tokens=args.tokens,
         contexts=args.context,
+        acceptance=acc,
+        workload=args.workload,
+        spec_batches=spec_batches,
+        spec_steps=args.spec_steps,
     )
     if rows:
         raw["collectives"] = rows
@@ -169,6 +187,38 @@ def _tp_run(args: argparse.Namespace) -> dict[str, Any]:
         return _read(out)
 
 
+def format_report(report: dict[str, Any]) -> str:
+    """The fit report as lines: each parameter with its bound and status, each efficiency as a
+    fraction of its measured ceiling, the fixed costs fitted or left at their defaults, MAPEs."""
+    ident = report.get("identified", {})
+    status = {n: s for s in ("determined", "at_bound", "weak") for n in ident.get(s, [])}
+    bounds = report.get("bounds", {})
+    lines = []
+    if bounds.get("copy_bytes_per_s"):
+        lines.append(
+            f"measured ceilings: copy {bounds['copy_bytes_per_s'] / 1e12:.2f} TB/s "
+            f"({bounds['copy_fraction_of_peak']:.1%} of peak), matmul "
+            f"{(bounds.get('matmul_flops') or 0) / 1e12:.0f} TFLOP/s "
+            f"({bounds['matmul_fraction_of_peak']:.1%} of peak)"
+        )
+    lines.append(f"{'parameter':<28} {'fitted':>12} {'of ceiling':>10} {'rel s.e.':>9}  status")
+    for name, v in report.get("params", {}).items():
+        b = bounds.get(name)
+        of = f"{b['of_ceiling']:>10.1%}" if isinstance(b, dict) else f"{'':>10}"
+        se = ident.get("rel_se", {}).get(name)
+        se_text = f"{se:>9.2g}" if se is not None else f"{'-':>9}"
+        lines.append(f"{name:<28} {v:>12.4g} {of} {se_text}  {status.get(name, '')}")
+    over = report.get("overheads", {})
+    if over:
+        lines.append(f"fixed costs fitted: {', '.join(over.get('fitted', [])) or '-'}")
+        lines.append(f"fixed costs at defaults: {', '.join(over.get('default', [])) or '-'}")
+    shown = {"identified", "bounds", "params", "overheads"}
+    for k, v in report.items():
+        if k.startswith("mape_") or k == "rows" or (k not in shown and "params" not in report):
+            lines.append(f"{k:<32} {v:.4g}" if isinstance(v, float) else f"{k:<32} {v}")
+    return "\n".join(lines)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "calibrate", help="micro-benchmark this GPU and fit the cost model's calibration"
@@ -212,6 +262,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--dry-run",
         action="store_true",
         help="with --tp: run the ranks on CPU over gloo (tiny models; tests the launch, not timing)",
+    )
+    p.add_argument(
+        "--report", default=None, help="also write the fit report (bounds, determined) here"
+    )
+    p.add_argument(
+        "--workload",
+        default="mt-bench",
+        help="workload driving the speculative runs' synthetic acceptance (default mt-bench)",
+    )
+    p.add_argument(
+        "--spec-steps",
+        type=int_range(1, 10_000),
+        default=20,
+        help="timed steps per speculative run (default 20)",
+    )
+    p.add_argument(
+        "--spec-batches",
+        type=ints(1, 4096),
+        default=None,
+        help="batches of the speculative runs (default 1,8,32)",
+    )
+    p.add_argument(
+        "--no-spec-runs",
+        action="store_true",
+        help="skip the speculative runs per tree builder (the fixed costs keep their defaults)",
     )
     p.add_argument("--target", default="llama-3.1-8b", help="target model preset/file")
     p.add_argument("--drafter", default="eagle3-llama-3.1-8b", help="drafter preset/file")

@@ -9,11 +9,17 @@ measurement JSON: per-phase ms, accepted lengths, tokens/s with and without spec
 With a policy file, the target, drafter and workload are its scenario's; a flag that changes
 one of them says so in one line, and so does a GPU or TP other than the one it was planned for.
 
-Acceptance is synthetic (random weights): drawn from the workload's acceptance model, or with
---acceptance-trace from a recorded trace (spectune.trace/v1): the candidate banks are the
-recorded steps' draft probabilities of each expanded node's children with their 0/1 outcome
-against the target's token (planner.acceptance.TraceReplay), so each drafted node replays one
-recorded node's children.
+Every policy the planner emits runs: dynamic or static trees, pruned or not, ECHO's shared verify
+budget, grafting. Acceptance is synthetic (random weights): drawn from the workload's acceptance
+model, or with --acceptance-trace from a recorded trace (spectune.trace/v1): the candidate banks
+are the recorded steps' draft probabilities of each expanded node's children with their 0/1
+outcome against the target's token (planner.acceptance.TraceReplay), so each drafted node
+replays one recorded node's children, and grafted tokens are accepted with the trace's own
+retrieval statistics (traces.fit.fit_retrieval over its recorded retrieval candidates).
+
+All policies at one batch see the same acceptance draws (common random numbers, executor/
+draws.py). `--repeat R` measures each policy R times on R independent draw streams; the output
+reports each policy's run-to-run spread beside every comparison with the batch's first policy.
 
 With --tp N the target and the drafter are split over N GPUs of this host
 (spectune.executor.tp: column/row-parallel layers, all-reduces, vocab-parallel LM heads); the
@@ -24,7 +30,9 @@ command spawns one process per GPU itself and the document records "tp": N, whic
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spectune.cli.common import (
     check_out_path,
@@ -43,6 +51,10 @@ from spectune.specs import (
     load_workload,
     write_json_atomic,
 )
+
+if TYPE_CHECKING:
+    from spectune.planner.acceptance import RetrievalProfile
+    from spectune.specs.trace import TraceStep
 
 
 def parse_policy_arg(text: str) -> tuple[PolicyTable | None, TreePolicy | None]:
@@ -69,6 +81,25 @@ def scenario_of(args: argparse.Namespace, table: PolicyTable | None) -> Scenario
     if not base.workload:
         base = base.replace(workload=Scenario().workload)
     return scenario_with_flags(base, flags, args.policy)
+
+
+def trace_retrieval(steps: Sequence[TraceStep]) -> RetrievalProfile:
+    """The retrieval profile of a recorded trace (rho by match length and the root's match-length
+    probabilities, traces.fit.fit_retrieval): the acceptance of grafted tokens under
+    --acceptance-trace."""
+    import numpy as np
+
+    from spectune.planner.acceptance import RetrievalProfile
+    from spectune.traces.fit import fit_retrieval
+
+    match_max = max(1, max((int(s.match_len.max()) for s in steps), default=1))
+    rows, probs = fit_retrieval(steps, match_max, TRACE_CHAIN_LEN)
+    return RetrievalProfile(np.asarray(rows, dtype=np.float64), np.asarray(probs))
+
+
+# longest retrieved chain the trace fit resolves (as traces.fit.fit_workload; data/traces record
+# chains of up to 6 tokens: data/traces/README.md)
+TRACE_CHAIN_LEN = 6
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         if not trace_steps:
             raise SpecError(f"{args.acceptance_trace}: the trace holds no steps (only a header)")
         replay = TraceReplay(trace_steps)
+        replay.retrieval = trace_retrieval(trace_steps)
         workload = f"trace:{Path(args.acceptance_trace).name}"
 
     runs: list[tuple[int, TreePolicy | None, str]] = []
@@ -107,14 +139,19 @@ def run(args: argparse.Namespace) -> int:
         runs.extend((b, p, text) for text, p in zip(args.also, also, strict=True))
     for _, p, _ in runs:
         check_runnable(p, "spectune's executor")
-    budgets = [p.budget for _, p, _ in runs if p is not None]
 
     # torch and the GPU come in only here, after the arguments are known to be good
     import torch
 
     from spectune.executor.session import Session, SessionConfig, measure_runs, require_cuda
+    from spectune.executor.sources import cache_slots
     from spectune.planner.acceptance import acceptance_model
-    from spectune.validate.measure import format_table, gpu_hardware_name, measurement_doc
+    from spectune.validate.measure import (
+        comparisons,
+        format_table,
+        gpu_hardware_name,
+        measurement_doc,
+    )
 
     if args.tp > 1 and args.dry_run:
         device = torch.device("cpu")
@@ -139,15 +176,16 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         launch(execute_rank, args.tp, (job,), backend="gloo" if args.dry_run else "nccl")
         return 0
+    slots = [cache_slots(p, acc, b) for b, p, _ in runs if p is not None]
     cfg = SessionConfig(
         max(batches),
         context,
-        max([1, *budgets]),
+        max([1, *slots]),
         use_graphs=not args.no_graphs,
         use_kernels=not args.no_kernels,
     )
     session = Session(target, drafter, cfg, device)
-    recs = measure_runs(session, runs, context, acc, steps, args.warmup)
+    recs = measure_runs(session, runs, context, acc, steps, args.warmup, repeats=args.repeat)
     doc = measurement_doc(
         gpu=gpu,
         hardware=hardware,
@@ -158,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         steps=steps,
         attention=session.attention_backend,
         runs=recs,
-        extra={"command": _command(args)},
+        extra={"command": _command(args), "repeats": args.repeat, "comparisons": comparisons(recs)},
     )
     write_json_atomic(args.out, doc)
     print(format_table(doc))
@@ -234,6 +272,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --tp: run the ranks on CPU over gloo (tiny models; tests the launch, not timing)",
     )
     p.add_argument(
+        "--repeat",
+        type=int_range(1, 50),
+        default=1,
+        help="measure each policy this many times (independent acceptance-draw streams) and "
+        "report its run-to-run spread beside each comparison (default 1)",
+    )
+    p.add_argument(
         "--no-kernels",
         action="store_true",
         help="torch attention/verify instead of spectune.kernels",
@@ -249,6 +294,8 @@ def _command(args: argparse.Namespace) -> str:
         f"--steps {args.steps}",
     ]
     parts += [f"--also {a}" for a in args.also]
+    if args.repeat > 1:
+        parts.append(f"--repeat {args.repeat}")
     if args.acceptance_trace:
         parts.append(f"--acceptance-trace {args.acceptance_trace}")
     if args.tp > 1:

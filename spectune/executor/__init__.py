@@ -2,9 +2,11 @@
 
 Modules (one concept each): model (dense decoder + KV cache), moe (MoE decoder), drafter
 (EAGLE-3 head, draft model), loop (the speculative loop and the baseline), sources/ (tree
-sources: dynamic top-k, static shape, pruned), verifiers/ (dense and ragged verify), accept
-(accept + KV compaction), tree_build (device EAGLE-2 builder and pruning), synthetic
-(acceptance-model-driven target tokens), graphs (phase CUDA graphs), session (one GPU session),
+sources: dynamic top-k, static shape, pruned, ECHO shared budget, grafted), verifiers/ (dense
+and ragged verify), accept (accept + KV compaction), tree_build (device EAGLE-2 builder and
+pruning), select (shared-budget choice and graft placement), retrieval (the GPU n-gram
+drafter grafting uses), synthetic (acceptance-model-driven target tokens), draws (common random
+numbers), graphs (phase CUDA graphs), session (one GPU session),
 calibrate (the GPU side of calibration: micro-benchmarks and timed runs), tp (tensor
 parallelism: sharded target and drafter), collectives (the TP group, its collectives and their
 sweep), tp_jobs (what the ranks of a --tp command run). Every Triton kernel a

@@ -125,6 +125,8 @@ class PathAcceptor:
                 max_nodes=n,
             )
             path = res.accepted_nodes[:, : d + 1].long()
+            if path.shape[1] < d + 1:  # a path never holds more nodes than the tree
+                path = torch.nn.functional.pad(path, (0, d + 1 - path.shape[1]), value=-1)
             num = res.num_accepted.long()
             last = torch.gather(path, 1, num[:, None])
             self.path.copy_(torch.where(path >= 0, path, last))

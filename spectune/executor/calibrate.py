@@ -8,7 +8,11 @@ What is measured (all medians of CUDA-event timings after warm-up):
   LM head), weights rotated across copies so that L2 never holds them;
 - attention time by batch x context x tree size for one layer (the executor's backend);
 - fixed per-step overhead: the replay of a one-kernel CUDA graph;
-- the verify grid: whole target forwards (CUDA graph) over batch x tree tokens x context.
+- the verify grid: whole target forwards (CUDA graph) over batch x tree tokens x context;
+- short speculative-decoding runs, one policy per tree builder (SPEC_POLICIES: dynamic top-k
+  small and large, static, pruned, pruned + grafted, shared budget) at a few batches, phase by
+  phase (session.measure_runs), so the fit sees this GPU's draft-step, tree-building, prune
+  and graft fixed costs (`spec_runs`).
 """
 
 from __future__ import annotations
@@ -19,15 +23,28 @@ from typing import Any
 
 import torch
 
-from spectune.executor.session import Session
+from spectune.executor.session import Session, measure_runs
 from spectune.kernels.gemm import linear
 from spectune.kernels.span_attention import span_attention
 from spectune.kernels.timing import PhaseTimer, graph_time
 from spectune.kernels.tree_attention_plan import TreeAttentionPlan
+from spectune.specs import TreePolicy
 
 RUN_SCHEMA = "spectune.calibration-run/v1"
 GEMM_TOKENS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 L2_SAFE_BYTES = 256 * 1024 * 1024  # rotate weight copies until this many bytes are cycled
+# one short run per tree builder: what the fit needs to separate the builders' fixed costs
+# (SGLang's default 5/4/8 and a 6/8/32 tree give the per-node tree cost; the pruned, grafted
+# and shared-budget variants of them their own fixed costs)
+SPEC_POLICIES = (
+    TreePolicy("dynamic-topk", 5, 4, 8),
+    TreePolicy("dynamic-topk", 6, 8, 32),
+    TreePolicy("static", 5, 4, 8),
+    TreePolicy("dynamic-topk", 6, 8, 32, 0.05),
+    TreePolicy("dynamic-topk", 6, 8, 32, 0.05, 8),
+    TreePolicy("dynamic-topk", 5, 4, 8, shared_budget=True),
+)
+SPEC_BATCHES = (1, 8, 32)
 
 
 def _time(fn: Any, reps: int, device: torch.device, inner: int = 1) -> float:
@@ -197,8 +214,14 @@ def calibration_run(
     tokens: Sequence[int],
     contexts: Sequence[int],
     attention_grid: bool = True,
+    acceptance: object | None = None,
+    workload: str = "",
+    spec_batches: Sequence[int] = SPEC_BATCHES,
+    spec_context: int | None = None,
+    spec_steps: int = 20,
 ) -> dict[str, Any]:
-    """Every micro-benchmark above as one calibration-run document."""
+    """Every micro-benchmark above as one calibration-run document (the speculative runs only
+    when an `acceptance` model is given; at `spec_context`, default the largest context)."""
     dev = session.device
     doc: dict[str, Any] = {
         "schema": RUN_SCHEMA,
@@ -220,4 +243,26 @@ def calibration_run(
     if attention_grid:
         doc["attention_rows"] = attention_sweep(session, batches, contexts, tokens)
     doc["verify"] = verify_grid(session, batches, tokens, contexts)
+    if acceptance is not None:
+        c = spec_context or max(contexts)
+        doc["spec_runs"] = spec_runs(session, acceptance, workload, spec_batches, c, spec_steps)
     return doc
+
+
+def spec_runs(
+    session: Session,
+    acceptance: object,
+    workload: str,
+    batches: Sequence[int],
+    context: int,
+    steps: int,
+    policies: Sequence[TreePolicy] = SPEC_POLICIES,
+) -> dict[str, Any]:
+    """Short speculative runs of `policies` at `batches` (a shared budget only above batch 1,
+    where it differs from the per-request tree), phase by phase: the calibration run's
+    `spec_runs` ({"context", "workload", "steps", "runs"}; runs as a measurement's)."""
+    runs: list[tuple[int, TreePolicy | None, str]] = [
+        (b, p, p.label) for b in batches for p in policies if not (p.shared_budget and b == 1)
+    ]
+    recs = measure_runs(session, runs, context, acceptance, steps, keep_going=True)
+    return {"context": context, "workload": workload, "steps": steps, "runs": recs}

@@ -15,10 +15,13 @@ persistent buffers, so each phase is one CUDA graph, captured once per (batch, p
 nothing syncs with the host inside a step (but the ragged verify's one read of its size).
 
 Parts (one concept each): tree sources (sources/: dynamic EAGLE-2 top-k, static Sequoia shape,
-dynamic-depth pruning of either), verifiers (verifiers/: dense over every slot, ragged over the
-kept nodes of pruned trees), accept.py (accept + compact), graphs.py (phase graphs).
-Grafting is not run: it fills freed slots with retrieved continuations and the executor has no
-retrieval drafter.
+dynamic-depth pruning of either, ECHO's shared verify budget, grafting of retrieved chains),
+verifiers (verifiers/: dense over every slot, ragged over the kept nodes of trees that differ in
+size per request), accept.py (accept + compact), graphs.py (phase graphs), retrieval.py (the
+grafting policies' n-gram lookup), draws.py (common random numbers: every policy at one batch
+sees the same acceptance draws, and `run(seed=...)` repeats a measurement on a fresh stream).
+With grafting, chains reach below the draft depth: the accepted path, the compaction and the
+draft extend are sized for depth + the longest chain the retrieval profile can accept.
 """
 
 from __future__ import annotations
@@ -30,16 +33,18 @@ import torch
 
 from spectune.executor.accept import PathAcceptor
 from spectune.executor.drafter import Drafter, Eagle3Head
+from spectune.executor.draws import CommonDraws
 from spectune.executor.graphs import PhaseGraphs
 from spectune.executor.model import Decoder, KVCache
-from spectune.executor.sources import Drafting, DraftRoot, Pruned, make_source
+from spectune.executor.retrieval import RetrievalDrafter
+from spectune.executor.sources import Drafting, DraftRoot, is_ragged, make_source
 from spectune.executor.synthetic import SyntheticAcceptance
 from spectune.executor.tree_build import TreeBatch
 from spectune.executor.verifiers import DenseVerifier, RaggedVerifier, Verifier
 from spectune.kernels.ragged_plan import RaggedTreePlan
 from spectune.kernels.timing import PhaseTimer
 from spectune.kernels.tree_attention_plan import TreeAttentionPlan
-from spectune.specs import SpecError, TreePolicy
+from spectune.specs import TreePolicy
 
 SPEC_PHASES = ("draft", "tree", "verify", "accept", "compact", "extend")
 AR_PHASES = ("verify",)
@@ -48,13 +53,15 @@ AR_PHASES = ("verify",)
 @dataclass(frozen=True)
 class PhaseResult:
     """Median seconds per phase (+ 'overhead', 'step'), accepted draft tokens per step and,
-    for pruned trees, the tokens verified per sequence per step."""
+    for ragged verifies (pruned or shared-budget trees), the tokens verified per sequence per
+    step."""
 
     phases_s: dict[str, float]
     accepted: list[float]  # mean accepted draft tokens per sequence, one entry per timed step
     batch: int
     nodes: int  # tree slots per sequence (the budget, or the whole pool if smaller)
-    verified: list[float] = field(default_factory=list)  # mean kept tokens/seq per step (pruned)
+    verified: list[float] = field(default_factory=list)  # mean kept tokens/seq per step (ragged)
+    extend_tokens: int = 0  # tokens per sequence the draft extend runs over (padded; 0: none)
 
     @property
     def verified_mean(self) -> float:
@@ -73,35 +80,19 @@ class PhaseResult:
         return self.batch * self.tokens_per_step / self.phases_s["step"]
 
 
-def _check_policy(policy: TreePolicy) -> None:
-    if policy.graft_budget > 0:
-        raise SpecError(
-            f"graft_budget {policy.graft_budget}: the executor cannot graft (grafting fills "
-            "pruned slots with retrieved n-gram/suffix continuations and the executor has no "
-            "retrieval drafter); run the policy with graft_budget 0, or plan without "
-            "grafting (PolicySpace graft=(0, 0), as spectune.validate.planned does)"
-        )
-    if policy.shared_budget:
-        raise SpecError(
-            f"policy {policy.label}: the executor does not run ECHO's shared verify budget "
-            "(one budget of batch x (budget - 1) draft tokens split across the batch by "
-            "P(accepted)); run its per-request equivalent (shared_budget false, no ',echo' "
-            "suffix), or plan without it (PolicySpace allow_shared=False, as "
-            "spectune.validate.planned does)"
-        )
-
-
 def _kernels_usable(device: torch.device) -> bool:
     """spectune.kernels' Triton paths run here: on CUDA, or on CPU under the interpreter."""
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 class SpecRunner:
-    """Speculative decoding of `batch` sequences at `context` with `policy` (dynamic top-k or
-    static; with or without pruning; no grafting, no shared verify budget).
+    """Speculative decoding of `batch` sequences at `context` with `policy`: any policy the
+    planner emits (dynamic top-k or static; pruned or not; per-request or shared verify budget;
+    with or without grafting).
 
     use_kernels: spectune.kernels' tree attention, walk and compaction (on CUDA, or on CPU under
-    the Triton interpreter), else span attention and the torch walk and compaction.
+    the Triton interpreter), else span attention and the torch walk and compaction (a ragged
+    verify always runs the kernels). seed: the common random draws' stream (draws.py).
     """
 
     def __init__(
@@ -117,8 +108,8 @@ class SpecRunner:
         *,
         use_graphs: bool = True,
         use_kernels: bool = True,
+        seed: int = 0,
     ):
-        _check_policy(policy)
         self.target, self.drafter, self.policy = target, drafter, policy
         self.batch, self.context = batch, context
         self.tcache, self.dcache = target_cache, draft_cache
@@ -129,15 +120,27 @@ class SpecRunner:
             hidden=torch.zeros((batch, drafter.spec.hidden), dtype=target.dtype, device=dev),
         )
         other = target.spec.vocab - 1  # a token no draft holds (drafts skip the last id)
-        syn = SyntheticAcceptance(acceptance, policy.depth, policy.topk, dev)
+        self.draws = CommonDraws(batch, dev, seed)
+        syn = SyntheticAcceptance(acceptance, policy.depth, policy.topk, dev, self.draws)
         drafting = Drafting(drafter, draft_cache, syn, batch, context, self.root, other, dev)
-        self.source = make_source(policy, acceptance, drafting)
+        self.retrieval: RetrievalDrafter | None = None
+        self.max_depth = policy.depth
+        if policy.graft_budget > 0:
+            self.retrieval = RetrievalDrafter(
+                acceptance.retrieval,  # type: ignore[attr-defined]
+                batch, max(context, 2 * policy.graft_budget + 2), policy.graft_budget, other,
+                self.draws, dev,
+            )  # fmt: skip
+            self.max_depth += self.retrieval.max_chain
+        self.ragged = is_ragged(policy, batch)
+        self.source = make_source(policy, acceptance, drafting, self.retrieval, self.max_depth)
         self.nodes = self.source.nodes
         capture = target.eagle_capture_layers() if isinstance(drafter, Eagle3Head) else ()
         self.verifier = self._verifier(capture, other, use_kernels)
+        self.verifier.draws = self.draws
         self.acceptor = PathAcceptor(
             self.source.tree, self.verifier.target_tok, self.root.token, target_cache,
-            context, policy.depth, use_kernels,
+            context, self.max_depth, use_kernels,
         )  # fmt: skip
         self.graphs = PhaseGraphs(
             [self.draft, self.build, self.verify, self.accept, self.compact, self.extend],
@@ -147,13 +150,16 @@ class SpecRunner:
         )
         if self.graphs.captured:
             self.verifier.graphs_captured(self.graphs.pool)
+        self.warmed = False  # run() warms the verifier up once
 
     def _verifier(self, capture: tuple[int, ...], other: int, use_kernels: bool) -> Verifier:
-        """Ragged over the kept nodes for a pruned source, else dense over every slot (with the
-        tree-attention plan when the kernels are used)."""
+        """Ragged over the kept nodes when trees differ in size per request (pruned or shared
+        budget), else dense over every slot (with the tree-attention plan when the kernels are
+        used)."""
         t, src = self.target, self.source
         cap = self.tcache.capacity
-        if isinstance(src, Pruned):
+        if self.ragged:
+            assert src.counts is not None
             plan = RaggedTreePlan(self.batch, self.nodes, self.context, cap, t.heads, self.device)
             return RaggedVerifier(
                 t, self.tcache, src.tree, src.counts, self.context, capture, other, plan
@@ -177,7 +183,9 @@ class SpecRunner:
 
     # ---- one step --------------------------------------------------------------------------------
     def draft(self) -> None:
-        """Drafter steps over the root, then over the growing frontier (the tree source's)."""
+        """Drafter steps over the root, then over the growing frontier (the tree source's);
+        the common random draws move to the next step first."""
+        self.draws.advance()
         self.source.draft()
 
     def build(self) -> None:
@@ -190,16 +198,24 @@ class SpecRunner:
         self.verifier.verify()
 
     def accept(self) -> None:
-        """The longest matching root path of each tree and its bonus token (the next root)."""
+        """The longest matching root path of each tree and its bonus token (the next root);
+        a grafting source records the emitted tokens (its retrieval history)."""
         self.acceptor.accept()
+        if self.retrieval is not None:
+            acc = self.acceptor
+            tok = torch.gather(self.source.tree.tokens, 1, acc.path)  # [B, D+1], root first
+            emitted = torch.cat((tok[:, 1:], tok[:, :1]), dim=1)
+            emitted.scatter_(1, acc.num_acc[:, None], self.root.token[:, None])  # the bonus
+            self.source.observe(emitted, acc.num_acc + 1)
 
     def compact(self) -> None:
         """The accepted path's K/V to contiguous positions after the context."""
         self.acceptor.compact()
 
     def extend(self) -> None:
-        """Drafter pass over the accepted tokens (padded to depth + 1) -> the next root hidden."""
-        b, c, a = self.batch, self.context, self.policy.depth + 1
+        """Drafter pass over the accepted tokens (padded to max_depth + 1) -> the next root
+        hidden."""
+        b, c, a = self.batch, self.context, self.max_depth + 1
         path, hidden3 = self.acceptor.path, self.verifier.hidden3
         tokens = torch.gather(self.source.tree.tokens, 1, path)
         h3 = torch.gather(hidden3, 1, path[:, :, None].expand(b, a, hidden3.shape[-1]))
@@ -211,15 +227,22 @@ class SpecRunner:
         self.root.hidden.copy_(last[:, 0])
 
     # ---- timing ----------------------------------------------------------------------------------
-    def run(self, steps: int, warmup: int = 3) -> PhaseResult:
+    def run(self, steps: int, warmup: int = 3, seed: int | None = None) -> PhaseResult:
         """Time `steps` steps after `warmup` (at least the verifier's min_warmup; a ragged
-        verifier then captures the verify graphs of the token buckets seen)."""
+        verifier then captures the verify graphs of the token buckets seen). The timed steps
+        are steps 1.. of draw stream `seed` (None: the runner's), whatever the warm-up, so
+        every policy run at this batch sees the same draws; a runner may run again with
+        another seed (a repeat)."""
         fns = self.graphs.phases()
-        for _ in range(max(warmup, self.verifier.min_warmup)):
+        first = not self.warmed  # a repeat needs no verifier warm-up or bucket captures
+        for _ in range(max(warmup, self.verifier.min_warmup if first else 0)):
             for fn in fns:
                 fn()
-        self.verifier.before_timing()
-        counts = self.source.counts
+        if first:
+            self.verifier.before_timing()
+            self.warmed = True
+        self.draws.reset(seed)
+        counts = self.source.counts if self.ragged else None
         hist = torch.zeros((steps, self.batch), dtype=torch.int64, device=self.device)
         kept = torch.zeros((steps, self.batch), dtype=torch.int64, device=self.device)
         timer = PhaseTimer(SPEC_PHASES, steps, self.device)
@@ -232,7 +255,9 @@ class SpecRunner:
         timer.run(fns, after_step=record)
         accepted = hist.float().mean(dim=1).tolist()
         verified = kept.float().mean(dim=1).tolist() if counts is not None else []
-        return PhaseResult(timer.medians_s(), accepted, self.batch, self.nodes, verified)
+        return PhaseResult(
+            timer.medians_s(), accepted, self.batch, self.nodes, verified, self.max_depth + 1
+        )
 
 
 class ARRunner:

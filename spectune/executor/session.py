@@ -18,7 +18,7 @@ from spectune.executor.drafter import Drafter, make_drafter
 from spectune.executor.graphs import PhaseGraphs
 from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner
 from spectune.executor.model import Decoder
-from spectune.executor.sources import verify_tokens
+from spectune.executor.sources import cache_slots, tree_slots
 from spectune.kernels.gemm import autotune, set_plan
 from spectune.kernels.span_attention import self_check
 from spectune.kernels.timing import PhaseTimer
@@ -159,9 +159,12 @@ class Session:
         acceptance: object,
         steps: int,
         warmup: int = 3,
-    ) -> PhaseResult:
-        self._check(batch, context, policy.budget)
-        self.tune(batch, verify_tokens(policy, acceptance), context)
+        repeats: int = 1,
+    ) -> list[PhaseResult]:
+        """`repeats` timed runs of one policy (one runner and graph capture; repeat r on common
+        random draw stream r, so repeat r of every policy at this batch sees the same draws)."""
+        self._check(batch, context, cache_slots(policy, acceptance, batch))
+        self.tune(batch, tree_slots(policy, acceptance, batch), context)
         r = SpecRunner(
             self.target,
             self.drafter,
@@ -174,7 +177,7 @@ class Session:
             use_graphs=self.cfg.use_graphs,
             use_kernels=self.use_kernels,
         )
-        res = r.run(steps, warmup)
+        res = [r.run(steps, warmup if i == 0 else 0, seed=i) for i in range(repeats)]
         del r
         _free()
         return res
@@ -236,10 +239,14 @@ def measure_runs(
     steps: int,
     warmup: int = 3,
     keep_going: bool = False,
+    repeats: int = 1,
 ) -> list[dict[str, object]]:
     """Measure each (batch, policy, label) against the baseline at the same batch (measured once
-    per batch); returns the measurement document's "runs" entries. With `keep_going`, a run
-    that fails is reported on stderr and skipped."""
+    per batch); returns the measurement document's "runs" entries. Every policy at one batch sees
+    the same acceptance draws (common random numbers), repeat r of each on stream r; with
+    `repeats` > 1 each entry also holds the repeats' figures and their spread
+    (validate.measure.run_record). With `keep_going`, a run that fails is reported on stderr
+    and skipped."""
     from spectune.validate.measure import RunSpec, run_record
 
     baselines: dict[int, PhaseResult] = {}
@@ -252,7 +259,7 @@ def measure_runs(
             res = (
                 None
                 if policy is None
-                else session.run_spec(batch, context, policy, acceptance, steps, warmup)
+                else session.run_spec(batch, context, policy, acceptance, steps, warmup, repeats)
             )
         except Exception:
             if not keep_going:
@@ -262,11 +269,13 @@ def measure_runs(
             continue
         rec = run_record(RunSpec(batch, policy, label), res, ar)
         out.append(rec)
+        spread = rec.get("spread", {}).get("tokens_per_s_rel", 0.0) if repeats > 1 else 0.0
+        note = f"  +-{spread:.1%} ({repeats} runs)" if repeats > 1 and policy else ""
         print(
             f"  B={batch:<3} {label:<10} {policy and (policy.depth, policy.topk, policy.budget)!s:<14} "
             f"step {rec['phases_ms']['step']:8.3f} ms  verify {rec['phases_ms']['verify']:7.3f}  "
             f"acc {rec['accepted_mean']:.2f}  {rec['tokens_per_s']:9.0f} decode tok/s  "
-            f"x{rec['speedup']:.2f}",
+            f"x{rec['speedup']:.2f}{note}",
             flush=True,
         )
     return out

@@ -13,13 +13,17 @@ logits + top-k, target logits + argmax) and overrides the values that decide acc
 P(node on the accepted path) is then the product of `accept` along its path, which is what
 AcceptanceModel.node_accept_prob predicts for the same tree.
 
-All sampling is torch.rand on the device (CUDA-graph safe); nothing syncs with the host.
+Every draw is a common random number (draws.py): a hash of (seed, step, request, node id), so
+all policies measured at one batch see the same luck on the nodes they share; nothing syncs
+with the host (CUDA-graph safe).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+from spectune.executor.draws import ROW, CommonDraws
 
 NEG = -1.0e30  # log(0) stand-in that stays finite under sums
 
@@ -30,9 +34,18 @@ class SyntheticAcceptance:
     level l (1-based, the depth of the children) -> logconf, accept, lo: float32[M_l, K]
     """
 
-    def __init__(self, model: object, depth: int, topk: int, device: torch.device | str):
+    def __init__(
+        self,
+        model: object,
+        depth: int,
+        topk: int,
+        device: torch.device | str,
+        draws: CommonDraws | None = None,
+    ):
         self.depth, self.topk = depth, topk
+        self.draws = draws
         self.table: list[torch.Tensor] = []  # per level: float32[M, 3, K] (logconf, accept, lo)
+        accepts: list[np.ndarray] = []
         for level in range(1, depth + 1):
             bank = model.candidate_bank(level, topk)  # type: ignore[attr-defined]
             logc = np.where(np.isfinite(bank.logconf), bank.logconf, NEG)
@@ -42,6 +55,12 @@ class SyntheticAcceptance:
             self.table.append(
                 torch.tensor(stacked, dtype=torch.float32, device=device).contiguous()
             )
+            accepts.append(acc)
+        #: whether the bank's acceptances are recorded 0/1 outcomes (a trace replay) rather
+        #: than probabilities: then they are not known at draft time, and choices that rank
+        #: nodes by P(accepted) (ECHO's shared budget, graft leaves) must rank by the draft
+        #: probability instead, or they would pick the accepted path from the answer
+        self.outcomes = all(bool(np.isin(a, (0.0, 1.0)).all()) for a in accepts)
 
     def rows(self, level: int) -> int:
         return int(self.table[level - 1].shape[0])
@@ -49,8 +68,15 @@ class SyntheticAcceptance:
     def draw_rows(
         self, level: int, shape: tuple[int, ...], device: torch.device | str
     ) -> torch.Tensor:
-        """int64[shape]: a uniformly drawn bank row for each drafted node whose children sit at `level`."""
+        """int64[shape]: a uniformly drawn bank row for each drafted node whose children sit at
+        `level` (from the global generator; the loop uses `rows_for`)."""
         return torch.randint(0, self.rows(level), shape, device=device)
+
+    def rows_for(self, level: int, ids: torch.Tensor) -> torch.Tensor:
+        """int64[B, W]: the bank row of each drafted node (ids int64[B, W], draws.py), a common
+        random number: the same node draws the same row under every policy."""
+        assert self.draws is not None, "rows_for needs CommonDraws"
+        return self.draws.integers(ids, ROW, self.rows(level))
 
     def children(
         self, level: int, rows: torch.Tensor, width: int
@@ -67,14 +93,17 @@ def draw_target_tokens(
     accept: torch.Tensor,
     lo: torch.Tensor,
     other: int,
+    u: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The target's token after each tree node, drawn so that child c matches w.p. accept[c].
 
     parents: int64[B, N] (root -1); tokens: int64[B, N]; accept, lo: float32[B, N] of each node
-    (root ignored). Returns int64[B, N]: the token of the chosen child, or `other`.
+    (root ignored); u: float32[B, N] the uniform of each node (None: torch.rand). Returns
+    int64[B, N]: the token of the chosen child, or `other`.
     """
     b, n = parents.shape
-    u = torch.rand((b, n), device=parents.device)
+    if u is None:
+        u = torch.rand((b, n), device=parents.device)
     par = parents.clamp(min=0)
     u_par = torch.gather(u, 1, par)
     chosen = (parents >= 0) & (u_par >= lo) & (u_par < lo + accept)

@@ -72,7 +72,9 @@ class ExecuteJob:
 def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
     from spectune.validate.measure import format_table, measurement_doc
 
-    budgets = [p.budget for _, p, _ in job.runs if p is not None]
+    from spectune.executor.sources import cache_slots
+
+    budgets = [cache_slots(p, job.acceptance, b) for b, p, _ in job.runs if p is not None]
     g = job.grid or CalibrateJob("", "", ())
     cfg = SessionConfig(
         max([b for b, _, _ in job.runs] + list(g.batches)),

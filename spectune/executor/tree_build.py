@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from spectune.executor.draws import ROOT_ID
+
 #: token of a pruned slot: no target token (all >= 0) equals it, so it is never accepted
 PRUNED = -1
 
@@ -63,7 +65,8 @@ class TreeBatch:
     parents int64[B, N] (root -1); tokens int64[B, N]; depth int64[B, N];
     accept, lo float32[B, N] (synthetic acceptance; root 1, 0); mask bool[B, N, N] (ancestor
     matrix: [b, i, j] when j is i or an ancestor of i); score float32[B, N] (path draft log-prob,
-    root 0) where pruning needs it, else None
+    root 0) where pruning needs it, else None; ids int64[B, N] (node ids for the common random
+    draws, executor.draws; root ROOT_ID) where the source tracks them, else None
     """
 
     parents: torch.Tensor
@@ -73,6 +76,7 @@ class TreeBatch:
     lo: torch.Tensor
     mask: torch.Tensor
     score: torch.Tensor | None = None
+    ids: torch.Tensor | None = None
 
 
 def ancestor_mask(parents: torch.Tensor, max_depth: int) -> torch.Tensor:
@@ -103,11 +107,13 @@ def select_tree(
     nodes: int,
     max_depth: int,
     with_score: bool = False,
+    pool_id: torch.Tensor | None = None,
 ) -> TreeBatch:
     """Keep the nodes-1 best pool entries of each sequence and lay them out as trees.
 
     pool_*: [B, P] (pool_level int64[P]); root_token int64[B]; nodes: N <= P + 1;
-    with_score: also return each node's path log-prob (TreeBatch.score; pruning reads it).
+    with_score: also return each node's path log-prob (TreeBatch.score; pruning reads it);
+    pool_id: int64[B, P] node ids of the pool entries (TreeBatch.ids; root ROOT_ID), or None.
     """
     b, p = pool_score.shape
     dev = pool_score.device
@@ -128,7 +134,12 @@ def select_tree(
     score = None
     if with_score:
         score = torch.cat((ones * 0, torch.gather(pool_score, 1, keep)), dim=1)
-    return TreeBatch(parents, tokens, depth, accept, lo, ancestor_mask(parents, max_depth), score)
+    ids = None
+    if pool_id is not None:
+        root = torch.full((b, 1), ROOT_ID, dtype=torch.int64, device=dev)
+        ids = torch.cat((root, torch.gather(pool_id, 1, keep)), dim=1)
+    mask = ancestor_mask(parents, max_depth)
+    return TreeBatch(parents, tokens, depth, accept, lo, mask, score, ids)
 
 
 def prune_tree(tree: TreeBatch, threshold: float) -> tuple[TreeBatch, torch.Tensor]:
@@ -170,7 +181,10 @@ def prune_tree(tree: TreeBatch, threshold: float) -> tuple[TreeBatch, torch.Tens
     placeholder = eye.clone()
     placeholder[:, 0] = True
     mask = torch.where(live[:, :, None], mask, placeholder)
-    return TreeBatch(parents, tokens, depth, accept, lo, mask, score), counts
+    ids = None
+    if tree.ids is not None:
+        ids = torch.where(live, torch.gather(tree.ids, 1, idx), 0)
+    return TreeBatch(parents, tokens, depth, accept, lo, mask, score, ids), counts
 
 
 def reference_prune(

@@ -19,6 +19,7 @@ StepBreakdown (spectune.planner.step), the one price every consumer reads:
     overhead   scheduler, sampling, tree building: fixed + per node     (step_overhead_time)
     retrieval  grafting's lookup, when graft_budget > 0                 (retrieval_time)
     pruning    pruning pass, ragged packing, host read, when pruning    (prune_time)
+               or when trees differ in size per request (ECHO's shared budget, batch > 1)
     engine     the serving engine's host time (specs.engine.EngineOverheads)
 
 A hierarchical policy (TreePolicy.chain > 0, arXiv 2505.22179) runs R rounds of (drafter tree
@@ -363,7 +364,7 @@ class CostModel:
                 "extend_s": self.draft_extend_time(b, a, c),
                 "overhead_s": self.step_overhead_time(b, n, builder=builder),
                 "retrieval_s": self.retrieval_time(b) if policy.graft_budget > 0 else None,
-                "prune_s": self.prune_time(b) if policy.prune_threshold > 0 else None,
+                "prune_s": self._ragged_time(policy, b),
                 "engine_s": self._engine_time(b, policy.depth, policy.topk > 1),
             }
         shape = np.broadcast(*(p for p in parts.values() if p is not None)).shape
@@ -442,6 +443,16 @@ class CostModel:
         }
         shape = np.broadcast(*(p for p in parts.values() if p is not None)).shape
         return StepBreakdown(**{k: _shaped(p, shape) for k, p in parts.items()})
+
+    def _ragged_time(self, policy: TreePolicy, batch: F64) -> F64 | None:
+        """prune_time where the batch's trees differ in size per request, so the verify runs
+        ragged (the executor's packing and host read): a pruned policy, or a shared verify
+        budget above batch 1 (ECHO); None otherwise."""
+        if policy.prune_threshold > 0:
+            return self.prune_time(batch)
+        if policy.shared_budget:
+            return np.where(batch > 1, self.prune_time(batch), 0.0)
+        return None
 
     def _engine_time(self, batch: F64, draft_steps: int, tree: bool) -> F64 | None:
         """The engine's host seconds per iteration (None for a profile that adds nothing)."""

@@ -6,17 +6,20 @@ none: the cost model's defaults) configures CostModel(hardware, target, drafter,
 the document's (the GPUs the executor split the target over; 1 when absent). Per run:
 - verify latency: CostModel.verify_time(batch, tree tokens, context) vs the measured verify phase
   (and the baseline's verify at 1 token); for a pruned policy the tree tokens are the measured
-  mean verified per sequence (`verified_mean`), or, in a document without it, the planner's
-  mean kept tokens (ClosedFormObjective.tree_tokens for the document's workload);
+  mean verified per sequence (`verified_mean`; also for shared-budget and grafted trees), or,
+  in a document without it, the planner's mean kept tokens (ClosedFormObjective.tree_tokens
+  for the document's workload);
 - speedup: predicted = tokens_per_step_measured / CostModel.iteration(policy, batch, context,
   tokens=tree tokens).total_s x CostModel.iteration(None, batch, context).total_s vs the
   measured speedup. The iteration charges everything the policy has (a pruned policy its
   pruning pass, ragged packing and host read: Calibration.prune_step_s), and its draft extend
   runs over depth + 1 tokens (its default) because the executor pads it so (graph-captured, as
-  engines do). The measured accepted length is used on both sides, so the check tests the
+  engines do; a grafting run pads it further, to depth + its longest chain: the document's
+  `extend_tokens`). The measured accepted length is used on both sides, so the check tests the
   timing model (acceptance is checked separately, against the acceptance model, by the
   executor's tests).
-Calibration-run documents (spectune.calibration-run/v1) add their verify grids to the MAPE.
+Calibration-run documents (spectune.calibration-run/v1) add their verify grids to the MAPE,
+and their speculative runs (`spec_runs`) are checked like a measurement's runs.
 
 Engine measurement documents (spectune.engine-measurement/v1: parsed engine output, published
 figures) are predicted with the engine's profile (the preset named by the document's engine,
@@ -46,7 +49,7 @@ from spectune.specs import SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import SCHEMA as CALIBRATION_SCHEMA
 from spectune.specs.calibration import Calibration
 from spectune.specs.io import loads_json, read_bytes_bounded
-from spectune.validate.measure import RUN_SCHEMA, doc_tp, validate_document
+from spectune.validate.measure import RUN_SCHEMA, doc_tp, spec_run_measurements, validate_document
 
 if TYPE_CHECKING:
     from spectune.specs.engine import EngineProfile
@@ -202,6 +205,8 @@ def check_folder(
                             r["seconds"],
                         )
                     )
+                for m in spec_run_measurements(data):  # spectune calibrate's own spec runs
+                    _check_measurement(cm, m, name, res)
                 continue
             _check_measurement(cm, data, name, res)
     if res.files == 0:
@@ -244,7 +249,8 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
                 ph["verify"] / 1e3,
             )
         )
-        spec_pred = _scalar(cm.iteration(policy, b, c, tokens=n).total_s)
+        step = cm.iteration(policy, b, c, tokens=n, accepted=r.get("extend_tokens"))
+        spec_pred = _scalar(step.total_s)
         pred_speedup = r["tokens_per_step"] / spec_pred * ar_pred
         res.speedup.append(Row(name, f"speedup {label}", pred_speedup, r["speedup"]))
 
@@ -294,10 +300,12 @@ def _check_engine(
 
 
 def _tree_tokens(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, Any]) -> float:
-    """Tokens a run verified per sequence: its tree slots, or for a pruned policy the measured
-    mean (else the planner's tree_tokens for the document's workload)."""
+    """Tokens a run verified per sequence: its tree slots (a dense verify), or for a ragged one
+    (pruned, or ECHO's shared budget above batch 1) the measured mean `verified_mean` (else,
+    in a document without it, the planner's tree_tokens for the document's workload)."""
     pol = run["policy"]
-    if pol.get("prune_threshold", 0.0) <= 0:
+    shared = bool(pol.get("shared_budget")) and run["batch"] > 1
+    if pol.get("prune_threshold", 0.0) <= 0 and not shared:
         return float(run["nodes"])
     if run.get("verified_mean") is not None:
         return float(run["verified_mean"])

@@ -6,6 +6,11 @@ least-squares fit minimises the log-ratio of predicted to measured seconds over
 - the weight-GEMM micro-benchmarks of the same run (operators.gemm_time per shape and M),
 - the phases of measured speculative runs (verify over the tree, drafting, draft extend) and
   their whole steps, each read from the cost model's StepBreakdown (CostModel.iteration).
+The calibration run's own speculative runs (`spec_runs`: one short run per tree builder:
+dynamic, static, pruned, grafted, shared budget) join the measurements, so the draft-step, tree,
+prune and graft fixed costs are fitted on the GPU at hand. Every efficiency is bounded by the
+run's measured copy bandwidth and matmul rate (validate.fit_bounds), and the report gives
+them beside those ceilings and says which parameters the data determined.
 Parameters: weight/attention/elementwise bandwidth efficiencies, attention FLOP efficiency,
 the per-kernel launch cost inside a graph, the fixed cost of each draft step beyond the
 drafter's forward (top-k, frontier sort, pool bookkeeping: draft_step_s; and
@@ -117,7 +122,12 @@ def _rows(
                 ("verify", {"batch": b, "tokens": _tokens(r), "context": c}, ph["verify"] / 1e3)
             )
             policy = TreePolicy(**pol)
-            run_args = {"batch": b, "policy": policy, "context": c}
+            run_args = {
+                "batch": b,
+                "policy": policy,
+                "context": c,
+                "accepted": r.get("extend_tokens"),
+            }
             rows.append(("step", {**run_args, "tokens": _tokens(r)}, ph["step"] / 1e3))
             rows.append(("draft", run_args, ph["draft"] / 1e3))
             rows.append(("extend", run_args, ph["extend"] / 1e3))
@@ -139,7 +149,13 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
     if kind == "ar":
         return _scalar(cm.iteration(None, a["batch"], a["context"]).total_s)
     if kind in ("step", "draft", "extend"):
-        step = cm.iteration(a["policy"], a["batch"], a["context"], tokens=a.get("tokens"))
+        step = cm.iteration(
+            a["policy"],
+            a["batch"],
+            a["context"],
+            tokens=a.get("tokens"),
+            accepted=a.get("accepted"),
+        )
         field = {"step": step.total_s, "draft": step.draft_s, "extend": step.extend_s}[kind]
         return _scalar(field)
     raise ValueError(kind)
@@ -167,9 +183,12 @@ def fit_calibration(
     from scipy.optimize import least_squares
 
     from spectune.planner.costmodel import CostModel
+    from spectune.validate.fit_bounds import bounded, bounds_report, ceilings, identified
+    from spectune.validate.measure import spec_run_measurements
 
     hw = load_hardware(run["hardware"])
     target, drafter = load_model(run["target"]), load_model(run["drafter"])
+    measurements = [*measurements, *spec_run_measurements(run)]
     for doc in measurements:
         if (doc["hardware"], doc["target"], doc["drafter"]) != (
             run["hardware"],
@@ -188,6 +207,9 @@ def fit_calibration(
             tree_build_per_node_s=over["tree_build_per_node_s"],
             static_tree_build_s=over.get("static_tree_build_s", base.static_tree_build_s),
             prune_step_s=over.get("prune_step_s", base.prune_step_s),
+            retrieval_per_request_s=over.get(
+                "retrieval_per_request_s", base.retrieval_per_request_s
+            ),
         )
     rows = _rows(run, measurements)
     if not rows:
@@ -198,7 +220,8 @@ def fit_calibration(
     meas = meas[keep]
     w = np.sqrt(np.array([WEIGHTS[k] for k, _, _ in rows]))
     static = any(a["policy"].builder == "static" for _, a, _ in rows if "policy" in a)
-    params = (*PARAMS, STATIC_PARAM) if static else PARAMS
+    ceiling = ceilings(run, hw)  # efficiencies <= measured copy bandwidth / matmul rate
+    params = bounded((*PARAMS, STATIC_PARAM) if static else PARAMS, ceiling)
 
     def model(x: Sequence[float] | np.ndarray) -> np.ndarray:
         cal = _calibration(x, hw.name, base, params)
@@ -220,9 +243,13 @@ def fit_calibration(
         f"{len(rows)} executor timings (verify grid, GEMMs, loop phases); spectune.validate.fit",
     )
     end = model(sol.x)
+    names = [p[0] for p in params]
     report: dict[str, Any] = {
         "rows": len(rows),
-        "params": dict(zip((p[0] for p in params), sol.x.tolist(), strict=True)),
+        "params": dict(zip(names, sol.x.tolist(), strict=True)),
+        "bounds": bounds_report(params, sol.x, ceiling, run, hw),
+        "identified": identified(names, sol.x, sol.jac, sol.fun, lo, hi),
+        "overheads": {"fitted": sorted(over), "default": sorted(set(OVERHEAD_COLUMNS) - set(over))},
     }
     for kind in WEIGHTS:
         sel = np.array([k == kind for k, _, _ in rows])
@@ -235,8 +262,8 @@ def fit_calibration(
     return cal, report
 
 
-# columns of the non-forward-phase fit (_overheads), in order; the last two are fitted only when
-# runs of their kind are measured
+# columns of the non-forward-phase fit (_overheads), in order; the last three are fitted only
+# when runs of their kind are measured
 OVERHEAD_COLUMNS = (
     "step_overhead_s",
     "per_request_overhead_s",
@@ -244,7 +271,14 @@ OVERHEAD_COLUMNS = (
     "tree_build_per_node_s",
     "static_tree_build_s",
     "prune_step_s",
+    "retrieval_per_request_s",
 )
+
+
+def _ragged(pol: dict[str, Any], batch: int) -> bool:
+    """Whether a run's trees differ in size per request (pruned, or a shared budget above batch
+    1): its verify is ragged and the cost model charges prune_step_s (CostModel.iteration)."""
+    return pol.get("prune_threshold", 0.0) > 0 or (bool(pol.get("shared_budget")) and batch > 1)
 
 
 def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -254,28 +288,31 @@ def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
         speculation off: overhead                      = fixed + per_request * B
         on:              tree + accept + compact + ovh = fixed + per_request * B
                                                          + tree_build[builder] + per_node * B * N
-                                                         + prune_step * [prune_threshold > 0]
-    (N: verified tree nodes per sequence, root included, the measured mean of a pruned run; the
-    cost model's step_overhead_time and prune_time; the per-node cost is shared by both
-    builders, the fixed tree cost is each builder's own). The pruned run's host read of its
-    packed size is timed in its verify phase, which this fit does not see: prune_step_s fitted
-    here is the tree phase's share."""
+                                                         + prune_step * [ragged verify]
+                                                         + retrieval_per_request * B * [graft]
+    (N: verified tree nodes per sequence, root included, the measured mean of a ragged run; the
+    cost model's step_overhead_time, prune_time and retrieval_time; the per-node cost is shared
+    by both builders, the fixed tree cost is each builder's own; a ragged verify is a pruned or
+    shared-budget (ECHO, batch > 1) run; the executor's retrieval lookup and grafting run in the
+    tree phase). The ragged run's host read of its packed size is timed in its verify phase,
+    which this fit does not see: prune_step_s fitted here is the tree phase's share."""
     a_rows, y = [], []
     for doc in measurements:
         for r in doc["runs"]:
             ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
             if "ar_phases_ms" in r:
-                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0])
+                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0])
                 y.append(r["ar_phases_ms"]["overhead"] / 1e3)
             if pol is None:
-                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0])
+                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0])
                 y.append(ph["overhead"] / 1e3)
             else:
                 static = pol["builder"] == "static"
-                pruned = pol.get("prune_threshold", 0.0) > 0
-                a_rows.append(
-                    [1.0, b, float(not static), b * _tokens(r), float(static), float(pruned)]
-                )
+                graft = float(b) * (pol.get("graft_budget", 0) > 0)
+                a_rows.append([
+                    1.0, b, float(not static), b * _tokens(r), float(static),
+                    float(_ragged(pol, b)), graft,
+                ])  # fmt: skip
                 y.append((ph["tree"] + ph["accept"] + ph["compact"] + ph["overhead"]) / 1e3)
     if len(y) < 4:
         return {}

@@ -12,7 +12,12 @@ Measurement JSON (schema spectune.measurement/v1; spectune.validate.check reads 
                unless the policy prunes; optional in older documents),
                "phases_ms": {draft, tree, verify, accept, compact, extend, overhead, step},
                "accepted_mean": accepted draft tokens per step, "tokens_per_step",
-               "tokens_per_s", "ar_step_ms", "ar_tokens_per_s", "speedup"}]}
+               "tokens_per_s", "ar_step_ms", "ar_tokens_per_s", "speedup",
+               "extend_tokens": tokens per sequence of the (padded) draft extend (optional;
+               absent: depth + 1),
+               "repeats": {"tokens_per_s": [...], "tokens_per_step": [...], "step_ms": [...]}
+               and "spread": {"tokens_per_s_rel": sample std / mean, ...} (optional: runs
+               measured more than once; the run's figures are then the repeats' means)}]}
 """
 
 from __future__ import annotations
@@ -54,8 +59,24 @@ class RunSpec:
     label: str
 
 
+def _rel_std(values: Sequence[float]) -> float:
+    """Sample standard deviation / mean (0 for fewer than two values)."""
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(var) / mean if mean else 0.0
+
+
 def run_record(spec: RunSpec, spec_res: Any, ar_res: Any) -> dict[str, Any]:
-    """One entry of "runs" from a spec PhaseResult (None when off) and the baseline PhaseResult."""
+    """One entry of "runs" from a spec PhaseResult, or a list of repeats of one (None when off),
+    and the baseline PhaseResult. Repeats: phases are the means of the repeats' medians,
+    accepted and verified lengths the means over every timed step, and the entry holds each
+    repeat's figures and their relative spread."""
+    repeats: list[Any] = []
+    if isinstance(spec_res, list | tuple):
+        repeats = list(spec_res)
+        spec_res = repeats[0] if len(repeats) == 1 else _pooled(repeats)
     ar_ms = ar_res.phases_s["step"] * 1e3
     ar_tps = spec.batch / ar_res.phases_s["step"]
     if spec_res is None:
@@ -87,7 +108,85 @@ def run_record(spec: RunSpec, spec_res: Any, ar_res: Any) -> dict[str, Any]:
         },
         "ar_tokens_per_s": ar_tps,
         "speedup": tps / ar_tps,
+        **_extras(spec_res, repeats),
     }
+
+
+def _pooled(repeats: Sequence[Any]) -> Any:
+    """One PhaseResult-like record of several repeats of one run (see run_record)."""
+    first = repeats[0]
+    keys = first.phases_s.keys()
+    phases = {k: sum(r.phases_s[k] for r in repeats) / len(repeats) for k in keys}
+    return dataclasses.replace(
+        first,
+        phases_s=phases,
+        accepted=[a for r in repeats for a in r.accepted],
+        verified=[v for r in repeats for v in r.verified],
+    )
+
+
+def _extras(res: Any, repeats: Sequence[Any]) -> dict[str, Any]:
+    """extend_tokens (when known) and, for repeated runs, the repeats and their spread."""
+    out: dict[str, Any] = {}
+    if res is not None and getattr(res, "extend_tokens", None):
+        out["extend_tokens"] = int(res.extend_tokens)
+    if len(repeats) > 1:
+        tps = [float(r.tokens_per_s) for r in repeats]
+        per_step = [float(r.tokens_per_step) for r in repeats]
+        step_ms = [float(r.phases_s["step"]) * 1e3 for r in repeats]
+        out["repeats"] = {"tokens_per_s": tps, "tokens_per_step": per_step, "step_ms": step_ms}
+        out["spread"] = {
+            "tokens_per_s_rel": _rel_std(tps),
+            "tokens_per_step_rel": _rel_std(per_step),
+            "step_ms_rel": _rel_std(step_ms),
+        }
+    return out
+
+
+def comparisons(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each speculative run against the first speculative run at its batch: the ratio of their
+    tokens/s, each one's run-to-run spread (relative std over its repeats; 0 when measured
+    once), and with repeats the paired ratios (repeat r of both saw draw stream r) and their
+    spread. A ratio farther from 1 than the spreads is a difference the draws do not explain."""
+    first: dict[int, dict[str, Any]] = {}
+    out = []
+    for r in runs:
+        if r.get("policy") is None:
+            continue
+        ref = first.setdefault(r["batch"], r)
+        if ref is r:
+            continue
+        row: dict[str, Any] = {
+            "batch": r["batch"],
+            "label": r["label"],
+            "versus": ref["label"],
+            "tokens_per_s_ratio": r["tokens_per_s"] / ref["tokens_per_s"],
+            "spread_rel": r.get("spread", {}).get("tokens_per_s_rel", 0.0),
+            "versus_spread_rel": ref.get("spread", {}).get("tokens_per_s_rel", 0.0),
+        }
+        a, b = r.get("repeats"), ref.get("repeats")
+        if a and b and len(a["tokens_per_s"]) == len(b["tokens_per_s"]):
+            paired = [x / y for x, y in zip(a["tokens_per_s"], b["tokens_per_s"], strict=True)]
+            row["paired_ratios"] = paired
+            row["paired_spread_rel"] = _rel_std(paired)
+        out.append(row)
+    return out
+
+
+def format_comparisons(rows: Sequence[dict[str, Any]]) -> str:
+    """The comparisons as a table: ratio of tokens/s and the spreads beside it."""
+    lines = [
+        f"{'batch':>5} {'policy':<28} {'vs':<28} {'tok/s ratio':>11} {'spread':>7} "
+        f"{'vs spread':>9} {'paired':>7}"
+    ]
+    for c in rows:
+        paired = f"{c['paired_spread_rel']:>6.1%}" if "paired_spread_rel" in c else "      -"
+        lines.append(
+            f"{c['batch']:>5} {c['label']:<28.28} {c['versus']:<28.28} "
+            f"{c['tokens_per_s_ratio']:>11.3f} {c['spread_rel']:>7.1%} "
+            f"{c['versus_spread_rel']:>9.1%} {paired}"
+        )
+    return "\n".join(lines)
 
 
 def measurement_doc(
@@ -260,6 +359,36 @@ def validate_calibration_run(doc: Any, where: str = "calibration run") -> None:
     _collectives(doc, where)
     if not doc.get("verify") and not doc.get("gemm"):
         raise SpecError(f"{where}: no verify or gemm rows to fit or check")
+    spec = doc.get("spec_runs")
+    if spec is not None:
+        if not isinstance(spec, dict) or not isinstance(spec.get("runs"), list):
+            raise SpecError(f"{where}: field 'spec_runs' must be an object with a 'runs' list")
+        for m in spec_run_measurements(doc):
+            validate_measurement(m, f"{where}: spec_runs")
+    for key in ("copy_bytes_per_s", "matmul_flops"):
+        if key in doc:
+            _number(doc, key, where)
+
+
+def spec_run_measurements(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The speculative runs a calibration-run document holds (`spec_runs`: {"context",
+    "workload", "steps", "runs": [...]}, spectune calibrate) as one measurement document of the
+    run's GPU and models ([] when it holds none)."""
+    spec = run.get("spec_runs")
+    if not spec:
+        return []
+    doc = measurement_doc(
+        gpu=str(run.get("gpu", run["hardware"])),
+        hardware=run["hardware"],
+        target=run["target"],
+        drafter=run["drafter"],
+        workload=str(spec.get("workload", "")),
+        context=spec["context"],
+        steps=int(spec.get("steps", 0)),
+        attention=str(run.get("attention", "")),
+        runs=spec["runs"],
+    )
+    return [doc]
 
 
 def validate_document(doc: dict[str, Any], where: str) -> None:
@@ -286,6 +415,10 @@ def format_table(doc: dict[str, Any]) -> str:
         name = "off" if p is None else f"{r['label']}:{p['depth']}/{p['topk']}/{p['budget']}"
         if p is not None and p.get("prune_threshold", 0.0) > 0:
             name += f"/p{p['prune_threshold']:g}"
+        if p is not None and p.get("graft_budget", 0) > 0:
+            name += f"/g{p['graft_budget']}"
+        if p is not None and p.get("shared_budget"):
+            name += "/echo"
         ph = r["phases_ms"]
         nodes = r.get("verified_mean", r["nodes"])  # tokens verified per sequence
         lines.append(
@@ -294,6 +427,8 @@ def format_table(doc: dict[str, Any]) -> str:
             f"{ph['overhead']:>5.2f} {ph['step']:>8.2f} {r['accepted_mean']:>5.2f} "
             f"{r['tokens_per_s']:>9.0f} {r['ar_tokens_per_s']:>9.0f} {r['speedup']:>7.2f}"
         )
+    if doc.get("comparisons"):
+        lines.append(format_comparisons(doc["comparisons"]))
     return "\n".join(lines)
 
 

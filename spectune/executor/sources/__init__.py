@@ -2,31 +2,75 @@
 
 - DynamicTopK (dynamic.py): EAGLE-2 dynamic top-k expansion with global rerank;
 - StaticShape (static.py): a fixed Sequoia shape from the planner, drafted level by level;
-- Pruned (pruned.py): dynamic-depth pruning of either, verified as a ragged batch.
+- Pruned (pruned.py): dynamic-depth pruning of either, verified as a ragged batch;
+- Shared (shared.py): ECHO's one verify budget for the whole batch over either's candidates;
+- Grafted (grafted.py): retrieved chains (retrieval.py) in the slots any of the above left free.
 `make_source` picks them for a TreePolicy; base.py holds the interface and the drafting state.
 """
 
 from __future__ import annotations
 
+from spectune.executor.retrieval import RetrievalDrafter
 from spectune.executor.sources.base import Drafting, DraftRoot, TreeSource
 from spectune.executor.sources.dynamic import DynamicTopK
+from spectune.executor.sources.grafted import Grafted
 from spectune.executor.sources.pruned import Pruned
+from spectune.executor.sources.shared import Shared, shared_row_nodes
 from spectune.executor.sources.static import StaticPlan, StaticShape
-from spectune.executor.tree_build import tree_size
+from spectune.executor.tree_build import pool_size, tree_size
 from spectune.planner.trees import static_shape
 from spectune.specs import TreePolicy
+from spectune.specs.policy import MAX_BUDGET
 
 __all__ = [
     "DraftRoot",
     "Drafting",
     "DynamicTopK",
+    "Grafted",
     "Pruned",
+    "Shared",
     "StaticPlan",
     "StaticShape",
     "TreeSource",
+    "cache_slots",
+    "is_ragged",
     "make_source",
+    "shares",
+    "tree_slots",
     "verify_tokens",
 ]
+
+
+def shares(policy: TreePolicy, batch: int) -> bool:
+    """Whether this batch shares one verify budget (ECHO; at batch 1 it is the per-request one)."""
+    return policy.shared_budget and batch > 1
+
+
+def is_ragged(policy: TreePolicy, batch: int) -> bool:
+    """Whether the trees differ in size per request (pruned or shared budget): ragged verify."""
+    return policy.prune_threshold > 0 or shares(policy, batch)
+
+
+def _static_size(policy: TreePolicy, batch: int) -> int:
+    """Nodes of the static shape drafted: the budget, or 2 x budget for a shared budget (the
+    planner's builder does the same)."""
+    return min(2 * policy.budget, MAX_BUDGET) if shares(policy, batch) else policy.budget
+
+
+def tree_slots(policy: TreePolicy, acceptance: object, batch: int) -> int:
+    """Slots per sequence of the trees make_source lays out (root included): what the caches
+    and buffers must hold."""
+    if policy.builder == "static":
+        shape = static_shape(acceptance, _static_size(policy, batch), policy.depth, policy.topk)  # type: ignore[arg-type]
+        nodes = columns = int(shape.parents.size)
+    else:
+        nodes = tree_size(policy.depth, policy.topk, policy.budget)
+        columns = 1 + pool_size(policy.depth, policy.topk)
+    if shares(policy, batch):
+        nodes = shared_row_nodes(columns, policy.budget, batch)
+    if policy.graft_budget > 0:
+        nodes = nodes + policy.graft_budget if shares(policy, batch) else max(nodes, policy.budget)
+    return nodes
 
 
 def verify_tokens(policy: TreePolicy, acceptance: object) -> int:
@@ -37,16 +81,50 @@ def verify_tokens(policy: TreePolicy, acceptance: object) -> int:
     return tree_size(policy.depth, policy.topk, policy.budget)
 
 
-def make_source(policy: TreePolicy, acceptance: object, drafting: Drafting) -> TreeSource:
+def cache_slots(policy: TreePolicy, acceptance: object, batch: int) -> int:
+    """Cache positions past the context a run of this policy writes per sequence: its tree
+    slots, or the padded draft extend (depth + 1, + the longest grafted chain, at most
+    graft_budget) when that is longer."""
+    return max(tree_slots(policy, acceptance, batch), policy.depth + policy.graft_budget + 1)
+
+
+def make_source(
+    policy: TreePolicy,
+    acceptance: object,
+    drafting: Drafting,
+    retrieval: RetrievalDrafter | None = None,
+    max_depth: int | None = None,
+) -> TreeSource:
     """The source of a policy: static (the planner's Sequoia shape for this acceptance model)
-    or dynamic top-k, wrapped in Pruned when policy.prune_threshold > 0."""
+    or dynamic top-k; under a shared budget (batch > 1) Shared, else Pruned when
+    policy.prune_threshold > 0; then Grafted when policy.graft_budget > 0 (needs `retrieval`).
+    max_depth: deepest node of the final trees (depth + the longest grafted chain)."""
     prune = policy.prune_threshold > 0
+    shared = shares(policy, drafting.batch)
+    graft = policy.graft_budget > 0
+    depth = policy.depth if max_depth is None else max_depth
     source: TreeSource
     if policy.builder == "static":
-        shape = static_shape(acceptance, policy.budget, policy.depth, policy.topk)  # type: ignore[arg-type]
+        size = _static_size(policy, drafting.batch)
+        shape = static_shape(acceptance, size, policy.depth, policy.topk)  # type: ignore[arg-type]
         plan = StaticPlan(shape.parents, shape.rank, drafting.device)
-        source = StaticShape(drafting, plan, with_score=prune)
+        source = StaticShape(drafting, plan, with_score=prune or shared or graft)
+        columns = plan.nodes
     else:
         nodes = tree_size(policy.depth, policy.topk, policy.budget)
         source = DynamicTopK(drafting, policy.depth, policy.topk, nodes)
-    return Pruned(source, policy.prune_threshold) if prune else source
+        columns = 1 + pool_size(policy.depth, policy.topk)
+    outcomes = drafting.synthetic.outcomes
+    if shared:
+        source = Shared(
+            source, columns, policy.budget, policy.prune_threshold, policy.depth, outcomes
+        )
+    elif prune:
+        source = Pruned(source, policy.prune_threshold)
+    if graft:
+        if retrieval is None:
+            raise ValueError("a grafting policy needs a RetrievalDrafter")
+        source = Grafted(
+            source, retrieval, policy.budget, policy.graft_budget, shared, depth, outcomes
+        )
+    return source

@@ -17,6 +17,7 @@ import torch
 
 from spectune.executor.drafter import Drafter
 from spectune.executor.model import KVCache
+from spectune.executor.select import Candidates
 from spectune.executor.synthetic import SyntheticAcceptance
 from spectune.executor.tree_build import TreeBatch
 
@@ -72,3 +73,12 @@ class TreeSource(ABC):
     def full_tree(self) -> TreeBatch:
         """Every candidate node of this step with its path draft log-prob (TreeBatch.score):
         what pruning cuts. Only sources built with scores answer it."""
+
+    def candidates(self) -> Candidates:
+        """Every node drafted this step as a candidate set (select.py): what ECHO's shared
+        budget chooses from. Dynamic and static (with scores) sources answer it."""
+        raise NotImplementedError(f"{type(self).__name__} has no candidate set")
+
+    def observe(self, tokens: torch.Tensor, count: torch.Tensor) -> None:  # noqa: B027
+        """After accept: the first count[b] of tokens[b] (int64[B, A]) were emitted (accepted
+        drafts, then the bonus). Sources with a retrieval drafter record them; others ignore."""

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from spectune.executor.draws import ROOT_ID, child_id
+from spectune.executor.select import Candidates
 from spectune.executor.sources.base import Drafting, TreeSource
 from spectune.executor.tree_build import TreeBatch, pool_levels, pool_size, select_tree, stable_topk
 
@@ -26,7 +28,8 @@ from spectune.executor.tree_build import TreeBatch, pool_levels, pool_size, sele
 class DynamicTopK(TreeSource):
     """EAGLE-2 dynamic top-k trees of `nodes` slots (tree_build.tree_size) from a depth x topk
     pool. Pool: token / parent int64[B, P] (parent: pool index, -1 the root), score float32[B, P]
-    (path draft log-prob), accept / lo float32[B, P] (synthetic acceptance), level int64[P]."""
+    (path draft log-prob), accept / lo float32[B, P] (synthetic acceptance), level int64[P],
+    id int64[B, P] (node ids of the common random draws: hashes of the rank path)."""
 
     def __init__(self, drafting: Drafting, depth: int, topk: int, nodes: int):
         self.d, self.depth, self.topk, self.nodes = drafting, depth, topk, nodes
@@ -39,10 +42,15 @@ class DynamicTopK(TreeSource):
         self.pool_accept = torch.zeros((b, p), **f32)
         self.pool_lo = torch.zeros((b, p), **f32)
         self.pool_level = torch.tensor(pool_levels(depth, topk), **i64)
+        self.pool_id = torch.zeros((b, p), **i64)
+        ranks = torch.arange(topk, **i64)
+        self.root_id = torch.full((b, 1), ROOT_ID, **i64)
+        self.first_ids = child_id(self.root_id, ranks)  # [B, k]: the root's children
+        self.ranks = ranks
         self.slots = 1 + (depth - 1) * topk
         self.slot_mask = torch.zeros((b, self.slots, self.slots), dtype=torch.bool, device=dev)
         self.true = torch.ones((), dtype=torch.bool, device=dev)
-        self.tree = self.select()
+        self.tree = self.select(with_score=True)  # scores: what grafting ranks leaves by
 
     def draft(self) -> None:
         d, k, b, c = self.depth, self.topk, self.d.batch, self.d.context
@@ -53,8 +61,9 @@ class DynamicTopK(TreeSource):
             root.token[:, None], root.hidden[:, None], pos, self.d.cache, c, 0, ones
         )
         tok = self.d.topk_tokens(hid, k)  # [B, 1, k]
-        logc, acc, lo = syn.children(1, syn.draw_rows(1, (b, 1), dev), k)
+        logc, acc, lo = syn.children(1, self.rows(1, self.root_id), k)
         self.pool_token[:, :k] = tok[:, 0]
+        self.pool_id[:, :k] = self.first_ids
         self.pool_parent[:, :k] = -1
         self.pool_score[:, :k] = logc[:, 0]
         self.pool_accept[:, :k] = acc[:, 0]
@@ -75,7 +84,8 @@ class DynamicTopK(TreeSource):
             mask = sm[:, slot0 : slot0 + k, : slot0 + k]
             hid = self.d.drafter.draft_step(tokens, fr_hidden, pos, self.d.cache, c, slot0, mask)
             ctok = self.d.topk_tokens(hid, k)  # [B, k, k]
-            logc, acc, lo = syn.children(level + 1, syn.draw_rows(level + 1, (b, k), dev), k)
+            fr_id = torch.gather(self.pool_id, 1, frontier)  # [B, k]
+            logc, acc, lo = syn.children(level + 1, self.rows(level + 1, fr_id), k)
             score = torch.gather(self.pool_score, 1, frontier)[:, :, None] + logc
             base = k + (level - 1) * k * k
             span = slice(base, base + k * k)
@@ -84,6 +94,7 @@ class DynamicTopK(TreeSource):
             self.pool_score[:, span] = score.reshape(b, k * k)
             self.pool_accept[:, span] = acc.reshape(b, k * k)
             self.pool_lo[:, span] = lo.reshape(b, k * k)
+            self.pool_id[:, span] = child_id(fr_id[:, :, None], self.ranks).reshape(b, k * k)
             if level < d - 1:
                 sel = stable_topk(score.reshape(b, k * k), k)  # [B, k]
                 frontier = base + sel
@@ -94,10 +105,37 @@ class DynamicTopK(TreeSource):
                 rows[:, torch.arange(k, device=dev), new] = self.true
                 sm[:, new] = rows
 
+    def rows(self, level: int, ids: torch.Tensor) -> torch.Tensor:
+        """Bank rows of the drafted nodes `ids` [B, W]: common random draws when the
+        synthetic acceptance has them, else the global generator."""
+        syn = self.d.synthetic
+        if syn.draws is not None:
+            return syn.rows_for(level, ids)
+        return syn.draw_rows(level, tuple(ids.shape), self.d.device)
+
     def build(self) -> None:
-        t = self.select()
-        for name in ("parents", "tokens", "depth", "accept", "lo", "mask"):
+        t = self.select(with_score=True)
+        for name in ("parents", "tokens", "depth", "accept", "lo", "mask", "score", "ids"):
             getattr(self.tree, name).copy_(getattr(t, name))
+
+    def candidates(self) -> Candidates:
+        """The root and the whole drafted pool as a candidate set [B, 1 + P] (pool entry i at
+        column i + 1)."""
+        b = self.d.batch
+        dev = self.d.device
+        minus1 = torch.full((b, 1), -1, dtype=torch.int64, device=dev)
+        zero_i = torch.zeros((b, 1), dtype=torch.int64, device=dev)
+        one_f = torch.ones((b, 1), dtype=torch.float32, device=dev)
+        par = torch.where(self.pool_parent >= 0, self.pool_parent + 1, 0)
+        return Candidates(
+            parents=torch.cat((minus1, par), 1),
+            tokens=torch.cat((self.d.root.token[:, None], self.pool_token), 1),
+            depth=torch.cat((zero_i, self.pool_level.expand(b, -1)), 1),
+            accept=torch.cat((one_f, self.pool_accept), 1),
+            lo=torch.cat((one_f * 0, self.pool_lo), 1),
+            score=torch.cat((one_f * 0, self.pool_score), 1),
+            ids=torch.cat((self.root_id, self.pool_id), 1),
+        )
 
     def full_tree(self) -> TreeBatch:
         return self.select(with_score=True)
@@ -115,4 +153,5 @@ class DynamicTopK(TreeSource):
             self.nodes,
             self.depth,
             with_score=with_score,
+            pool_id=self.pool_id,
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from spectune.executor.select import Candidates
 from spectune.executor.sources.base import TreeSource
 from spectune.executor.tree_build import TreeBatch, prune_tree
 
@@ -28,7 +29,7 @@ class Pruned(TreeSource):
         t = base.tree
         self.tree = TreeBatch(
             t.parents.clone(), t.tokens.clone(), t.depth.clone(), t.accept.clone(),
-            t.lo.clone(), t.mask.clone(),
+            t.lo.clone(), t.mask.clone(), None, None if t.ids is None else t.ids.clone(),
         )  # fmt: skip
         b, n = t.tokens.shape
         self.counts = torch.full((b,), n, dtype=torch.int64, device=t.tokens.device)
@@ -40,7 +41,12 @@ class Pruned(TreeSource):
         t, counts = prune_tree(self.base.full_tree(), self.threshold)
         for name in ("parents", "tokens", "depth", "accept", "lo", "mask"):
             getattr(self.tree, name).copy_(getattr(t, name))
+        if self.tree.ids is not None and t.ids is not None:
+            self.tree.ids.copy_(t.ids)
         self.counts.copy_(counts)
 
     def full_tree(self) -> TreeBatch:
         return self.base.full_tree()
+
+    def candidates(self) -> Candidates:
+        return self.base.candidates()

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from spectune.executor.draws import ROOT_ID, child_id
+from spectune.executor.select import Candidates
 from spectune.executor.sources.base import Drafting, TreeSource
 from spectune.executor.tree_build import TreeBatch
 from spectune.specs import DraftTree
@@ -89,12 +91,16 @@ class StaticPlan:
         self.parents = torch.tensor(tree.parents.astype(np.int64), device=device)
         self.depth = torch.tensor(depth.astype(np.int64), device=device)
         self.mask = torch.tensor(anc, device=device)
+        ids = torch.full((self.nodes,), ROOT_ID, dtype=torch.int64)  # rank-path hashes
+        for i in range(1, self.nodes):
+            ids[i] = child_id(ids[int(tree.parents[i])], int(rank[i]))
+        self.ids = ids.to(device)
 
 
 class StaticShape(TreeSource):
-    """A fixed Sequoia tree shape (StaticPlan), drafted level by level each step. With
-    `with_score`, drafting writes into a separate `drafted` tree that also sums path log-probs
-    (what pruning reads); otherwise `drafted` is `tree` itself."""
+    """A fixed Sequoia tree shape (StaticPlan), drafted level by level each step into `tree`
+    (`drafted` is the same tree); with `with_score` it also sums each node's path log-prob
+    (TreeBatch.score: what pruning, a shared budget and grafting read)."""
 
     def __init__(self, drafting: Drafting, plan: StaticPlan, with_score: bool = False):
         self.d, self.plan, self.nodes = drafting, plan, plan.nodes
@@ -109,6 +115,7 @@ class StaticShape(TreeSource):
             torch.ones((b, n), **f32),
             torch.zeros((b, n), **f32),
             plan.mask.expand(b, n, n).contiguous(),
+            ids=plan.ids.expand(b, n).contiguous(),
         )
         self.pos = [
             torch.full((b, lv.nodes.numel()), drafting.context + i, **i64)
@@ -119,8 +126,9 @@ class StaticShape(TreeSource):
             t0 = self.tree
             self.drafted = TreeBatch(
                 t0.parents.clone(), t0.tokens.clone(), t0.depth.clone(), t0.accept.clone(),
-                t0.lo.clone(), t0.mask.clone(), torch.zeros((b, n), **f32),
+                t0.lo.clone(), t0.mask.clone(), torch.zeros((b, n), **f32), t0.ids,
             )  # fmt: skip
+            self.tree = self.drafted  # one tree: the drafted shape with its path log-probs
 
     def draft(self) -> None:
         """The rank-r child of each drafted node takes its r-th most probable token and the r-th
@@ -137,7 +145,11 @@ class StaticShape(TreeSource):
             mask = mask_all[:, lv.slot0 : lv.slot0 + w, : lv.slot0 + w]
             hid = d.drafter.draft_step(tokens, hidden, self.pos[i], d.cache, c, lv.slot0, mask)
             top = d.topk_tokens(hid, lv.width)  # [B, W, width]
-            logc, acc, lo = syn.children(i + 1, syn.draw_rows(i + 1, (b, w), dev), lv.width)
+            if syn.draws is not None:  # common random draws by node id
+                rows = syn.rows_for(i + 1, st.ids[lv.nodes].expand(b, w))
+            else:
+                rows = syn.draw_rows(i + 1, (b, w), dev)
+            logc, acc, lo = syn.children(i + 1, rows, lv.width)
             t.tokens[:, lv.children] = top.reshape(b, -1)[:, lv.pick]
             t.accept[:, lv.children] = acc.reshape(b, -1)[:, lv.pick]
             t.lo[:, lv.children] = lo.reshape(b, -1)[:, lv.pick]
@@ -153,3 +165,9 @@ class StaticShape(TreeSource):
         if self.drafted.score is None:
             raise ValueError("full_tree needs a StaticShape built with_score")
         return self.drafted
+
+    def candidates(self) -> Candidates:
+        """The drafted shape as a candidate set [B, N] (breadth-first: parents first)."""
+        t = self.full_tree()
+        assert t.score is not None and t.ids is not None
+        return Candidates(t.parents, t.tokens, t.depth, t.accept, t.lo, t.score, t.ids)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from spectune.executor.draws import TARGET, CommonDraws
 from spectune.executor.model import Decoder, KVCache
 from spectune.executor.synthetic import draw_target_tokens
 from spectune.executor.tree_build import TreeBatch
@@ -33,6 +34,8 @@ class Verifier(ABC):
     min_warmup = 0
     #: whether the verify phase stays eager (outside the phase graphs: it syncs with the host)
     eager = False
+    #: common random draws for the target tokens (set by the loop; None: torch.rand)
+    draws: CommonDraws | None = None
 
     def __init__(
         self,
@@ -65,9 +68,15 @@ class Verifier(ABC):
         """Verify phase: forward, argmax, target tokens, features."""
 
     def draw_targets(self) -> None:
-        """The target token after each node, drawn from the tree's synthetic acceptances."""
+        """The target token after each node, drawn from the tree's synthetic acceptances (each
+        node's uniform a common random number of its id, when the loop gives draws)."""
         t = self.tree
-        self.target_tok.copy_(draw_target_tokens(t.parents, t.tokens, t.accept, t.lo, self.other))
+        u = None
+        if self.draws is not None and t.ids is not None:
+            u = self.draws.uniform(t.ids, TARGET)
+        self.target_tok.copy_(
+            draw_target_tokens(t.parents, t.tokens, t.accept, t.lo, self.other, u)
+        )
 
     def graphs_captured(self, pool: Any) -> None:  # noqa: B027 (an optional hook)
         """The phase graphs were captured into memory pool `pool` (nothing to do by default)."""

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# What a new user does on a GPU no committed measurement has seen, in one device call:
+#   1. spectune calibrate   (micro-benchmarks, verify grid, one short run per tree builder; the
+#                            fit bounded by the measured copy bandwidth and matmul rate)
+#   2. spectune plan        (with that calibration; batch buckets 1 / 2-8 / 9-32 / 33-64, context 4096)
+#   3. spectune execute     the planned policy and both engine defaults at batch 1/8/32/64
+#   4. spectune execute     ECHO vs its per-request twin, prune+graft (and prune alone) vs dense,
+#                           batch 1/8/32/64, recorded-trace acceptance (HumanEval, then MT-Bench)
+#   5. spectune check       re-predicts everything above with the calibration of step 1
+# then prints a short table last: verify MAPE, speedup error per policy and batch.
+#
+#     OUT=$OUT bash benchmarks/run_new_gpu.sh          # on the device, from the repo root
+#     NEW_GPU_DRY_RUN=1 OUT=/tmp/x bash benchmarks/run_new_gpu.sh   # CPU: the plumbing only
+#
+# Machine: nvidia-h100-x1 or nvidia-h200 (one GPU; Llama-3.1-8B + EAGLE-3 at real shape).
+# Time: a budget of NEW_GPU_BUDGET_S (default 480 s) for the GPU parts; each part gets at most
+# what is left (minus the check's reserve), the MT-Bench trace part is skipped when under 60 s
+# remain, and the summary says which parts ran and which hit their limit.
+# Writes $OUT/<hardware>/ in measurements/h200's layout: calibrate-run.json (the raw run,
+# incl. spec_runs), calibration-<hardware>.json, calibration-report.json (bounds, determined
+# parameters), policy-planned.json, execute-planned.json, execute-trace-humaneval.json,
+# execute-trace-mtbench.json, *-log.txt, check.txt, summary.txt and README.md; `spectune check
+# $OUT/<hardware>` gates it once committed (e.g. as measurements/h100/).
+#
+# Parts: NEW_GPU_PARTS (default "calibrate execute humaneval mtbench"; plan and check always run)
+# picks what runs, e.g. NEW_GPU_PARTS="humaneval mtbench" NEW_GPU_CALIBRATION=<file> in a
+# second call when the first ran out of budget (the calibration is copied into the folder).
+#
+# Dry run (NEW_GPU_DRY_RUN=1, CPU): the GPU commands are run with their arguments until they
+# stop at "no CUDA GPU" (so their arguments, policy files and traces are known good), and the
+# calibration is fitted from measurements/h200/calibrate-run.json instead (CPU fit), so the
+# plan, check and table steps run for real on stand-in measurements (measurements/h200's).
+set -uo pipefail
+OUT=${OUT:-out}
+DRY=${NEW_GPU_DRY_RUN:-0}
+BUDGET=${NEW_GPU_BUDGET_S:-480}
+CONTEXT=4096
+BATCHES=1,8,32,64
+STEPS=${NEW_GPU_STEPS:-30}
+REPEAT=${NEW_GPU_REPEAT:-2}
+PARTS=" ${NEW_GPU_PARTS:-calibrate execute humaneval mtbench} "
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+PY=$(command -v python3 || command -v python)
+START=$(date +%s)
+mkdir -p "$OUT"
+
+if [ "$DRY" = 1 ]; then
+    HW=h100-sxm
+else
+    HW=$($PY -c 'import torch; from spectune.validate.measure import gpu_hardware_name as g; print(g(torch.cuda.get_device_name(0)))') || {
+        echo "no GPU with a hardware preset here (set NEW_GPU_DRY_RUN=1 for the CPU dry run)"
+        exit 2
+    }
+fi
+D="$OUT/$HW"
+mkdir -p "$D"
+: >"$D/.status"
+status() { echo "$1" >>"$D/.status"; }
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+# limit for a part: its own cap, at most what is left of the budget minus the check's reserve
+limit() { local l; l=$(($(left) - 30)); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
+
+# a GPU command: run it (timed, logged); in the dry run, run it until it stops at the GPU check
+gpu() {
+    local name=$1 cap=$2 log=$3
+    shift 3
+    echo "== $name: $*" | tee -a "$log"
+    if [ "$DRY" = 1 ]; then
+        "$@" >"$log.dry" 2>&1
+        local rc=$?
+        cat "$log.dry" >>"$log"
+        if [ $rc -eq 2 ] && grep -q "no CUDA GPU" "$log.dry"; then
+            status "$name dry-run ok (arguments accepted; stopped at the GPU check)"
+        else
+            status "$name dry-run FAILED rc=$rc"
+        fi
+        rm -f "$log.dry"
+        return 0
+    fi
+    timeout "$(limit "$cap")" "$@" 2>&1 | tee -a "$log"
+    status "$name rc=${PIPESTATUS[0]} ($(($(date +%s) - START)) s)"
+}
+
+{
+    echo "== $(date -u +%FT%TZ) rev $(git rev-parse --short HEAD 2>/dev/null || echo unknown) hardware $HW"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+    $PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>/dev/null
+} 2>&1 | tee "$D/run-log.txt"
+
+# ---- 1. calibrate ------------------------------------------------------------------------------
+CAL="$D/calibration-$HW.json"
+if [[ "$PARTS" == *" calibrate "* ]]; then
+    gpu calibrate 300 "$D/calibrate-log.txt" $PY -m spectune calibrate --gpu "$HW" --out "$CAL" \
+        --raw-out "$D/calibrate-run.json" --report "$D/calibration-report.json" \
+        --spec-batches 1,32 --spec-steps 15
+elif [ -n "${NEW_GPU_CALIBRATION:-}" ]; then
+    cp "$NEW_GPU_CALIBRATION" "$CAL"
+    status "calibrate skipped: $NEW_GPU_CALIBRATION"
+fi
+if [ "$DRY" = 1 ]; then  # stand-in: the committed H200 run, fitted on this CPU
+    M=measurements/h200
+    HW=h200
+    D2="$OUT/$HW"
+    mkdir -p "$D2"
+    mv "$D"/* "$D"/.status "$D2"/ 2>/dev/null
+    rmdir "$D" 2>/dev/null
+    D=$D2
+    CAL="$D/calibration-$HW.json"
+    cp $M/calibrate-run.json $M/measurement-trees.json $M/execute-static.json "$D/"
+    $PY -m spectune calibrate --from-run "$D/calibrate-run.json" --measurements \
+        "$D/measurement-trees.json" --measurements "$D/execute-static.json" --out "$CAL" \
+        --report "$D/calibration-report.json" 2>&1 | tee -a "$D/calibrate-log.txt"
+    status "calibrate (CPU fit of $M) rc=${PIPESTATUS[0]}"
+fi
+
+# ---- 2. plan -----------------------------------------------------------------------------------
+POLICY="$D/policy-planned.json"
+echo "== plan" | tee -a "$D/plan-log.txt"
+timeout "$(limit 60)" $PY -m spectune plan --calibration "$CAL" --workload mt-bench \
+    --batch-edges "$BATCHES" --context-edges "$CONTEXT" --out "$POLICY" --quiet 2>&1 \
+    | tee -a "$D/plan-log.txt"
+status "plan rc=${PIPESTATUS[0]}"
+
+# the engine defaults (planner.space.engine_default); vLLM has none (num_speculative_tokens is
+# required), so its place is taken by the EAGLE default the executor's plans are compared with
+read -r SGL VLLM <<<"$($PY - <<'EOF'
+from spectune.planner.space import EAGLE_DEFAULT, engine_default
+from spectune.specs.engine import load_engine
+print(*((engine_default(load_engine(e)) or EAGLE_DEFAULT).label for e in ("sglang", "vllm")))
+EOF
+)"
+echo "engine defaults: sglang $SGL, vllm $VLLM" | tee -a "$D/run-log.txt"
+
+# ---- 3. the planned policy and the engine defaults ---------------------------------------------
+[[ "$PARTS" == *" execute "* ]] && gpu execute-planned 110 "$D/execute-log.txt" $PY -m spectune execute --policy "$POLICY" \
+    --batch "$BATCHES" --context "$CONTEXT" --also "$SGL" --also "$VLLM" --steps "$STEPS" \
+    --repeat "$REPEAT" --out "$D/execute-planned.json"
+
+# ---- 4. ECHO vs its twin, prune+graft vs dense, recorded-trace acceptance ----------------------
+for trace in humaneval mtbench; do
+    [[ "$PARTS" == *" $trace "* ]] || continue
+    if [ "$DRY" != 1 ] && [ "$(left)" -lt 90 ]; then
+        status "trace-$trace skipped: $(left) s of the budget left"
+        continue
+    fi
+    gpu "trace-$trace" 90 "$D/execute-trace-log.txt" $PY -m spectune execute \
+        --policy dynamic-topk:6,8,32 --also dynamic-topk:6,8,32,echo \
+        --also dynamic-topk:6,8,32,0.05,0 --also dynamic-topk:6,8,32,0.05,8 \
+        --batch "$BATCHES" --context "$CONTEXT" \
+        --steps "$STEPS" --repeat "$REPEAT" \
+        --acceptance-trace "data/traces/smollm2-$trace.jsonl.gz" \
+        --out "$D/execute-trace-$trace.json"
+done
+if [ "$DRY" = 1 ]; then  # stand-ins for the execute documents: measurements/h200's
+    cp measurements/h200/execute-planned.json "$D/execute-planned.json"
+fi
+
+# ---- 5. check and the table --------------------------------------------------------------------
+$PY -m spectune check "$D" >"$D/check.txt" 2>&1
+status "check rc=$?"
+cat >"$D/README.md" <<EOF
+# spectune on a never-calibrated $HW: calibrate, plan, execute, check
+
+Made by \`OUT=... bash benchmarks/run_new_gpu.sh\` (rev $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%F)).
+Llama-3.1-8B + its EAGLE-3 head at real shape (random bf16 weights), context $CONTEXT.
+
+| file | what |
+| --- | --- |
+| calibrate-run.json | spectune calibrate's raw run: copy bandwidth, matmul rate, GEMMs, attention, verify grid, spec_runs (one short run per tree builder) |
+| calibration-$HW.json | the fitted Calibration (efficiencies bounded by the measured copy bandwidth and matmul rate) |
+| calibration-report.json | the fit's report: each efficiency beside its ceiling, which parameters the data determined |
+| policy-planned.json | spectune plan --calibration (mt-bench, batch buckets $BATCHES, context $CONTEXT) |
+| execute-planned.json | the planned policy, SGLang's default ($SGL) and the second reference ($VLLM; vLLM has no default) at batch $BATCHES, $REPEAT repeats |
+| execute-trace-humaneval.json, execute-trace-mtbench.json | dense 6/8/32, its ECHO twin, pruned (0.05) and prune+graft (0.05, 8), recorded-trace acceptance (data/traces), $REPEAT repeats |
+| check.txt | spectune check of this folder |
+| summary.txt | the table below |
+EOF
+$PY - "$D" <<'EOF' 2>&1 | tee "$D/summary.txt"
+"""The short table: parts and exit codes, the fit's bounds, verify MAPE, speedup error per
+policy and batch (spectune.validate.check on this folder), the ECHO / graft comparisons."""
+import json
+import re
+import sys
+from pathlib import Path
+
+from spectune.validate.check import check_folder
+
+d = Path(sys.argv[1])
+status = (d / ".status").read_text().split("\n") if (d / ".status").exists() else []
+print("parts:", " | ".join(s for s in status if s) or "-", "(124: hit its time limit)")
+rep = d / "calibration-report.json"
+if rep.exists():
+    r = json.loads(rep.read_text())
+    b = r.get("bounds", {})
+    eff = {k: v for k, v in b.items() if isinstance(v, dict)}
+    print(
+        "fit: copy %.2f TB/s, matmul %.0f TFLOP/s; " % ((b.get("copy_bytes_per_s") or 0) / 1e12,
+                                                    (b.get("matmul_flops") or 0) / 1e12)
+        + ", ".join(f"{k.replace('_efficiency', '')} {v['of_ceiling']:.0%}" for k, v in eff.items())
+        + " of ceiling; determined: " + ", ".join(r.get("identified", {}).get("determined", []))
+    )
+try:
+    res = check_folder(d)
+except Exception as e:  # noqa: BLE001 (the table says what failed)
+    print(f"check failed: {e}")
+    sys.exit(0)
+print(f"verify MAPE {res.verify_mape:.2%} over {len(res.verify)} rows (goal <= 2%)")
+print(f"{'file':<32} {'policy':<36} {'batch':>5} {'pred':>7} {'meas':>7} {'error':>7}")
+for row in res.speedup:
+    m = re.match(r"speedup B=(\d+) (.*)", row.what)
+    batch, label = (m.group(1), m.group(2)) if m else ("", row.what)
+    print(f"{row.file:<32.32} {label:<36.36} {batch:>5} {row.predicted:>6.3f}x {row.measured:>6.3f}x "
+          f"{row.error:>+7.1%}")
+worst = res.worst_speedup_error
+print(f"worst speedup error {worst:.1%} over {len(res.speedup)} runs (goal <= 3%)")
+for f in sorted(d.glob("execute-trace-*.json")):
+    doc = json.loads(f.read_text())
+    for c in doc.get("comparisons", []):
+        print(f"{f.stem:<24} B={c['batch']:<3} {c['label']:<28} vs {c['versus']:<20} "
+              f"x{c['tokens_per_s_ratio']:.3f} (spread {c['spread_rel']:.1%} / "
+              f"{c['versus_spread_rel']:.1%})")
+EOF
+rm -f "$D/.status"
