@@ -70,9 +70,8 @@ class ExecuteJob:
 
 
 def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
-    from spectune.validate.measure import format_table, measurement_doc
-
     from spectune.executor.sources import cache_slots
+    from spectune.validate.measure import format_table, measurement_doc
 
     budgets = [cache_slots(p, job.acceptance, b) for b, p, _ in job.runs if p is not None]
     g = job.grid or CalibrateJob("", "", ())
