@@ -125,7 +125,7 @@ def _accepted(session: Session) -> list[float]:
 
     acc = acceptance_model(load_workload("mt-bench"))
     torch.manual_seed(5)  # TPSession seeds here too (its own seed, 5 below)
-    res = session.run_spec(B, C, POLICY, acc, steps=4, warmup=1)
+    (res,) = session.run_spec(B, C, POLICY, acc, steps=4, warmup=1)
     return res.accepted
 
 

@@ -264,10 +264,11 @@ class TPSession(Session):
         acceptance: object,
         steps: int,
         warmup: int = 3,
-    ) -> PhaseResult:
+        repeats: int = 1,
+    ) -> list[PhaseResult]:
         """Session.run_spec after seeding: every rank draws the same root tokens and acceptances."""
         torch.manual_seed(self.seed)
-        return super().run_spec(batch, context, policy, acceptance, steps, warmup)
+        return super().run_spec(batch, context, policy, acceptance, steps, warmup, repeats)
 
     def run_ar(self, batch: int, context: int, steps: int, warmup: int = 3) -> PhaseResult:
         torch.manual_seed(self.seed)
