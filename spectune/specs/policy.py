@@ -35,7 +35,7 @@ from spectune.specs.io import (
     write_json_atomic,
 )
 from spectune.specs.scenario import NO_DRAFTER, Scenario
-from spectune.specs.tree import BUILDERS
+from spectune.specs.tree import BUILDERS, IID_BUILDERS, VERIFY_RULES
 
 SCHEMA = "spectune.policy/v1"
 MAX_BUDGET = 1024
@@ -49,7 +49,10 @@ ECHO_SUFFIX = "echo"
 class TreePolicy:
     """How to build the draft tree each step."""
 
-    builder: str = help_field(help="'static' (Sequoia-optimal shape) or 'dynamic-topk' (EAGLE-2)")
+    builder: str = help_field(
+        help="'static' (Sequoia-optimal shape), 'dynamic-topk' (EAGLE-2) or 'delayed' (one "
+        "sampled path of `delay` tokens, then `topk` i.i.d. sampled branches)"
+    )
     depth: int = help_field(help="draft steps (maximum tree depth below the root)")
     topk: int = help_field(help="children expanded per node per draft step")
     budget: int = help_field(help="verify budget: tree tokens per sequence, root included")
@@ -61,6 +64,12 @@ class TreePolicy:
         "tokens, given to the candidates with the highest P(accepted) over the whole batch "
         "(trees differ in size per request); False: budget - 1 per request. Same as False at "
         "batch 1. static: the shared allocation picks from the Sequoia shape for 2 x budget",
+    )
+    verify: str = help_field(
+        "token", help=f"verification rule, one of {VERIFY_RULES} (specs.tree.VERIFY_RULES)"
+    )
+    delay: int = help_field(
+        0, help="delayed builder: path tokens drafted before the tree branches (< depth)"
     )
 
     def __post_init__(self) -> None:
@@ -82,6 +91,18 @@ class TreePolicy:
             )
         if self.graft_budget > self.budget - 1:
             raise SpecError("field 'graft_budget' cannot exceed budget - 1 (the draft slots)")
+        if self.verify not in VERIFY_RULES:
+            raise SpecError(f"field 'verify' must be one of {VERIFY_RULES}, got {self.verify!r}")
+        if self.verify == "spectr" and self.builder not in IID_BUILDERS:
+            raise SpecError(
+                f"field 'verify': 'spectr' needs i.i.d. drafts (builder {IID_BUILDERS}), "
+                f"got builder {self.builder!r}"
+            )
+        if not 0 <= self.delay < (self.depth if self.builder == "delayed" else 1):
+            raise SpecError(
+                f"field 'delay' must be 0 unless builder is 'delayed', and below depth "
+                f"({self.depth}) there; got {self.delay}"
+            )
         if not isinstance(self.shared_budget, bool):
             raise SpecError(
                 f"field 'shared_budget' must be true or false, got {self.shared_budget!r}"
@@ -89,38 +110,49 @@ class TreePolicy:
 
     @classmethod
     def parse(cls, text: str) -> TreePolicy:
-        """Parse the CLI form 'BUILDER:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]][,echo]' (the inverse
-        of `label`; a trailing ',echo' turns shared_budget on)."""
+        """Parse the CLI form 'BUILDER:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]][,echo][,KEY=VALUE...]'
+        (the inverse of `label`; ',echo' turns shared_budget on; keys: delay, verify)."""
         try:
             builder, _, rest = text.partition(":")
             parts = [p for p in rest.split(",") if p]
+            keyed = dict(p.strip().split("=", 1) for p in parts if "=" in p)
+            parts = [p for p in parts if "=" not in p]
+            if set(keyed) - {"delay", "verify"}:
+                raise ValueError(text)
             shared = bool(parts) and parts[-1].strip().lower() == ECHO_SUFFIX
             if shared:
                 parts.pop()
             if builder in BUILDERS and 3 <= len(parts) <= 5:
                 depth, topk, budget = (int(p) for p in parts[:3])
+                delay = int(keyed.get("delay", 0))
                 prune = float(parts[3]) if len(parts) > 3 else 0.0
                 graft = int(parts[4]) if len(parts) > 4 else 0
-                return cls(builder, depth, topk, budget, prune, graft, shared)
+                verify = keyed.get("verify", "token")
+                return cls(builder, depth, topk, budget, prune, graft, shared, verify, delay)
         except ValueError as e:
             if isinstance(e, SpecError):
                 raise
         raise SpecError(
             f"cannot parse policy {text!r}; expected 'static:DEPTH,TOPK,BUDGET' or "
             "'dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE_THRESHOLD[,GRAFT_BUDGET]]', optionally "
-            "followed by ',echo' (ECHO shared verify budget), e.g. static:5,4,8 or "
-            "dynamic-topk:6,8,32,echo"
+            "followed by ',echo' (ECHO shared verify budget) and ',delay=N' / ',verify=RULE', "
+            "e.g. static:5,4,8, dynamic-topk:6,8,32,echo or delayed:8,4,24,delay=3,verify=traversal"
         )
 
     @property
     def label(self) -> str:
         """The CLI form 'builder:depth,topk,budget' plus ',prune,graft' when either is set,
-        plus ',echo' with a shared verify budget."""
+        plus ',echo' with a shared verify budget, ',delay=N' for the delayed builder and
+        ',verify=RULE' for a rule other than 'token'."""
         s = f"{self.builder}:{self.depth},{self.topk},{self.budget}"
         if self.prune_threshold or self.graft_budget:
             s += f",{self.prune_threshold:.3g},{self.graft_budget}"
         if self.shared_budget:
             s += f",{ECHO_SUFFIX}"
+        if self.builder == "delayed":
+            s += f",delay={self.delay}"
+        if self.verify != "token":
+            s += f",verify={self.verify}"
         return s
 
 
