@@ -30,8 +30,13 @@ from spectune.specs.engine import EngineProfile
 from spectune.specs.errors import SpecError
 from spectune.specs.io import help_field
 from spectune.specs.policy import BUILDERS, TreePolicy
+from spectune.specs.tree import IID_BUILDERS, VERIFY_RULES
 
 OFF = "off"
+TOPK_BUILDERS = ("static", "dynamic-topk")
+"""The builders searched by default (deterministic top-k drafts: what every engine runs)."""
+LOSSLESS_RULES = ("token", "traversal", "spectr")
+"""Rules searched above temperature 0 (greedy is lossy there; at 0 every rule is greedy)."""
 
 # Known engine defaults (shared/REFERENCES.md): both engines build EAGLE-2 dynamic top-k trees.
 SGLANG_DEFAULT = TreePolicy("dynamic-topk", depth=5, topk=4, budget=8)
@@ -45,7 +50,7 @@ REFERENCES: Mapping[str, TreePolicy | None] = {"off": None, **ENGINE_DEFAULTS}
 class PolicySpace:
     """Which policies the search may draw. Integer ranges are inclusive."""
 
-    builders: tuple[str, ...] = help_field(BUILDERS, help="tree builders to choose from")
+    builders: tuple[str, ...] = help_field(TOPK_BUILDERS, help="tree builders to choose from")
     depth: tuple[int, int] = help_field((1, 12), help="draft steps, [lo, hi]")
     topk: tuple[int, int] = help_field((1, 16), help="children expanded per node, [lo, hi]")
     budget: tuple[int, int] = help_field(
@@ -62,6 +67,12 @@ class PolicySpace:
         help="whether the batch may share one verify budget (ECHO super-tree) in buckets with "
         "batches above 1",
     )
+    verify_rules: tuple[str, ...] = help_field(
+        ("token",), help="verification rules to choose from (spectr only with i.i.d. drafts)"
+    )
+    delay: tuple[int, int] = help_field(
+        (0, 6), help="delayed builder: path tokens before branching, [lo, hi] (cut to depth - 1)"
+    )
 
     def __post_init__(self) -> None:
         for b in self.builders:
@@ -73,8 +84,21 @@ class PolicySpace:
             lo, hi = getattr(self, name)
             if not lo_min <= lo <= hi:
                 raise SpecError(f"field {name!r} must be [lo, hi] with {lo_min} <= lo <= hi")
+        bad = [r for r in self.verify_rules if r not in VERIFY_RULES]
+        if bad or not self.verify_rules:
+            raise SpecError(f"field 'verify_rules' must name rules from {VERIFY_RULES}")
+        if not 0 <= self.delay[0] <= self.delay[1]:
+            raise SpecError("field 'delay' must be [lo, hi] with 0 <= lo <= hi")
         if not 0.0 < self.prune[0] <= self.prune[1] < 1.0:
             raise SpecError("field 'prune' must be [lo, hi] with 0 < lo <= hi < 1")
+
+    def at_temperature(self, temperature: float) -> PolicySpace:
+        """This space for a workload sampled at `temperature`: above 0 it adds the delayed
+        builder (i.i.d. drafts only help when drafts are sampled) and the lossless rules."""
+        if temperature <= 0:
+            return self
+        builders = self.builders + tuple(b for b in IID_BUILDERS if b not in self.builders)
+        return replace(self, builders=builders, verify_rules=LOSSLESS_RULES)
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -92,6 +116,8 @@ def max_tree_nodes(builder: str, depth: int, topk: int) -> int:
         return depth + 1
     if builder == "dynamic-topk":
         return 1 + topk + (depth - 1) * topk * topk
+    if builder == "delayed":  # largest with no delay: topk rollouts of depth tokens
+        return 1 + topk * depth
     full = 1
     level = 1
     for _ in range(depth):
@@ -111,14 +137,27 @@ def canonical_policy(
     graft_budget: int = 0,
     shared_budget: bool = False,
     max_batch: int | None = None,
+    verify: str = "token",
+    delay: int = 0,
 ) -> TreePolicy:
     """The policy these parameters build, with the budget cut to what the tree can hold, the
     graft budget cut to the draft slots, and the shared budget off when the policy never runs
-    above batch 1 (`max_batch`; None: unknown, kept as given)."""
+    above batch 1 (`max_batch`; None: unknown, kept as given). The delayed builder: delay cut
+    to depth - 1, no pruning, grafting or shared budget; spectr on a top-k builder is 'token'
+    (it needs i.i.d. drafts); delay is 0 on other builders."""
+    if builder in IID_BUILDERS:
+        delay = max(0, min(delay, depth - 1))
+        prune_threshold, graft_budget, shared_budget = 0.0, 0, False
+        budget = max(2, min(budget, 1 + delay + topk * (depth - delay)))
+    else:
+        delay = 0
+        verify = "token" if verify == "spectr" else verify
     budget = max(2, min(budget, max_tree_nodes(builder, depth, topk)))
     graft_budget = max(0, min(graft_budget, budget - 1))
     shared = bool(shared_budget) and (max_batch is None or max_batch > 1)
-    return TreePolicy(builder, depth, topk, budget, float(prune_threshold), graft_budget, shared)
+    return TreePolicy(
+        builder, depth, topk, budget, float(prune_threshold), graft_budget, shared, verify, delay
+    )
 
 
 def shares(space: PolicySpace, max_batch: int | None) -> bool:
@@ -148,7 +187,13 @@ def suggest_policy(
     shared = False
     if shares(space, max_batch):
         shared = bool(trial.suggest_categorical("shared_budget", (False, True)))
-    return canonical_policy(mode, depth, topk, budget, prune, graft, shared, max_batch)
+    verify = "token"
+    if len(space.verify_rules) > 1:
+        verify = str(trial.suggest_categorical("verify", space.verify_rules))
+    delay = trial.suggest_int("delay", *space.delay) if mode in IID_BUILDERS else 0
+    return canonical_policy(
+        mode, depth, topk, budget, prune, graft, shared, max_batch, verify, delay
+    )
 
 
 def policy_params(
@@ -181,6 +226,11 @@ def policy_params(
         params["graft_budget"] = clamp(policy.graft_budget, space.graft)
     if shares(space, max_batch):
         params["shared_budget"] = policy.shared_budget
+    if len(space.verify_rules) > 1:
+        rule = policy.verify if policy.verify in space.verify_rules else space.verify_rules[0]
+        params["verify"] = rule
+    if builder in IID_BUILDERS:
+        params["delay"] = clamp(policy.delay, space.delay)
     return params
 
 
@@ -198,6 +248,8 @@ def policy_from_params(params: Mapping[str, Any]) -> TreePolicy | None:
         prune,
         int(params.get("graft_budget", 0)),
         bool(params.get("shared_budget", False)),
+        verify=str(params.get("verify", "token")),
+        delay=int(params.get("delay", 0)),
     )
 
 
@@ -268,17 +320,26 @@ def neighbours(
     for other in space.builders:
         if other != p.builder:
             cands.append((other, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget, sh))
+    cands_self = (p.builder, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget, sh)
     out: list[TreePolicy] = []
-    for builder, d, k, b, t, g, shared in cands:
+    rules = [p.verify] + [r for r in space.verify_rules if r != p.verify]
+    delays = [p.delay] + [x for x in (p.delay - 1, p.delay + 1) if p.builder in IID_BUILDERS]
+    extra = [(p.verify, x) for x in delays[1:]] + [(r, p.delay) for r in rules[1:]]
+    for (builder, d, k, b, t, g, shared), (rule, delay) in itertools.chain(
+        ((c, (p.verify, p.delay)) for c in cands),
+        ((cands_self, e) for e in extra),
+    ):
         inside = (
             space.depth[0] <= d <= space.depth[1]
             and space.topk[0] <= k <= space.topk[1]
             and space.budget[0] <= b <= space.budget[1]
             and (t == 0.0 or space.prune[0] <= t <= space.prune[1])
             and space.graft[0] <= g <= space.graft[1]
+            and space.delay[0] <= delay <= space.delay[1]
         )
         if inside:
-            q = canonical_policy(builder, d, k, b, t, g, shared and shares(space, max_batch))
+            share = shared and shares(space, max_batch)
+            q = canonical_policy(builder, d, k, b, t, g, share, None, rule, delay)
             if q != p and q not in out:
                 out.append(q)
     return out
@@ -315,15 +376,18 @@ def engine_space(profile: EngineProfile, base: PolicySpace | None = None) -> Pol
         allow_prune=False,
         graft=(0, 0),
         allow_shared=False,
+        verify_rules=("token",),
     )
 
 
 def engine_policy(policy: TreePolicy | None, profile: EngineProfile) -> TreePolicy | None:
     """The policy `profile`'s engine runs for `policy`: a chain's budget is depth + 1, the
     budget is cut to the engine's draft-token bound, and pruning, grafting and the shared
-    budget are dropped (no engine but spectune's executor runs them). Raises SpecError when
-    the engine cannot run the policy's shape at all (a tree on a chain-only engine, a static
-    tree on an engine without tree paths)."""
+    budget are dropped (no engine but spectune's executor runs them), and the verification
+    rule becomes 'token' (SGLang, vLLM and TensorRT-LLM verify token by token: greedy at
+    temperature 0, recursive rejection above). Raises SpecError when the engine cannot run the
+    policy's shape at all (a tree on a chain-only engine, a static tree on an engine without
+    tree paths, i.i.d. delayed rollouts anywhere but spectune's executor)."""
     check_engine_policy(policy, profile)
     if policy is None or profile.engine == "spectune":
         return policy
@@ -339,6 +403,11 @@ def check_engine_policy(policy: TreePolicy | None, profile: EngineProfile) -> No
     if policy is None or profile.engine == "spectune":
         return
     who = f"{profile.name} ({profile.versions})"
+    if policy.builder in IID_BUILDERS:
+        raise SpecError(
+            f"{who} drafts top-k trees or chains, not i.i.d. sampled rollouts; the policy "
+            f"{policy.label} runs on spectune's executor only"
+        )
     if policy.topk > 1 and not profile.trees:
         raise SpecError(
             f"{who} verifies chains only (top-k 1); the policy {policy.label} is a tree. "

@@ -339,3 +339,18 @@ def expected_tokens_by_rule(
     dists = draw_distributions(tree, model, rng, s, iid, concentration)
     acc, _ = simulate_rule(rule, tree, dists, rng)
     return float(tree.depth[acc].mean() + 1.0)
+
+
+def simulated_tokens(
+    rule: str,
+    tree: DraftTree,
+    model: AcceptanceModel,
+    rng: np.random.Generator,
+    worlds: int,
+    iid: bool,
+    concentration: float = TARGET_CONCENTRATION,
+) -> np.ndarray:
+    """int64[worlds]: tokens per step (accepted + bonus) of `rule` on `tree`, one per world."""
+    dists = draw_distributions(tree, model, rng, worlds, iid, concentration)
+    acc, _ = simulate_rule(rule, tree, dists, rng)
+    return tree.depth[acc].astype(np.int64) + 1
