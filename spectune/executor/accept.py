@@ -7,6 +7,10 @@ compact  the accepted path's K/V (tree node path[b, j] at context + path[b, j]) 
          contiguous positions context + j, in every layer at once, by spectune.kernels'
          compact_kv or the torch `compact_kv`.
 Both are fixed-shape device work (one CUDA graph each); the next step's root token is the bonus.
+
+`accept_by_rule` verifies the same [B, N] trees by a rule of specs.tree.VERIFY_RULES from the
+target's and drafter's probability rows (spectune.kernels' verify_rule: token-level recursive
+rejection, Traversal Verification, SpecTr, greedy) and returns what PathAcceptor keeps.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import torch
 from spectune.executor.model import KVCache
 from spectune.executor.tree_build import TreeBatch
 from spectune.kernels.kv_compact import compact_kv as kernel_compact_kv
-from spectune.kernels.verify import walk_tree
+from spectune.kernels.verify import verify_rule, walk_tree
 
 
 def greedy_accept(
@@ -45,6 +49,47 @@ def greedy_accept(
     path.scatter_(1, dest, torch.arange(n, device=parents.device).expand(b, n))
     bonus = torch.gather(target, 1, best[:, None])[:, 0]
     return num, path[:, : max_depth + 1], bonus
+
+
+def accept_by_rule(
+    rule: str,
+    tree: TreeBatch,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    seed: int,
+    max_depth: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(accepted draft tokens int64[B], path int64[B, max_depth+1] root first, padded with the
+    last accepted node, bonus token int64[B]) of one verification by `rule`.
+
+    target_probs: float32[B, N, V] the target's distribution after each node; draft_probs:
+    float32[B, N, V] the distribution each node's token was drawn from (one-hot rows for top-k
+    drafts); tree: parents, tokens, depth int64[B, N] (local tokens < V)."""
+    b, n = tree.parents.shape
+    v = target_probs.shape[-1]
+    dev = tree.parents.device
+    qo = torch.arange(b + 1, dtype=torch.int32, device=dev) * n
+    acc, bonus = verify_rule(
+        rule,
+        tree.tokens.reshape(-1).contiguous(),
+        tree.parents.to(torch.int32).reshape(-1).contiguous(),
+        qo,
+        target_probs.reshape(b * n, v).float().contiguous(),
+        draft_probs.reshape(b * n, v).float().contiguous(),
+        seed,
+    )
+    last = acc.long()
+    num = torch.gather(tree.depth, 1, last[:, None])[:, 0]
+    # the path, deepest first: max_depth parent gathers, then placed by depth
+    path = last[:, None].expand(b, max_depth + 1).clone()
+    cur = last
+    for _ in range(max_depth + 1):
+        d = torch.gather(tree.depth, 1, cur[:, None])[:, 0]
+        path.scatter_(1, d[:, None], cur[:, None])
+        cur = torch.gather(tree.parents, 1, cur[:, None])[:, 0].clamp(min=0)
+    on = torch.arange(max_depth + 1, device=dev)[None, :] <= num[:, None]
+    path = torch.where(on, path, last[:, None])
+    return num, path, bonus
 
 
 def compact_kv(cache: KVCache, batch: int, context: int, path: torch.Tensor) -> None:

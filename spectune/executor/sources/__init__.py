@@ -2,21 +2,25 @@
 
 - DynamicTopK (dynamic.py): EAGLE-2 dynamic top-k expansion with global rerank;
 - StaticShape (static.py): a fixed Sequoia shape from the planner, drafted level by level;
-- Pruned (pruned.py): dynamic-depth pruning of either, verified as a ragged batch.
+- Delayed (delayed.py): one sampled path, then i.i.d. sampled rollouts (planner.trees.delayed);
+- Pruned (pruned.py): dynamic-depth pruning of the top-k sources, verified as a ragged batch.
 `make_source` picks them for a TreePolicy; base.py holds the interface and the drafting state.
 """
 
 from __future__ import annotations
 
 from spectune.executor.sources.base import Drafting, DraftRoot, TreeSource
+from spectune.executor.sources.delayed import Delayed
 from spectune.executor.sources.dynamic import DynamicTopK
 from spectune.executor.sources.pruned import Pruned
 from spectune.executor.sources.static import StaticPlan, StaticShape
 from spectune.executor.tree_build import tree_size
 from spectune.planner.trees import static_shape
+from spectune.planner.trees.delayed import delayed_nodes
 from spectune.specs import TreePolicy
 
 __all__ = [
+    "Delayed",
     "DraftRoot",
     "Drafting",
     "DynamicTopK",
@@ -32,6 +36,8 @@ __all__ = [
 def verify_tokens(policy: TreePolicy, acceptance: object) -> int:
     """Tree nodes (root included) a source of this policy verifies per sequence: the planner's
     static shape, or the dynamic tree's budget (the whole pool if smaller)."""
+    if policy.builder == "delayed":
+        return delayed_nodes(policy)
     if policy.builder == "static":
         return int(static_shape(acceptance, policy.budget, policy.depth, policy.topk).parents.size)  # type: ignore[arg-type]
     return tree_size(policy.depth, policy.topk, policy.budget)
@@ -42,6 +48,8 @@ def make_source(policy: TreePolicy, acceptance: object, drafting: Drafting) -> T
     or dynamic top-k, wrapped in Pruned when policy.prune_threshold > 0."""
     prune = policy.prune_threshold > 0
     source: TreeSource
+    if policy.builder == "delayed":
+        return Delayed(drafting, policy.depth, policy.topk, policy.delay, policy.budget)
     if policy.builder == "static":
         shape = static_shape(acceptance, policy.budget, policy.depth, policy.topk)  # type: ignore[arg-type]
         plan = StaticPlan(shape.parents, shape.rank, drafting.device)
