@@ -1,6 +1,7 @@
 """Tree verification: which draft path the target accepts, and the bonus token.
 
-Both rules are one walk down the tree with one target token per node:
+The greedy and target-only rules are one walk down the tree with one target token per node
+(the rules of specs.tree.VERIFY_RULES on probability rows are `verify_rule`, below):
 - greedy: the target token of node i is argmax(logits[i]);
 - stochastic (lossless, target-only rule for deterministic top-k drafts): the target token of
   node i is one sample from softmax(logits[i] / T). From the root, move to the child whose token
@@ -42,7 +43,9 @@ __all__ = [
     "reference_sample_target",
     "reference_walk_tree",
     "sample_target",
+    "tree_links",
     "verify_greedy",
+    "verify_rule",
     "verify_stochastic",
     "walk_tree",
 ]
@@ -492,27 +495,30 @@ def _spectr_kernel(
 
 def tree_links(parents: torch.Tensor, qo_indptr: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """(first_child, next_sibling, num_children) int32[total_q], local indices (-1: none), from
-    packed local parents (root -1): torch ops on the tensors' device, no host loop."""
+    packed local parents (root -1): torch ops on the tensors' device, no host sync (so a CUDA
+    graph can hold them)."""
     total = parents.numel()
     dev = parents.device
+    counts = (qo_indptr[1:] - qo_indptr[:-1]).long()
     seq = torch.repeat_interleave(
-        torch.arange(qo_indptr.numel() - 1, device=dev), (qo_indptr[1:] - qo_indptr[:-1]).long()
+        torch.arange(counts.numel(), device=dev), counts, output_size=total
     )
     start = qo_indptr[:-1].long()[seq]
     local = torch.arange(total, device=dev) - start
     gpar = torch.where(parents >= 0, parents.long() + start, torch.full_like(start, -1))
     kid = gpar >= 0
-    big = torch.full((total,), 1 << 30, dtype=torch.long, device=dev)
-    fc = big.scatter_reduce(0, gpar[kid], local[kid], reduce="amin")
+    sink = torch.where(kid, gpar, torch.full_like(gpar, total))  # non-children write slot total
+    big = torch.full((total + 1,), 1 << 30, dtype=torch.long, device=dev)
+    fc = big.scatter_reduce(0, sink, local, reduce="amin")[:total]
     first = torch.where(fc < (1 << 30), fc, torch.full_like(fc, -1)).to(torch.int32)
-    nk = torch.zeros(total, dtype=torch.int32, device=dev)
-    nk.scatter_add_(0, gpar[kid], torch.ones_like(gpar[kid], dtype=torch.int32))
+    nk = torch.zeros(total + 1, dtype=torch.int32, device=dev)
+    nk.scatter_add_(0, sink, kid.to(torch.int32))
     order = torch.argsort(gpar * (total + 1) + torch.arange(total, device=dev), stable=True)
-    same = gpar[order[:-1]] == gpar[order[1:]]
-    nxt = torch.full((total,), -1, dtype=torch.int32, device=dev)
-    a, c = order[:-1][same & (gpar[order[:-1]] >= 0)], order[1:][same & (gpar[order[:-1]] >= 0)]
-    nxt[a] = local[c].to(torch.int32)
-    return first, nxt, nk
+    valid = (gpar[order[:-1]] == gpar[order[1:]]) & (gpar[order[:-1]] >= 0)
+    nxt = torch.full((total + 1,), -1, dtype=torch.int32, device=dev)
+    dest = torch.where(valid, order[:-1], torch.full_like(order[:-1], total))
+    nxt.scatter_(0, dest, torch.where(valid, local[order[1:]], -1).to(torch.int32))
+    return first, nxt[:total], nk[:total]
 
 
 def verify_rule(
@@ -557,6 +563,7 @@ def verify_rule(
         block_b = 1 if dev.type == "cuda" else 4096
     block_b = 1 << (max(1, min(block_b, triton.next_power_of_2(batch))).bit_length() - 1)
     grid = (triton.cdiv(batch, block_b),)
+    warps = 8 if block_b * block_v >= 4096 else 4
     p = target_probs.contiguous()
     q = draft_probs.contiguous()
     if rule == "traversal":
@@ -564,18 +571,18 @@ def verify_rule(
         mass = torch.empty(total, dtype=torch.float32, device=dev)
         _traversal_kernel[grid](
             tokens, parents, first, nxt, qo_indptr, p, q, t, mass, acc, bonus, batch, vocab,
-            seed, BLOCK_B=block_b, BLOCK_V=block_v,
+            seed, BLOCK_B=block_b, BLOCK_V=block_v, num_warps=warps,
         )  # fmt: skip
     elif rule == "token":
         r = torch.empty((batch, vocab), dtype=torch.float32, device=dev)
         _token_rule_kernel[grid](
             tokens, first, nxt, qo_indptr, p, q, r, acc, bonus, batch, vocab, seed,
-            BLOCK_B=block_b, BLOCK_V=block_v,
+            BLOCK_B=block_b, BLOCK_V=block_v, num_warps=warps,
         )  # fmt: skip
     elif rule == "spectr":
         _spectr_kernel[grid](
             tokens, first, nxt, nk, qo_indptr, p, q, acc, bonus, batch, vocab, seed,
-            BLOCK_B=block_b, BLOCK_V=block_v, BISECT=30,
+            BLOCK_B=block_b, BLOCK_V=block_v, BISECT=30, num_warps=warps,
         )  # fmt: skip
     else:
         raise ValueError(f"unknown verification rule {rule!r}")
