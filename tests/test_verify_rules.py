@@ -283,3 +283,25 @@ def test_planner_scores_simulated_policies() -> None:
     tokens, nodes, expected = sample_step(pol, model, np.random.default_rng(0), 8)
     assert tokens.shape == (8,) and (nodes == delayed_parents(6, 4, 2, 24).size).all()
     assert (expected == e).all() and ((tokens >= 1) & (tokens <= 7)).all()
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
+def test_exports_run_token_level_and_say_so(engine: str) -> None:
+    from spectune.planner.export import export_table
+    from spectune.specs.policy import Bucket, PolicyTable
+
+    table = PolicyTable(
+        target="llama-3.1-8b",
+        drafter="eagle3-llama-3.1-8b",
+        hardware="h100-sxm",
+        workload="mt-bench-t1",
+        temperature=1.0,
+        buckets=(
+            Bucket((1, 1), (0, 8192), TreePolicy("dynamic-topk", 4, 1, 5, verify="traversal")),
+            Bucket((2, 64), (0, 8192), TreePolicy("delayed", 4, 1, 5, delay=2, verify="spectr")),
+        ),
+    )
+    exp, _ = export_table(table, engine)
+    notes = " ".join(exp.approximations)
+    assert "token by token" in notes and "planned traversal" in notes
+    assert "i.i.d. rollouts" in notes
