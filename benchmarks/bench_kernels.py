@@ -47,10 +47,10 @@ from spectune.kernels import (
     make_compact_inputs,
     make_tree_attention_inputs,
     make_verify_inputs,
-    verify_rule,
     reference_tree_attention,
     sample_target,
     tree_attention,
+    verify_rule,
     walk_tree,
 )
 from spectune.kernels.tree_attention_reference import TreeAttentionInputs, tree_mask_bool

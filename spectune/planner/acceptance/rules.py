@@ -227,7 +227,7 @@ def _top_down(
                 row = resid
                 if rule == "spectr":
                     row = _spectr_residual(resid, qrow, rho, beta, np.maximum(k, 1))
-                bonus = np.where(stop, _sample_rows(row, rng.random(s)), bonus)
+                bonus = np.where(stop, _sample_rows(row, rng.random((s,))), bonus)
         live &= moved
         resid = np.where(moved[:, None], p[rows, cur], resid)
         if not live.any():
@@ -290,7 +290,7 @@ def _traversal(
         take = live & (rng.random(s) < mass[:, c])
         if take.any():
             acc = np.where(take, c, acc)
-            bonus = np.where(take, _sample_rows(t[:, c], rng.random(s)), bonus)
+            bonus = np.where(take, _sample_rows(t[:, c], rng.random((s,))), bonus)
             done |= take
         if c == 0:
             break
