@@ -305,3 +305,17 @@ def test_exports_run_token_level_and_say_so(engine: str) -> None:
     notes = " ".join(exp.approximations)
     assert "token by token" in notes and "planned traversal" in notes
     assert "i.i.d. rollouts" in notes
+
+
+@given(
+    st.integers(1, 64),
+    st.integers(1, 64),
+    st.integers(2, 1024),
+    st.sampled_from(["token", "traversal", "spectr", "greedy"]),
+    st.integers(0, 63),
+)
+def test_delayed_labels_round_trip(
+    depth: int, topk: int, budget: int, rule: str, delay: int
+) -> None:
+    p = TreePolicy("delayed", depth, topk, budget, verify=rule, delay=min(delay, depth - 1))
+    assert TreePolicy.parse(p.label) == p

@@ -103,6 +103,13 @@ class TreePolicy:
                 f"field 'delay' must be 0 unless builder is 'delayed', and below depth "
                 f"({self.depth}) there; got {self.delay}"
             )
+        if self.builder in IID_BUILDERS and (
+            self.prune_threshold or self.graft_budget or self.shared_budget
+        ):
+            raise SpecError(
+                f"builder {self.builder!r} takes no prune_threshold, graft_budget or "
+                "shared_budget (its rollouts are sampled, not ranked)"
+            )
         if not isinstance(self.shared_budget, bool):
             raise SpecError(
                 f"field 'shared_budget' must be true or false, got {self.shared_budget!r}"
@@ -142,17 +149,17 @@ class TreePolicy:
     @property
     def label(self) -> str:
         """The CLI form 'builder:depth,topk,budget' plus ',prune,graft' when either is set,
-        plus ',echo' with a shared verify budget, ',delay=N' for the delayed builder and
-        ',verify=RULE' for a rule other than 'token'."""
+        plus ',delay=N' for the delayed builder, ',verify=RULE' for a rule other than 'token',
+        and ',echo' (last) with a shared verify budget."""
         s = f"{self.builder}:{self.depth},{self.topk},{self.budget}"
         if self.prune_threshold or self.graft_budget:
             s += f",{self.prune_threshold:.3g},{self.graft_budget}"
-        if self.shared_budget:
-            s += f",{ECHO_SUFFIX}"
         if self.builder == "delayed":
             s += f",delay={self.delay}"
         if self.verify != "token":
             s += f",verify={self.verify}"
+        if self.shared_budget:
+            s += f",{ECHO_SUFFIX}"
         return s
 
 
