@@ -319,3 +319,37 @@ def test_delayed_labels_round_trip(
 ) -> None:
     p = TreePolicy("delayed", depth, topk, budget, verify=rule, delay=min(delay, depth - 1))
     assert TreePolicy.parse(p.label) == p
+
+
+def test_search_draws_rules_and_delays_and_gives_them_back() -> None:
+    import optuna
+
+    from spectune.planner.space import neighbours, policy_from_params, policy_params, suggest_policy
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = PolicySpace(depth=(1, 6), topk=(1, 4), budget=(2, 32)).at_temperature(1.0)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))
+    seen = set()
+    for _ in range(200):
+        trial = study.ask()
+        p = suggest_policy(trial, space, 8)
+        study.tell(trial, 0.0)
+        if p is None:
+            continue
+        assert policy_from_params(trial.params) == p
+        assert policy_from_params(policy_params(p, space, 8)) == p
+        if p.builder == "delayed":
+            assert p.delay < p.depth
+            if p.depth > 2 and p.budget > 3:  # room for another delay
+                assert {q.delay for q in neighbours(p, space, 8)} - {p.delay}  # delay is walked
+        seen.add((p.builder, p.verify))
+    assert ("delayed", "spectr") in seen and ("dynamic-topk", "traversal") in seen
+    assert all(rule != "spectr" for b, rule in seen if b != "delayed")
+
+
+def test_simulator_steps_average_to_the_planner_value() -> None:
+    model = acceptance_model("mt-bench-t1")
+    pol = TreePolicy("delayed", 5, 2, 11, delay=1, verify="spectr")
+    rng = np.random.default_rng(0)
+    tokens = np.concatenate([sample_step(pol, model, rng, 256)[0] for _ in range(20)])
+    assert tokens.mean() == pytest.approx(expected_tokens_for_policy(pol, model), rel=0.04)
