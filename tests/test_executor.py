@@ -405,3 +405,32 @@ def test_accept_by_rule_returns_a_root_path(rule: str) -> None:
         assert int(path[i, 0]) == 0
         for j in range(1, k + 1):
             assert int(t.parents[i, path[i, j]]) == int(path[i, j - 1])
+
+
+def test_traversal_in_the_loop_accepts_as_the_walk() -> None:
+    """With top-k drafts (one-hot draft rows) Traversal Verification accepts like the walk:
+    the loop's traversal path (rule kernel under the interpreter) gives the mean accepted
+    length of the same synthetic trees verified by the walk."""
+    from spectune.executor.accept import accept_by_rule, synthetic_rows
+
+    pytest.importorskip("triton")
+    r = _runner(policy=TreePolicy("dynamic-topk", 3, 3, 10), batch=256, use_kernels=False)
+    r.draft()
+    r.build()
+    t = r.tree
+    tokens, p, q = synthetic_rows(t)
+    assert torch.allclose(p.sum(-1), torch.ones(p.shape[:2]), atol=1e-5)
+    local = type(t)(t.parents, tokens, t.depth, t.accept, t.lo, t.mask)
+    walk, trav = 0.0, 0.0
+    for s in range(8):
+        target = draw_target_tokens(t.parents, t.tokens, t.accept, t.lo, TARGET.vocab - 1)
+        walk += float(
+            greedy_accept(t.parents, t.tokens, t.depth, t.mask, target, 3)[0].double().mean()
+        )
+        trav += float(accept_by_rule("traversal", local, p, q, s, 3)[0].double().mean())
+    assert abs(walk - trav) / 8 < 0.08
+    r2 = _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, verify="traversal"), batch=2)
+    assert r2.acceptor.rule == "traversal" and r2.acceptor.use_kernels
+    for f in (r2.draft, r2.build, r2.verify, r2.accept, r2.compact, r2.extend):
+        f()
+    assert (r2.acceptor.num_acc <= 3).all()

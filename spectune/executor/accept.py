@@ -10,7 +10,11 @@ Both are fixed-shape device work (one CUDA graph each); the next step's root tok
 
 `accept_by_rule` verifies the same [B, N] trees by a rule of specs.tree.VERIFY_RULES from the
 target's and drafter's probability rows (spectune.kernels' verify_rule: token-level recursive
-rejection, Traversal Verification, SpecTr, greedy) and returns what PathAcceptor keeps.
+rejection, Traversal Verification, SpecTr, greedy) and returns what PathAcceptor keeps. In the
+spec loop a policy with verify='traversal' runs it on `synthetic_rows` (the synthetic
+acceptances as distributions over N + 1 local tokens, one-hot top-k drafts); the other rules run
+the walk ('token' is the walk; greedy and spectr need the real target and draft rows, which
+random weights do not give: the walk's timing and acceptance stand in).
 """
 
 from __future__ import annotations
@@ -92,6 +96,24 @@ def accept_by_rule(
     return num, path, bonus
 
 
+def synthetic_rows(tree: TreeBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(tokens int64[B, N], target rows float32[B, N, N + 1], draft rows float32[B, N, N + 1])
+    of the synthetic acceptances: node j is local token j; the target's row after node i puts
+    accept[j] on each child j of i and the rest on token N (no child matches); each node's draft
+    row is one-hot at its own token (top-k drafts). The target-only walk on these rows accepts
+    as draw_target_tokens does."""
+    b, n = tree.parents.shape
+    dev = tree.parents.device
+    j = torch.arange(n, device=dev)
+    p = torch.zeros((b, n * (n + 1)), dtype=torch.float32, device=dev)
+    idx = tree.parents.clamp(min=0) * (n + 1) + j
+    p.scatter_add_(1, idx, torch.where(j > 0, tree.accept.float(), 0.0))
+    p = p.view(b, n, n + 1)
+    p[..., n] = (1.0 - p[..., :n].sum(-1)).clamp(min=0.0)
+    q = torch.nn.functional.one_hot(j, n + 1).float().expand(b, n, n + 1).contiguous()
+    return j.expand(b, n).contiguous(), p, q
+
+
 def compact_kv(cache: KVCache, batch: int, context: int, path: torch.Tensor) -> None:
     """Move the K/V of the accepted path (tree nodes path[b, j] at context + path[b, j]) to
     context + j, in every layer at once. Bytes: 2 * layers * 2 * B * (d+1) * KVH * D * elem."""
@@ -140,7 +162,9 @@ class PathAcceptor:
         context: int,
         depth: int,
         use_kernels: bool,
+        rule: str = "token",
     ):
+        self.rule = rule
         self.tree, self.target_tok, self.root_token = tree, target_tok, root_token
         self.cache, self.context, self.depth = cache, context, depth
         b, n = tree.tokens.shape
@@ -159,6 +183,18 @@ class PathAcceptor:
 
     def accept(self) -> None:
         t, b, d = self.tree, self.batch, self.depth
+        if self.rule == "traversal" and self.use_kernels:
+            tokens, p, q = synthetic_rows(t)
+            local = TreeBatch(t.parents, tokens, t.depth, t.accept, t.lo, t.mask)
+            num, path, _ = accept_by_rule("traversal", local, p, q, 7, d)
+            last = torch.gather(path, 1, num[:, None])
+            self.num_acc.copy_(num)
+            self.path.copy_(path)
+            # the bonus: the target token after the last accepted node (it matches no child)
+            self.root_token.copy_(torch.gather(self.target_tok, 1, last)[:, 0])
+            self.path32.copy_(path)
+            self.num_acc32.copy_(num)
+            return
         if self.walk:
             n = self.nodes
             qo = torch.arange(b + 1, dtype=torch.int32, device=self.root_token.device) * n

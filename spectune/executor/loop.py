@@ -137,7 +137,7 @@ class SpecRunner:
         self.verifier = self._verifier(capture, other, use_kernels)
         self.acceptor = PathAcceptor(
             self.source.tree, self.verifier.target_tok, self.root.token, target_cache,
-            context, policy.depth, use_kernels,
+            context, policy.depth, use_kernels, rule=policy.verify,
         )  # fmt: skip
         self.graphs = PhaseGraphs(
             [self.draft, self.build, self.verify, self.accept, self.compact, self.extend],
