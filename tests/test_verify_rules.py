@@ -184,6 +184,18 @@ def test_greedy_at_temperature_one_fails_the_same_test() -> None:
     assert chi_square_p(tree, d, kacc, kbonus) < ALPHA
 
 
+def test_traversal_with_top_k_drafts_accepts_as_the_walk() -> None:
+    """With one-hot draft rows the two rules accept with the same law (the planner's closed
+    form serves both): mean accepted length within 3 standard errors on 1e5 draws."""
+    tree = random_tree(7, nodes=10)
+    rng = np.random.default_rng(8)
+    d = world(tree, DRAWS, rng, iid=False)
+    tok = tree.depth[simulate_rule("token", tree, d, rng)[0]]
+    trav = tree.depth[simulate_rule("traversal", tree, d, rng)[0]]
+    se = np.sqrt((tok.var() + trav.var()) / DRAWS)
+    assert abs(tok.mean() - trav.mean()) < 3 * se
+
+
 def test_traversal_accepts_more_than_token_on_iid_trees() -> None:
     tree = DraftTree.from_parents(TREES["delayed"])
     rng = np.random.default_rng(4)
@@ -264,6 +276,7 @@ def test_policy_label_carries_rule_and_delay() -> None:
     with pytest.raises(SpecError, match="verify"):
         TreePolicy.parse("delayed:8,4,24,verify=nope")
     assert canonical_policy("dynamic-topk", 6, 8, 32, verify="spectr").verify == "token"
+    assert canonical_policy("static", 6, 8, 32, verify="traversal").verify == "token"
     assert canonical_policy("delayed", 4, 2, 64, delay=9).delay == 3
 
 
@@ -343,8 +356,8 @@ def test_search_draws_rules_and_delays_and_gives_them_back() -> None:
             if p.depth > 2 and p.budget > 3:  # room for another delay
                 assert {q.delay for q in neighbours(p, space, 8)} - {p.delay}  # delay is walked
         seen.add((p.builder, p.verify))
-    assert ("delayed", "spectr") in seen and ("dynamic-topk", "traversal") in seen
-    assert all(rule != "spectr" for b, rule in seen if b != "delayed")
+    assert {("delayed", r) for r in ("token", "traversal", "spectr")} <= seen
+    assert all(rule == "token" for b, rule in seen if b != "delayed")  # same law there
 
 
 def test_simulator_steps_average_to_the_planner_value() -> None:

@@ -143,15 +143,16 @@ def canonical_policy(
     """The policy these parameters build, with the budget cut to what the tree can hold, the
     graft budget cut to the draft slots, and the shared budget off when the policy never runs
     above batch 1 (`max_batch`; None: unknown, kept as given). The delayed builder: delay cut
-    to depth - 1, no pruning, grafting or shared budget; spectr on a top-k builder is 'token'
-    (it needs i.i.d. drafts); delay is 0 on other builders."""
+    to depth - 1, no pruning, grafting or shared budget; on a top-k builder spectr and
+    traversal are 'token' (spectr needs i.i.d. drafts; traversal with one-hot draft rows
+    accepts as the walk does) and delay is 0."""
     if builder in IID_BUILDERS:
         delay = max(0, min(delay, depth - 1))
         prune_threshold, graft_budget, shared_budget = 0.0, 0, False
         budget = max(2, min(budget, 1 + delay + topk * (depth - delay)))
-    else:
+    else:  # top-k drafts: traversal and spectr verify as the walk does (trees.build.simulated)
         delay = 0
-        verify = "token" if verify == "spectr" else verify
+        verify = "token" if verify in ("spectr", "traversal") else verify
     budget = max(2, min(budget, max_tree_nodes(builder, depth, topk)))
     graft_budget = max(0, min(graft_budget, budget - 1))
     shared = bool(shared_budget) and (max_batch is None or max_batch > 1)

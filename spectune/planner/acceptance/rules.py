@@ -4,9 +4,10 @@ target distributions an acceptance model implies.
 The other acceptance models give P(child accepted | parent accepted) for the target-only walk
 (the 'token' rule with deterministic top-k drafts, where a child with token x is accepted with
 the target's probability p(x)): that closed form stays exact and is what trees.build uses for
-'token' trees of the top-k builders. Other rules (Traversal Verification, SpecTr, greedy at
-T > 0) and i.i.d. sampled drafts (the delayed builder) depend on the whole distributions, so they
-are estimated here by simulation.
+'token' and 'traversal' trees of the top-k builders (with one-hot draft rows Traversal
+Verification accepts each root path with the walk's probability). Greedy at T > 0 and i.i.d.
+sampled drafts (the delayed builder) under every rule depend on the whole distributions, so
+they are estimated here by simulation.
 
 Distributions (`draw_distributions`), per node of a tree, over V = W + TAIL_TOKENS local tokens
 (W rank slots for the drafter's top-W tokens, then a tail that holds the rest of the mass):

@@ -51,8 +51,11 @@ RULE_WORLDS = 512
 
 def simulated(policy: TreePolicy) -> bool:
     """Whether this policy's outcome comes from simulation (planner.acceptance.rules): i.i.d.
-    drafts, or a verification rule other than the target-only walk's 'token'."""
-    return policy.builder in IID_BUILDERS or policy.verify != "token"
+    drafts, or greedy verification above temperature 0. With top-k drafts (one-hot draft rows)
+    'token' is the target-only walk and Traversal Verification accepts each root path with the
+    same probability (leaving a rejected child c of b rescales T_b without x_c by
+    1 / (1 - T_b(x_c)): the walk's conditioning), so both take the exact closed form."""
+    return policy.builder in IID_BUILDERS or policy.verify == "greedy"
 
 
 def _simulated_expected(
