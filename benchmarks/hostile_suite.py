@@ -503,6 +503,8 @@ def calibrate_cases(f: Files) -> Iterator[Case]:
     )
 
 
+FIT_ENGINE = ("engine.log", "--engine", "vllm", "--target", "llama-3.1-8b", "--drafter", "none",
+              "--gpu", "h100-sxm", "--out", "OUT")  # fmt: skip
 # Options with a numeric range: (command, option, kind, lo, hi, argv prefix that makes the rest valid)
 NUMERIC: list[tuple[str, str, str, float, float, tuple[str, ...]]] = [
     ("plan", "--tp", "int", 1, 64, ()),
@@ -529,6 +531,16 @@ NUMERIC: list[tuple[str, str, str, float, float, tuple[str, ...]]] = [
     ("simulate", "--slo-ttft-ms", "float+", 0, 1e7, ()),
     ("simulate", "--slo-tpot-ms", "float+", 0, 1e7, ()),
     ("simulate", "--seed", "int", 0, 2**32 - 1, ()),
+    ("capacity", "--tp", "int", 1, 64, ()),
+    ("capacity", "--slo-ttft-ms", "float+", 0, 1e7, ()),
+    ("capacity", "--slo-tpot-ms", "float+", 0, 1e7, ()),
+    ("capacity", "--requests", "int", 1, 50_000, ()),
+    ("capacity", "--start-qps", "float+", 0, 1e6, ()),
+    ("capacity", "--max-qps", "float+", 0, 1e6, ()),
+    ("capacity", "--tolerance", "float+", 0, 0.5, ()),
+    ("capacity", "--replicas", "int", 1, 1024, ()),
+    ("capacity", "--max-batch", "int", 1, 1 << 16, ()),
+    ("capacity", "--seed", "int", 0, 2**32 - 1, ()),
     ("cost", "--tp", "int", 1, 64, ()),
     ("cost", "--batch", "ints", 1, 1 << 16, ()),
     ("cost", "--tokens", "ints", 1, 1 << 16, ()),
@@ -550,7 +562,13 @@ NUMERIC: list[tuple[str, str, str, float, float, tuple[str, ...]]] = [
     ("calibrate", "--context", "ints", 1, 1 << 20, ("--out", "OUT")),
     ("check", "--speedup-tol", "float", 0, 10, ()),
     ("check", "--mape-tol", "float", 0, 10, ()),
-    ("fit-workload", "--holdout-every", "int", 0, 1_000_000, ("TRACE", "--out", "OUT")),
+    ("check", "--engine-tol", "float", 0, 10, ()),
+    ("check", "--accept-tol", "float", 0, 10, ()),
+    ("fit-engine", "--tp", "int", 1, 64, FIT_ENGINE),
+    ("fit-engine", "--batch", "int", 1, 1 << 20, FIT_ENGINE),
+    ("fit-engine", "--input-len", "int", 1, 1 << 24, FIT_ENGINE),
+    ("fit-engine", "--output-len", "int", 1, 1 << 24, FIT_ENGINE),
+    ("fit-workload", "--folds", "int", 0, 100, ("TRACE", "--out", "OUT")),
     ("fit-workload", "--budgets", "ints", 2, 1024, ("TRACE", "--out", "OUT")),
     ("record-traces", "--count", "int", 1, 100_000, ("mt-bench", "--out", "OUT")),
     ("record-traces", "--stride", "int", 1, 100_000, ("mt-bench", "--out", "OUT")),
@@ -759,9 +777,86 @@ def secret_cases(f: Files) -> Iterator[Case]:
     yield Case("worker without storage", ("worker", "--study", "x"), ("storage",))
 
 
+def sidecar_doc() -> dict[str, Any]:
+    """A well-formed vLLM export sidecar (what `spectune export --engine vllm` writes)."""
+    return {
+        "schema": "spectune.export/v1",
+        "engine": "vllm",
+        "profile": "vllm",
+        "versions": "0.33",
+        "launch": ["vllm", "serve", "m", "--max-num-seqs", "64"],
+        "source": {
+            "target": "llama-3.1-8b",
+            "drafter": "eagle3-llama-3.1-8b",
+            "hardware": "h100-sxm",
+            "tp": 1,
+            "workload": "mt-bench",
+        },
+        "approximations": [],
+        "config": {
+            "method": "eagle3",
+            "model": "m",
+            "num_speculative_tokens": 4,
+            "num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 64, 0]],
+        },
+    }
+
+
+def export_cases(f: Files) -> Iterator[Case]:
+    """Export sidecars as `simulate --policy` / `capacity --policy` (planner.export.runs), and
+    bad --csv / --plot paths (checked before the work)."""
+    base = sidecar_doc()
+    cfg = base["config"]
+    variants = {
+        "string-k": {**cfg, "num_speculative_tokens_per_batch_size": [[1, 8, "4"]]},
+        "huge-k": {**cfg, "num_speculative_tokens": HUGE_INT},
+        "gap": {**cfg, "num_speculative_tokens_per_batch_size": [[1, 4, 4], [9, 64, 2]]},
+        "from-2": {**cfg, "num_speculative_tokens_per_batch_size": [[2, 8, 4]]},
+        "ranges-object": {**cfg, "num_speculative_tokens_per_batch_size": {"1": 4}},
+        "tree-garbage": {**cfg, "speculative_token_tree": "__import__('os')"},
+        "config-list": [1, 2],
+    }
+    docs = {k: {**base, "config": v} for k, v in variants.items()}
+    docs["no-source"] = {k: v for k, v in base.items() if k != "source"}
+    docs["tp-string"] = {**base, "source": {**base["source"], "tp": "1"}}
+    docs["sglang-bad-adaptive"] = {
+        **base,
+        "engine": "sglang",
+        "profile": "sglang",
+        "config": {
+            "server_args": {
+                "speculative_num_steps": 4,
+                "speculative_eagle_topk": 1,
+                "speculative_num_draft_tokens": 5,
+            },
+            "adaptive": {"one": {"candidate_steps": [4]}},
+            "max_running_requests": 64,
+        },
+    }
+    docs["unknown-engine"] = {**base, "engine": "magic"}
+    for variant, doc in docs.items():
+        path = f.text(
+            f"sidecar/{variant}.spectune.json", json.dumps(doc).replace(f'"{HUGE_INT}"', HUGE_INT)
+        )
+        name = (Path(path).name,)
+        for cmd in ("simulate", "capacity"):
+            yield Case(
+                f"{cmd} --policy sidecar {variant}",
+                (cmd, "--policy", path, "--requests", "5", "--quiet"),
+                name,
+            )
+    a_file = f.text("out/csv-a-file.txt", "x")
+    for opt in ("--csv", "--plot"):
+        bad = a_file + "/x.png"
+        for argv in (("cost",), ("simulate", "--requests", "5", "--quiet"), ("plan", "--quiet")):
+            yield Case(f"{argv[0]} {opt} under a file", (*argv, opt, bad), (opt,))
+    yield Case("cost --plot not png", ("cost", "--plot", f.out("x.jpg")), ("--plot",))
+
+
 FAMILIES = (
     spec_cases,
     policy_cases,
+    export_cases,
     trace_cases,
     arrival_cases,
     check_cases,

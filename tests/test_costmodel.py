@@ -507,7 +507,7 @@ def test_fit_calibration_recovers_a_known_gpu() -> None:
     rows: list[dict[str, float | str]] = [{"kind": "launch", "seconds": 3e-6}]
     for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
         for m in (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192):
-            t = float(gemm_time(r, m, n, k, 2)) + 3e-6
+            t = float(gemm_time(r, m, n, k, r.dense_format(2))) + 3e-6
             rows.append({"kind": "gemm", "m": m, "n": n, "k": k, "weight_bytes": 2, "seconds": t})
     for kv_bytes, flops in ((1e7, 1e8), (1e8, 1e9), (1e9, 1e10), (1e8, 1e11), (1e9, 1e12)):
         t = float(attention_time(r, kv_bytes, flops, 0.0)) + 3e-6
@@ -574,3 +574,63 @@ def test_same_answer_in_another_process() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     here = cost_model("h100-sxm", "qwen3-30b-a3b", None, 1)
     assert out.stdout.strip() == repr(here.verify_time(np.array([1, 8, 64]), 16, 4096).tolist())
+
+
+# ---- hierarchical drafting -------------------------------------------------------------------
+def _hier_cost_model() -> CostModel:
+    return CostModel(
+        H100,
+        model_preset("llama-3.1-70b-gptq"),
+        model_preset("eagle-llama-3-70b"),
+        intermediate=model_preset("llama-3.1-8b-gptq"),
+        intermediate_drafter=model_preset("eagle-llama-3.1-8b"),
+    )
+
+
+def test_hierarchical_iteration_prices_rounds_and_one_chain_verify() -> None:
+    cm = _hier_cost_model()
+    p = TreePolicy("dynamic-topk", 3, 10, 30, chain=6)
+    rounds, tree, acc, chain = 2.5, 24.0, 3.2, 8.0
+    step = cm.iteration(p, 4, 1024, tokens=chain + 1, accepted=acc, rounds=rounds, tree_tokens=tree)
+    assert float(step.verify_s) == pytest.approx(float(cm.verify_time(4, chain + 1, 1024)))
+    one_round = float(cm.intermediate_verify_time(4, tree, 1024))
+    assert float(step.intermediate_s) == pytest.approx(rounds * one_round)
+    # the drafter is the intermediate's head: R rounds of its 3-step tree
+    twice = cm.iteration(p, 4, 1024, tokens=chain + 1, accepted=acc, rounds=2 * rounds)
+    assert float(twice.draft_s) == pytest.approx(2 * float(step.draft_s))
+    assert float(twice.extend_s) == pytest.approx(2 * float(step.extend_s))
+    parts = (step.draft_s, step.intermediate_s, step.verify_s, step.extend_s, step.overhead_s)
+    assert float(step.total_s) == pytest.approx(float(sum(parts)))
+    assert "intermediate verify" in step.phases()
+    # defaults: chain + 1 target tokens, full-depth rounds, the budget as the tree
+    d = cm.iteration(p, 1, 1024)
+    assert float(d.verify_s) == pytest.approx(float(cm.verify_time(1, 7, 1024)))
+    assert float(d.intermediate_s) == pytest.approx(
+        2 * float(cm.intermediate_verify_time(1, 30, 1024))
+    )
+    # a tree policy has no intermediate phase
+    assert float(cm.iteration(TreePolicy("dynamic-topk", 3, 10, 30), 1, 1024).intermediate_s) == 0
+
+
+def test_hierarchical_iteration_hostile_inputs() -> None:
+    p = TreePolicy("dynamic-topk", 3, 10, 30, chain=6)
+    with pytest.raises(SpecError, match="intermediate model"):
+        CostModel(H100, model_preset("llama-3.1-70b-gptq")).iteration(p, 1, 1024)
+    cm = _hier_cost_model()
+    with pytest.raises(SpecError, match="hierarchical"):
+        cm.iteration(TreePolicy("dynamic-topk", 3, 10, 30), 1, 1024, rounds=2)
+    for name, kw in (("rounds", {"rounds": -1}), ("tree_tokens", {"tree_tokens": float("nan")})):
+        with pytest.raises(SpecError, match=name):
+            cm.iteration(p, 1, 1024, **kw)
+    with pytest.raises(SpecError, match="draft head"):
+        CostModel(
+            H100, model_preset("llama-3.1-8b"), intermediate=model_preset("eagle3-llama-3.1-8b")
+        )
+
+
+def test_w4a16_tree_verify_grows_faster_than_bf16() -> None:
+    q = CostModel(H100, model_preset("llama-3.1-70b-gptq"))
+    b = CostModel(H100, model_preset("llama-3.1-70b"), tp=2)
+    ratio_q = float(q.verify_time(1, 64, 1024)) / float(q.verify_time(1, 1, 1024))
+    ratio_b = float(b.verify_time(1, 64, 1024)) / float(b.verify_time(1, 1, 1024))
+    assert ratio_q > 1.5 > 1.1 > ratio_b

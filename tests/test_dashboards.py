@@ -67,6 +67,7 @@ TABLES = {
     "load.table": ("load", "qps", "throughput_tok_s"),
     "validation.gate": ("check", "what", "predicted"),
     "validation.table": ("predicted_tokens_per_s", "measured_tokens_per_s"),
+    "validation.engines": ("engine", "quantity", "predicted", "measured", "error_pct"),
     "kernels.table": ("implementation", "tflops"),
 }
 
@@ -730,3 +731,28 @@ def test_upload_parsing_is_data_only_and_limited() -> None:
         uploads.parse_mapping("deep.json", b"[" * 100_000 + b"]" * 100_000)
     with pytest.raises(SpecError, match=r"expected a \.csv or \.jsonl"):
         uploads.trace_from_upload("trace.exe", b"MZ")
+
+
+def test_validation_shows_engine_measurements_recursively(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spectune.validate.check import check_folder
+
+    src = Path(__file__).parent.parent / "measurements" / "engines"
+    (tmp_path / "engines").mkdir()
+    for name in ("vllm-qwen3-8b-eagle3-k5-h100.json", "trtllm-deepseek-r1-mtp3-b200.json"):
+        (tmp_path / "engines" / name).write_text((src / name).read_text())
+    (tmp_path / "h100").mkdir()
+    (tmp_path / "h100" / "m.json").write_text(json.dumps(_measurement()))
+    monkeypatch.setenv(artifacts.ENV_MEASUREMENTS, str(tmp_path))
+    at = _page("validation")
+    _ok(at)
+    assert not at.warning  # engine documents are not reported as bad executor measurements
+    engines = _frame(at, "validation.engines")
+    res = check_folder(tmp_path)
+    assert list(engines["predicted"]) == pytest.approx([r.predicted for r in res.engine])
+    m = res.engine_mape()[("vllm", "tokens_per_s")][0]
+    metrics = {x.label: x.value for x in at.metric}
+    assert metrics["vllm tokens_per_s MAPE"] == f"{100 * m:.1f} %"
+    assert any("b200" in c.value for c in at.caption)
+    assert _frame(at, "validation.table") is not None  # executor measurement from a subfolder

@@ -155,7 +155,9 @@ def test_published_document(path: Path) -> None:
             )
 
 
-def test_check_skips_engine_measurements() -> None:
-    """`spectune check measurements/` walks measurements/engines/ without choking on it."""
+def test_check_predicts_the_committed_engine_measurements() -> None:
+    """`spectune check measurements/` predicts measurements/engines/ and passes its gate."""
     res = check_folder(ROOT / "measurements")
     assert res.files > 0
+    assert {r.engine for r in res.engine} >= {"sglang", "vllm"}
+    assert res.passed(0.1, 0.1)

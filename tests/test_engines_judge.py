@@ -15,6 +15,9 @@ tensor parallelism and the max-running-requests cap.
       0004396720054fd8e205cbf616f21f0b57c6b412 (DecodingBaseConfig, EagleDecodingConfig,
       Eagle3DecodingConfig; StrictBaseModel: unknown keys rejected), below.
 
+Plans made with `spectune plan --engine X` are judged too: their export must carry no
+approximation note, and the engine must resolve exactly the policy of every batch size.
+
 Models are stub folders holding only config.json, written from the published configs.
 
 On CPU, SGLang's `configs` package imports vision-preprocessing modules that import torchvision,
@@ -493,3 +496,102 @@ def test_trtllm_yaml_matches_the_schema_and_plan(
     assert got == want
     assert to_yaml(doc)  # round-trips through the hand-written writer
     assert "--extra_llm_api_options" in ex.launch
+
+
+# ---- plans made with `spectune plan --engine X`: exported as planned, judged exactly ----------
+
+PLAN_ARGS = ["--trials", "12", "--batch-edges", "1,8,64,256", "--context-edges", "4096,32768"]
+
+
+@pytest.fixture(scope="module")
+def engine_plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, PolicyTable]:
+    """`spectune plan --engine X` for each engine (small: 8 buckets, 12 trials each)."""
+    from spectune.cli import main
+
+    root = tmp_path_factory.mktemp("plans")
+    out = {}
+    for engine in ("sglang", "vllm", "trtllm"):
+        path = root / f"{engine}.json"
+        assert main(["plan", "--engine", engine, *PLAN_ARGS, "--quiet", "--out", str(path)]) == 0
+        out[engine] = PolicyTable.load(path)
+        assert out[engine].provenance["engine_plan"]["config"]  # the choice is recorded
+    return out
+
+
+def _per_batch(table: PolicyTable) -> list[TreePolicy | None]:
+    """The policy of every batch size 1..max (index 0 unused); one per batch range at every
+    context (what an engine plan holds)."""
+    out: list[TreePolicy | None] = [None]
+    per_range = {b.batch: b.policy for b in table.buckets}
+    assert all(per_range[b.batch] == b.policy for b in table.buckets)  # no context dimension
+    for (lo, hi), p in sorted(per_range.items()):
+        out += [p] * (hi - lo + 1)
+    return out
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
+def test_engine_plans_export_exactly(
+    engine: str, engine_plans: dict[str, PolicyTable], stubs: dict[str, str], tmp_path: Path
+) -> None:
+    """An engine plan's export loses nothing (no approximation notes, also with the objective
+    that would refit it), and the engine's own config code resolves exactly the plan: steps,
+    top-k and draft tokens for every batch size (SGLang), K per batch (vLLM), draft length per
+    batch and the tree limits (TensorRT-LLM), and the caps."""
+    from spectune.planner.export import export_table
+
+    table = engine_plans[engine]
+    paths = {"model_path": stubs[table.target], "draft_model_path": stubs[table.drafter]}
+    ex, note = export_table(table, engine, **paths)
+    assert note == "" and ex.approximations == (), ex.approximations
+    ex.write(tmp_path)
+    want = _per_batch(table)
+    m = len(want) - 1
+    lengths = [0] + [0 if p is None else p.depth for p in want[1:]]
+    on = [p for p in want[1:] if p is not None]
+    if engine == "sglang":
+        r = _resolve_sglang(ex.argv(tmp_path))
+        assert r["max_running_requests"] == m and r["tp_size"] == table.tp
+        if r["speculative_adaptive"]:
+            from sglang.srt.speculative.adaptive_spec_params import AdaptiveSpeculativeParams
+
+            assert all(p.topk == 1 for p in on)
+            params = AdaptiveSpeculativeParams(
+                r["speculative_num_steps"], r["speculative_adaptive_config"]
+            )
+            params.set_cuda_graph_bs(r["cuda_graph_config"]["decode"]["bs"])
+            assert [0] + [params.get_steps_for_batch(x) for x in range(1, m + 1)] == lengths
+        else:
+            (p,) = set(want[1:])  # one static setting
+            assert p is not None
+            got = (
+                r["speculative_num_steps"],
+                r["speculative_eagle_topk"],
+                r["speculative_num_draft_tokens"],
+            )
+            assert got == (p.depth, p.topk, p.budget)
+    elif engine == "vllm":
+        cfg = _vllm_config(ex.argv(tmp_path))
+        assert cfg.scheduler_config.max_num_seqs == m
+        sc = cfg.speculative_config
+        assert all(p.topk == 1 for p in on) and sc.num_speculative_tokens == max(lengths)
+        if sc.num_speculative_tokens_per_batch_size is None:
+            assert set(lengths[1:]) == {max(lengths)}
+        else:
+            from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+            dense = build_dynamic_sd_schedule_lookup(
+                sc.num_speculative_tokens_per_batch_size, m, sc.num_speculative_tokens
+            )
+            assert dense[1:] == lengths[1:]
+    else:
+        doc = yaml.safe_load((tmp_path / "trtllm_extra_llm_api_options.yaml").read_text())
+        assert doc["max_batch_size"] == m
+        spec = doc["speculative_config"]
+        trtllm_validate(spec, engine)
+        assert trtllm_lengths(spec, engine, m) == lengths
+        shapes = {(p.topk, p.budget) for p in on}
+        assert len(shapes) == 1
+        ((topk, tokens),) = shapes
+        if topk > 1:
+            assert spec["dynamic_tree_max_topK"] == topk
+            assert spec["max_total_draft_tokens"] == tokens - 1

@@ -345,26 +345,25 @@ def test_export_command_writes_files_and_says_approximations(
     assert main(["export", "--engine", "vllm", str(tmp_path / "missing.json")]) == 2
 
 
-def test_engine_shape_fit_uses_the_objective() -> None:
-    """With an objective, engines with one global shape get the shape that loses least over
-    the batch ranges, and TensorRT-LLM's depths never exceed the batch-1 depth."""
+def test_export_fits_a_table_not_planned_for_the_engine() -> None:
+    """With an objective, a table the engine cannot run as written is fitted by the planner
+    (planner.engine_plan.fit_table) before export, and the note says what that costs; the
+    export of the fitted table then holds exactly what was chosen."""
     from test_search import fake_objective
 
-    from spectune.planner.export import fit_engine_shape
+    from spectune.planner.engine_plan import fit_table, runnable_reason
 
     obj = fake_objective()
-    rows = list(MIXED.buckets)
-    shape, loss = fit_engine_shape(rows, obj)
-    assert math.isfinite(loss)  # vs the table's own predictions (hand-made here, not optimal)
-    assert shape.depths[-1] == 0  # the plan's off range stays off
-    assert fit_engine_shape(rows, obj)[0] == shape  # deterministic
-    capped, _ = fit_engine_shape(rows, obj, cap_by_first=True)
-    assert all(d <= capped.depths[0] for d in capped.depths)
-    ex = export_trtllm(MIXED, evaluate=obj)
+    for engine in ("sglang", "vllm", "trtllm"):
+        prof = load_engine(engine)
+        assert runnable_reason(MIXED, prof)
+        fitted, config, loss = fit_table(MIXED, prof, obj)
+        assert runnable_reason(fitted, prof) == "", (engine, config.label)
+        assert math.isfinite(loss)
+        ex = export_policy(MIXED, engine, evaluate=obj, shaper=fake_shaper)
+        assert ex.approximations[0].startswith(f"{engine} cannot run the table as written")
+        assert config.label in ex.approximations[0]
+        again = export_policy(fitted, engine, evaluate=obj, shaper=fake_shaper)
+        assert again.approximations == ()  # the fitted table runs as written
+    ex = export_trtllm(fit_table(MIXED, load_engine("trtllm"), obj)[0])
     check_trtllm(ex.config["speculative_config"])
-    assert any("fitted one shape" in n for n in ex.approximations)
-    ex = export_sglang(MIXED, evaluate=obj)
-    args = ex.config["server_args"]
-    if ex.config["adaptive"] is not None:  # a per-batch schedule runs only with top-k 1
-        assert args["speculative_eagle_topk"] == 1
-    assert any("fitted" in n for n in ex.approximations)

@@ -22,6 +22,9 @@ from spectune.cli import build_parser, main
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENT = ROOT / "measurements" / "h200" / "execute-static.json"
 TRACE = ROOT / "data" / "traces" / "smollm2-mtbench.jsonl.gz"
+ENGINE_LOG = ROOT / "tests" / "data" / "engines" / "vllm-0.33.0.log"
+FIT_ENGINE = ("fit-engine", str(ENGINE_LOG), "--engine", "vllm", "--target", "llama-3.1-8b",
+              "--drafter", "eagle3-llama-3.1-8b", "--gpu", "h100-sxm")  # fmt: skip
 
 
 def _suite() -> Any:
@@ -112,8 +115,10 @@ def _forbid_work(monkeypatch: pytest.MonkeyPatch) -> None:
     import spectune.cli.plan as plan
     import spectune.simulator as simulator
     import spectune.traces.fit as traces_fit
+    import spectune.validate.engine_points as engine_points
     import spectune.validate.fit as validate_fit
 
+    monkeypatch.setattr(engine_points, "points_from_files", boom)
     monkeypatch.setattr(plan, "build_scorer", boom)
     monkeypatch.setattr(simulator, "simulate", boom)
     monkeypatch.setattr(traces_fit, "load_traces", boom)
@@ -131,6 +136,7 @@ def _commands(tmp_path: Path, out: str) -> dict[str, list[str]]:
         "calibrate": ["calibrate", "--from-run", str(run), "--out", out],
         "calibrate --raw-out": ["calibrate", "--raw-out", out, "--out", ok],
         "fit-workload": ["fit-workload", str(TRACE), "--out", out],
+        "fit-engine": [*FIT_ENGINE, "--out", out],
         "simulate": ["simulate", "--requests", "5", "--quiet", "--chrome-trace", out],
         "record-traces": ["record-traces", "mt-bench", "--out", out],
         "record-traces --samples": ["record-traces", "mt-bench", "--out", ok, "--samples", out],
@@ -161,6 +167,7 @@ def _bad_out(tmp_path: Path, what: str) -> str:
         "calibrate",
         "calibrate --raw-out",
         "fit-workload",
+        "fit-engine",
         "simulate",
         "record-traces",
         "record-traces --samples",

@@ -275,3 +275,62 @@ def test_min_gain_keeps_a_reference_unless_the_search_clearly_wins() -> None:
     assert free[0].searched_best == pytest.approx(free[0].tokens_per_s)
     with pytest.raises(SpecError, match="min-gain"):
         SearchSettings(min_gain=-1)
+
+
+# ---- hierarchical drafting in the space ---------------------------------------------------
+
+
+def test_hierarchical_space_draws_chains_and_round_trips() -> None:
+    from spectune.planner.space import neighbours
+
+    space = PolicySpace(chain=(2, 8))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=5))
+    chains = set()
+    for _ in range(200):
+        trial = study.ask()
+        p = suggest_policy(trial, space, max_batch=8)
+        study.tell(trial, 0.0)
+        if p is None:
+            continue
+        assert not (p.chain and p.shared_budget)
+        assert p.chain == 0 or 2 <= p.chain <= 8
+        chains.add(p.chain)
+        assert policy_from_params(trial.params) == p
+    assert 0 in chains and len(chains) > 3
+    hier = TreePolicy("dynamic-topk", 3, 10, 30, chain=6)
+    params = policy_params(hier, space)
+    assert policy_from_params(params) == hier
+    assert suggest_policy(optuna.trial.FixedTrial(params), space) == hier
+    near = neighbours(hier, space)
+    assert {q.chain for q in near} >= {0, 5, 6, 7}
+    assert any(q.chain == 2 for q in neighbours(TreePolicy("dynamic-topk", 3, 10, 30), space))
+    assert neighbours(hier, PolicySpace()) == []  # a tree space holds no chain 6 neighbour
+    assert all(p is None or p.chain == 0 for p in grid(PolicySpace(), [2], [2], [4], [0, 4]))
+    hier_grid = [p for p in grid(space, [2], [2], [4], [0, 4, 12]) if p is not None]
+    assert {p.chain for p in hier_grid} == {0, 4}  # 12 is outside the space
+
+
+@pytest.mark.parametrize("chain", [(0, 4), (3, 2), (1, 65), (-1, 4)])
+def test_bad_hierarchical_space_is_an_error(chain: tuple[int, int]) -> None:
+    with pytest.raises(SpecError, match="chain"):
+        PolicySpace(chain=chain)
+
+
+def test_engines_and_the_executor_refuse_hierarchical_policies() -> None:
+    from spectune.planner.space import check_engine_policy, check_runnable, engine_space
+    from spectune.specs.engine import load_engine
+
+    hier = TreePolicy("dynamic-topk", 3, 10, 30, chain=6)
+    for engine in ("sglang", "vllm", "trtllm", "spectune"):
+        prof = load_engine(engine)
+        assert engine_space(prof, PolicySpace(chain=(2, 8))).chain == (0, 0) or engine == "spectune"
+        with pytest.raises(SpecError, match="intermediate"):
+            check_engine_policy(hier, prof)
+    with pytest.raises(SpecError, match="executor cannot run the hierarchical"):
+        check_runnable(hier, "spectune's executor")
+    check_runnable(TreePolicy("dynamic-topk", 3, 10, 30))  # trees run
+
+
+def test_hierarchical_settings_round_trip_through_study_attrs() -> None:
+    s = SearchSettings(space=PolicySpace(chain=(2, 12)))
+    assert settings_from_dict(json.loads(json.dumps(settings_to_dict(s)))) == s

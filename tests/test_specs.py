@@ -175,3 +175,53 @@ def test_parse_int_list() -> None:
     for bad in ("", "1,x", "4,-1"):
         with pytest.raises(SpecError, match="batch edges"):
             parse_int_list(bad, "batch edges")
+
+
+# ---- hierarchical policies --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    ["dynamic-topk:3,10,30,hier6", "static:4,4,32,0.01,2,hier12", "dynamic-topk:2,1,3,hier2"],
+)
+def test_hierarchical_label_round_trips(text: str) -> None:
+    p = TreePolicy.parse(text)
+    assert p.chain > 0 and p.hierarchical and p.label == text
+    assert TreePolicy.parse(p.label) == p
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"chain": -1}, "chain"),
+        ({"chain": 65}, "chain"),
+        ({"chain": True}, "chain"),
+        ({"chain": 4, "shared_budget": True}, "share"),
+    ],
+)
+def test_hostile_chain_is_an_error(kw: dict[str, object], match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        TreePolicy("dynamic-topk", 3, 4, 12, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", ["dynamic-topk:3,10,30,hierx", "dynamic-topk:3,10,30,hier0"])
+def test_bad_hierarchical_labels_are_errors(text: str) -> None:
+    with pytest.raises(SpecError, match="hierN"):
+        TreePolicy.parse(text)
+
+
+def test_policy_file_keeps_chain_only_when_hierarchical(tmp_path: Path) -> None:
+    from spectune.specs.policy import Bucket
+
+    hier = TreePolicy("dynamic-topk", 3, 10, 30, chain=6)
+    tree = TreePolicy("dynamic-topk", 3, 10, 30)
+    table = PolicyTable(
+        "llama-3.1-70b-gptq",
+        "eagle-llama-3-70b",
+        "h100-sxm",
+        (Bucket((1, 1), (0, 4096), hier), Bucket((2, 8), (0, 4096), tree)),
+    )
+    d = table.to_dict()
+    assert d["buckets"][0]["policy"]["chain"] == 6 and "chain" not in d["buckets"][1]["policy"]
+    p = tmp_path / "p.json"
+    table.save(p)
+    back = PolicyTable.load(p)
+    assert back.lookup(1, 100) == hier and back.lookup(4, 100) == tree

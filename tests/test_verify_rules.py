@@ -303,21 +303,25 @@ def test_exports_run_token_level_and_say_so(engine: str) -> None:
     from spectune.planner.export import export_table
     from spectune.specs.policy import Bucket, PolicyTable
 
-    table = PolicyTable(
-        target="llama-3.1-8b",
-        drafter="eagle3-llama-3.1-8b",
-        hardware="h100-sxm",
-        workload="mt-bench-t1",
-        temperature=1.0,
-        buckets=(
-            Bucket((1, 1), (0, 8192), TreePolicy("dynamic-topk", 4, 1, 5, verify="traversal")),
-            Bucket((2, 64), (0, 8192), TreePolicy("delayed", 4, 1, 5, delay=2, verify="spectr")),
-        ),
-    )
-    exp, _ = export_table(table, engine)
-    notes = " ".join(exp.approximations)
-    assert "token by token" in notes and "planned traversal" in notes
-    assert "i.i.d. rollouts" in notes
+    def table(policy: TreePolicy) -> PolicyTable:
+        return PolicyTable(
+            target="llama-3.1-8b",
+            drafter="eagle3-llama-3.1-8b",
+            hardware="h100-sxm",
+            workload="mt-bench-t1",
+            temperature=1.0,
+            buckets=(
+                Bucket((1, 1), (0, 8192), policy),
+                Bucket((2, 64), (0, 8192), TreePolicy("dynamic-topk", 4, 1, 5)),
+            ),
+        )
+
+    exp, _ = export_table(table(TreePolicy("dynamic-topk", 4, 1, 5, verify="greedy")), engine)
+    assert "verifies token by token" in " ".join(exp.approximations)
+    exp, _ = export_table(table(TreePolicy("delayed", 4, 2, 9, delay=1)), engine)
+    assert "i.i.d. sampled rollouts" in " ".join(exp.approximations)
+    for b in exp.config.get("buckets", []):  # whatever the engine runs is a top-k policy
+        assert "delayed" not in str(b)
 
 
 @given(

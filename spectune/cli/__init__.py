@@ -13,6 +13,7 @@ import argparse
 import importlib
 import os
 import sys
+import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -25,6 +26,7 @@ COMMAND_MODULES = (
     "plan",
     "worker",
     "simulate",
+    "capacity",
     "cost",
     "tree",
     "export",
@@ -32,6 +34,7 @@ COMMAND_MODULES = (
     "calibrate",
     "check",
     "fit_workload",
+    "fit_engine",
     "record_traces",
     "dashboard",
     "presets",
@@ -70,8 +73,45 @@ def build_parser() -> argparse.ArgumentParser:
             # that only runs `execute`): the other commands still work, and this one says why.
             _register_unavailable(sub, name, e)
             continue
+        before = set(sub.choices)
         module.register(sub)
+        for command in set(sub.choices) - before:
+            finish_help(sub.choices[command], module.__doc__)
     return parser
+
+
+def finish_help(p: argparse.ArgumentParser, doc: str | None) -> None:
+    """Every subcommand's --help: its module docstring as the description (kept as written)
+    unless it set its own, and each option's default shown (HelpFormatter)."""
+    if not p.description:
+        p.description = doc
+    elif "\n" not in p.description:  # a one-line description of its own: wrapped
+        p.description = textwrap.fill(p.description, 92)
+    p.formatter_class = HelpFormatter
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written, and '(default X)' after each option's help that has a default
+    and does not state it itself (flags, None and suppressed defaults have none to show)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        silent = (
+            (not action.option_strings and action.nargs != "?")
+            or default is None
+            or default is argparse.SUPPRESS
+            or isinstance(default, bool)
+            or default in ("", [], ())
+            or "default" in text
+        )
+        if silent:
+            return action.help
+        if isinstance(default, list | tuple):
+            shown = ",".join(str(v) for v in default)
+        else:
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
+        return f"{text} (default {shown.replace('%', '%%')})"
 
 
 def _register_unavailable(sub: argparse._SubParsersAction, name: str, error: ImportError) -> None:

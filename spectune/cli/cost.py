@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 from typing import Any
 
 import numpy as np
 
 from spectune.cli.common import int_range, ints, json_text
+from spectune.cli.outputs import add_csv_plot, check_csv_plot, write_outputs
 from spectune.planner.costmodel import BREAKDOWN_KEYS, CostModel
 from spectune.specs import Calibration, SpecError, load_hardware, load_model
 from spectune.specs.compat import check_pair
@@ -66,6 +68,7 @@ def _print_table(cm: CostModel, rows: list[dict[str, Any]]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_csv_plot(args)
     hardware = load_hardware(args.gpu)
     target = load_model(args.target)
     drafter = None if args.drafter.lower() == "none" else load_model(args.drafter)
@@ -79,7 +82,40 @@ def run(args: argparse.Namespace) -> int:
         print(json_text({"rows": rows}))
     else:
         _print_table(cm, rows)
+    write_outputs(
+        args,
+        [csv_row(r) for r in rows],
+        draw_costs(rows),
+        title=f"{cm.target.name} on {cm.tp} x {cm.hardware.name}: one verify pass",
+        xlabel="tree tokens per sequence",
+        ylabel="verify pass, ms",
+        out=sys.stderr if args.json else None,
+    )
     return 0
+
+
+def csv_row(r: dict[str, Any]) -> dict[str, Any]:
+    """A row of the table, its breakdown flattened (seconds)."""
+    flat = {k: v for k, v in r.items() if k != "breakdown"}
+    flat.update({f"verify_{k}_s": v for k, v in r["breakdown"].items()})
+    return flat
+
+
+def draw_costs(rows: list[dict[str, Any]]) -> Any:
+    """Verify-pass time against tree tokens per sequence, one line per (batch, context)."""
+
+    def draw(ax: Any) -> None:
+        for batch, context in dict.fromkeys((r["batch"], r["context"]) for r in rows):
+            rs = [r for r in rows if r["batch"] == batch and r["context"] == context]
+            ax.plot(
+                [r["tokens"] for r in rs],
+                [r["verify_s"] * MS for r in rs],
+                "o-",
+                label=f"batch {batch}, context {context}",
+            )
+        ax.set_xscale("log", base=2)
+
+    return draw
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -110,6 +146,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--context", type=ints(0, 1 << 24), default=[4096], help="cached tokens per sequence"
     )
-    p.add_argument("--calibration", default=None, help="calibration JSON/TOML (spectune calibrate)")
+    p.add_argument(
+        "--calibration",
+        default=None,
+        help="calibration JSON/TOML (spectune calibrate; default: none, the preset efficiencies)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_csv_plot(p, "the rows (seconds)")
     p.set_defaults(func=run)

@@ -27,6 +27,7 @@ from spectune.cli.common import (
     positive,
     scenario_with_flags,
 )
+from spectune.planner.space import check_runnable
 from spectune.specs import (
     PolicyTable,
     Scenario,
@@ -96,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         pol = table.lookup(b, context) if table else single
         runs.append((b, pol, "policy" if pol else "off"))
         runs.extend((b, p, text) for text, p in zip(args.also, also, strict=True))
+    for _, p, _ in runs:
+        check_runnable(p, "spectune's executor")
     budgets = [p.budget for _, p, _ in runs if p is not None]
 
     # torch and the GPU come in only here, after the arguments are known to be good

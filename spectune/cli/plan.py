@@ -33,12 +33,15 @@ from spectune.cli.common import (
     ints,
     seed,
 )
+from spectune.cli.outputs import add_csv_plot, check_csv_plot, write_outputs
+from spectune.cli.plan_report import bucket_notes, format_range, summarize_notes
 from spectune.planner.buckets import (
     DEFAULT_BATCH_EDGES,
     DEFAULT_CONTEXT_EDGES,
     BucketSpec,
     buckets_from_edges,
 )
+from spectune.planner.engine_plan import engine_plan
 from spectune.planner.objective import ClosedFormObjective
 from spectune.planner.search import BucketResult, Scorer, SearchSettings, choose, search
 from spectune.planner.space import (
@@ -55,12 +58,13 @@ from spectune.planner.studies import (
     study_name,
 )
 from spectune.planner.table import build_table
+from spectune.planner.tokens_per_s import SERVED
 from spectune.simulator.scoring import build_scorer
 from spectune.specs.calibration import load_calibration
 from spectune.specs.compat import drafter_kind
 from spectune.specs.engine import load_engine
 from spectune.specs.errors import SpecError, mask_secrets
-from spectune.specs.policy import policy_label
+from spectune.specs.policy import PolicyTable, policy_label
 from spectune.specs.scenario import OBJECTIVES, Scenario
 
 DEFAULTS = Scenario()
@@ -110,59 +114,65 @@ def _default_legend(engine: str) -> str:
     return f"over {profile.name}'s own default config ({default.label})"
 
 
-def format_range(r: tuple[int, int]) -> str:
-    return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
-
-
 def print_table(
     results: Sequence[BucketResult],
     out: Any = None,
     closed: ClosedFormObjective | None = None,
     engine: str = "spectune",
+    *,
+    verbose: bool = True,
+    min_gain: float = SearchSettings.min_gain,
 ) -> None:
     """The plan as a table; with `closed`, buckets whose largest batch the KV cache cannot hold
     at their context say how many requests actually run. `engine`: the engine profile planned
-    for, whose default config the "vs default" column compares with."""
+    for, whose default config the "vs default" column compares with. Notes follow their rows
+    with `verbose`, else one line per kind of note under the table (plan_report)."""
     out = out or sys.stdout
     head = (
-        f"{'batch':>8} {'context':>12}  {'policy':<30} {'tok/s':>9} {'vs off':>7} "
+        f"{'batch':>8} {'context':>12}  {'policy':<30} {'served tok/s':>12} {'vs off':>7} "
         f"{'vs default':>16}  {'chain':>5}"
     )
     print(head, file=out)
     print("-" * len(head), file=out)
-    for r in results:
+    kv_notes: dict[int, str] = {}
+    for i, r in enumerate(results):
         name, dflt = r.best_default
         chain = "-" if r.chain is None else str(r.chain.draft_tokens)
         print(
             f"{format_range(r.bucket.batch):>8} {format_range(r.bucket.context):>12}  "
-            f"{policy_label(r.policy):<30} {r.tokens_per_s:9.0f} {r.speedup:6.2f}x "
+            f"{policy_label(r.policy):<30} {r.tokens_per_s:12.0f} {r.speedup:6.2f}x "
             f"{r.tokens_per_s / dflt:7.2f}x {name:<8}  {chain:>5}",
             file=out,
         )
-        if r.note:
+        if r.note and verbose:
             print(f"{'':>8} note: {r.note}", file=out)
         if closed is not None:
             ctx = r.bucket.context_point
             fits = int(closed.fitting_batch(r.bucket.batch[1], ctx)[0])
             if fits < r.bucket.batch[1]:
-                print(
-                    f"{'':>8} note: the KV cache holds {fits} requests at context {ctx}; "
-                    "larger batches run as that many",
-                    file=out,
+                kv_notes[i] = (
+                    f"the KV cache holds {fits} requests at context {ctx}; "
+                    "larger batches run as that many"
                 )
+                if verbose:
+                    print(f"{'':>8} note: {kv_notes[i]}", file=out)
         for q in r.pareto:
             print(
-                f"{'':>23}pareto  {policy_label(q.policy):<30} {q.tokens_per_s:9.0f} tok/s "
-                f"{q.latency_s * 1e3:7.2f} ms/step",
+                f"{'':>23}pareto  {policy_label(q.policy):<30} {q.tokens_per_s:9.0f} "
+                f"{SERVED.label} {q.latency_s * 1e3:7.2f} ms/step",
                 file=out,
             )
     print(
-        "tok/s: predicted output tokens/s of a saturated server (decode plus the prefill of "
-        "replacement requests with prompt = context), geometric mean over the bucket's batch ends; "
-        f"vs default: {_default_legend(engine)}; "
+        f"{SERVED.label}: predicted {SERVED.description} (prompt = context), geometric mean "
+        f"over the bucket's batch ends; vs default: {_default_legend(engine)}; "
         "chain: best chain length for chain-only engines (0 = off)",
         file=out,
     )
+    notes = bucket_notes(results, kv_notes)
+    if notes and not verbose:
+        print(f"notes ({len(notes)}; --verbose shows each under its row):", file=out)
+        for line in summarize_notes(notes, min_gain):
+            print(f"  {line}", file=out)
 
 
 class ProgressBar:
@@ -316,6 +326,7 @@ def run(args: argparse.Namespace) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     check_out_path(args.out)
+    check_csv_plot(args)
     scenario = scenario_from_args(args)
     settings = _settings(args, scenario)
     buckets = buckets_from_edges(args.batch_edges, args.context_edges)
@@ -360,15 +371,64 @@ def run(args: argparse.Namespace) -> int:
         provenance["calibration"] = (
             f"{scenario.calibration}: {load_calibration(scenario.calibration).source}"
         )
+    profile = engine_option(scenario.engine)
+    planned = None
+    if profile.engine != "spectune":  # one configuration the engine runs, for every bucket
+        limit = settings.max_latency_s
+        planned = engine_plan(
+            results, profile, scorer, min_gain=settings.min_gain, max_latency_s=limit
+        )
+        results = list(planned.results)
+        provenance["engine_plan"] = planned.provenance()
     table = build_table(results, closed, scenario, provenance)
     print(
         f"spectune plan: {scenario.label}, objective {scenario.objective}, "
         f"{provenance['trials']} trials in {elapsed:.1f} s"
     )
-    print_table(results, closed=closed, engine=scenario.engine)
+    print_table(
+        results,
+        closed=closed,
+        engine=scenario.engine,
+        verbose=args.verbose,
+        min_gain=settings.min_gain,
+    )
+    if planned is not None:
+        print(planned.summary)
     table.save(args.out)
     print(f"wrote {args.out}")
+    report(args, table, results, closed)
     return 0
+
+
+def report(
+    args: argparse.Namespace,
+    table: PolicyTable,
+    results: Sequence[BucketResult],
+    closed: ClosedFormObjective,
+) -> None:
+    """What follows the table: the policy notation, the deployment per engine, --csv, --plot."""
+    from spectune.cli import plan_report as pr
+
+    print(pr.LEGEND)
+    max_batch = max(b.batch[1] for b in table.buckets)
+    weights = pr.batch_weights(args, max_batch, closed_workload(table))
+    engines = pr.deploy_engines(table.scenario.engine)
+    pr.print_deployments(
+        pr.deployments(table, engines, weights), args.out, weights, sys.stdout, verbose=args.verbose
+    )
+    write_outputs(
+        args,
+        pr.csv_rows(results),
+        pr.draw_plan(results),
+        title=f"spectune plan: {table.scenario.label}",
+        xlabel="batch size (geometric middle of the bucket)",
+        ylabel=SERVED.label,
+    )
+
+
+def closed_workload(table: PolicyTable) -> Any:
+    """The plan's resolved workload (for its batch-size distribution)."""
+    return table.scenario.resolve().workload
 
 
 def add_scenario_args(p: argparse.ArgumentParser) -> None:
@@ -459,8 +519,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--min-gain",
         type=float_range(0, 10),
         default=SearchSettings.min_gain,
-        help="keep off or an engine default unless a searched policy is predicted this much "
-        f"faster (default {SearchSettings.min_gain}: a margin for model error)",
+        help="keep off or an engine default unless a searched policy is predicted this fraction "
+        f"faster, e.g. 0.05 = 5%% (default {SearchSettings.min_gain}: a margin for model error)",
     )
     p.add_argument(
         "--storage",
@@ -509,4 +569,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="worker heartbeat for shared storages, seconds (default 5)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="every note under its row, every export approximation and the per-batch "
+        "predictions (default: one line per kind of note)",
+    )
+    from spectune.cli.plan_report import batch_weights_type
+
+    p.add_argument(
+        "--batch-weights",
+        type=batch_weights_type,
+        default=None,
+        metavar="B:W,...",
+        help="batch-size distribution the deployment gains are weighted by, as share of "
+        "serving time per batch size, e.g. 1:0.2,8:0.5,64:0.3 (normalised; default: the "
+        "workload's, else equal weights on 1, 2, 4, ... up to the largest batch edge)",
+    )
+    add_csv_plot(p, "the plan's table (served tok/s per bucket)")
     p.set_defaults(func=run)

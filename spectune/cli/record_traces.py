@@ -46,7 +46,11 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("record-traces", help="record acceptance traces from SmolLM2 on CPU")
-    p.add_argument("prompt_set", choices=("mt-bench", "humaneval"))
+    p.add_argument(
+        "prompt_set",
+        choices=("mt-bench", "humaneval"),
+        help="prompts to record: mt-bench or humaneval",
+    )
     p.add_argument("--out", required=True, help="trace file (.jsonl or .jsonl.gz)")
     count = int_range(0, 100_000)
     p.add_argument("--count", type=int_range(1, 100_000), default=20, help="prompts to record")

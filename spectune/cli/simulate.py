@@ -29,16 +29,35 @@ from spectune.cli.common import (
     scenario_with_flags,
     seed,
 )
+from spectune.cli.outputs import add_csv_plot, check_csv_plot, write_outputs
+from spectune.planner.tokens_per_s import SERVED
 from spectune.specs import PolicyTable, Scenario, SpecError, TreePolicy
 
 DEFAULT_POLICY = "dynamic-topk:5,4,8"  # SGLang's EAGLE defaults: 5 steps, top-k 4, 8 tokens
 
 
-def _policy(text: str) -> PolicyTable | TreePolicy | None:
+def load_policy(text: str) -> PolicyTable | TreePolicy | None:
+    """--policy: 'off', a policy label, a policy file (`spectune plan`), or an export's
+    sidecar (`*.spectune.json` of `spectune export`: what that engine runs per batch range,
+    planner.export.runs)."""
+    from spectune.planner.export.runs import is_sidecar, sidecar_table
+    from spectune.specs.io import loads_json, read_bytes_bounded
+
     if text == "off":
         return None
-    if text.lower().endswith(".json") or Path(text).is_file():
-        return PolicyTable.load(text)
+    p = Path(text)
+    if text.lower().endswith(".yaml") and p.is_file():
+        raise SpecError(
+            f"--policy {text}: a TensorRT-LLM export is YAML without a sidecar; pass the policy "
+            "file it was exported from, or an SGLang / vLLM export's *.spectune.json"
+        )
+    if text.lower().endswith(".json") or p.is_file():
+        if not p.is_file():
+            raise SpecError(f"--policy {text}: no such policy file or export")
+        doc = loads_json(read_bytes_bounded(p), str(p))
+        if is_sidecar(doc):
+            return sidecar_table(doc, str(p))
+        return PolicyTable.from_dict(doc, str(p))
     return TreePolicy.parse(text)
 
 
@@ -46,6 +65,9 @@ def _policy_text(p: PolicyTable | TreePolicy | None, arg: str) -> str:
     if p is None:
         return "off"
     if isinstance(p, PolicyTable):
+        engine = p.provenance.get("export") and p.provenance.get("engine")
+        if engine:
+            return f"{engine} export {arg} ({len(p.buckets)} batch ranges)"
         return f"table {arg} ({len(p.buckets)} buckets)"
     return arg
 
@@ -107,8 +129,11 @@ def _table(label: str, res: Any) -> str:
         rows.append((name, f(m), f(o) if o is not None else "-"))
 
     row("requests", lambda x: f"{x.requests}")
-    row("throughput tok/s", lambda x: f"{x.throughput_tok_s:.1f}")
-    row("goodput tok/s", lambda x: f"{x.goodput_tok_s:.1f} ({x.slo_attainment:.0%})")
+    row(SERVED.label, lambda x: f"{x.throughput_tok_s:.1f}")
+    row(
+        "served goodput tok/s (in SLO)",
+        lambda x: f"{x.goodput_tok_s:.1f} ({x.slo_attainment:.0%})",
+    )
     for name in ("ttft", "tpot", "e2e"):
         row(
             f"{name.upper()} p50/p90/p99 ms",
@@ -166,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.chrome_trace is not None:
         check_out_path(args.chrome_trace, "--chrome-trace")
-    policy = _policy(args.policy)
+    check_csv_plot(args)
+    policy = load_policy(args.policy)
     scenario = scenario_of(args, policy)
     resolved = scenario.resolve()
     hw, target, drafter, workload = (
@@ -237,18 +263,49 @@ def run(args: argparse.Namespace) -> int:
             )
     if args.json:
         print(json_text({"runs": runs}))
+    write_outputs(
+        args,
+        [csv_row(label, r) for (label, _), r in zip(loads, runs, strict=True)],
+        draw_runs([label for label, _ in loads], runs),
+        title=header,
+        xlabel="load level",
+        ylabel=SERVED.label + " (simulated)",
+        out=sys.stderr if args.json else None,
+    )
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    from spectune.simulator.arrivals import MAX_CONCURRENCY, MAX_CV, MAX_QPS, MAX_THINK_S
-    from spectune.simulator.config import MAX_REQUESTS
+def csv_row(label: str, rec: dict[str, Any]) -> dict[str, Any]:
+    """One load level of `simulate --json` as a flat CSV row (the off run's columns prefixed
+    off_; seconds as in the JSON)."""
+    key = "served_tok_per_s_incl_prefill"
+    row: dict[str, Any] = {"load": label}
+    for k, v in rec.items():
+        if k == "off":
+            continue
+        row[key if k == "throughput_tok_s" else k] = v
+    for k, v in (rec.get("off") or {}).items():
+        row["off_" + (key if k == "throughput_tok_s" else k)] = v
+    return row
 
-    p = sub.add_parser(
-        "simulate",
-        help="simulate serving traffic with a policy, against speculation off",
-        description=__doc__,
-    )
+
+def draw_runs(labels: list[str], runs: list[dict[str, Any]]) -> Any:
+    """Simulated served tok/s per load level, speculation on and off."""
+
+    def draw(ax: Any) -> None:
+        xs = list(range(len(labels)))
+        ax.plot(xs, [r["throughput_tok_s"] for r in runs], "o-", label="policy")
+        off = [(r.get("off") or {}).get("throughput_tok_s") for r in runs]
+        if all(v is not None for v in off):
+            ax.plot(xs, off, "s--", label="speculation off")
+        ax.set_xticks(xs, labels, rotation=20, fontsize=8)
+
+    return draw
+
+
+def add_scenario_options(p: argparse.ArgumentParser) -> None:
+    """The scenario flags of simulate and capacity: each defaults to the policy file's (an
+    export's source), else to Scenario()'s."""
     d = Scenario()
     p.add_argument(
         "--target",
@@ -276,16 +333,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="price steps with this fitted calibration, or 'none' (default: the policy file's)",
     )
     add_strict(p)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from spectune.simulator.arrivals import MAX_CONCURRENCY, MAX_CV, MAX_QPS, MAX_THINK_S
+    from spectune.simulator.config import MAX_REQUESTS
+
+    p = sub.add_parser(
+        "simulate",
+        help="simulate serving traffic with a policy, against speculation off",
+        description=__doc__,
+    )
+    add_scenario_options(p)
     load = p.add_mutually_exclusive_group()
     load.add_argument(
         "--qps",
         type=floats(0, MAX_QPS, lo_open=True),
-        help="request rates, e.g. 1,4,16 (default)",
+        help="Poisson request rates, requests/s (default 1,4,16)",
     )
     load.add_argument(
         "--concurrency",
         type=ints(1, MAX_CONCURRENCY),
-        help="closed-loop clients, e.g. 1,8,64",
+        help="closed-loop clients (concurrent requests), e.g. 1,8,64 (default: --qps)",
     )
     load.add_argument("--trace", help="replay a CSV/JSONL trace: arrival_s, prompt/output tokens")
     p.add_argument(
@@ -309,8 +378,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--policy",
         default=DEFAULT_POLICY,
-        help="policy.json, static:DEPTH,TOPK,BUDGET, dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]]"
-        f"[,echo] or off (default {DEFAULT_POLICY}); ',echo': ECHO shared verify budget",
+        help="a policy file (spectune plan), an export's sidecar (sglang.spectune.json or "
+        "vllm.spectune.json of spectune export: what that engine runs per batch size), "
+        "static:DEPTH,TOPK,BUDGET, dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]][,echo] or off "
+        f"(default {DEFAULT_POLICY}); ',echo': ECHO shared verify budget",
     )
     p.add_argument(
         "--shared-budget",
@@ -353,4 +424,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chrome-trace", help="write the iterations as a Chrome trace JSON")
     p.add_argument("--json", action="store_true", help='print {"runs": [...]} only')
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_csv_plot(p, "one row per load level (policy and speculation off)")
     p.set_defaults(func=run)

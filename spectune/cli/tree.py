@@ -148,10 +148,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--budget",
         type=int_range(2, MAX_BUDGET),
         default=16,
-        help="verify budget, root included (16)",
+        help="verify budget: tree tokens per sequence, root included",
     )
     p.add_argument(
-        "--depth", type=int_range(1, MAX_DEPTH), default=5, help="maximum depth below the root (5)"
+        "--depth",
+        type=int_range(1, MAX_DEPTH),
+        default=5,
+        help="maximum depth below the root, draft steps",
     )
     p.add_argument(
         "--topk",
@@ -163,14 +166,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--prune-threshold",
         type=float_range(0, 0.999999),
         default=0.0,
-        help="drop nodes whose path draft probability is below this (0)",
+        help="drop nodes whose path draft probability is below this, 0..1",
     )
     p.add_argument(
         "--graft-budget",
         type=int_range(0, MAX_BUDGET),
         default=0,
-        help="freed slots retrieved tokens may fill (0)",
+        help="freed slots retrieved tokens may fill, tokens",
     )
-    p.add_argument("--seed", type=seed, default=0, help="random seed (0)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

@@ -113,13 +113,16 @@ def study_prefixes(storage_url: str) -> list[str]:
 
 def load_study_plan(storage_url: str, prefix: str) -> Plan:
     """A plan read back from its Optuna studies (`spectune plan --storage URL`): each bucket's
-    policy chosen by the planner's own rule (planner.search.choose) from the trials stored, the
-    Pareto front when the studies are multi-objective."""
+    policy chosen by the planner's own rule (planner.search.choose) from the trials stored, then
+    made into the one configuration the scenario's engine runs (planner.engine_plan) as
+    `spectune plan --engine` does, the Pareto front when the studies are multi-objective."""
     import optuna
 
+    from spectune.planner.engine_plan import engine_plan
     from spectune.planner.search import bucket_studies, choose, settings_from_dict
     from spectune.planner.table import build_table
     from spectune.simulator.scoring import build_scorer
+    from spectune.specs.engine import load_engine
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = _open_storage(storage_url)
@@ -138,6 +141,10 @@ def load_study_plan(storage_url: str, prefix: str) -> Plan:
         multi = multi or settings.multi_objective
         study = optuna.load_study(study_name=name, storage=store)
         results.append(choose(study, bucket, scorer, settings))
+    profile = load_engine(scenario.engine)
+    if profile.engine != "spectune":  # what `spectune plan --engine` writes: one engine config
+        min_gain = settings_from_dict(studies[0][2]["settings"]).min_gain
+        results = list(engine_plan(results, profile, scorer, min_gain=min_gain).results)
     provenance = {"study": prefix, "storage": storage_url.split("@")[-1],
                   "trials": sum(r.trials for r in results), "multi_objective": multi}  # fmt: skip
     table = build_table(results, closed, scenario, provenance)

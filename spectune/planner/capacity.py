@@ -5,6 +5,27 @@ The simulator's admission and preemption count against it, and it catches imposs
 configurations before any simulation (a model that does not fit, a request longer than the whole
 cache, a maximum batch the cache cannot hold); the planner's closed form uses it to run no larger
 batch than the cache holds at a bucket's context.
+
+Turning speculation on costs capacity before any step is priced, and this module is where that
+cost lives:
+  - the drafter's weights and its own KV cache (one entry per token of every running request)
+    take HBM, so a speculating server holds fewer requests than a plain one at the same context
+    (`kv_budget(..., speculating=False)` is the plain server: no drafter loaded); an engine's
+    own speculative buffers beyond those (EngineProfile.spec_extra_hbm_bytes: draft CUDA
+    graphs, per-step scratch) are taken too;
+  - an engine may cap the running requests once speculation is on: SGLang 0.5.23 sets max
+    running requests to 48 when the user sets none (sglang/srt/arg_groups/speculative_hook.py;
+    without speculation its KV estimator sizes the cap, up to thousands: sgl-project/sglang PR
+    #34290 measures 4096 -> 48 on one GPU). `default_max_running` says what an engine runs
+    with the user's settings left alone. spectune's exports set the cap themselves
+    (--max-running-requests), so only an engine's default config runs under it.
+Users see these costs as speculation losing throughput at high concurrency and short contexts
+(sgl-project/sglang #4759: 1039 -> 321 tok/s with speculation, DeepSeek-R1 TP8, 100 requests
+at once, #running-req held at 32 by the cap of that release; #5160: lower throughput at 128
+concurrent requests; PR #3986's review of that cap: higher TTFT and lower throughput at request
+rate 16 on ShareGPT). The
+planner compares against the plain server's capacity, so it turns speculation off where the
+capacity lost costs more than the accepted tokens give.
 """
 
 from __future__ import annotations
@@ -13,6 +34,7 @@ import math
 from dataclasses import dataclass
 
 from spectune.specs import HardwareSpec, ModelSpec, SpecError
+from spectune.specs.engine import EngineProfile
 
 GIB = 1 << 30
 WORKSPACE_BYTES = 1 * GIB  # CUDA graphs, cuBLAS/attention workspaces, allocator slack
@@ -50,13 +72,21 @@ def kv_budget(
     memory_fraction: float = 0.9,
     max_batch_tokens: int = 8192,
     block_size: int = 16,
+    speculating: bool = True,
+    spec_extra_bytes: float = 0.0,
 ) -> KVBudget:
-    """KV pages of a replica of `tp` GPUs, or SpecError if the weights leave no room."""
+    """KV pages of a replica of `tp` GPUs, or SpecError if the weights leave no room.
+
+    `speculating` False: the server runs without speculation, so the drafter is not loaded and
+    its weights and KV bytes stay free for the target's KV. Speculating, `spec_extra_bytes`
+    (the engine's own speculative buffers, all GPUs of the replica) are taken as well."""
     if not 0 < memory_fraction <= 1:
         raise SpecError(f"memory fraction must be in (0, 1], got {memory_fraction}")
     if tp < 1 or block_size < 1:
         raise SpecError("tp and block size must be >= 1")
-    usable = hardware.hbm_bytes * memory_fraction * tp
+    if not speculating:
+        drafter, spec_extra_bytes = None, 0.0
+    usable = hardware.hbm_bytes * memory_fraction * tp - spec_extra_bytes
     weights = target.weight_bytes() + (drafter.weight_bytes() if drafter else 0.0)
     reserve = activation_reserve_bytes(target, max_batch_tokens, tp) * tp
     free = usable - weights - reserve
@@ -99,3 +129,15 @@ def auto_max_batch(budget: KVBudget, mean_prompt: float, mean_output: float, cap
     """The largest batch (up to `cap`, a common engine default) whose mean-length requests fit."""
     per_request = math.ceil((mean_prompt + mean_output) / budget.block_size)
     return max(1, min(cap, budget.blocks // max(per_request, 1)))
+
+
+def default_max_running(profile: EngineProfile | None, speculating: bool) -> int | None:
+    """The running requests an engine admits when the user sets no cap (None: no cap of its
+    own beyond the KV cache): its speculative cap with speculation on (SGLang 0.5.23: 48,
+    EngineProfile.spec_max_running), else its plain default (EngineProfile.default_max_running;
+    vLLM 0.33: max_num_seqs 1024 on H100/H200)."""
+    if profile is None:
+        return None
+    cap = profile.spec_max_running if speculating and profile.spec_max_running else 0
+    cap = cap or profile.default_max_running
+    return cap or None

@@ -21,6 +21,16 @@ StepBreakdown (spectune.planner.step), the one price every consumer reads:
     pruning    pruning pass, ragged packing, host read, when pruning    (prune_time)
     engine     the serving engine's host time (specs.engine.EngineOverheads)
 
+A hierarchical policy (TreePolicy.chain > 0, arXiv 2505.22179) runs R rounds of (drafter tree
+over the intermediate model, intermediate verify of the tree, drafter extend over what it
+accepted) until the intermediate holds a chain, then one target verify of that chain:
+
+    draft         R x draft_time of the intermediate's drafter        (draft_s)
+    intermediate  R x intermediate forward over the tree tokens/seq   (intermediate_s)
+    extend        R x drafter extend over the accepted tokens/round   (extend_s)
+    verify        target over the chain + root tokens/seq             (verify_s)
+    overhead      fixed once, tree building R times; retrieval and pruning R times
+
 The phase methods price one phase each; nothing outside this module adds them up.
 
 Batches up to the largest CUDA-graph capture size are padded to the next captured size and
@@ -62,7 +72,11 @@ class CostModel:
     """Prices decoding iterations (`iteration`) and their phases on `tp` GPUs.
 
     engine: the serving engine's host overheads per iteration (None: spectune's own executor,
-    whose host costs are in the Calibration: specs.engine.NO_OVERHEADS)."""
+    whose host costs are in the Calibration: specs.engine.NO_OVERHEADS).
+    intermediate: the model that verifies the trees of a hierarchical policy and drafts the
+    chain the target verifies (None: hierarchical policies are a SpecError);
+    intermediate_drafter: the model growing those trees (the intermediate's own draft head;
+    None: `drafter`)."""
 
     def __init__(
         self,
@@ -72,6 +86,8 @@ class CostModel:
         tp: int = 1,
         calibration: Calibration | None = None,
         engine: EngineOverheads | None = None,
+        intermediate: ModelSpec | None = None,
+        intermediate_drafter: ModelSpec | None = None,
     ) -> None:
         if isinstance(tp, bool) or not isinstance(tp, int | np.integer) or tp < 1:
             raise SpecError(f"tp must be a positive integer, got {tp!r}")
@@ -92,6 +108,18 @@ class CostModel:
         self.rates = Rates.resolve(hardware, cal)
         self._target = ForwardPricer(target, self.rates, self.tp)
         self._drafter = ForwardPricer(drafter, self.rates, self.tp) if drafter else None
+        self.intermediate = intermediate
+        self.intermediate_drafter = intermediate_drafter or drafter
+        if intermediate is not None and intermediate.is_draft_head:
+            raise SpecError(f"intermediate {intermediate.name!r} is a draft head, not a model")
+        self._intermediate = (
+            ForwardPricer(intermediate, self.rates, self.tp) if intermediate else None
+        )
+        self._hier_drafter = (
+            ForwardPricer(self.intermediate_drafter, self.rates, self.tp)
+            if self.intermediate_drafter
+            else None
+        )
         self._buckets = np.asarray(cal.graph_batch_sizes, dtype=np.float64)
 
     # ---- shapes --------------------------------------------------------------------------------
@@ -278,6 +306,8 @@ class CostModel:
         *,
         tokens: ArrayLike | None = None,
         accepted: ArrayLike | None = None,
+        rounds: ArrayLike | None = None,
+        tree_tokens: ArrayLike | None = None,
     ) -> StepBreakdown:
         """Seconds of each phase of one decoding iteration of `batch` sequences over `context`
         cached tokens each, under `policy` (None: speculation off, a plain decode step).
@@ -291,18 +321,30 @@ class CostModel:
             pads draft extend to (spectune's executor does, so check and the calibration fit
             price measured steps with it). The objective passes E[tokens per step], the mean
             of an unpadded pass.
+        Hierarchical policies (policy.chain > 0; module docstring): `tokens` is what the target
+            verifies per sequence, chain + root (default chain + 1), `accepted` what the
+            drafter extends over per round (default depth + 1), `rounds` the intermediate's
+            rounds (default ceil(chain / (depth + 1)), every round accepting the full depth)
+            and `tree_tokens` the tree each round verifies (default budget); the objective
+            passes their means (planner.hierarchical). `rounds` and `tree_tokens` price only
+            hierarchical policies (a SpecError otherwise).
         With speculation off the step verifies 1 token per sequence and drafts nothing;
         passing `tokens` or `accepted` is then a SpecError. The engine's term is
         `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp)`. Every field is
         the broadcast of batch, context, tokens and accepted (float64, one shape)."""
         b = _arr("batch", batch)
         c = _arr("context", context)
+        if policy is not None and policy.chain:
+            return self._hierarchical(policy, b, c, tokens, accepted, rounds, tree_tokens)
+        if rounds is not None or tree_tokens is not None:
+            raise SpecError("rounds and tree_tokens price a hierarchical policy (chain > 0)")
         parts: dict[str, F64 | None]  # None: the phase does not apply (zero)
         if policy is None:
             if tokens is not None or accepted is not None:
                 raise SpecError("tokens and accepted price a speculative iteration; policy is None")
             parts = {
                 "draft_s": None,
+                "intermediate_s": None,
                 "verify_s": self.verify_time(b, 1, c),
                 "extend_s": None,
                 "overhead_s": self.step_overhead_time(b, 1),
@@ -316,6 +358,7 @@ class CostModel:
             builder = policy.builder
             parts = {
                 "draft_s": self.draft_time(b, policy.depth, policy.topk, c, builder=builder),
+                "intermediate_s": None,
                 "verify_s": self.verify_time(b, n, c),
                 "extend_s": self.draft_extend_time(b, a, c),
                 "overhead_s": self.step_overhead_time(b, n, builder=builder),
@@ -323,6 +366,80 @@ class CostModel:
                 "prune_s": self.prune_time(b) if policy.prune_threshold > 0 else None,
                 "engine_s": self._engine_time(b, policy.depth, policy.topk > 1),
             }
+        shape = np.broadcast(*(p for p in parts.values() if p is not None)).shape
+        return StepBreakdown(**{k: _shaped(p, shape) for k, p in parts.items()})
+
+    def intermediate_verify_time(
+        self, batch: ArrayLike, tokens: ArrayLike, context: ArrayLike
+    ) -> F64:
+        """Seconds of one intermediate-model forward over `batch` x `tokens` tokens over
+        `context` cached, logits at every token (its verification of one tree, or its prefill
+        share of newcomers' prompts). SpecError without an intermediate model."""
+        if self._intermediate is None:
+            raise SpecError(
+                "a hierarchical policy (chain > 0) needs an intermediate model; give the "
+                "CostModel one (intermediate=...)"
+            )
+        return _total(self._intermediate.forward(self._uniform(batch, tokens, context)))
+
+    def intermediate_extend_time(
+        self, batch: ArrayLike, tokens: ArrayLike, context: ArrayLike
+    ) -> F64:
+        """Seconds of the intermediate's drafter (its draft head) over `tokens` tokens per
+        sequence fed by the intermediate: a hierarchical round's draft extend, or its share of
+        newcomers' prompts. Zero without that drafter."""
+        b, c, a = _arr("batch", batch), _arr("context", context), _arr("tokens", tokens)
+        pricer = self._hier_drafter
+        if pricer is None:
+            return np.zeros(np.broadcast(b, c, a).shape)
+        shape = self._uniform(b, a, c, lm_per_seq=np.ones(()))
+        return _f64(np.where(a > 0, _total(pricer.forward(shape, from_target=True)), 0.0))
+
+    def _hier_draft(
+        self, batch: F64, policy: TreePolicy, context: F64, accepted: F64
+    ) -> tuple[F64, F64]:
+        """(one round's drafting, one round's draft extend) of the intermediate's drafter:
+        a first step fed by the intermediate, depth - 1 steps over top-k tokens, the builder's
+        fixed cost per step; the extend over the `accepted` tokens. Zeros without a drafter."""
+        pricer = self._hier_drafter
+        if pricer is None:
+            z = np.zeros(np.broadcast(batch, context, accepted).shape)
+            return z, z
+        first = _total(pricer.forward(self._uniform(batch, 1, context), from_target=True))
+        rest = _total(pricer.forward(self._uniform(batch, policy.topk, context)))
+        fixed = policy.depth * self.calibration.draft_step_cost_s(policy.builder)
+        draft = first + (policy.depth - 1) * rest + fixed
+        return _f64(draft), self.intermediate_extend_time(batch, accepted, context)
+
+    def _hierarchical(
+        self,
+        policy: TreePolicy,
+        b: F64,
+        c: F64,
+        tokens: ArrayLike | None,
+        accepted: ArrayLike | None,
+        rounds: ArrayLike | None,
+        tree_tokens: ArrayLike | None,
+    ) -> StepBreakdown:
+        """The breakdown of one hierarchical iteration (module docstring; iteration's args)."""
+        n_target = _arr("tokens", policy.chain + 1 if tokens is None else tokens)
+        a = _arr("accepted", policy.depth + 1 if accepted is None else accepted)
+        r = _arr("rounds", -(-policy.chain // (policy.depth + 1)) if rounds is None else rounds)
+        n_tree = _arr("tree_tokens", policy.budget if tree_tokens is None else tree_tokens)
+        draft, extend = self._hier_draft(b, policy, c, a)
+        builder = policy.builder
+        fixed = self.step_overhead_time(b, 1, builder=builder)
+        tree = self.step_overhead_time(b, n_tree, builder=builder) - fixed
+        parts: dict[str, F64 | None] = {
+            "draft_s": r * draft,
+            "intermediate_s": r * self.intermediate_verify_time(b, n_tree, c),
+            "verify_s": self.verify_time(b, n_target, c),
+            "extend_s": r * extend,
+            "overhead_s": fixed + r * tree,
+            "retrieval_s": r * self.retrieval_time(b) if policy.graft_budget > 0 else None,
+            "prune_s": r * self.prune_time(b) if policy.prune_threshold > 0 else None,
+            "engine_s": self._engine_time(b, policy.depth, policy.topk > 1),
+        }
         shape = np.broadcast(*(p for p in parts.values() if p is not None)).shape
         return StepBreakdown(**{k: _shaped(p, shape) for k, p in parts.items()})
 
@@ -340,12 +457,16 @@ class CostModel:
 
     def knee_tokens(self, *, experts: bool = False) -> float:
         """Tokens (summed over the batch) where the target's weight GEMMs turn compute-bound:
-        achievable FLOP/s / (2 * achievable weight bytes/s / bytes per weight). With `experts`,
+        achievable FLOP/s / (2 * achievable weight bytes/s / bytes per weight), in the target's
+        weight format (a weight-only 4-bit format: a quarter of the bytes at a share of the
+        bf16 rate, Calibration.weight_only_*; the crossover of a quantized GEMM). With `experts`,
         the knee of an MoE model's routed experts, which see only k/E of the tokens each:
         E/k times later."""
-        wb = float(self.target.dtype_bytes)
-        eff = float(self.rates.gemm_efficiency[-1])
-        knee = self.rates.gemm_peak(wb) * eff * wb / (2 * self.rates.weight_bytes_per_s)
+        # compute 2*M*N*K / (peak * eff * flops_scale) = memory N*K*wb / (bw * bw_scale)
+        fmt = self._target.fmt
+        eff = float(self.rates.gemm_efficiency[-1]) * fmt.flops_scale
+        bw = self.rates.weight_bytes_per_s * fmt.bw_scale
+        knee = fmt.peak_flops * eff * fmt.weight_bytes / (2 * bw)
         if experts and self.target.is_moe:
             knee *= self.target.experts / self.target.experts_topk
         return knee

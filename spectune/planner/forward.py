@@ -18,7 +18,6 @@ import numpy as np
 from spectune.planner.operators import (
     ACT_BYTES,
     F64,
-    FP8_BYTES,
     INDEX_BYTES,
     LOGIT_BYTES,
     Rates,
@@ -95,12 +94,14 @@ class ForwardPricer:
         self.tp = tp
         self.heads = model.heads // tp  # query heads per rank
         self.kv_heads = 1 if model.is_mla else max(1, model.kv_heads // tp)
-        self.wb = float(model.dtype_bytes)
         self.kvb = float(model.kv_dtype_bytes)
-        # fp8 weights on fp8 tensor cores: every GEMM first quantizes its bf16 input per token
-        # group (SGLang/vLLM block-fp8 linear), one more kernel per GEMM
-        self.fp8 = self.wb <= FP8_BYTES and rates.peak_fp8_flops > 0
-        self.kpg = 2 if self.fp8 else 1  # kernels per GEMM
+        # decoder linear layers in the model's weight format (specs.quant); the LM head stays
+        # dense at dtype_bytes. fp8/int8/fp4 GEMMs first quantize their bf16 input per token
+        # (SGLang/vLLM block-fp8 linear), one more kernel per GEMM
+        self.fmt = rates.gemm_format(model.weight_format, model.quant_group_size, model.dtype_bytes)
+        self.head_fmt = rates.dense_format(model.dtype_bytes)
+        self.wb = self.fmt.weight_bytes
+        self.kpg = self.fmt.kernels  # kernels per linear-layer GEMM
 
     # ---- weight bytes --------------------------------------------------------------------------
     def min_weight_bytes(self) -> float:
@@ -112,7 +113,9 @@ class ForwardPricer:
             replicated += (
                 m.layers * m.hidden * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
             )
-        return (replicated + (m.active_params_per_token() - replicated) / self.tp) * self.wb
+        lm = m.lm_vocab * m.hidden
+        split = m.active_params_per_token() - replicated - lm
+        return (replicated + split / self.tp) * self.wb + lm / self.tp * self.head_fmt.weight_bytes
 
     # ---- the pass ------------------------------------------------------------------------------
     def forward(self, b: BatchShape, *, from_target: bool = False) -> dict[str, F64]:
@@ -154,7 +157,7 @@ class ForwardPricer:
         lm = b.lm_tokens
         vocab = m.lm_vocab / self.tp
         # LM head: [L, hidden] x [hidden, vocab/tp]; FLOPs 2*L*h*V/tp; bytes h*V/tp*wb + L*(h+V/tp)*2
-        add(LM_HEAD, self._linear(lm, vocab, m.hidden), self.kpg)
+        add(LM_HEAD, self._linear(lm, vocab, m.hidden, head=True), self.head_fmt.kernels)
         # logits pass (fp32 upcast + softmax/argmax/top-k): write and read L*V/tp fp32 values
         add(LM_HEAD, elementwise_time(self.r, 2 * lm * vocab * LOGIT_BYTES))
         if self.tp > 1:
@@ -171,12 +174,14 @@ class ForwardPricer:
             for k, v in out.items()
         }
 
-    def _linear(self, m: F64, n: float, k: float) -> F64:
-        """A weight GEMM [m, k] x [k, n] (operators.gemm_time), plus, for fp8 weights, the input
-        quantization kernel: read m*k bf16, write m*k fp8."""
-        t = gemm_time(self.r, m, n, k, self.wb)
-        if self.fp8:
-            t = t + elementwise_time(self.r, m * k * (ACT_BYTES + FP8_BYTES))
+    def _linear(self, m: F64, n: float, k: float, *, head: bool = False) -> F64:
+        """A weight GEMM [m, k] x [k, n] in the linear layers' format (the LM head's, dense,
+        with `head`): operators.gemm_time, plus, for formats that quantize activations, the
+        input quantization kernel: read m*k bf16, write m*k * act_bytes."""
+        fmt = self.head_fmt if head else self.fmt
+        t = gemm_time(self.r, m, n, k, fmt)
+        if fmt.act_bytes:
+            t = t + elementwise_time(self.r, m * k * (ACT_BYTES + fmt.act_bytes))
         return t
 
     # ---- layer pieces: {class: (seconds, kernels)} per layer -----------------------------------
@@ -288,7 +293,7 @@ class ForwardPricer:
         topk = elementwise_time(r, tg * e * LOGIT_BYTES)
         permute = elementwise_time(r, 2 * tg * k * INDEX_BYTES)
         combine = elementwise_time(r, tg * (k + 1) * h * ACT_BYTES)
-        experts = moe_experts_time(r, tg, e, k, h, f, self.wb)
+        experts = moe_experts_time(r, tg, e, k, h, f, self.fmt)
         act = elementwise_time(r, 3 * tg * k * f * ACT_BYTES)
         mlp, ew = router + experts, norm + topk + permute + combine + act
         n_mlp, n_ew = 3 * self.kpg, 5

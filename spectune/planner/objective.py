@@ -16,6 +16,12 @@ the batch size: they are priced per (policy, batch) from planner.trees.sample_st
 shared_budget at that batch (whole batches drawn, per-request means taken), and at batch 1 a
 shared policy is its per-request equivalent.
 
+A hierarchical policy (TreePolicy.chain > 0) takes E[tokens per step], the target's chain
+tokens, the intermediate's rounds, its accepted tokens per round and its tree size from
+planner.hierarchical (the objective's `hierarchy` acceptance models), and the iteration prices
+all of them (CostModel.iteration); its turnover also prefills the newcomers through the
+intermediate model.
+
 turnover is not part of one iteration but a steady-state term of this objective: the prefill a
 saturated server does per step to replace finished requests. A step emits batch * E tokens, so
 batch * E / output_tokens requests finish, and each newcomer prefills its prompt (`context`
@@ -42,8 +48,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from spectune.planner.capacity import KVBudget, auto_max_batch, kv_budget
+from spectune.planner.hierarchical import HierAcceptance, HierOutcome, hierarchical_outcome
 from spectune.planner.step import StepBreakdown
 from spectune.specs.calibration import Calibration
+from spectune.specs.errors import SpecError
 from spectune.specs.policy import MAX_BUDGET, TreePolicy
 from spectune.specs.scenario import ResolvedScenario, Scenario
 
@@ -99,9 +107,15 @@ class ClosedFormObjective:
         planner.trees.expected_tokens_for_policy(policy, acceptance, samples, seed)
     output_tokens: mean output length of a request (prefill turnover, see the module
         docstring); None leaves turnover out (pure decode steps)
-    kv: the replica's KV-cache budget; with `mean_output_tokens`, a batch larger than the cache
-        holds at a context (prompt = context, plus the mean output) runs as the largest batch
-        that fits, as a server (and the simulator's objective) would. None: no cap.
+    kv: the replica's KV-cache budget while speculating (drafter loaded); with
+        `mean_output_tokens`, a batch larger than the cache holds at a context (prompt =
+        context, plus the mean output) runs as the largest batch that fits, as a server (and
+        the simulator's objective) would. None: no cap.
+    kv_off: the budget of the same server without speculation (no drafter: more KV), which
+        "off" runs with (planner.capacity); None: `kv`.
+    hierarchy: the acceptance models of hierarchical policies (planner.hierarchical: the
+        drafter's trees against the intermediate, the intermediate's chain against the
+        target); None: a hierarchical policy is a SpecError
     """
 
     def __init__(
@@ -115,14 +129,18 @@ class ClosedFormObjective:
         output_tokens: float | None = None,
         kv: KVBudget | None = None,
         mean_output_tokens: float | None = None,
+        kv_off: KVBudget | None = None,
+        hierarchy: HierAcceptance | None = None,
     ) -> None:
         self.cost_model = cost_model
+        self.hierarchy = hierarchy
         self.acceptance = acceptance
         self.samples = samples
         self.seed = seed
         self._expected_fn = expected_tokens
         self.output_tokens = output_tokens
         self.kv = kv
+        self.kv_off = kv_off if kv_off is not None else kv
         self.mean_output_tokens = mean_output_tokens
         self._expected: dict[TreePolicy, float] = {}
         self._tokens: dict[TreePolicy, float] = {}
@@ -145,6 +163,8 @@ class ClosedFormObjective:
         its per-request equivalent)."""
         if policy is None:
             return 1.0
+        if policy.chain:
+            return self.hier_outcome(policy).expected_tokens
         if self._shares(policy, batch):
             assert batch is not None
             return self._shared_step(policy, int(batch))[0]
@@ -167,6 +187,8 @@ class ClosedFormObjective:
         workload's acceptance (vectorised, as the simulator draws them): the budget, or fewer
         when pruning drops nodes or the acceptance model offers fewer candidates (a chain-only
         profile fills no branches). `batch` as for expected_tokens."""
+        if policy.chain:
+            return self.hier_outcome(policy).target_tokens
         if self._expected_fn is not None:
             return float(policy.budget)
         if self._shares(policy, batch):
@@ -182,6 +204,19 @@ class ClosedFormObjective:
             _, nodes, _ = sample_step(policy, self.acceptance, rng, n)
             self._tokens[policy] = float(np.mean(nodes))
         return self._tokens[policy]
+
+    def hier_outcome(self, policy: TreePolicy) -> HierOutcome:
+        """Means of a hierarchical policy's step (planner.hierarchical), from the objective's
+        `hierarchy` acceptance models."""
+        if self.hierarchy is None:
+            raise SpecError(
+                f"policy {policy.label} is hierarchical (chain {policy.chain}); the objective "
+                "needs the acceptance of the drafter against the intermediate and of the "
+                "intermediate against the target (hierarchy=HierAcceptance(...))"
+            )
+        return hierarchical_outcome(
+            policy, self.hierarchy, samples=max(256, self.samples), seed=self.seed
+        )
 
     def _shared_step(self, policy: TreePolicy, batch: int) -> tuple[float, float]:
         """(E[tokens per step], tree tokens) per request of a shared-budget policy at `batch`
@@ -241,25 +276,32 @@ class ClosedFormObjective:
         t = np.asarray(cm.verify_time(batch, tokens + spread, context), np.float64) - np.asarray(
             cm.verify_time(batch, tokens, context), np.float64
         )
-        if policy is not None and getattr(cm, "drafter", None) is not None:
+        if policy is not None and policy.chain:  # intermediate + its drafter prefill too
+            t = t + np.asarray(cm.intermediate_verify_time(batch, 1 + spread, context))
+            t = t - np.asarray(cm.intermediate_verify_time(batch, 1, context))
+            t = t + np.asarray(cm.intermediate_extend_time(batch, 1 + spread, context))
+            t = t - np.asarray(cm.intermediate_extend_time(batch, 1, context))
+        elif policy is not None and getattr(cm, "drafter", None) is not None:
             t = t + np.asarray(cm.draft_extend_time(batch, e + spread, context), np.float64)
             t = t - np.asarray(cm.draft_extend_time(batch, e, context), np.float64)
         return batch * e / self.output_tokens * np.maximum(t, 0.0)
 
-    def fitting_batch(self, batch: Any, context: int) -> np.ndarray:
+    def fitting_batch(self, batch: Any, context: int, speculating: bool = True) -> np.ndarray:
         """float64[P]: each batch size, or the largest batch whose requests' KV fits the cache
-        at this context when that is smaller."""
+        at this context when that is smaller; `speculating` False: the cache of the server
+        without a drafter (`kv_off`)."""
         b = np.atleast_1d(np.asarray(batch, dtype=np.float64))
-        if self.kv is None or self.mean_output_tokens is None:
+        kv = self.kv if speculating else self.kv_off
+        if kv is None or self.mean_output_tokens is None:
             return b
-        fits = auto_max_batch(self.kv, max(1, context), self.mean_output_tokens, cap=1 << 30)
+        fits = auto_max_batch(kv, max(1, context), self.mean_output_tokens, cap=1 << 30)
         return np.minimum(b, float(fits))
 
     def iteration(self, policy: TreePolicy | None, batch: Any, context: int) -> StepBreakdown:
         """The cost model's breakdown of one decoding iteration of the whole batch at each batch
         size (int[P] or a scalar, capped by KV capacity -> fields float64[P]): the policy's tree
         as built (tree_tokens) verified, E[tokens per step] extended by the drafter."""
-        b = self.fitting_batch(batch, context)
+        b = self.fitting_batch(batch, context, policy is not None)
         return self._iteration(policy, b, context)[0]
 
     def _iteration(
@@ -269,14 +311,29 @@ class ClosedFormObjective:
         if policy is None:
             return self.cost_model.iteration(None, b, context), 1.0
         accepted, tokens = self.per_step(policy, b)  # per batch size (a shared budget varies)
+        if policy.chain:
+            h = self.hier_outcome(policy)
+            step = self.cost_model.iteration(
+                policy,
+                b,
+                context,
+                tokens=h.target_tokens,
+                accepted=h.round_accepted,
+                rounds=h.rounds,
+                tree_tokens=h.tree_tokens,
+            )
+            return step, tokens
         step = self.cost_model.iteration(policy, b, context, tokens=tokens, accepted=accepted)
         return step, tokens
 
-    def step_times(self, policy: TreePolicy | None, batch: Any, context: int) -> np.ndarray:
+    def step_times(
+        self, policy: TreePolicy | None, batch: Any, context: int, resident: bool = False
+    ) -> np.ndarray:
         """Seconds per decoding iteration of the whole batch in steady state (the iteration's
         total plus turnover); batch: int[P] (or a scalar) -> float64[P], one cost-model call for
-        all of them (batches capped by KV capacity)."""
-        b = self.fitting_batch(batch, context)
+        all of them (batches capped by KV capacity; `resident`: the drafter stays loaded while
+        `policy` is off, as in a batch range a speculating server's schedule turns off)."""
+        b = self.fitting_batch(batch, context, policy is not None or resident)
         step, tokens = self._iteration(policy, b, context)
         t = np.broadcast_to(step.total_s, b.shape)
         return t + self.turnover_times(policy, b, context, tokens)
@@ -288,10 +345,13 @@ class ClosedFormObjective:
     def __call__(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         return float(self.many(policy, batch, context)[0])
 
-    def many(self, policy: TreePolicy | None, batches: Any, context: int) -> np.ndarray:
-        """tokens/s at several batch sizes (float64[P]) in one cost-model call."""
-        b = self.fitting_batch(batches, context)
-        return b * self.per_step(policy, b)[0] / self.step_times(policy, b, context)
+    def many(
+        self, policy: TreePolicy | None, batches: Any, context: int, resident: bool = False
+    ) -> np.ndarray:
+        """tokens/s at several batch sizes (float64[P]) in one cost-model call (`resident`: as
+        for step_times)."""
+        b = self.fitting_batch(batches, context, policy is not None or resident)
+        return b * self.per_step(policy, b)[0] / self.step_times(policy, b, context, resident)
 
     def step_latency(self, policy: TreePolicy | None, batch: int, context: int) -> float:
         """The multi-objective latency: seconds per iteration (the longest gap a streaming
@@ -301,16 +361,24 @@ class ClosedFormObjective:
 
 def scenario_cost_model(resolved: ResolvedScenario) -> CostModel:
     """The cost model of a scenario: its GPU, target, drafter and TP, priced with its
-    calibration (defaults without one; one fitted on another GPU is a SpecError) and its
-    engine's per-iteration host overheads (zero for spectune's own executor)."""
+    calibration (defaults without one; one fitted on another GPU is a SpecError), its engine's
+    per-iteration host overheads (zero for spectune's own executor) and, for an engine that pads
+    a batch to its next CUDA-graph size (EngineProfile.schedule_pads_to_cuda_graph: SGLang), its
+    own capture list (eager above the largest)."""
     from spectune.planner.costmodel import CostModel
 
+    calibration = resolved.calibration
+    engine = resolved.engine
+    if engine.cuda_graph_batches and engine.schedule_pads_to_cuda_graph:
+        # an engine that pads a batch to its next captured size (SGLang): its own capture list
+        base = calibration if calibration is not None else Calibration()
+        calibration = replace(base, graph_batch_sizes=engine.cuda_graph_batches)
     return CostModel(
         resolved.hardware,
         resolved.target,
         resolved.drafter,
         tp=resolved.tp,
-        calibration=resolved.calibration,
+        calibration=calibration,
         engine=resolved.engine.overheads,
     )
 
@@ -326,8 +394,9 @@ def scenario_objective(
     """The planner's closed-form objective for a scenario: what `spectune plan` scores with.
 
     Saturated servers replace finished requests (prefill turnover, as the simulator does) and
-    run no larger batch than the KV cache holds at the context (a model that does not fit the
-    GPUs at all is a SpecError); the cost model carries the scenario's calibration.
+    run no larger batch than the KV cache holds at the context: a speculating server's cache
+    loses the drafter's weights and KV and the engine's speculative buffers, a plain one ("off")
+    keeps them (planner.capacity; a model that does not fit the GPUs at all is a SpecError); the cost model carries the scenario's calibration.
     `decode_only`: pure decode steps, no turnover and no KV cap (what-if phases, executor
     measurements, which time decode steps at a fixed batch). `acceptance`: another acceptance
     model (an uploaded trace's TraceReplay) in place of the workload's."""
@@ -357,11 +426,12 @@ def _objective(
 
     wl = resolved.workload
     out = float(wl.output_len_mean_tokens) if turnover else None
-    kv = (
-        kv_budget(resolved.hardware, resolved.target, resolved.drafter, tp=resolved.tp)
-        if kv_capacity
-        else None
-    )
+    kv = kv_off = None
+    if kv_capacity:  # speculating (drafter and the engine's buffers) and plain (planner.capacity)
+        hw, target, drafter, tp = resolved.hardware, resolved.target, resolved.drafter, resolved.tp
+        extra = resolved.engine.spec_extra_hbm_bytes * tp
+        kv = kv_budget(hw, target, drafter, tp=tp, spec_extra_bytes=extra)
+        kv_off = kv_budget(hw, target, drafter, tp=tp, speculating=False)
     return ClosedFormObjective(
         cm,
         acceptance if acceptance is not None else acceptance_model(wl),
@@ -370,6 +440,7 @@ def _objective(
         output_tokens=out,
         kv=kv,
         mean_output_tokens=float(wl.output_len_mean_tokens),
+        kv_off=kv_off,
     )
 
 

@@ -5,8 +5,10 @@ cost, as a float64 array broadcast over its array arguments: max(FLOPs / achieva
 bytes / achievable bytes/s). The cost model adds one launch per kernel separately, so the
 breakdown can show launch cost as its own class. Shapes are per tensor-parallel rank.
 
-Sizes: M = tokens (rows), N = output features, K = input features; `wb` = bytes per weight
-element, activations are bf16 (ACT_BYTES).
+Sizes: M = tokens (rows), N = output features, K = input features; a weight GEMM's
+`GemmFormat` says how its weights are stored and multiplied (bytes per weight element with the
+group scales, which tensor cores, what in-register dequantization costs: specs.quant);
+activations are bf16 (ACT_BYTES).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from spectune.specs.calibration import Calibration
 from spectune.specs.hardware import HardwareSpec
+from spectune.specs.quant import linear_weight_bytes, tensor_units
 
 F64 = NDArray[np.float64]
 
@@ -29,11 +32,45 @@ FP8_BYTES = 1  # weights stored at 1 byte run on the fp8 tensor cores where the 
 
 
 @dataclass(frozen=True)
+class GemmFormat:
+    """How one weight GEMM stores and multiplies its weights (Rates.gemm_format builds it).
+
+    weight_bytes:  bytes per weight element, group scales included
+    peak_flops:    FLOP/s of the tensor cores its MMAs run on
+    flops_scale:   multiplies the GEMM efficiency curve: 1 for native formats; for weight-only
+                   formats the share of the bf16 rate left after dequantizing every weight in
+                   registers (Calibration.weight_only_flops_efficiency)
+    bw_scale:      multiplies the weight-streaming bandwidth (1; weight-only formats:
+                   Calibration.weight_only_bw_efficiency)
+    tile_m:        row tile M is padded to
+    act_bytes:     bytes per activation element an input-quantization kernel writes before
+                   the GEMM (fp8/int8: 1, fp4: 0.5); 0: none (the GEMM reads bf16 directly)
+    """
+
+    weight_bytes: float
+    peak_flops: float
+    flops_scale: float
+    bw_scale: float
+    tile_m: int
+    act_bytes: float
+
+    @property
+    def kernels(self) -> int:
+        """Kernels one GEMM launches: the GEMM, plus the input quantization where there is one."""
+        return 2 if self.act_bytes else 1
+
+
+@dataclass(frozen=True)
 class Rates:
     """Achievable rates of one GPU: HardwareSpec peaks x (calibrated or default) efficiencies."""
 
     peak_bf16_flops: float  # FLOP/s
     peak_fp8_flops: float  # FLOP/s (0: no fp8 units, fp8 weights run at bf16 rate)
+    peak_int8_ops: float  # OP/s (0: no int8 tensor cores)
+    peak_fp4_flops: float  # FLOP/s (0: no fp4 tensor cores)
+    weight_only_flops_scale: float  # share of the bf16 GEMM rate a dequantizing GEMM keeps
+    weight_only_bw_scale: float  # share of the weight bandwidth a dequantizing GEMM reaches
+    weight_only_tile_m: int  # row tile of dequantizing (Marlin-class) GEMMs
     sm_count: int
     weight_bytes_per_s: float  # weight-streaming GEMMs
     attention_bytes_per_s: float  # KV-cache reads
@@ -70,6 +107,11 @@ class Rates:
         return cls(
             peak_bf16_flops=hw.peak_bf16_flops,
             peak_fp8_flops=hw.peak_fp8_flops,
+            peak_int8_ops=hw.peak_int8_ops,
+            peak_fp4_flops=hw.peak_fp4_flops,
+            weight_only_flops_scale=cal.weight_only_flops_efficiency,
+            weight_only_bw_scale=cal.weight_only_bw_efficiency,
+            weight_only_tile_m=cal.weight_only_tile_m,
             sm_count=hw.sm_count,
             weight_bytes_per_s=hw.hbm_bytes_per_s
             * pick(cal.weight_bw_efficiency, hw.hbm_efficiency),
@@ -98,6 +140,54 @@ class Rates:
             return self.peak_fp8_flops
         return self.peak_bf16_flops
 
+    def dense_format(self, weight_bytes: float) -> GemmFormat:
+        """A dense weight GEMM: bf16 weights on bf16 tensor cores, or 1-byte weights on the fp8
+        units where the GPU has them (quantizing their bf16 input per token first)."""
+        fp8 = weight_bytes <= FP8_BYTES and self.peak_fp8_flops > 0
+        return GemmFormat(
+            weight_bytes=float(weight_bytes),
+            peak_flops=self.gemm_peak(weight_bytes),
+            flops_scale=1.0,
+            bw_scale=1.0,
+            tile_m=self.gemm_tile_m,
+            act_bytes=FP8_BYTES if fp8 else 0.0,
+        )
+
+    def gemm_format(self, weight_format: str, group: int, dtype_bytes: float) -> GemmFormat:
+        """The GemmFormat of a ModelSpec's linear layers (specs.quant): native fp8/int8/fp4
+        GEMMs on their units, where the GPU has them, behind a per-token input quantization;
+        weight-only formats (w4a16, and fp4/int8 without their units) on bf16 tensor cores at
+        the dequantization's share of the rate and Marlin's 16-row tile; '' dense."""
+        if not weight_format:
+            return self.dense_format(dtype_bytes)
+        wb = linear_weight_bytes(weight_format, group, dtype_bytes)
+        units = tensor_units(
+            weight_format,
+            fp8=self.peak_fp8_flops > 0,
+            int8=self.peak_int8_ops > 0,
+            fp4=self.peak_fp4_flops > 0,
+        )
+        if units == "weight-only":
+            return GemmFormat(
+                weight_bytes=wb,
+                peak_flops=self.peak_bf16_flops,
+                flops_scale=self.weight_only_flops_scale,
+                bw_scale=self.weight_only_bw_scale,
+                tile_m=self.weight_only_tile_m,
+                act_bytes=0.0,
+            )
+        peak = {"fp8": self.peak_fp8_flops, "int8": self.peak_int8_ops}.get(
+            units, self.peak_fp4_flops
+        )
+        return GemmFormat(
+            weight_bytes=wb,
+            peak_flops=peak,
+            flops_scale=1.0,
+            bw_scale=1.0,
+            tile_m=self.gemm_tile_m,
+            act_bytes=0.5 if units == "fp4" else 1.0,
+        )
+
     def gemm_eff(self, m: F64) -> F64:
         """Fraction of peak a GEMM with `m` (padded) rows reaches: linear in M between points."""
         return np.interp(m, self.gemm_tokens, self.gemm_efficiency)
@@ -108,33 +198,41 @@ def pad_up(x: ArrayLike, tile: float) -> F64:
     return np.ceil(np.asarray(x, dtype=np.float64) / tile) * tile
 
 
-def gemm_effective_rows(r: Rates, m: ArrayLike, n: float) -> F64:
-    """Rows a GEMM with `m` rows and `n` columns is charged for: M padded to the row tile and,
-    once its tiles outnumber the SMs, rounded up so the tiles fill whole waves."""
-    m_pad = pad_up(m, r.gemm_tile_m)
+def gemm_effective_rows(r: Rates, m: ArrayLike, n: float, tile_m: int | None = None) -> F64:
+    """Rows a GEMM with `m` rows and `n` columns is charged for: M padded to the row tile
+    (`tile_m`, default Rates.gemm_tile_m) and, once its tiles outnumber the SMs, rounded up so
+    the tiles fill whole waves."""
+    tm = r.gemm_tile_m if tile_m is None else tile_m
+    m_pad = pad_up(m, tm)
     n_tiles = float(np.ceil(n / r.gemm_tile_n))
-    tiles = m_pad / r.gemm_tile_m * n_tiles
+    tiles = m_pad / tm * n_tiles
     waves = np.ceil(tiles / r.sm_count)
-    m_wave = waves * r.sm_count / n_tiles * r.gemm_tile_m  # rows that fill those waves exactly
+    m_wave = waves * r.sm_count / n_tiles * tm  # rows that fill those waves exactly
     return np.where(tiles >= r.sm_count, np.maximum(m_wave, m_pad), m_pad)
 
 
-def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, wb: float) -> F64:
-    """One weight GEMM [M, K] x [K, N].
+def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, fmt: GemmFormat) -> F64:
+    """One weight GEMM [M, K] x [K, N] with weights stored as `fmt` says.
 
-    time = max(FLOPs / (peak * eff(M_eff)), bytes / weight bandwidth) + gemm_fixed_s;
-    FLOPs = 2 * M_eff * N * K, where M_eff is M padded to the row tile and, once the tiles
-    outnumber the SMs, rounded up to whole waves (tiles = ceil(M/tm) * ceil(N/tn) over
+    time = max(FLOPs / (peak * eff(M_eff) * flops_scale), bytes / (weight bw * bw_scale))
+           + gemm_fixed_s;
+    FLOPs = 2 * M_eff * N * K, where M_eff is M padded to the format's row tile and, once the
+    tiles outnumber the SMs, rounded up to whole waves (tiles = ceil(M/tm) * ceil(N/tn) over
     `sm_count` SMs; a partial last wave costs a full one). Fewer tiles than SMs cost no extra:
     libraries split K to fill the GPU.
-    bytes = N*K*wb (weights, read once) + M*K*2 (input) + M*N*2 (output).
+    bytes = N*K*wb (weights with their group scales, read once) + M*K*2 (input) + M*N*2
+    (output); a quantized input (fmt.act_bytes) is charged as bf16, an overcount of M*K*(2-a)
+    bytes: M*(2-a)/(N*wb) of the weight bytes, under 2% at M = 64 for N >= 4096, wb = 1.
+    A weight-only 4-bit GEMM (wb ~ 0.52) therefore stays at its memory floor up to
+    M* = peak * eff * flops_scale * wb / (2 * bw * bw_scale) rows (CostModel.knee_tokens):
+    the crossover where dequantize-and-multiply becomes the bound.
     """
     m = np.asarray(m, dtype=np.float64)
-    m_eff = gemm_effective_rows(r, m, n)
+    m_eff = gemm_effective_rows(r, m, n, fmt.tile_m)
     flops = FLOPS_PER_MAC * m_eff * n * k
-    compute = flops / (r.gemm_peak(wb) * r.gemm_eff(m_eff))
-    bytes_ = n * k * wb + m * (k + n) * ACT_BYTES
-    memory = bytes_ / r.weight_bytes_per_s
+    compute = flops / (fmt.peak_flops * r.gemm_eff(m_eff) * fmt.flops_scale)
+    bytes_ = n * k * fmt.weight_bytes + m * (k + n) * ACT_BYTES
+    memory = bytes_ / (r.weight_bytes_per_s * fmt.bw_scale)
     return np.where(m > 0, np.maximum(compute, memory) + r.gemm_fixed_s, 0.0)
 
 
@@ -148,23 +246,24 @@ def expected_experts(tokens: ArrayLike, experts: int, topk: int) -> F64:
 
 
 def moe_experts_time(
-    r: Rates, tokens: ArrayLike, experts: int, topk: int, hidden: int, ffn: float, wb: float
+    r: Rates, tokens: ArrayLike, experts: int, topk: int, hidden: int, ffn: float, fmt: GemmFormat
 ) -> F64:
     """Grouped SwiGLU GEMMs of the routed experts (gate+up: hidden -> 2*ffn, down: ffn -> hidden).
 
     D = expected distinct experts; each holds T*k/D rows on average, padded to the row tile.
-    FLOPs = 2 * D * pad(T*k/D) * 3 * hidden * ffn.
-    bytes = D * 3*hidden*ffn*wb (weights of touched experts only)
+    FLOPs = 2 * D * pad(T*k/D) * 3 * hidden * ffn (pad: the format's row tile).
+    bytes = D * 3*hidden*ffn*wb (weights of touched experts only, in `fmt`)
             + T*k*(hidden + 2*ffn + ffn + hidden)*2 (activations in/out of both GEMMs).
     """
     t = np.asarray(tokens, dtype=np.float64)
     d = expected_experts(t, experts, topk)
     rows = np.divide(t * topk, d, out=np.zeros_like(t), where=d > 0)
-    rows_pad = pad_up(rows, r.gemm_tile_m)
+    rows_pad = pad_up(rows, fmt.tile_m)
     flops = FLOPS_PER_MAC * d * rows_pad * 3 * hidden * ffn
-    compute = flops / (r.gemm_peak(wb) * r.gemm_eff(rows_pad))
-    bytes_ = d * 3 * hidden * ffn * wb + t * topk * (2 * hidden + 3 * ffn) * ACT_BYTES
-    busy = np.maximum(compute, bytes_ / r.weight_bytes_per_s) + 2 * r.gemm_fixed_s  # 2 GEMMs
+    compute = flops / (fmt.peak_flops * r.gemm_eff(rows_pad) * fmt.flops_scale)
+    bytes_ = d * 3 * hidden * ffn * fmt.weight_bytes + t * topk * (2 * hidden + 3 * ffn) * ACT_BYTES
+    memory = bytes_ / (r.weight_bytes_per_s * fmt.bw_scale)
+    busy = np.maximum(compute, memory) + 2 * r.gemm_fixed_s  # 2 GEMMs
     return np.where(t > 0, busy, 0.0)
 
 

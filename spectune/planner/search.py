@@ -8,7 +8,9 @@ EAGLE 7/10/60) and "off" are enqueued as the first trials, then the best policie
 previous batch bucket (warm start), then TPE draws the rest.
 
 The chosen policy of a bucket is the best-scoring one among those that lose to no reference
-(off, SGLang default, EAGLE default) at any point of the bucket, so the plan never does worse
+(off, SGLang default, EAGLE default; an engine's own default as the engine runs it when the user
+sets nothing, under its running-request cap: SearchSettings.reference_caps) at any point of the
+bucket, so the plan never does worse
 than the defaults and turns speculation off where it loses; and a reference is kept unless the
 best searched policy is predicted `min_gain` (5%) faster, a margin for the model's error. The
 same margin keeps a shared verify budget (ECHO super-tree, TreePolicy.shared_budget, drawn in
@@ -110,6 +112,12 @@ class BucketResult:
         return name, geomean(self.references[name])
 
 
+def _below(gain: float) -> str:
+    """A gain short of min_gain as a percentage rounded down to 0.1%, so that it never reads
+    as the threshold it missed (+4.96% is +4.9%, not +5.0%)."""
+    return f"{math.floor(1000 * gain) / 10:+.1f}%"
+
+
 def geomean(values: Iterable[float]) -> float:
     vs = [max(float(v), 1e-300) for v in values]
     return math.exp(sum(math.log(v) for v in vs) / len(vs))
@@ -126,8 +134,15 @@ class Scorer:
         self._lat: dict[tuple[TreePolicy | None, int, int], float] = {}
         self.evaluations = 0
 
-    def point_values(self, policy: TreePolicy | None, bucket: BucketSpec) -> tuple[float, ...]:
+    def point_values(
+        self, policy: TreePolicy | None, bucket: BucketSpec, max_running: int | None = None
+    ) -> tuple[float, ...]:
+        """tokens/s at each of the bucket's points; `max_running`: a server that admits no more
+        running requests (an engine's own cap, planner.capacity.default_max_running) runs each
+        larger batch as that many (the rest queue)."""
         pts = bucket.points()
+        if max_running is not None:
+            pts = tuple((min(b, max_running), c) for b, c in pts)
         missing = [(b, c) for b, c in pts if (policy, b, c) not in self._cache]
         if missing:
             self.evaluations += len(missing)
@@ -263,7 +278,8 @@ def choose(
 ) -> BucketResult:
     """Pick the bucket's policy from a finished study (see the module docstring)."""
     references = settings.references
-    refs = {name: scorer.point_values(p, bucket) for name, p in references.items()}
+    caps = settings.reference_caps
+    refs = {name: scorer.point_values(p, bucket, caps.get(name)) for name, p in references.items()}
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
     failed = sum(t.state == TrialState.FAIL for t in study.get_trials(deepcopy=False))
     cands: dict[TreePolicy | None, tuple[float, ...]] = {}
@@ -274,8 +290,8 @@ def choose(
         cands[p] = tuple(pts) if pts else scorer.point_values(p, bucket)
         if settings.multi_objective:
             lat[p] = float(t.values[1])
-    for name, p in references.items():
-        cands.setdefault(p, refs[name])
+    for p in references.values():  # as exported (caps set), not as the engine defaults run
+        cands.setdefault(p, scorer.point_values(p, bucket))
         if settings.multi_objective and p not in lat:
             lat[p] = scorer.latency_value(p, bucket)
 
@@ -310,7 +326,7 @@ def choose(
             name = next(n for n, p in references.items() if p == ref)
             note = note or (
                 f"kept {name}: the best searched policy ({policy_label(policy)}) is predicted only "
-                f"{100 * gain:+.1f}% (< min_gain {100 * settings.min_gain:.0f}%)"
+                f"{_below(gain)} over it, >= {100 * settings.min_gain:g}% required (min_gain)"
             )
             policy = ref
     pareto: tuple[ParetoPoint, ...] = ()
@@ -372,7 +388,7 @@ def _per_request_unless_shared_gains(
     safe[twin] = values
     return twin, (
         f"kept the per-request budget: ECHO's shared budget ({policy_label(policy)}) is predicted "
-        f"only {100 * gain:+.1f}% (< min_gain {100 * settings.min_gain:.0f}%)"
+        f"only {_below(gain)} over it, >= {100 * settings.min_gain:g}% required (min_gain)"
     )
 
 

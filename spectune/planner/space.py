@@ -16,7 +16,9 @@ policy.
 vLLM 0.33 a chain length per batch range, SGLang one (steps, top-k, draft tokens) or an adaptive
 per-batch draft length with top-k 1, TensorRT-LLM one dynamic or static tree with a draft-length
 schedule, spectune's own executor everything. `engine_policy` maps a policy to what the engine
-runs, and `check_engine_*` refuse what it cannot run, naming what it supports.
+runs, and `check_engine_*` refuse what it cannot run, naming what it supports. The search draws
+per bucket within that space; planner.engine_plan then makes the buckets' winners into the one
+configuration the engine runs for the whole server.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 from spectune.specs.engine import EngineProfile
 from spectune.specs.errors import SpecError
 from spectune.specs.io import help_field
-from spectune.specs.policy import BUILDERS, TreePolicy
+from spectune.specs.policy import BUILDERS, MAX_DEPTH, TreePolicy
 from spectune.specs.tree import IID_BUILDERS, VERIFY_RULES
 
 OFF = "off"
@@ -67,6 +69,11 @@ class PolicySpace:
         help="whether the batch may share one verify budget (ECHO super-tree) in buckets with "
         "batches above 1",
     )
+    chain: tuple[int, int] = help_field(
+        (0, 0),
+        help="hierarchical chain length (TreePolicy.chain), [lo, hi] with lo >= 1 when hi > 0; "
+        "(0, 0): no hierarchical draws (it needs an intermediate model and its acceptance)",
+    )
     verify_rules: tuple[str, ...] = help_field(
         ("token",), help="verification rules to choose from (spectr only with i.i.d. drafts)"
     )
@@ -91,6 +98,17 @@ class PolicySpace:
             raise SpecError("field 'delay' must be [lo, hi] with 0 <= lo <= hi")
         if not 0.0 < self.prune[0] <= self.prune[1] < 1.0:
             raise SpecError("field 'prune' must be [lo, hi] with 0 < lo <= hi < 1")
+        lo, hi = self.chain
+        if (lo, hi) != (0, 0) and not 1 <= lo <= hi <= MAX_DEPTH:
+            raise SpecError(
+                f"field 'chain' must be (0, 0) (no hierarchical policies) or [lo, hi] with "
+                f"1 <= lo <= hi <= {MAX_DEPTH}, got {self.chain!r}"
+            )
+
+    @property
+    def hierarchical(self) -> bool:
+        """Whether the search draws hierarchical policies (chain > 0)."""
+        return self.chain[1] > 0
 
     def at_temperature(self, temperature: float) -> PolicySpace:
         """This space for a workload sampled at `temperature`: above 0 it adds the delayed
@@ -137,27 +155,37 @@ def canonical_policy(
     graft_budget: int = 0,
     shared_budget: bool = False,
     max_batch: int | None = None,
+    chain: int = 0,
     verify: str = "token",
     delay: int = 0,
 ) -> TreePolicy:
     """The policy these parameters build, with the budget cut to what the tree can hold, the
     graft budget cut to the draft slots, and the shared budget off when the policy never runs
-    above batch 1 (`max_batch`; None: unknown, kept as given). The delayed builder: delay cut
-    to depth - 1, no pruning, grafting or shared budget; on a top-k builder spectr and
-    traversal are 'token' (spectr needs i.i.d. drafts; traversal with one-hot draft rows
-    accepts as the walk does) and delay is 0."""
+    above batch 1 (`max_batch`; None: unknown, kept as given) or is hierarchical (`chain`).
+    The delayed builder: delay cut to depth - 1, no pruning, grafting, shared budget or chain;
+    on a top-k builder spectr and traversal are 'token' (spectr needs i.i.d. drafts; traversal
+    with one-hot draft rows accepts as the walk does) and delay is 0."""
     if builder in IID_BUILDERS:
         delay = max(0, min(delay, depth - 1))
-        prune_threshold, graft_budget, shared_budget = 0.0, 0, False
+        prune_threshold, graft_budget, shared_budget, chain = 0.0, 0, False, 0
         budget = max(2, min(budget, 1 + delay + topk * (depth - delay)))
     else:  # top-k drafts: traversal and spectr verify as the walk does (trees.build.simulated)
         delay = 0
         verify = "token" if verify in ("spectr", "traversal") else verify
     budget = max(2, min(budget, max_tree_nodes(builder, depth, topk)))
     graft_budget = max(0, min(graft_budget, budget - 1))
-    shared = bool(shared_budget) and (max_batch is None or max_batch > 1)
+    shared = bool(shared_budget) and (max_batch is None or max_batch > 1) and not chain
     return TreePolicy(
-        builder, depth, topk, budget, float(prune_threshold), graft_budget, shared, verify, delay
+        builder,
+        depth,
+        topk,
+        budget,
+        float(prune_threshold),
+        graft_budget,
+        shared,
+        chain,
+        verify,
+        delay,
     )
 
 
@@ -185,15 +213,18 @@ def suggest_policy(
     graft = 0
     if space.graft[1] > 0:
         graft = trial.suggest_int("graft_budget", *space.graft)
+    chain = 0
+    if space.hierarchical and trial.suggest_categorical("hier", (False, True)):
+        chain = trial.suggest_int("chain", *space.chain)
     shared = False
-    if shares(space, max_batch):
+    if not chain and shares(space, max_batch):
         shared = bool(trial.suggest_categorical("shared_budget", (False, True)))
     verify = "token"
     if len(space.verify_rules) > 1:
         verify = str(trial.suggest_categorical("verify", space.verify_rules))
     delay = trial.suggest_int("delay", *space.delay) if mode in IID_BUILDERS else 0
     return canonical_policy(
-        mode, depth, topk, budget, prune, graft, shared, max_batch, verify, delay
+        mode, depth, topk, budget, prune, graft, shared, max_batch, chain, verify, delay
     )
 
 
@@ -225,7 +256,11 @@ def policy_params(
             )
     if space.graft[1] > 0:
         params["graft_budget"] = clamp(policy.graft_budget, space.graft)
-    if shares(space, max_batch):
+    if space.hierarchical:
+        params["hier"] = policy.chain > 0
+        if policy.chain:
+            params["chain"] = clamp(policy.chain, space.chain)
+    if not policy.chain and shares(space, max_batch):
         params["shared_budget"] = policy.shared_budget
     if len(space.verify_rules) > 1:
         rule = policy.verify if policy.verify in space.verify_rules else space.verify_rules[0]
@@ -249,6 +284,7 @@ def policy_from_params(params: Mapping[str, Any]) -> TreePolicy | None:
         prune,
         int(params.get("graft_budget", 0)),
         bool(params.get("shared_budget", False)),
+        chain=int(params["chain"]) if params.get("hier") else 0,
         verify=str(params.get("verify", "token")),
         delay=int(params.get("delay", 0)),
     )
@@ -259,15 +295,18 @@ def grid(
     depths: Sequence[int],
     topks: Sequence[int],
     budgets: Sequence[int],
+    chains: Sequence[int] = (0,),
 ) -> Iterator[TreePolicy | None]:
     """Every distinct canonical policy of a restricted grid (no pruning, no grafting, a
-    per-request budget), plus off when the space allows it. The benchmark's exhaustive
-    reference."""
+    per-request budget; `chains`: 0 for trees the target verifies, N > 0 for hierarchical
+    policies of chain N where the space draws them), plus off when the space allows it. The
+    benchmark's exhaustive reference."""
     if space.allow_off:
         yield None
     seen: set[TreePolicy] = set()
-    for builder, d, k, b in itertools.product(space.builders, depths, topks, budgets):
-        p = canonical_policy(builder, d, k, b)
+    chains = [c for c in chains if c == 0 or space.chain[0] <= c <= space.chain[1]]
+    for builder, d, k, b, c in itertools.product(space.builders, depths, topks, budgets, chains):
+        p = canonical_policy(builder, d, k, b, chain=c)
         if p not in seen:
             seen.add(p)
             yield p
@@ -284,12 +323,27 @@ SEED_POLICIES: tuple[TreePolicy, ...] = (
 )
 
 
+def seed_policies(space: PolicySpace) -> tuple[TreePolicy, ...]:
+    """SEED_POLICIES, plus, where the space draws hierarchical policies, the paper's setting
+    (EAGLE tree 3 steps x top-10, 30 tokens, chain >= 6: AI9Stars/SpecMQuant run_hierspec.sh)
+    and a smaller tree with a shorter chain, chains clamped into the space."""
+    if not space.hierarchical:
+        return SEED_POLICIES
+    lo, hi = space.chain
+    hier = tuple(
+        canonical_policy("dynamic-topk", d, k, b, chain=max(lo, min(hi, c)))
+        for d, k, b, c in ((3, 10, 30, 6), (3, 8, 16, 4))
+    )
+    return SEED_POLICIES + hier
+
+
 def neighbours(
     policy: TreePolicy | None, space: PolicySpace, max_batch: int | None = None
 ) -> list[TreePolicy]:
     """Policies one step away inside the space: depth and top-k +-1, budget +-1 and x/÷1.25,
     pruning on/off/x2/÷2, grafting on/off, the other builder, the shared budget on/off (where
-    `shares`). The search's local refinement walks these around its best policies."""
+    `shares`), and where the space is hierarchical the chain +-1 and hierarchical on/off. The
+    search's local refinement walks these around its best policies."""
     if policy is None:
         return [
             canonical_policy(space.builders[0], d, 1, d + 1)
@@ -321,26 +375,29 @@ def neighbours(
     for other in space.builders:
         if other != p.builder:
             cands.append((other, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget, sh))
-    cands_self = (p.builder, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget, sh)
+    chained = [(c, p.chain, p.verify, p.delay) for c in cands]
+    if space.hierarchical:
+        same = (p.builder, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget, False)
+        steps = (p.chain - 1, p.chain + 1, 0) if p.chain else (space.chain[0],)
+        chained += [(same, c, p.verify, p.delay) for c in steps]
+    here = (p.builder, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget, sh)
+    chained += [(here, p.chain, r, p.delay) for r in space.verify_rules if r != p.verify]
+    if p.builder in IID_BUILDERS:
+        chained += [(here, p.chain, p.verify, x) for x in (p.delay - 1, p.delay + 1)]
     out: list[TreePolicy] = []
-    rules = [p.verify] + [r for r in space.verify_rules if r != p.verify]
-    delays = [p.delay] + [x for x in (p.delay - 1, p.delay + 1) if p.builder in IID_BUILDERS]
-    extra = [(p.verify, x) for x in delays[1:]] + [(r, p.delay) for r in rules[1:]]
-    for (builder, d, k, b, t, g, shared), (rule, delay) in itertools.chain(
-        ((c, (p.verify, p.delay)) for c in cands),
-        ((cands_self, e) for e in extra),
-    ):
+    for (builder, d, k, b, t, g, shared), chain, rule, delay in chained:
         inside = (
             space.depth[0] <= d <= space.depth[1]
             and space.topk[0] <= k <= space.topk[1]
             and space.budget[0] <= b <= space.budget[1]
             and (t == 0.0 or space.prune[0] <= t <= space.prune[1])
             and space.graft[0] <= g <= space.graft[1]
+            and (chain == 0 or space.chain[0] <= chain <= space.chain[1])
             and space.delay[0] <= delay <= space.delay[1]
         )
         if inside:
-            share = shared and shares(space, max_batch)
-            q = canonical_policy(builder, d, k, b, t, g, share, None, rule, delay)
+            sh_ok = shared and shares(space, max_batch)
+            q = canonical_policy(builder, d, k, b, t, g, sh_ok, None, chain, rule, delay)
             if q != p and q not in out:
                 out.append(q)
     return out
@@ -377,6 +434,7 @@ def engine_space(profile: EngineProfile, base: PolicySpace | None = None) -> Pol
         allow_prune=False,
         graft=(0, 0),
         allow_shared=False,
+        chain=(0, 0),
         verify_rules=("token",),
     )
 
@@ -401,9 +459,12 @@ def engine_policy(policy: TreePolicy | None, profile: EngineProfile) -> TreePoli
 def check_engine_policy(policy: TreePolicy | None, profile: EngineProfile) -> None:
     """SpecError naming what the engine supports when it cannot run `policy`'s tree shape
     (pruning, grafting and a shared budget are dropped by `engine_policy`, not refused)."""
-    if policy is None or profile.engine == "spectune":
+    if policy is None:
         return
     who = f"{profile.name} ({profile.versions})"
+    check_runnable(policy, who)
+    if profile.engine == "spectune":
+        return
     if policy.builder in IID_BUILDERS:
         raise SpecError(
             f"{who} drafts top-k trees or chains, not i.i.d. sampled rollouts; the policy "
@@ -420,6 +481,20 @@ def check_engine_policy(policy: TreePolicy | None, profile: EngineProfile) -> No
         raise SpecError(f"{who} runs up to {profile.max_steps} draft steps; got {policy.label}")
     if policy.topk > 1 and not (profile.static_tree_choices or profile.dynamic_tree):
         raise SpecError(f"{who} runs neither static nor dynamic trees; got {policy.label}")
+
+
+def check_runnable(policy: TreePolicy | None, who: str = "this runner") -> None:
+    """SpecError when `policy` is hierarchical (chain > 0): the planner prices, simulates and
+    searches hierarchical drafting, but neither spectune's executor nor any engine export
+    runs it (no engine has an intermediate-model stage)."""
+    if policy is not None and policy.chain:
+        raise SpecError(
+            f"{who} cannot run the hierarchical policy {policy.label} (an intermediate model "
+            "turning the tree into a chain): spectune plans, prices and simulates it, but "
+            "neither its executor nor SGLang, vLLM or TensorRT-LLM runs an intermediate "
+            f"stage. Plan without hierarchical draws (PolicySpace.chain (0, 0)) to get a "
+            f"runnable policy, or run it with the paper's code (AI9Stars/SpecMQuant)"
+        )
 
 
 def check_engine_drafter(drafter_kind: str, profile: EngineProfile) -> None:

@@ -6,7 +6,8 @@ and its total and add no term of their own. A new term of an iteration (such as 
 engine's host time) is therefore priced in one place, `CostModel.iteration`, and reaches every
 consumer.
 
-    total_s = draft_s + verify_s + extend_s + overhead_s + retrieval_s + prune_s + engine_s
+    total_s = draft_s + intermediate_s + verify_s + extend_s + overhead_s + retrieval_s
+              + prune_s + engine_s
 
 summed in that order (the display order of `phases`). Every field is a float64 array in
 seconds; all fields of one breakdown have the same shape, the broadcast of the arguments of
@@ -15,7 +16,7 @@ the `iteration` call that made it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from spectune.planner.operators import F64
 
 PHASES: tuple[tuple[str, str], ...] = (
     ("draft", "draft_s"),
+    ("intermediate verify", "intermediate_s"),
     ("verify", "verify_s"),
     ("draft extend", "extend_s"),
     ("overhead", "overhead_s"),
@@ -62,6 +64,10 @@ class StepBreakdown:
     engine_s: F64
     """the serving engine's host time per iteration not hidden behind GPU work
     (specs.engine.EngineOverheads); 0 for spectune's own executor"""
+    intermediate_s: F64 = field(default_factory=lambda: np.zeros(()))
+    """hierarchical drafting (TreePolicy.chain > 0): the intermediate model's verification of
+    the drafter's trees, every round until its chain is long enough (planner.hierarchical);
+    0 otherwise. Last in the field order (it has a default); second in PHASES."""
 
     @property
     def total_s(self) -> F64:

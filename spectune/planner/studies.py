@@ -21,10 +21,10 @@ from optuna.trial import TrialState
 
 from spectune.planner.buckets import BucketSpec
 from spectune.planner.space import (
-    SEED_POLICIES,
     PolicySpace,
     engine_references,
     policy_params,
+    seed_policies,
 )
 from spectune.specs.engine import load_engine
 from spectune.specs.errors import SpecError, mask_secrets
@@ -51,7 +51,7 @@ class SearchSettings:
         "predicted at least this much faster: a margin for the model's error",
     )
     warm_start: int = help_field(3, help="best policies of the previous batch bucket to enqueue")
-    seeds: bool = help_field(True, help="enqueue planner.space.SEED_POLICIES")
+    seeds: bool = help_field(True, help="enqueue planner.space.seed_policies(space)")
     refine_after: float = help_field(
         0.5, help="fraction of trials after which neighbours of the best are walked"
     )
@@ -73,6 +73,23 @@ class SearchSettings:
         """The policies every bucket's choice must not lose to (planner.space.engine_references
         for the engine): no speculation and the engine's default config."""
         return engine_references(None if self.engine == "spectune" else load_engine(self.engine))
+
+    @property
+    def reference_caps(self) -> Mapping[str, int]:
+        """Reference name -> the running requests its server admits when the user sets nothing
+        (planner.capacity.default_max_running: SGLang's 48 with speculation on); references
+        without a cap of their own are absent."""
+        from spectune.planner.capacity import default_max_running
+
+        if self.engine == "spectune":
+            return {}
+        profile = load_engine(self.engine)
+        caps = {}
+        for name, p in self.references.items():
+            cap = default_max_running(profile, p is not None)
+            if cap is not None:
+                caps[name] = cap
+        return caps
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -190,7 +207,7 @@ def prepare_study(
     references and warm starts, once."""
     if ATTR_SETUP in study.user_attrs:
         return
-    seeds = SEED_POLICIES if settings.seeds else ()
+    seeds = seed_policies(settings.space) if settings.seeds else ()
     queue: list[TreePolicy | None] = []
     for policy in (*settings.references.values(), *warm, *seeds):
         if (policy is None and not settings.space.allow_off) or policy in queue:

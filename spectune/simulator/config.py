@@ -81,6 +81,13 @@ class SimConfig:
         default=None,
         metadata={"help": "step sampler (default: planner.trees.sample_step on the acceptance)"},
     )
+    hierarchy: Any = field(
+        default=None,
+        metadata={
+            "help": "acceptance models of hierarchical policies (planner.hierarchical."
+            "HierAcceptance); the cost model then needs an intermediate model"
+        },
+    )
     pool_cache: dict[Any, Any] | None = field(
         default=None,
         metadata={"help": "outcome pools shared between runs (pools depend on seed and policy)"},

@@ -47,7 +47,7 @@ def default_sampler(cfg: SimConfig) -> StepSampler:
         from spectune.planner.acceptance import acceptance_model
 
         acc = acceptance_model(cfg.workload)
-    return tree_sampler(acc)
+    return tree_sampler(acc, cfg.hierarchy)
 
 
 def _lengths(cfg: SimConfig) -> tuple[LengthDist, LengthDist]:
@@ -117,6 +117,7 @@ def resolve_capacity(cfg: SimConfig, reqs: Requests) -> tuple[KVBudget, int]:
         memory_fraction=cfg.memory_fraction,
         max_batch_tokens=cfg.max_batch_tokens,
         block_size=cfg.block_size,
+        speculating=cfg.policy is not None,  # a plain server loads no drafter
     )
     mp, mo = float(reqs.prompt.mean()), float(reqs.output.mean())
     longest = int((reqs.prompt + reqs.output).max())
@@ -244,6 +245,7 @@ def simulate(
         cost,
         context_quantum=cfg.context_quantum,
         exact_mixed=cfg.exact_mixed,
+        hierarchy=cfg.hierarchy,
     )
     closed = isinstance(cfg.arrivals, ClosedLoop)
     spec: RunResult | None = None

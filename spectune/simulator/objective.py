@@ -54,7 +54,7 @@ class SimObjective:
         if res is None:
             if batch < 1:
                 raise SpecError(f"batch must be >= 1, got {batch}")
-            b = self._fitting_batch(int(batch), int(context))
+            b = self._fitting_batch(int(batch), int(context), policy is not None)
             cfg = replace(
                 self.base,
                 policy=policy,
@@ -79,10 +79,11 @@ class SimObjective:
             self._runs[key] = res
         return res
 
-    def _fitting_batch(self, batch: int, context: int) -> int:
+    def _fitting_batch(self, batch: int, context: int, speculating: bool = True) -> int:
         """`batch`, or about the largest batch the KV cache holds at this context (a server
-        cannot run more; clients beyond it would only queue, so they are not simulated). The
-        run clamps it again against the lengths it actually drew."""
+        cannot run more; clients beyond it would only queue, so they are not simulated); a
+        plain server (`speculating` False) holds no drafter. The run clamps it again against
+        the lengths it actually drew."""
         b = self.base
         kv = kv_budget(
             b.hardware,
@@ -92,6 +93,7 @@ class SimObjective:
             memory_fraction=b.memory_fraction,
             max_batch_tokens=b.max_batch_tokens,
             block_size=b.block_size,
+            speculating=speculating,
         )
         if b.output is not None:
             out = b.output.mean_tokens

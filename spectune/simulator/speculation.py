@@ -35,13 +35,25 @@ PolicySource = PolicyTable | TreePolicy | None
 SHARED_POOL_MIN = 256  # outcomes per batch size kept for shared-budget policies
 
 
-def tree_sampler(acceptance: Any) -> StepSampler:
-    """The planner's sampler bound to an acceptance model."""
+def tree_sampler(acceptance: Any, hierarchy: Any = None) -> StepSampler:
+    """The planner's sampler bound to an acceptance model; hierarchical policies
+    (TreePolicy.chain > 0) draw from planner.hierarchical.sample_hierarchical with `hierarchy`
+    (a HierAcceptance; None: such a policy is a SpecError), their 'verify tokens' being the
+    chain the target verifies."""
     from spectune.planner.trees import sample_step
 
     def sample(
         policy: TreePolicy, rng: np.random.Generator, batch: int, shared: bool
     ) -> tuple[np.ndarray, np.ndarray]:
+        if policy.chain:
+            from spectune.planner.hierarchical import sample_hierarchical
+
+            if hierarchy is None:
+                raise SpecError(
+                    f"simulating the hierarchical policy {policy.label} needs the acceptance "
+                    "models of the intermediate stage (SimConfig.hierarchy)"
+                )
+            return sample_hierarchical(policy, hierarchy, rng, batch)
         tokens, nodes, _ = sample_step(policy, acceptance, rng, batch, shared_budget=shared)
         return np.asarray(tokens, dtype=np.int64), np.asarray(nodes, dtype=np.int64)
 

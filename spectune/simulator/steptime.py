@@ -5,7 +5,9 @@ root included) and prefilling sequences feed a chunk of their prompt. Every term
 cost model's StepBreakdown (CostModel.iteration); this module tabulates its fields and looks
 them up, and adds no term of its own:
 
-    draft_s(B_dec) + verify_s or the ragged target forward (all new tokens)
+    draft_s(B_dec) (+ intermediate_s of a hierarchical policy, whose verify tokens are the
+    target's chain and whose rounds are priced at their means)
+    + verify_s or the ragged target forward (all new tokens)
     + extend_s or the drafter's ragged pass (accepted and prefilled tokens)
     + overhead_s(B, tree tokens) + retrieval_s + prune_s (B_dec) + engine_s(B)
 
@@ -43,7 +45,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from spectune.planner.step import StepBreakdown
-from spectune.specs import TreePolicy
+from spectune.specs import SpecError, TreePolicy
 
 
 class CostModelLike(Protocol):
@@ -57,6 +59,8 @@ class CostModelLike(Protocol):
         *,
         tokens: Any = ...,
         accepted: Any = ...,
+        rounds: Any = ...,
+        tree_tokens: Any = ...,
     ) -> StepBreakdown: ...
     def verify_time(self, batch: Any, tokens: Any, context: Any) -> Any: ...
     def ragged_forward_time(
@@ -137,8 +141,10 @@ class StepPricer:
         *,
         context_quantum: int = 16,
         exact_mixed: bool = False,
+        hierarchy: Any = None,
     ):
         self.cost = cost
+        self.hierarchy = hierarchy  # planner.hierarchical.HierAcceptance, for chain > 0
         self.q = max(1, int(context_quantum))
         self.exact_mixed = exact_mixed
         self.max_tokens = 4  # token-axis length of the decode tables, grown on demand
@@ -184,12 +190,31 @@ class StepPricer:
             t = np.arange(self.max_tokens, dtype=np.float64)
             n = t.copy()
             n[0] = 1.0  # a sequence verifies at least its root
+            if policy.chain:  # T indexes the chain the target verifies; rounds at their means
+                step = self.cost.iteration(
+                    policy, batch, c[None, :], tokens=n[:, None], **self._hier_means(policy)
+                )
+                draft = step.draft_s + step.intermediate_s
+                return np.stack(np.broadcast_arrays(draft, step.verify_s, step.extend_s))
             step = self.cost.iteration(
                 policy, batch, c[None, :], tokens=n[:, None], accepted=t[:, None]
             )
             return np.stack([step.draft_s, step.verify_s, step.extend_s])
 
         return self._ctx_full(("spec", batch, policy), ci, price)
+
+    def _hier_means(self, policy: TreePolicy) -> dict[str, float]:
+        """The intermediate stage's mean rounds, accepted tokens per round and tree size of a
+        hierarchical policy (planner.hierarchical.hierarchical_outcome), as iteration args."""
+        from spectune.planner.hierarchical import hierarchical_outcome
+
+        if self.hierarchy is None:
+            raise SpecError(
+                f"pricing the hierarchical policy {policy.label} needs the acceptance models "
+                "of the intermediate stage (SimConfig.hierarchy)"
+            )
+        h = hierarchical_outcome(policy, self.hierarchy)
+        return {"accepted": h.round_accepted, "rounds": h.rounds, "tree_tokens": h.tree_tokens}
 
     def _fixed(self, batch: int, policy: TreePolicy | None) -> np.ndarray:
         """float64[5] of the breakdown's context-independent terms at `batch`: overhead_s at 1,
@@ -205,7 +230,11 @@ class StepPricer:
                 t[0], t[4] = step.overhead_s, step.engine_s
             else:
                 n = np.array([1.0, 2.0, 3.0])
-                step = self.cost.iteration(policy, b[:, None], 0.0, tokens=n, accepted=0.0)
+                if policy.chain:  # its overhead does not depend on the chain: one column
+                    means = self._hier_means(policy)
+                    step = self.cost.iteration(policy, b[:, None], 0.0, tokens=n, **means)
+                else:
+                    step = self.cost.iteration(policy, b[:, None], 0.0, tokens=n, accepted=0.0)
                 t[:3] = step.overhead_s.T
                 t[3] = step.retrieval_s[:, 0] + step.prune_s[:, 0]
                 t[4] = step.engine_s[:, 0]

@@ -185,6 +185,30 @@ class Calibration:
         "6/10/32 at threshold 1e-9, which prunes nothing, vs the same tree dense): tree phase "
         "+0.11-0.18 ms and verify +0.01-0.13 ms at batch 1-32",
     )
+    weight_only_flops_efficiency: float = help_field(
+        0.45,
+        help="share of the bf16 GEMM rate (gemm_flops_efficiency at that M) a weight-only "
+        "quantized GEMM keeps when compute-bound (w4a16; fp4/int8 where the GPU lacks those "
+        "units): the cost of dequantizing every weight in registers before the MMA. It sets the "
+        "crossover M where such a GEMM leaves its memory floor, M* = rate x this x bytes per "
+        "weight / (2 x weight bandwidth) (CostModel.knee_tokens). Default: Marlin holds its "
+        "ideal 3.87x over fp16 'up to batchsizes around 16-32' on an A10 (IST-DASLab/marlin "
+        "README, group 128), where a dequantization-free kernel would hold it to ~54 rows by "
+        "the README's own roofline (125 TFLOP/s, 600 GB/s): 24/54 = 0.45. Machete (Hopper "
+        "wgmma, Neural Magic 2024) sits nearer 1 at large M: calibrate per GPU and kernel",
+    )
+    weight_only_bw_efficiency: float = help_field(
+        1.0,
+        help="share of the weight-streaming bandwidth (weight_bw_efficiency) a weight-only "
+        "quantized GEMM reaches at small M: the dequantization cost while memory-bound. "
+        "Default 1: Marlin reaches the ideal 3.87x over fp16 at batch 1 (IST-DASLab/marlin "
+        "README: 4-bit weights plus group-128 scales, 'essentially ideal speedups')",
+    )
+    weight_only_tile_m: int = help_field(
+        16,
+        help="row tile of weight-only quantized GEMMs (M is padded to it): Marlin computes in "
+        "16-row mma.sync blocks (IST-DASLab/marlin marlin_cuda_kernel.cu, thread_m_blocks x 16)",
+    )
     source: str = help_field("defaults", help="how these figures were obtained")
 
     def __post_init__(self) -> None:
@@ -194,6 +218,8 @@ class Calibration:
             "attention_flops_efficiency",
             "elementwise_bw_efficiency",
             "interconnect_efficiency",
+            "weight_only_flops_efficiency",
+            "weight_only_bw_efficiency",
         )
         for name in fractions:
             v = getattr(self, name)
@@ -223,7 +249,7 @@ class Calibration:
                 raise SpecError(
                     f"field {name!r} is a time in seconds, must be in [0, {MAX_FIXED_S:g}], got {v}"
                 )
-        for name in ("gemm_tile_m", "gemm_tile_n", "attention_tile_m"):
+        for name in ("gemm_tile_m", "gemm_tile_n", "attention_tile_m", "weight_only_tile_m"):
             if not 0 < getattr(self, name) <= 4096:
                 raise SpecError(f"field {name!r} must be in 1..4096, got {getattr(self, name)}")
         self._check_gemm_curve()

@@ -23,6 +23,10 @@ GPU work (overlap schedulers), and the rest is added to the step. `EngineOverhea
 
 The zero profile (every field 0) is spectune's own executor, whose per-step host costs are
 already in its Calibration (step_overhead_s, draft_step_s, ...).
+
+What turning speculation on costs before any step is priced (the drafter's weights and KV,
+`spec_extra_hbm_bytes`, the `spec_max_running` cap, the `cuda_graph_batches` a batch pads to) is
+applied by the planner's capacity logic (spectune.planner.capacity) and its objective.
 """
 
 from __future__ import annotations
@@ -190,8 +194,9 @@ class EngineProfile:
     )
     spec_extra_hbm_bytes: float = help_field(
         0.0,
-        help="engine-specific HBM for speculation beyond draft weights and draft KV (which the "
-        "planner's KV budget holds), bytes; 0: not measured",
+        help="engine-specific HBM per GPU for speculation beyond draft weights and draft KV "
+        "(which the planner's KV budget holds: planner.capacity), e.g. draft CUDA graphs, bytes; "
+        "0: not measured",
     )
     overheads: EngineOverheads = field(
         default_factory=EngineOverheads,
@@ -271,9 +276,13 @@ def _profile_from_mapping(
 ) -> EngineProfile:
     """Build an EngineProfile from a mapping (a preset or a user file); `base` names a preset
     (of `presets`, default ENGINE_PRESETS) whose fields the mapping overrides, `overheads` is
-    a table of EngineOverheads fields."""
+    a table of EngineOverheads fields, `fit` (optional) records how a fitted profile was made
+    (`spectune fit-engine`: data, fitted values and uncertainties) and is not read."""
     data = dict(data)
     base_name = data.pop("base", None)
+    fit = data.pop("fit", None)  # provenance of a fitted profile (spectune fit-engine): not read
+    if fit is not None and not isinstance(fit, Mapping):
+        raise SpecError(f"{where}: field 'fit' must be a table (the fit's provenance)")
     merged: dict[str, Any] = {}
     if base_name is not None:
         if not isinstance(base_name, str):

@@ -26,6 +26,8 @@ US = 1e-6
 _RANGES: dict[str, tuple[float, float]] = {
     "peak_bf16_flops": (1e9, 1e18),
     "peak_fp8_flops": (1e9, 1e18),  # or 0: no fp8 units
+    "peak_int8_ops": (1e9, 1e18),  # or 0: no int8 tensor cores
+    "peak_fp4_flops": (1e9, 1e19),  # or 0: no fp4 units
     "hbm_bytes_per_s": (1e8, 1e15),
     "hbm_bytes": (1e6, 1e15),
     "sm_count": (1, 100_000),
@@ -52,6 +54,14 @@ class HardwareSpec:
     interconnect_bytes_per_s: float = help_field(
         help="per-device unidirectional GPU-to-GPU bandwidth (NVLink/xGMI/PCIe), bytes/s"
     )
+    peak_int8_ops: float = help_field(
+        0.0, help="dense int8 tensor-core peak, OP/s (0: no int8 units; W8A8-int8 runs weight-only)"
+    )
+    peak_fp4_flops: float = help_field(
+        0.0,
+        help="dense fp4 (NVFP4/MXFP4) tensor-core peak, FLOP/s (0: no fp4 units; fp4 "
+        "checkpoints run weight-only, dequantized to bf16)",
+    )
     launch_s: float = help_field(4.0 * US, help="fixed cost of one kernel launch inside a graph, s")
     interconnect_latency_s: float = help_field(8.0 * US, help="latency of one small all-reduce, s")
     gemm_efficiency: float = help_field(
@@ -70,8 +80,8 @@ class HardwareSpec:
                 if not isinstance(v, str) or (f.name == "name" and not v):
                     raise SpecError(f"field {f.name!r} must be a non-empty string")
                 continue
-            if f.name == "peak_fp8_flops" and v == 0:
-                continue  # no fp8 units
+            if f.name in ("peak_fp8_flops", "peak_int8_ops", "peak_fp4_flops") and v == 0:
+                continue  # no such units
             lo, hi = _RANGES[f.name]
             if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
                 raise SpecError(
@@ -93,6 +103,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
             name="a100-80g",
             peak_bf16_flops=312 * TFLOPS,
             peak_fp8_flops=0.0,
+            peak_int8_ops=624 * TFLOPS,
             hbm_bytes_per_s=2.039 * TB_S,
             hbm_bytes=80 * GB,
             sm_count=108,
@@ -106,6 +117,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
             name="h100-sxm",
             peak_bf16_flops=989 * TFLOPS,
             peak_fp8_flops=1979 * TFLOPS,
+            peak_int8_ops=1979 * TFLOPS,
             hbm_bytes_per_s=3.35 * TB_S,
             hbm_bytes=80 * GB,
             sm_count=132,
@@ -119,6 +131,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
             name="h200",
             peak_bf16_flops=989 * TFLOPS,
             peak_fp8_flops=1979 * TFLOPS,
+            peak_int8_ops=1979 * TFLOPS,
             hbm_bytes_per_s=4.8 * TB_S,
             hbm_bytes=141 * GB,
             sm_count=132,
@@ -131,6 +144,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
             name="l40s",
             peak_bf16_flops=362.05 * TFLOPS,
             peak_fp8_flops=733 * TFLOPS,
+            peak_int8_ops=733 * TFLOPS,
             hbm_bytes_per_s=0.864 * TB_S,
             hbm_bytes=48 * GB,
             sm_count=142,
@@ -143,6 +157,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
             name="mi300x",
             peak_bf16_flops=1307.4 * TFLOPS,
             peak_fp8_flops=2614.9 * TFLOPS,
+            peak_int8_ops=2614.9 * TFLOPS,
             hbm_bytes_per_s=5.3 * TB_S,
             hbm_bytes=192 * GB,
             sm_count=304,  # compute units

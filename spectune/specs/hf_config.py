@@ -12,8 +12,10 @@ Rules:
 - reading is bounded: at most MAX_CONFIG_BYTES per file and MAX_NESTING levels of nesting;
 - torch_dtype (or its newer spelling dtype) and quantization_config are recorded on the spec
   (weight_dtype, quantization). dtype_bytes follows them where the cost model can price the
-  format (bf16/fp16: 2 bytes, fp8: 1 byte); a format it cannot price (mxfp4, AWQ, GPTQ, ...)
-  is priced at the checkpoint's unquantized dtype and raises an HFConfigWarning saying so;
+  format (bf16/fp16: 2 bytes, fp8: 1 byte); 4-bit AWQ and GPTQ set weight_format 'w4a16' and
+  quant_group_size (specs.quant); a format it cannot read (mxfp4, whose gpt-oss checkpoints
+  quantize the experts only, compressed-tensors, ...) is priced at the checkpoint's unquantized
+  dtype and raises an HFConfigWarning saying so;
 - `family` (the tokenizer family draft models must share) comes from model_type and the
   vocabulary size, per FAMILIES.
 
@@ -27,7 +29,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from spectune.specs.errors import SpecError
 
@@ -254,8 +256,14 @@ def _dtype_fields(cfg: _Config, where: str) -> dict[str, Any]:
     if isinstance(q, dict):
         method = str(q.get("quant_method", "") or "unknown")
         out["quantization"] = _describe_quant(method, q)
+        bits, group = q.get("bits"), q.get("group_size", q.get("q_group_size", 0))
         if method == "fp8":
             nbytes = 1
+        elif method in ("awq", "gptq") and bits == 4 and _is_int(group) and group >= -1:
+            # 4-bit weight-only (AutoAWQ, AutoGPTQ): priced as w4a16 (specs.quant); group -1
+            # (one scale per channel) is group 0 here; ModelSpec bounds the rest
+            out["weight_format"] = "w4a16"
+            out["quant_group_size"] = max(0, group)
         else:
             warnings.warn(
                 f"{where}: the cost model cannot price {out['quantization']!r} weights; they are "
@@ -266,6 +274,10 @@ def _dtype_fields(cfg: _Config, where: str) -> dict[str, Any]:
             )
     out["dtype_bytes"] = nbytes or 2
     return out
+
+
+def _is_int(v: Any) -> TypeGuard[int]:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _describe_quant(method: str, q: Mapping[str, Any]) -> str:

@@ -415,7 +415,12 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, indent: int = 2
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write `text` to `path` atomically (temp file in the same folder, fsync, rename). An
+    """Write `text` (UTF-8) to `path` atomically (write_bytes_atomic)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` to `path` atomically (temp file in the same folder, fsync, rename). An
     existing file keeps its mode; a new one gets the usual 0666 & ~umask. On any failure the
     temp file is removed and `path` is untouched."""
     p = Path(path)
@@ -429,8 +434,8 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         os.fchmod(fd, mode)  # mkstemp makes 0600
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)

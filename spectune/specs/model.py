@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from spectune.specs.errors import SpecError
 from spectune.specs.hf_config import hf_config_fields, hf_config_path
 from spectune.specs.io import from_mapping, help_field, load_spec, preset
+from spectune.specs.quant import WEIGHT_FORMATS, check_format, linear_weight_bytes
 
 ARCHS = ("decoder", "eagle3-head")
 #: how a model drafts: '' is a full model (a draft model when used as a drafter); the others are
@@ -67,6 +68,16 @@ class ModelSpec:
     )
     quantization: str = help_field(
         "", help="weight quantization as published (HF quantization_config, e.g. fp8); '' none"
+    )
+    weight_format: str = help_field(
+        "",
+        help=f"format the decoder's linear layers are priced in, one of {WEIGHT_FORMATS} "
+        "(specs.quant); '' dense at dtype_bytes. Embeddings and LM head stay at dtype_bytes",
+    )
+    quant_group_size: int = help_field(
+        0,
+        help="weights of K sharing one scale in a quantized weight_format (w4a16: 32/64/128; "
+        "nvfp4 16, mxfp4 32); 0: one scale per output channel",
     )
     hf_repo: str = help_field(
         "",
@@ -119,6 +130,7 @@ class ModelSpec:
             )
         if self.is_draft_head and self.draft_method not in ("", "eagle3"):
             raise SpecError("an arch 'eagle3-head' model has draft_method 'eagle3' (or '')")
+        check_format(self.weight_format, self.quant_group_size, f"model {self.name!r}")
 
     @classmethod
     def from_hf_config(cls, path: str | os.PathLike[str], name: str = "") -> ModelSpec:
@@ -240,8 +252,22 @@ class ModelSpec:
         lm = self.lm_vocab * self.hidden
         return self.layers * self.attn_params_per_layer() + dense + moe + lm + self.fc_params()
 
+    @property
+    def is_quantized(self) -> bool:
+        """Whether the linear layers use a quantized weight_format (specs.quant)."""
+        return bool(self.weight_format)
+
+    def linear_weight_bytes(self) -> float:
+        """Bytes per weight element of the decoder's linear layers (scales included):
+        specs.quant.linear_weight_bytes of weight_format, or dtype_bytes when dense."""
+        return linear_weight_bytes(self.weight_format, self.quant_group_size, self.dtype_bytes)
+
     def weight_bytes(self) -> float:
-        return float(self.total_params() * self.dtype_bytes)
+        """Bytes of all weights: the linear layers at linear_weight_bytes, the embedding and
+        LM head at dtype_bytes."""
+        dense = self.embedding_params() + self.lm_head_params()
+        linear = self.total_params() - dense
+        return float(linear * self.linear_weight_bytes() + dense * self.dtype_bytes)
 
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes one token occupies over all layers (MLA caches the latent + RoPE key)."""
@@ -465,6 +491,23 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             source=_hf("yuhuili/EAGLE-LLaMA3.1-Instruct-8B")
             + " (0.25B head; embedding and LM head are the target's)",
         ),
+        ModelSpec(  # the EAGLE(-1/-2) head of Llama-3-70B-Instruct, priced as eagle-llama-3.1-8b
+            name="eagle-llama-3-70b",
+            layers=1,
+            hidden=8192,
+            heads=64,
+            kv_heads=8,
+            head_dim=128,
+            ffn=28672,
+            vocab=128256,
+            family="llama-3",
+            draft_method="eagle",
+            base_model="llama-3.1-70b",
+            hf_repo="yuhuili/EAGLE-LLaMA3-Instruct-70B",
+            source=_hf("yuhuili/EAGLE-LLaMA3-Instruct-70B")
+            + " (trained for Llama-3-70B-Instruct, the same shape as 3.1-70B; embedding and LM "
+            "head are the target's)",
+        ),
         # DeepSeek-V3's multi-token-prediction module: one more MoE decoder layer (MLA, 256
         # routed experts + 1 shared) after a 2*hidden -> hidden projection, sharing the target's
         # embedding and LM head; SGLang and vLLM run it as the drafter of its own target only.
@@ -496,6 +539,72 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         ),
     )
 }
+
+
+def _quantized(
+    base: str, name: str, weight_format: str, group: int, quantization: str, repo: str
+) -> ModelSpec:
+    """A published quantized checkpoint of the preset `base`: same shape, linear layers in
+    `weight_format` (embedding and LM head stay 16-bit, as in these checkpoints)."""
+    return dataclasses.replace(
+        MODEL_PRESETS[base],
+        name=name,
+        weight_format=weight_format,
+        quant_group_size=group,
+        quantization=quantization,
+        weight_dtype="float16",
+        hf_repo=repo,
+        source=_hf(repo) + f" (quantization_config: {quantization})",
+    )
+
+
+# Quantized Llama-3.1 checkpoints: AutoAWQ (GEMM, zero points) and AutoGPTQ (symmetric) 4-bit
+# with groups of 128 (hugging-quants, whose config.json names quant_method, bits, group_size),
+# and SmoothQuant-style W8A8 int8 (Neural Magic, llm-compressor; per-channel weight scales,
+# dynamic per-token activation scales).
+for _m in (
+    _quantized(
+        "llama-3.1-8b",
+        "llama-3.1-8b-awq",
+        "w4a16",
+        128,
+        "awq bits 4 group_size 128",
+        "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4",
+    ),
+    _quantized(
+        "llama-3.1-70b",
+        "llama-3.1-70b-awq",
+        "w4a16",
+        128,
+        "awq bits 4 group_size 128",
+        "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4",
+    ),
+    _quantized(
+        "llama-3.1-8b",
+        "llama-3.1-8b-gptq",
+        "w4a16",
+        128,
+        "gptq bits 4 group_size 128",
+        "hugging-quants/Meta-Llama-3.1-8B-Instruct-GPTQ-INT4",
+    ),
+    _quantized(
+        "llama-3.1-70b",
+        "llama-3.1-70b-gptq",
+        "w4a16",
+        128,
+        "gptq bits 4 group_size 128",
+        "hugging-quants/Meta-Llama-3.1-70B-Instruct-GPTQ-INT4",
+    ),
+    _quantized(
+        "llama-3.1-70b",
+        "llama-3.1-70b-w8a8",
+        "w8a8-int8",
+        0,
+        "compressed-tensors int8 w8a8",
+        "neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8",
+    ),
+):
+    MODEL_PRESETS[_m.name] = _m
 
 
 def model_preset(name: str) -> ModelSpec:

@@ -43,6 +43,8 @@ MAX_DEPTH = 64
 MAX_TOPK = 64
 ECHO_SUFFIX = "echo"
 """The last comma-separated part of a policy label that turns shared_budget on."""
+HIER_PREFIX = "hier"
+"""A last label part 'hierN' makes the policy hierarchical with chain N (TreePolicy.chain)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,12 @@ class TreePolicy:
         "tokens, given to the candidates with the highest P(accepted) over the whole batch "
         "(trees differ in size per request); False: budget - 1 per request. Same as False at "
         "batch 1. static: the shared allocation picks from the Sequoia shape for 2 x budget",
+    )
+    chain: int = help_field(
+        0,
+        help="hierarchical drafting (arXiv 2505.22179): 0 off; N > 0: the tree is verified by "
+        "an intermediate model, round after round, until it has accepted at least N tokens, "
+        "and the target verifies those as one chain (planner.hierarchical)",
     )
     verify: str = help_field(
         "token", help=f"verification rule, one of {VERIFY_RULES} (specs.tree.VERIFY_RULES)"
@@ -104,21 +112,29 @@ class TreePolicy:
                 f"({self.depth}) there; got {self.delay}"
             )
         if self.builder in IID_BUILDERS and (
-            self.prune_threshold or self.graft_budget or self.shared_budget
+            self.prune_threshold or self.graft_budget or self.shared_budget or self.chain
         ):
             raise SpecError(
-                f"builder {self.builder!r} takes no prune_threshold, graft_budget or "
-                "shared_budget (its rollouts are sampled, not ranked)"
+                f"builder {self.builder!r} takes no prune_threshold, graft_budget, "
+                "shared_budget or chain (its rollouts are sampled, not ranked)"
             )
         if not isinstance(self.shared_budget, bool):
             raise SpecError(
                 f"field 'shared_budget' must be true or false, got {self.shared_budget!r}"
             )
+        if isinstance(self.chain, bool) or not 0 <= self.chain <= MAX_DEPTH:
+            raise SpecError(f"field 'chain' must be in 0..{MAX_DEPTH}, got {self.chain!r}")
+        if self.chain and self.shared_budget:
+            raise SpecError(
+                "field 'chain': a hierarchical policy verifies one chain per request; it cannot "
+                "share a verify budget across the batch (set shared_budget false)"
+            )
 
     @classmethod
     def parse(cls, text: str) -> TreePolicy:
-        """Parse the CLI form 'BUILDER:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]][,echo][,KEY=VALUE...]'
-        (the inverse of `label`; ',echo' turns shared_budget on; keys: delay, verify)."""
+        """Parse the CLI form 'BUILDER:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]][,KEY=VALUE...]
+        [,echo|,hierN]' (the inverse of `label`; a trailing ',echo' turns shared_budget on,
+        ',hierN' sets chain N; keys: delay, verify)."""
         try:
             builder, _, rest = text.partition(":")
             parts = [p for p in rest.split(",") if p]
@@ -126,8 +142,12 @@ class TreePolicy:
             parts = [p for p in parts if "=" not in p]
             if set(keyed) - {"delay", "verify"}:
                 raise ValueError(text)
-            shared = bool(parts) and parts[-1].strip().lower() == ECHO_SUFFIX
-            if shared:
+            last = parts[-1].strip().lower() if parts else ""
+            shared = last == ECHO_SUFFIX
+            chain = 0
+            if last.startswith(HIER_PREFIX):
+                chain = int(last[len(HIER_PREFIX) :])
+            if shared or chain:
                 parts.pop()
             if builder in BUILDERS and 3 <= len(parts) <= 5:
                 depth, topk, budget = (int(p) for p in parts[:3])
@@ -135,22 +155,23 @@ class TreePolicy:
                 prune = float(parts[3]) if len(parts) > 3 else 0.0
                 graft = int(parts[4]) if len(parts) > 4 else 0
                 verify = keyed.get("verify", "token")
-                return cls(builder, depth, topk, budget, prune, graft, shared, verify, delay)
+                return cls(builder, depth, topk, budget, prune, graft, shared, chain, verify, delay)
         except ValueError as e:
             if isinstance(e, SpecError):
                 raise
         raise SpecError(
             f"cannot parse policy {text!r}; expected 'static:DEPTH,TOPK,BUDGET' or "
             "'dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE_THRESHOLD[,GRAFT_BUDGET]]', optionally "
-            "followed by ',echo' (ECHO shared verify budget) and ',delay=N' / ',verify=RULE', "
-            "e.g. static:5,4,8, dynamic-topk:6,8,32,echo or delayed:8,4,24,delay=3,verify=traversal"
+            "followed by ',delay=N' / ',verify=RULE' and ',echo' (ECHO shared verify budget) "
+            "or ',hierN' (hierarchical, chain N), e.g. static:5,4,8, dynamic-topk:6,8,32,echo, "
+            "dynamic-topk:3,10,30,hier6 or delayed:8,4,24,delay=3,verify=traversal"
         )
 
     @property
     def label(self) -> str:
         """The CLI form 'builder:depth,topk,budget' plus ',prune,graft' when either is set,
         plus ',delay=N' for the delayed builder, ',verify=RULE' for a rule other than 'token',
-        and ',echo' (last) with a shared verify budget."""
+        then ',echo' with a shared verify budget or ',hierN' when hierarchical (chain N)."""
         s = f"{self.builder}:{self.depth},{self.topk},{self.budget}"
         if self.prune_threshold or self.graft_budget:
             s += f",{self.prune_threshold:.3g},{self.graft_budget}"
@@ -160,7 +181,14 @@ class TreePolicy:
             s += f",verify={self.verify}"
         if self.shared_budget:
             s += f",{ECHO_SUFFIX}"
+        if self.chain:
+            s += f",{HIER_PREFIX}{self.chain}"
         return s
+
+    @property
+    def hierarchical(self) -> bool:
+        """Whether an intermediate model turns the tree into a chain for the target."""
+        return self.chain > 0
 
 
 def policy_label(policy: TreePolicy | None) -> str:
@@ -172,7 +200,10 @@ def policy_label(policy: TreePolicy | None) -> str:
 class Prediction:
     """What the planner predicted for a bucket's policy."""
 
-    tokens_per_s: float = help_field(help="predicted steady-state output tokens/s")
+    tokens_per_s: float = help_field(
+        help="predicted served tok/s incl. prefill (planner.tokens_per_s.SERVED), geometric "
+        "mean over the bucket's batch ends"
+    )
     speedup: float = help_field(help="predicted speedup over no speculation")
     accepted_len: float = help_field(help="predicted tokens per verify step (accepted + bonus)")
 
@@ -182,7 +213,7 @@ class ChainChoice:
     """The best chain (top-k 1) for a bucket, for engines that verify chains only (vLLM 0.33)."""
 
     draft_tokens: int = help_field(help="draft tokens per step of the best chain; 0 = off")
-    tokens_per_s: float = help_field(help="predicted steady-state output tokens/s of that chain")
+    tokens_per_s: float = help_field(help="predicted served tok/s incl. prefill of that chain")
     speedup: float = help_field(help="predicted speedup of that chain over no speculation")
 
     def __post_init__(self) -> None:
@@ -284,7 +315,7 @@ class PolicyTable:
                 {
                     "batch": list(b.batch),
                     "context": list(b.context),
-                    "policy": asdict(b.policy) if b.policy else None,
+                    "policy": _policy_dict(b.policy) if b.policy else None,
                     "predicted": asdict(b.predicted) if b.predicted else None,
                     **({"chain": asdict(b.chain)} if b.chain else {}),
                 }
@@ -377,6 +408,15 @@ class PolicyTable:
         if not p.is_file():
             raise SpecError(f"{p}: no such policy file")
         return cls.from_dict(loads_json(read_bytes_bounded(p), str(p)), str(p))
+
+
+def _policy_dict(policy: TreePolicy) -> dict[str, Any]:
+    """A policy's fields for the policy file; 'chain' only when hierarchical (files of
+    non-hierarchical plans read the same as before the field existed)."""
+    d = asdict(policy)
+    if not policy.chain:
+        del d["chain"]
+    return d
 
 
 def _obj(v: Any, where: str) -> Mapping[str, Any]:

@@ -101,6 +101,12 @@ class Workload:
         help="true: acceptance comes from the published presets of the (drafter, target) pair "
         "it runs with (the fields hold the default pair's)",
     )
+    batch_weights: tuple[tuple[float, ...], ...] = help_field(
+        (),
+        help="batch sizes the server runs at, as [[batch, share of serving time], ...] "
+        "(shares need not sum to 1); what `spectune plan` weighs its deployment gains by "
+        "(empty: equal weights)",
+    )
     source: str = help_field("user-provided", help="where the figures come from")
     fitted: str = help_field("", help="how the parameters were fitted to the source")
 
@@ -156,6 +162,7 @@ class Workload:
         for name, lo, hi in _LENGTH_RANGES:
             if not lo <= getattr(self, name) <= hi:
                 raise SpecError(f"{w}: field {name!r} must be in [{lo:g}, {hi:g}]")
+        _batch_weights(self.batch_weights, w)
 
     @property
     def greedy(self) -> bool:
@@ -171,6 +178,29 @@ _LENGTH_RANGES = (
     ("prompt_len_max_tokens", 1, MAX_LENGTH_TOKENS),
     ("output_len_max_tokens", 1, MAX_LENGTH_TOKENS),
 )
+
+
+MAX_WEIGHTED_BATCH = 1 << 16
+
+
+def _batch_weights(rows: tuple[tuple[float, ...], ...], w: str) -> None:
+    """[[batch, weight], ...]: integer batch sizes 1..65536 listed once, weights >= 0 with a
+    positive sum, at most 64 rows."""
+    if not rows:
+        return
+    if len(rows) > 64:
+        raise SpecError(f"{w}: field 'batch_weights' holds at most 64 batch sizes")
+    for i, row in enumerate(rows):
+        ok = len(row) == 2 and float(row[0]).is_integer() and 1 <= row[0] <= MAX_WEIGHTED_BATCH
+        if not ok or not 0 <= row[1] <= 1e30:
+            raise SpecError(
+                f"{w}: field 'batch_weights'[{i}] must be [batch, weight] with an integer batch "
+                f"in 1..{MAX_WEIGHTED_BATCH} and a weight >= 0, got {list(row)}"
+            )
+    if len({r[0] for r in rows}) != len(rows) or not sum(r[1] for r in rows) > 0:
+        raise SpecError(
+            f"{w}: field 'batch_weights' must list each batch size once, weights summing to > 0"
+        )
 
 
 def _table(t: tuple[tuple[float, ...], ...], name: str, w: str, *, row_sum: bool) -> None:

@@ -436,9 +436,11 @@ def cross_validate(
     folds: int,
     budgets: Sequence[int] = REFERENCE_BUDGETS,
     acceptance: str = "confidence",
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[HeldOutCheck]:
     """k-fold cross-validation over requests (fold f holds out requests i with i % k == f):
-    every prediction is made by a workload fitted on the other folds' requests only."""
+    every prediction is made by a workload fitted on the other folds' requests only.
+    `progress(done, folds)` after each fold."""
     depth, topk = traces.max_depth, traces.max_topk
     pols = [reference_policy(depth, topk, b) for b in budgets]
     pred = np.zeros(len(pols))
@@ -453,6 +455,8 @@ def cross_validate(
             pred[i] += predicted_tokens(p, wl) * len(held)
             rep[i] += replayed_tokens(p, held) * len(held)
         total += len(held)
+        if progress is not None:
+            progress(f + 1, folds)
     if total == 0:
         raise SpecError("cross-validation needs at least two requests")
     return [

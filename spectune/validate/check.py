@@ -17,16 +17,29 @@ none: the cost model's defaults) configures CostModel(hardware, target, drafter)
   executor's tests).
 Calibration-run documents (spectune.calibration-run/v1) add their verify grids to the MAPE.
 
-The gate fails (exit 1) when any run's speedup differs by more than `speedup_tol` (10%) or the
-verify-latency MAPE exceeds `mape_tol` (10%). Nothing here imports torch.
+Engine measurement documents (spectune.engine-measurement/v1: parsed engine output, published
+figures) are predicted with the engine's profile (the preset named by the document's engine,
+or a fitted profile passed per engine): per point, tokens/s = batch x accept length /
+CostModel.iteration(...).total_s, the iteration including the engine's host time
+(validate.engine_points, validate.engine_fit.predict), at the document's accept length where it
+has one (else the workload's acceptance model's); and, where an accept length was measured,
+the acceptance model's prediction of it. Points the cost model cannot price (a GPU or model
+without a preset, no throughput figure) are listed as skipped, with the reason; a document that
+states a `known_miss` (the cause spectune cannot model) is predicted and shown, not gated.
+
+The gate fails (exit 1) when any run's speedup differs by more than `speedup_tol` (10%), the
+verify-latency MAPE exceeds `mape_tol` (10%), or an engine's tokens/s MAPE exceeds
+`engine_tol` (ENGINE_TOL) or its accept-length MAPE `accept_tol` (ACCEPT_TOL). Nothing here
+imports torch.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spectune.specs import SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import SCHEMA as CALIBRATION_SCHEMA
@@ -34,7 +47,34 @@ from spectune.specs.calibration import Calibration
 from spectune.specs.io import loads_json, read_bytes_bounded
 from spectune.validate.measure import RUN_SCHEMA, validate_document
 
+if TYPE_CHECKING:
+    from spectune.specs.engine import EngineProfile
+
 MEASUREMENT_SCHEMA = "spectune.measurement/v1"
+ENGINE_TOL = 0.10
+"""Largest per-engine tokens/s MAPE: the leave-one-source-out goal of the engine fit
+(benchmarks/bench_engine_fit.py)."""
+ACCEPT_TOL = 0.15
+"""Largest per-engine accept-length MAPE: the acceptance presets' own tolerance band for a
+pair or dataset they were not fitted to (traces.published)."""
+
+
+@dataclass
+class EngineRow:
+    """One engine-measured figure against its prediction."""
+
+    file: str
+    engine: str
+    what: str
+    quantity: str  # "tokens_per_s" or "accept_length"
+    predicted: float
+    measured: float
+    note: str = ""
+    gated: bool = True  # False: a document with a stated known miss (reported, not gated)
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
 
 
 @dataclass
@@ -53,6 +93,8 @@ class Row:
 class CheckResult:
     verify: list[Row] = field(default_factory=list)
     speedup: list[Row] = field(default_factory=list)
+    engine: list[EngineRow] = field(default_factory=list)
+    engine_skipped: list[tuple[str, str]] = field(default_factory=list)  # (where, why)
     files: int = 0
 
     @property
@@ -63,9 +105,35 @@ class CheckResult:
     def worst_speedup_error(self) -> float:
         return max((abs(r.error) for r in self.speedup), default=0.0)
 
-    def passed(self, speedup_tol: float, mape_tol: float) -> bool:
-        finite = all(math.isfinite(r.error) for r in (*self.verify, *self.speedup))
-        return finite and self.worst_speedup_error <= speedup_tol and self.verify_mape <= mape_tol
+    def engine_mape(self) -> dict[tuple[str, str], tuple[float, int]]:
+        """(engine, quantity) -> (MAPE, points) over the gated rows."""
+        groups: dict[tuple[str, str], list[float]] = {}
+        for r in self.engine:
+            if not r.gated:
+                continue
+            groups.setdefault((r.engine, r.quantity), []).append(abs(r.error))
+        return {k: (sum(v) / len(v), len(v)) for k, v in sorted(groups.items())}
+
+    def passed(
+        self,
+        speedup_tol: float,
+        mape_tol: float,
+        engine_tol: float = ENGINE_TOL,
+        accept_tol: float = ACCEPT_TOL,
+    ) -> bool:
+        errors = [r.error for r in (*self.verify, *self.speedup)]
+        errors += [r.error for r in self.engine if r.gated]
+        finite = all(math.isfinite(e) for e in errors)
+        engines = all(
+            m <= (engine_tol if q == "tokens_per_s" else accept_tol)
+            for (_, q), (m, _) in self.engine_mape().items()
+        )
+        return (
+            finite
+            and engines
+            and self.worst_speedup_error <= speedup_tol
+            and self.verify_mape <= mape_tol
+        )
 
 
 def _load(path: Path) -> dict[str, Any] | None:
@@ -86,10 +154,15 @@ def calibrations_in(folder: Path) -> dict[str, Calibration]:
     return out
 
 
-def check_folder(folder: str | Path) -> CheckResult:
-    """Re-predict every measurement and calibration run under `folder` (recursively, grouped by
-    the folder each file sits in)."""
+def check_folder(
+    folder: str | Path, engine_profiles: Mapping[str, EngineProfile] | None = None
+) -> CheckResult:
+    """Re-predict every measurement, calibration run and engine measurement under `folder`
+    (recursively, grouped by the folder each file sits in). `engine_profiles`: engine family
+    (sglang, vllm, trtllm) -> the profile its documents are predicted with (default: the
+    preset of that name)."""
     from spectune.planner.costmodel import CostModel
+    from spectune.validate.engine_measure import SCHEMA as ENGINE_SCHEMA
 
     root = Path(folder)
     if not root.is_dir():
@@ -100,6 +173,10 @@ def check_folder(folder: str | Path) -> CheckResult:
         cals = calibrations_in(d)
         for p in sorted(d.glob("*.json")):
             data = _load(p)
+            if data and data.get("schema") == ENGINE_SCHEMA:
+                _check_engine(data, p, str(p.relative_to(root)), engine_profiles or {}, res)
+                res.files += 1
+                continue
             if not data or data.get("schema") not in (MEASUREMENT_SCHEMA, RUN_SCHEMA):
                 continue
             validate_document(data, str(p))
@@ -170,6 +247,50 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
         res.speedup.append(Row(name, f"speedup {label}", pred_speedup, r["speedup"]))
 
 
+def _check_engine(
+    doc: dict[str, Any],
+    path: Path,
+    name: str,
+    profiles: Mapping[str, EngineProfile],
+    res: CheckResult,
+) -> None:
+    """Predict one engine measurement document's throughput and accept lengths."""
+    from spectune.specs.engine import engine_preset
+    from spectune.validate.engine_fit import predict
+    from spectune.validate.engine_measure import validate_engine_measurement
+    from spectune.validate.engine_points import points_from_document, predicted_accept_length
+
+    validate_engine_measurement(doc, str(path))
+    engine = doc["engine"]
+    profile = profiles.get(engine) or engine_preset(engine)
+    points, skipped = points_from_document(doc, name, profile)
+    res.engine_skipped += [(s.where, s.reason) for s in skipped]
+    gated = "known_miss" not in doc
+    for r, p in zip(predict(points, profile.overheads), points, strict=True):
+        note = "" if p.accept_measured else "accept length predicted"
+        if not gated:
+            note = "known miss, not gated: " + doc["known_miss"][:60] + "..."
+        res.engine.append(
+            EngineRow(
+                name,
+                engine,
+                p.label,
+                "tokens_per_s",
+                r.predicted_tokens_per_s,
+                r.measured_tokens_per_s,
+                note,
+                gated,
+            )
+        )
+        pol = p.policy
+        if pol is not None and p.accept_measured:
+            target, drafter = load_model(p.target), load_model(p.drafter) if p.drafter else None
+            al = predicted_accept_length(pol, p.workload, target, drafter)
+            res.engine.append(
+                EngineRow(name, engine, p.label, "accept_length", al, p.accept_length, "", gated)
+            )
+
+
 def _tree_tokens(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, Any]) -> float:
     """Tokens a run verified per sequence: its tree slots, or for a pruned policy the measured
     mean (else the planner's tree_tokens for the document's workload)."""
@@ -189,7 +310,13 @@ def _tree_tokens(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, An
     return float(planned["objective"].tree_tokens(TreePolicy(**pol)))
 
 
-def format_check(res: CheckResult, speedup_tol: float, mape_tol: float) -> str:
+def format_check(
+    res: CheckResult,
+    speedup_tol: float,
+    mape_tol: float,
+    engine_tol: float = ENGINE_TOL,
+    accept_tol: float = ACCEPT_TOL,
+) -> str:
     lines = [f"{'file':<36} {'what':<44} {'predicted':>10} {'measured':>10} {'error':>7}"]
     for r in res.verify:
         lines.append(
@@ -200,7 +327,20 @@ def format_check(res: CheckResult, speedup_tol: float, mape_tol: float) -> str:
         lines.append(
             f"{r.file:<36.36} {r.what:<44.44} {r.predicted:>9.3f}x {r.measured:>9.3f}x {r.error:>+7.1%}{flag}"
         )
-    verdict = "PASS" if res.passed(speedup_tol, mape_tol) else "FAIL"
+    for e in res.engine:
+        if e.quantity == "tokens_per_s":
+            pred, meas = f"{e.predicted:>7.1f}tok/s", f"{e.measured:>7.1f}tok/s"
+        else:
+            pred, meas = f"{e.predicted:>6.2f} acc.len", f"{e.measured:>6.2f} acc.len"
+        note = f"  ({e.note})" if e.note else ""
+        lines.append(f"{e.file:<36.36} {e.what:<44.44} {pred} {meas} {e.error:>+7.1%}{note}")
+    for where, why in res.engine_skipped:
+        lines.append(f"skipped {where}: {why}")
+    for (eng, q), (m, n) in res.engine_mape().items():
+        tol = engine_tol if q == "tokens_per_s" else accept_tol
+        flag = "" if m <= tol else "  FAIL"
+        lines.append(f"engine {eng}: {q} MAPE {m:.1%} over {n} points (limit {tol:.0%}){flag}")
+    verdict = "PASS" if res.passed(speedup_tol, mape_tol, engine_tol, accept_tol) else "FAIL"
     lines.append(
         f"{verdict}: {res.files} files; verify-latency MAPE {res.verify_mape:.1%} over {len(res.verify)} "
         f"(limit {mape_tol:.0%}); worst speedup error {res.worst_speedup_error:.1%} over "

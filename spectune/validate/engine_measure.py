@@ -12,6 +12,8 @@ project published:
      "tp": int, "spec": {"method": str, "num_steps": int | null, "topk": int | null,
                          "num_draft_tokens": int | null} | null (speculation off),
      "workload": str | null (data set or preset name),
+     "target_preset", "drafter_preset": ModelSpec preset names, optional (where `target` /
+            `drafter` name no preset's hf_repo),
      "source": {"kind": "log" | "metrics" | "benchmark" | "published",
                 "files": [str] (parsed), "url": str, "title": str (published)},
      "points": [{"batch": int | null (requests decoded together), "concurrency": int | null
@@ -20,9 +22,12 @@ project published:
                  "accept_length": tokens per verify step incl. the bonus (>= 1),
                  "accept_rate": 0..1, "per_position_accept": [0..1], "baseline_tokens_per_s":
                  the same setup without speculation, "speedup": over that baseline,
-                 "input_len": int, "output_len": int, "tpot_ms": float, "ttft_ms": float,
+                 "input_len": int, "output_len": int, "context": cached tokens per request
+                 (SGLang's #token / #running-req), "tpot_ms": float, "ttft_ms": float,
                  "where": "file:line" (parsed), "quote": the published sentence (published)}],
-     "notes": str}
+     "notes": str,
+     "known_miss": str (optional: why spectune cannot predict this document; check reports its
+                   points without gating on them, the preset fit leaves it out)}
 
 Every number is finite and in range; a point has at least one of tokens_per_s,
 tokens_per_s_per_user, accept_length or speedup. Errors name the field and the file.
@@ -52,6 +57,7 @@ _POINT_POSITIVE = (
     "speedup",
     "tpot_ms",
     "ttft_ms",
+    "context",
 )
 _POINT_FIGURES = ("tokens_per_s", "tokens_per_s_per_user", "accept_length", "speedup")
 _SPEC_INTS = ("num_steps", "topk", "num_draft_tokens")
@@ -141,6 +147,8 @@ def _point(o: EngineObservation, run: EngineRun) -> dict[str, Any]:
     batch = o.batch if o.batch is not None else run.batch
     out_len = o.output_len_tokens if o.output_len_tokens is not None else run.output_len
     tps = o.gen_tokens_per_s
+    kv = dict(o.extra).get("#token")  # SGLang: KV tokens of the running requests
+    context = float(kv) / o.batch if kv and kv.isdigit() and int(kv) > 0 and o.batch else None
     if tps is None and o.latency_s and batch and out_len:
         tps = batch * out_len / o.latency_s  # one-batch latency run: the whole batch's output
     p: dict[str, Any] = {
@@ -152,6 +160,7 @@ def _point(o: EngineObservation, run: EngineRun) -> dict[str, Any]:
         "per_position_accept": list(o.per_position_accept),
         "input_len": o.input_len_tokens if o.input_len_tokens is not None else run.input_len,
         "output_len": out_len,
+        "context": context,
         "tpot_ms": o.mean_tpot_ms,
         "ttft_ms": o.mean_ttft_ms,
         "where": o.where,
@@ -250,7 +259,9 @@ def validate_engine_measurement(doc: Any, where: str = "engine measurement") -> 
             raise SpecError(f"{where}: field {key!r} must be a non-empty string")
     if doc["engine"] not in ENGINES:
         raise SpecError(f"{where}: field 'engine' must be one of {', '.join(ENGINES)}")
-    for key in ("engine_version", "drafter", "workload"):
+    if "known_miss" in doc and not (isinstance(doc["known_miss"], str) and doc["known_miss"]):
+        raise SpecError(f"{where}: field 'known_miss' must be a non-empty string (the cause)")
+    for key in ("engine_version", "drafter", "workload", "target_preset", "drafter_preset"):
         if doc.get(key) is not None and not isinstance(doc[key], str):
             raise SpecError(f"{where}: field {key!r} must be a string or null")
     tp = doc.get("tp")

@@ -134,7 +134,8 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
     if kind == "verify":
         return _scalar(cm.verify_time(a["batch"], a["tokens"], a["context"]))
     if kind == "gemm":
-        return _scalar(gemm_time(cm.rates, a["m"], a["n"], a["k"], float(cm.target.dtype_bytes)))
+        fmt = cm.rates.dense_format(float(cm.target.dtype_bytes))
+        return _scalar(gemm_time(cm.rates, a["m"], a["n"], a["k"], fmt))
     if kind == "ar":
         return _scalar(cm.iteration(None, a["batch"], a["context"]).total_s)
     if kind in ("step", "draft", "extend"):

@@ -1,11 +1,14 @@
 """Turn a PolicyTable into what serving engines read, checked against each engine's rules.
 
-Engines key speculation by batch size only and hold one tree shape for the whole server, while
-a spectune table has a full policy per (batch, context) bucket. Each exporter therefore keeps
-what the engine can express (draft length per batch range, on/off) and says, in an
-`approximations` list, everything else it had to give up: other context buckets, per-bucket
-top-k and budget, pruning, grafting, tree vs chain, a shared verify budget (ECHO's super-tree,
-which no engine runs: the per-request budget is exported). The list is printed by the CLI and
+Engines key speculation by batch size only and run one configuration for the whole server. A
+table planned with `spectune plan --engine X` already holds, in every bucket, exactly what X
+runs (planner.engine_plan chose it), and its export reads it as written: nothing is lost and
+the `approximations` list is empty. A table planned for spectune's own executor (a full policy
+per (batch, context) bucket) is first fitted to the engine by the same planner code
+(planner.engine_plan.fit_table, with the table's objective), and the list says what that costs;
+it also says everything else an export gives up: pruning, grafting, a shared verify budget
+(ECHO's super-tree, which no engine runs: the per-request budget is exported), CUDA-graph
+padding that moves a batch into another adaptive slot. The list is printed by the CLI and
 written into the export (comments in text/YAML files, a sidecar `*.spectune.json` next to JSON
 files whose engines reject unknown keys).
 
@@ -25,11 +28,13 @@ the engine cannot run at all raises SpecError naming what it supports.
 
 `export_table` is what `spectune export` and the dashboards' Planner page both call: the table
 exported with what its Scenario gives, static tree shapes from the workload's acceptance model
-and the scenario's closed form (planner.objective.scenario_objective) to fit the one global
-shape, so both write the same files for the same table.
+and the scenario's closed form (planner.objective.scenario_objective) for the fit, so both write
+the same files for the same table.
 """
 
 from __future__ import annotations
+
+import math
 
 from spectune.planner.export.base import (
     ENGINES,
@@ -41,13 +46,13 @@ from spectune.planner.export.base import (
     TreeShaper,
     batch_plan,
     check_choices,
-    fit_engine_shape,
     model_paths,
     tree_choices,
 )
 from spectune.planner.export.sglang import check_sglang, export_sglang
 from spectune.planner.export.trtllm import check_trtllm, export_trtllm, schedule_for, to_yaml
 from spectune.planner.export.vllm import check_vllm, export_vllm
+from spectune.planner.space import check_runnable
 from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import PolicyTable, TreePolicy
@@ -67,18 +72,26 @@ def export_policy(
     draft_model_path: str | None = None,
 ) -> Export:
     """Export a table for one engine profile (a preset name such as sglang, vllm, vllm-0.11,
-    trtllm, trtllm-1.4, a profile file, or an EngineProfile). `evaluate` (the planner's
-    objective) lets engines with one global tree shape get the shape that loses least; without
-    it they take the smallest-batch bucket's shape. `vllm_tree` picks vllm-0.11 for 'vllm'.
+    trtllm, trtllm-1.4, a profile file, or an EngineProfile). A table the engine cannot run as
+    written (not planned with --engine) is first fitted by planner.engine_plan.fit_table with
+    `evaluate` (the planner's objective), and a note says what that costs; without `evaluate`
+    each exporter maps it deterministically (recorded chains, the smallest-batch bucket's
+    shape) and notes that. `vllm_tree` picks vllm-0.11 for 'vllm'.
     `model_path` / `draft_model_path` override the models' Hugging Face repo ids."""
     if engine == "vllm" and vllm_tree:
         engine = "vllm-0.11"
     prof = load_engine(engine)
+    for b in table.buckets:
+        check_runnable(b.policy, f"{prof.name} ({prof.versions})")
+    notes: list[str] = []
+    if evaluate is not None and prof.engine != "spectune":
+        table, note = _engine_runnable(table, prof, evaluate)
+        notes += [note] if note else []
     if prof.engine == "sglang":
         return export_sglang(
             table,
             context=context,
-            evaluate=evaluate,
+            notes=notes,
             profile=prof,
             model_path=model_path,
             draft_model_path=draft_model_path,
@@ -87,6 +100,7 @@ def export_policy(
         return export_vllm(
             table,
             context=context,
+            notes=notes,
             shaper=shaper,
             profile=prof,
             model_path=model_path,
@@ -98,7 +112,7 @@ def export_policy(
             context=context,
             static_tree=trtllm_static_tree,
             shaper=shaper,
-            evaluate=evaluate,
+            notes=notes,
             profile=prof,
             model_path=model_path,
             draft_model_path=draft_model_path,
@@ -106,6 +120,25 @@ def export_policy(
     raise SpecError(
         f"engine profile {prof.name!r} ({prof.engine}) has no export: spectune's own executor "
         f"reads the policy file itself; export for one of {', '.join(ENGINES)}"
+    )
+
+
+def _engine_runnable(
+    table: PolicyTable, profile: EngineProfile, evaluate: Evaluate
+) -> tuple[PolicyTable, str]:
+    """The table as written when the engine runs it so (a plan made with --engine), else the
+    configuration planner.engine_plan.fit_table chooses with the objective, and a note."""
+    from spectune.planner.engine_plan import fit_table, runnable_reason
+
+    reason = runnable_reason(table, profile)
+    if not reason:
+        return table, ""
+    fitted, config, loss = fit_table(table, profile, evaluate)
+    return fitted, (
+        f"{profile.name} cannot run the table as written ({reason}); the planner chose "
+        f"{config.label} (planner.engine_plan): predicted tokens/s "
+        f"{100 * (math.exp(loss) - 1):+.1f}% vs the table's policies (geometric mean over "
+        f"buckets); plan with --engine {profile.name} to search within it"
     )
 
 
@@ -120,8 +153,8 @@ def export_table(
     draft_model_path: str | None = None,
 ) -> tuple[Export, str]:
     """export_policy with the table's Scenario: tree shapes from its workload's acceptance
-    model (built when an engine needs one), and its closed form to fit the engines' one
-    global shape. Returns the export and a note ('' when none) when the objective could not
+    model (built when an engine needs one), and its closed form to fit a table not planned
+    for the engine. Returns the export and a note ('' when none) when the objective could not
     be built, so the engine knobs come from the batch-1 bucket."""
     evaluate, note = table_objective(table)
     return (
@@ -190,7 +223,6 @@ __all__ = [
     "export_table",
     "export_trtllm",
     "export_vllm",
-    "fit_engine_shape",
     "model_paths",
     "schedule_for",
     "table_objective",

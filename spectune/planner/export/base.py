@@ -6,7 +6,6 @@ script written beside each config, and the metadata every exported file carries.
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -230,7 +229,8 @@ def primary_policy(rows: Sequence[Bucket]) -> TreePolicy | None:
 
 
 Evaluate = Callable[[TreePolicy | None, int, int], float]
-"""tokens/s of a policy at (batch, context): the planner's objective, to fit engine knobs."""
+"""tokens/s of a policy at (batch, context): the planner's objective, to choose engine knobs for
+a table not planned for the engine (planner.engine_plan.fit_table)."""
 
 
 @dataclass(frozen=True)
@@ -249,55 +249,6 @@ class EngineShape:
             return TreePolicy("dynamic-topk", depth, 1, depth + 1)
         cap = 1 + self.topk + (depth - 1) * self.topk * self.topk
         return TreePolicy("dynamic-topk", depth, self.topk, max(2, min(self.budget, cap)))
-
-
-def _row_score(evaluate: Evaluate, policy: TreePolicy | None, b: Bucket) -> float:
-    ctx = (b.context[0] + b.context[1] + 1) // 2
-    vals = [max(evaluate(policy, x, ctx), 1e-300) for x in sorted({b.batch[0], b.batch[1]})]
-    return float(math.exp(sum(math.log(v) for v in vals) / len(vals)))
-
-
-def fit_engine_shape(
-    rows: Sequence[Bucket],
-    evaluate: Evaluate,
-    *,
-    cap_by_first: bool = False,
-    shapes: Sequence[tuple[int, int]] | None = None,
-) -> tuple[EngineShape, float]:
-    """The global (top-k, budget) and per-range depths that maximise the geometric mean of
-    predicted tokens/s over the batch ranges, for engines that vary only the draft depth with
-    the batch size (SGLang adaptive steps, TensorRT-LLM draft_len_schedule). Candidates: each
-    bucket's own (top-k, budget) and chains. Ranges the plan turns off stay off; others may go
-    off too when that is faster. cap_by_first: depths may not exceed the first range's
-    (TensorRT-LLM maps the smallest schedule key to max_draft_len). `shapes` restricts the
-    candidate (top-k, budget) pairs ((1, 0): chains).
-    Returns the shape and its mean log-ratio to the plan's own predictions (0 = no loss)."""
-    on = [b.policy for b in rows if b.policy is not None]
-    max_depth = max(p.depth for p in on) + 1
-    cands = list(dict.fromkeys([(p.topk, p.budget) for p in on] + [(1, 0)]))
-    if shapes is not None:
-        cands = list(shapes)
-    best: tuple[float, EngineShape] | None = None
-    for topk, budget in cands:
-        probe = EngineShape(topk, budget, ())
-        depths: list[int] = []
-        total = 0.0
-        for i, b in enumerate(rows):
-            if b.policy is None:
-                depths.append(0)
-                total += math.log(_row_score(evaluate, None, b))
-                continue
-            hi = depths[0] if cap_by_first and i > 0 and depths[0] > 0 else max_depth
-            options = range(1, hi + 1) if i == 0 and cap_by_first else range(0, hi + 1)
-            scored = [(_row_score(evaluate, probe.policy(d), b), d) for d in options]
-            score, d = max(scored)
-            depths.append(d)
-            total += math.log(score)
-        if best is None or total > best[0]:
-            best = (total, EngineShape(topk, budget, tuple(depths)))
-    assert best is not None
-    own = sum(math.log(_row_score(evaluate, b.policy, b)) for b in rows)
-    return best[1], (best[0] - own) / len(rows)
 
 
 def range_label(b: Bucket) -> str:
@@ -409,34 +360,15 @@ def sidecar(
 
 
 def engine_shape(
-    rows: Sequence[Bucket],
-    p: TreePolicy,
-    evaluate: Evaluate | None,
-    engine: str,
-    *,
-    cap_by_first: bool = False,
-    shapes: Sequence[tuple[int, int]] | None = None,
+    rows: Sequence[Bucket], p: TreePolicy, engine: str
 ) -> tuple[EngineShape, list[str]]:
-    """One global tree shape and a depth per batch range, fitted with the objective when there
-    is one (among `shapes` when given), else the smallest-batch policy's shape; plus notes on
-    what that gives up."""
-    notes: list[str] = []
-    if evaluate is not None:
-        shape, loss = fit_engine_shape(rows, evaluate, cap_by_first=cap_by_first, shapes=shapes)
-        kind = "chains" if shape.topk == 1 else f"top-k {shape.topk}, {shape.budget} tree tokens"
-        notes.append(
-            f"{engine} varies only the draft depth with the batch size: fitted one shape for "
-            f"all batch sizes ({kind}; depths "
-            + ", ".join(f"{range_label(b)}: {d}" for b, d in zip(rows, shape.depths, strict=True))
-            + f") among the buckets' own shapes and chains; predicted tokens/s "
-            f"{100 * (math.exp(loss) - 1):+.1f}% vs the per-bucket plan (geometric mean)"
-        )
-        # the fitted shape replaces the smallest-batch one: keep only the prune/graft notes
-        notes += [n for n in shape_notes(rows, p, engine) if "one top-k" not in n]
-    else:
-        depths = [0 if b.policy is None else b.policy.depth for b in rows]
-        shape = EngineShape(p.topk, p.budget, tuple(depths))
-        notes += shape_notes(rows, p, engine)
+    """The one global tree shape (`p`'s top-k and tree tokens) and each range's draft depth as
+    the table writes it, for engines that vary only the draft depth with the batch size; plus
+    notes on what that gives up where the table's buckets want other shapes (a table not
+    planned for the engine; planner.engine_plan.fit_table chooses by the objective)."""
+    depths = [0 if b.policy is None else b.policy.depth for b in rows]
+    shape = EngineShape(p.topk, p.budget, tuple(depths))
+    notes = shape_notes(rows, p, engine)
     if any(b.policy is not None and b.policy.builder == "static" for b in rows):
         notes.append(
             f"{engine} grows EAGLE-2 dynamic top-k trees; static-builder buckets are "

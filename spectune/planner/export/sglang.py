@@ -14,17 +14,14 @@ a batch into the next range.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spectune.planner.export.base import (
     HERE,
-    Evaluate,
     Export,
     ModelPaths,
     batch_plan,
-    fit_engine_shape,
     header,
     launch_script,
     max_batch,
@@ -118,43 +115,19 @@ def adaptive_routing(rows: Sequence[Bucket], graphs: Sequence[int]) -> list[tupl
 
 
 def _choose(
-    rows: Sequence[Bucket],
-    policies: Sequence[TreePolicy | None],
-    evaluate: Evaluate | None,
-    notes: list[str],
+    rows: Sequence[Bucket], policies: Sequence[TreePolicy | None], notes: list[str]
 ) -> tuple[TreePolicy | None, list[int] | None]:
-    """One static policy for every batch (second item None), or chains with a draft length per
-    range (first item the chain of the largest length)."""
+    """What SGLang runs for the table as written: one static policy for every batch (second
+    item None), or chains with a draft length per range (first item the chain of the largest
+    length). A table whose trees vary with the batch size (not planned for SGLang, and no
+    objective to fit it with, planner.engine_plan.fit_table) runs its recorded best chains, or
+    else the first tree for every batch, and a note says so."""
     on = [p for p in policies if p is not None]
     if len(set(policies)) == 1:
         return on[0], None
     if all(p.topk == 1 for p in on):
         depths = [0 if p is None else p.depth for p in policies]
         return TreePolicy("dynamic-topk", max(depths), 1, max(depths) + 1), depths
-    # trees that vary with the batch size: SGLang cannot run them (adaptive needs top-k 1)
-    if evaluate is not None:
-        chains, loss_c = fit_engine_shape(rows, evaluate, shapes=[(1, 0)])
-        best: tuple[float, TreePolicy | None, list[int]] = (loss_c, None, list(chains.depths))
-        for p in dict.fromkeys(on):
-            loss_p = _static_loss(rows, p, evaluate)
-            if loss_p > best[0]:
-                best = (loss_p, p, [])
-        loss, static, depths = best
-        if static is None:
-            kind = "chains with a draft length per range (" + ", ".join(
-                f"{range_label(b)}: {d}" for b, d in zip(rows, depths, strict=True)
-            )
-        else:
-            kind = f"one static setting for every batch ({static.label}"
-        notes.append(
-            "sglang runs a per-batch schedule only with top-k 1, and the plan varies trees with "
-            f"the batch size: fitted {kind}); predicted tokens/s "
-            f"{100 * (math.exp(loss) - 1):+.1f}% vs the per-bucket plan (geometric mean)"
-        )
-        if static is not None:
-            return static, None
-        top = max(depths)
-        return (TreePolicy("dynamic-topk", top, 1, top + 1) if top else None), depths
     if all(b.chain is not None for b in rows):
         depths = [
             0 if p is None else p.depth if p.topk == 1 else _chain_len(b)
@@ -179,28 +152,19 @@ def _chain_len(b: Bucket) -> int:
     return b.chain.draft_tokens
 
 
-def _static_loss(rows: Sequence[Bucket], p: TreePolicy, evaluate: Evaluate) -> float:
-    """Mean log-ratio of tokens/s of `p` at every batch range to the plan's own policies."""
-    total = 0.0
-    for b in rows:
-        ctx = (b.context[0] + b.context[1] + 1) // 2
-        for x in sorted({b.batch[0], b.batch[1]}):
-            total += math.log(max(evaluate(p, x, ctx), 1e-300))
-            total -= math.log(max(evaluate(b.policy, x, ctx), 1e-300))
-    return total / (2 * len(rows))
-
-
 def export_sglang(
     table: PolicyTable,
     *,
     context: int | None = None,
-    evaluate: Evaluate | None = None,
+    notes: Sequence[str] = (),
     profile: EngineProfile | str = "sglang",
     model_path: str | None = None,
     draft_model_path: str | None = None,
 ) -> Export:
+    """`notes`: what was given up before (export_policy's fit), first in the list."""
     prof = load_engine(profile)
-    rows, notes = batch_plan(table, context)
+    rows, more = batch_plan(table, context)
+    notes = [*notes, *more]
     paths = model_paths(table, model_path, draft_model_path)
     check_engine_drafter(paths.drafter_kind, prof)
     m = max_batch(rows)
@@ -215,7 +179,7 @@ def export_sglang(
                 "sglang grows EAGLE-2 dynamic top-k trees; static-builder buckets are "
                 "approximated by top-k and tree tokens"
             )
-    static, depths = (None, None) if first is None else _choose(rows, policies, evaluate, notes)
+    static, depths = (None, None) if first is None else _choose(rows, policies, notes)
     graph_max = min(m, prof.cuda_graph_max_batch) if prof.cuda_graph_max_batch else m
     argv = ["python", "-m", "sglang.launch_server", "--model-path", paths.target]
     argv += ["--tp-size", str(table.tp), "--max-running-requests", str(m)]

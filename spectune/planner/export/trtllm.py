@@ -20,7 +20,6 @@ from typing import Any
 
 from spectune.planner.export.base import (
     HERE,
-    Evaluate,
     Export,
     TreeShaper,
     batch_plan,
@@ -121,13 +120,15 @@ def export_trtllm(
     context: int | None = None,
     static_tree: bool | None = None,
     shaper: TreeShaper | None = None,
-    evaluate: Evaluate | None = None,
+    notes: Sequence[str] = (),
     profile: EngineProfile | str = "trtllm",
     model_path: str | None = None,
     draft_model_path: str | None = None,
 ) -> Export:
+    """`notes`: what was given up before (export_policy's fit), first in the list."""
     prof = load_engine(profile)
-    rows, notes = batch_plan(table, context)
+    rows, more = batch_plan(table, context)
+    notes = [*notes, *more]
     paths = model_paths(table, model_path, draft_model_path)
     check_engine_drafter(paths.drafter_kind, prof)
     m = max_batch(rows)
@@ -136,9 +137,7 @@ def export_trtllm(
     argv = ["trtllm-serve", paths.target, "--backend", "pytorch", "--tp_size", str(table.tp)]
     argv += ["--max_batch_size", str(m), "--extra_llm_api_options", f"{HERE}/{YAML_FILE}"]
     doc: dict[str, Any] = {"tensor_parallel_size": table.tp, "max_batch_size": m}
-    cfg = _spec_config(
-        rows, prof, paths.drafter, paths.drafter_kind, m, notes, static_tree, shaper, evaluate
-    )
+    cfg = _spec_config(rows, prof, paths.drafter, paths.drafter_kind, m, notes, static_tree, shaper)
     if cfg is not None:
         check_trtllm(cfg, prof)
         doc["speculative_config"] = cfg
@@ -156,7 +155,6 @@ def _spec_config(
     notes: list[str],
     static_tree: bool | None,
     shaper: TreeShaper | None,
-    evaluate: Evaluate | None,
 ) -> dict[str, Any] | None:
     p = next((b.policy for b in rows if b.policy is not None), None)
     if p is None:
@@ -174,10 +172,7 @@ def _spec_config(
     if use_static and shaper is None:
         notes.append("no tree shaper available for eagle_choices: exported a dynamic tree")
         use_static = False
-    shapes = [(1, 0)] if not prof.trees else None
-    shape, shape_notes_ = engine_shape(
-        rows, p, None if use_static else evaluate, "trtllm", cap_by_first=True, shapes=shapes
-    )
+    shape, shape_notes_ = engine_shape(rows, p, "trtllm")
     notes += shape_notes_
     if not prof.trees and shape.topk > 1:
         raise SpecError(

@@ -30,6 +30,7 @@ from spectune.planner.export.base import (
     tree_choices,
 )
 from spectune.planner.space import check_engine_drafter
+from spectune.planner.tokens_per_s import SERVED
 from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import Bucket, PolicyTable
@@ -90,7 +91,7 @@ def chain_lengths(rows: Sequence[Bucket], notes: list[str]) -> list[int]:
                 loss = 1 - b.chain.tokens_per_s / b.predicted.tokens_per_s
                 losses.append(
                     f"{range_label(b)}: {b.predicted.tokens_per_s:.0f} -> "
-                    f"{b.chain.tokens_per_s:.0f} tok/s ({-100 * loss:+.1f}%)"
+                    f"{b.chain.tokens_per_s:.0f} {SERVED.label} ({-100 * loss:+.1f}%)"
                 )
         else:
             raise SpecError(
@@ -112,14 +113,17 @@ def export_vllm(
     *,
     context: int | None = None,
     tree: bool = False,
+    notes: Sequence[str] = (),
     shaper: TreeShaper | None = None,
     profile: EngineProfile | str | None = None,
     model_path: str | None = None,
     draft_model_path: str | None = None,
 ) -> Export:
-    """`tree` selects the vllm-0.11 profile (speculative_token_tree) when no profile is given."""
+    """`tree` selects the vllm-0.11 profile (speculative_token_tree) when no profile is given;
+    `notes`: what was given up before (export_policy's fit), first in the list."""
     prof = load_engine(profile or ("vllm-0.11" if tree else "vllm"))
-    rows, notes = batch_plan(table, context)
+    rows, more = batch_plan(table, context)
+    notes = [*notes, *more]
     paths = model_paths(table, model_path, draft_model_path)
     check_engine_drafter(paths.drafter_kind, prof)
     m = max_batch(rows)

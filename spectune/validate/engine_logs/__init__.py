@@ -10,6 +10,7 @@ its format is taken from:
     vllm_prometheus  vLLM /metrics text: spec-decode counters
     sglang_bench     sglang.bench_serving, bench_one_batch, bench_one_batch_server JSONL
     vllm_bench       vllm bench serve JSON, vllm bench latency JSON
+    aggregate        one observation per configuration and batch size of a long stream
 
 Everything streams: text files line by line through a bounded buffer (base.iter_lines), JSON
 results one line (JSONL) or one document at a time, at most `base.JSON_DOC_BYTES` each. Errors
