@@ -370,3 +370,28 @@ def test_simulator_steps_average_to_the_planner_value() -> None:
     rng = np.random.default_rng(0)
     tokens = np.concatenate([sample_step(pol, model, rng, 256)[0] for _ in range(20)])
     assert tokens.mean() == pytest.approx(expected_tokens_for_policy(pol, model), rel=0.04)
+
+
+def test_policy_file_keeps_rule_and_delay_and_old_files_unchanged(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from spectune.specs.policy import Bucket, PolicyTable
+
+    pols = (
+        TreePolicy("delayed", 6, 4, 24, delay=2, verify="traversal"),
+        TreePolicy("dynamic-topk", 5, 4, 8),
+    )
+    table = PolicyTable(
+        target="llama-3.1-8b",
+        drafter="eagle3-llama-3.1-8b",
+        hardware="h100-sxm",
+        workload="mt-bench-t1",
+        buckets=(Bucket((1, 1), (0, 8192), pols[0]), Bucket((2, 8), (0, 8192), pols[1])),
+    )
+    d = table.to_dict()
+    assert d["buckets"][0]["policy"]["verify"] == "traversal"
+    assert d["buckets"][0]["policy"]["delay"] == 2
+    assert "verify" not in d["buckets"][1]["policy"] and "delay" not in d["buckets"][1]["policy"]
+    path = Path(str(tmp_path)) / "p.json"
+    table.save(path)
+    assert tuple(b.policy for b in PolicyTable.load(path).buckets) == pols

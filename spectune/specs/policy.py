@@ -411,11 +411,16 @@ class PolicyTable:
 
 
 def _policy_dict(policy: TreePolicy) -> dict[str, Any]:
-    """A policy's fields for the policy file; 'chain' only when hierarchical (files of
-    non-hierarchical plans read the same as before the field existed)."""
+    """A policy's fields for the policy file; 'chain' only when hierarchical, 'verify' only
+    for a rule other than 'token', 'delay' only for the delayed builder (files of plans that
+    use none of them read the same as before the fields existed)."""
     d = asdict(policy)
     if not policy.chain:
         del d["chain"]
+    if policy.verify == "token":
+        del d["verify"]
+    if policy.builder != "delayed":
+        del d["delay"]
     return d
 
 
