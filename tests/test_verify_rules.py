@@ -395,3 +395,25 @@ def test_policy_file_keeps_rule_and_delay_and_old_files_unchanged(tmp_path: obje
     path = Path(str(tmp_path)) / "p.json"
     table.save(path)
     assert tuple(b.policy for b in PolicyTable.load(path).buckets) == pols
+
+
+def test_verify_rule_refuses_malformed_inputs() -> None:
+    tok = torch.zeros(3, dtype=torch.int64)
+    par = torch.tensor([-1, 0, 0], dtype=torch.int32)
+    qo = torch.tensor([0, 3], dtype=torch.int32)
+    p = torch.full((3, 4), 0.25)
+    with pytest.raises(ValueError, match="float32"):
+        verify_rule("token", tok, par, qo, p.double(), p.double(), 0)
+    with pytest.raises(ValueError, match="one shape"):
+        verify_rule("token", tok, par, qo, p, p[:, :2].contiguous(), 0)
+    with pytest.raises(ValueError, match="one entry per probability row"):
+        verify_rule("token", tok[:2], par[:2], qo, p, p, 0)
+    with pytest.raises(ValueError, match="unknown verification rule"):
+        verify_rule("nope", tok, par, qo, p, p, 0)
+    with pytest.raises(SpecError, match="verification rule"):
+        simulate_rule(
+            "nope",
+            DraftTree.chain(2),
+            world(DraftTree.chain(2), 4, np.random.default_rng(0), True),
+            np.random.default_rng(0),
+        )
