@@ -5,7 +5,10 @@ bf16), batch {1, 8, 32} x context {4096, 32768} x tree tokens {16, 64}, against 
 with a boolean mask (GQA heads packed into query rows), SDPA with enable_gqa, FlexAttention with
 a block mask (torch.compile), and unmasked flash attention of the same size (packed rows, no
 mask: a lower bound for any masked path). Plus greedy verification (batch 64 x 64 nodes), the
-fused sampler over a 128k vocabulary and KV compaction over 32 layers.
+fused sampler over a 128k vocabulary and KV compaction over 32 layers, and the verification
+rules (kernels.verify.verify_rule: token-level recursive rejection, Traversal Verification,
+SpecTr) on 64 trees x 64 nodes over probability rows of V = 1024 and 8192 (float32; floor: the
+target and draft rows read once, 2 * 64 * 64 * V * 4 bytes / copy bandwidth).
 
 Roofline per attention shape: KV bytes = 2 * B * (ctx + N) * 8 * 128 * 2; time floor = KV bytes /
 measured copy bandwidth (a 2 GiB device-to-device copy, read + write bytes counted).
@@ -18,6 +21,7 @@ small shapes, and the wrapper's CPU cost per call (`ours_host_us`).
 
     PYTHONPATH=. python benchmarks/bench_kernels.py --out $OUT/kernels.json   # on the GPU
     TRITON_INTERPRET=1 python benchmarks/bench_kernels.py --smoke   # CPU interpreter, tiny shapes
+    PYTHONPATH=. python benchmarks/bench_kernels.py --rules-only --out $OUT/rules.json  # rules only
 
 The last line printed is the JSON document.
 """
@@ -46,6 +50,7 @@ from spectune.kernels import (
     reference_tree_attention,
     sample_target,
     tree_attention,
+    verify_rule,
     walk_tree,
 )
 from spectune.kernels.tree_attention_reference import TreeAttentionInputs, tree_mask_bool
@@ -417,6 +422,68 @@ def bench_verify(copy_bw: float) -> dict[str, Any]:
     return out
 
 
+RULES = ("token", "traversal", "spectr")
+
+
+def rule_inputs(vocab: int, device: str, seed: int = 1) -> tuple[Any, ...]:
+    """64 random trees of 64 nodes with softmax target and draft rows [64 * 64, vocab] float32."""
+    inp = make_verify_inputs([64] * 64, vocab=vocab, device=device, seed=seed)
+    g = torch.Generator(device=device).manual_seed(seed)
+    total = inp.tokens.numel()
+    p = torch.softmax(torch.randn(total, vocab, generator=g, device=device) * 2, -1)
+    q = torch.softmax(torch.randn(total, vocab, generator=g, device=device) * 2, -1)
+    return inp.tokens, inp.parents, inp.qo_indptr, p.contiguous(), q.contiguous()
+
+
+def bench_rules(copy_bw: float) -> list[dict[str, Any]]:
+    rows = []
+    for vocab in (1024, 8192):
+        tok, par, qo, p, q = rule_inputs(vocab, "cuda")
+        floor_us = 2 * p.numel() * 4 / copy_bw * 1e6
+        for rule in RULES:
+            for bb in (1, 2, 4) if vocab <= 1024 else (1, 2):
+                fn = partial(verify_rule, rule, tok, par, qo, p, q, 7, block_b=bb)
+                try:
+                    acc, _ = fn()
+                    torch.cuda.synchronize()
+                except Exception as exc:  # a kernel that fails to build: report and go on
+                    log(f"  {rule} V={vocab} block_b={bb} failed: {type(exc).__name__}: {exc}")
+                    rows.append({"rule": rule, "vocab": vocab, "block_b": bb, "error": str(exc)})
+                    continue
+                row = {
+                    "rule": rule,
+                    "vocab": vocab,
+                    "block_b": bb,
+                    "floor_us": floor_us,
+                    "gpu_us": gpu_us(fn),
+                    "event_us": bench_us(fn),
+                    "mean_accepted_node": float(acc.float().mean()),
+                }
+                rows.append(row)
+                log(f"  {row}")
+    return rows
+
+
+def rules_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "verification rules, 64 trees x 64 nodes (best block_b)",
+        "rule       V      gpu_us  event_us  floor_us",
+    ]
+    for rule in RULES:
+        for vocab in (1024, 8192):
+            mine = [
+                r for r in rows if r["rule"] == rule and r["vocab"] == vocab and "error" not in r
+            ]
+            if not mine:
+                continue
+            g = min((r["gpu_us"] for r in mine if r["gpu_us"] is not None), default=float("nan"))
+            e = min(r["event_us"] for r in mine)
+            lines.append(
+                f"{rule:<10} {vocab:>5}  {g:>8.1f}  {e:>8.1f}  {mine[0]['floor_us']:>8.1f}"
+            )
+    return "\n".join(lines)
+
+
 def bench_compact(copy_bw: float) -> dict[str, Any]:
     log("kv compaction: 32 layers, B=64, N=64, ctx 1024")
     inp = make_compact_inputs(
@@ -473,6 +540,9 @@ def smoke() -> None:
     )
     ci = make_compact_inputs([3], [9])
     compact_kv(*ci.args())
+    tok, par, qo, p, q = rule_inputs(16, "cpu")
+    for rule in RULES:
+        print(rule, verify_rule(rule, tok, par, qo, p, q, 7)[0][:8].tolist())
     print(table([], "cpu", 1.0))
 
 
@@ -481,6 +551,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the full JSON here")
     ap.add_argument("--smoke", action="store_true", help="tiny CPU run (interpreter)")
     ap.add_argument("--quick", action="store_true", help="two attention shapes only")
+    ap.add_argument("--rules-only", action="store_true", help="only the verification rules")
     ap.add_argument(
         "--flex-budget-s",
         type=float,
@@ -527,13 +598,23 @@ def main() -> None:
             with open(args.out, "w") as fh:
                 json.dump(doc, fh, indent=1)
 
+    doc["rules"] = bench_rules(copy_bw)
+    if args.rules_only:
+        doc["elapsed_s"] = time.time() - T0
+        if args.out:
+            os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+            with open(args.out, "w") as fh:
+                json.dump(doc, fh, indent=1)
+        print(rules_table(doc["rules"]))
+        print(json.dumps({k: doc[k] for k in ("device", "card", "copy_bytes_per_s", "elapsed_s")}))
+        return
     doc["attention"] = bench_attention(
         copy_bw, shapes, args.flex_budget_s, args.attention_budget_s, save
     )
     doc["verify"] = bench_verify(copy_bw)
     doc["compact"] = bench_compact(copy_bw)
     doc["elapsed_s"] = time.time() - T0
-    text = table(doc["attention"], card, copy_bw)
+    text = table(doc["attention"], card, copy_bw) + "\n" + rules_table(doc["rules"])
     v = doc["verify"]
     walk = {k: x for k, x in v.items() if k.startswith("walk_block") and k.endswith("_us")}
     walk_gpu = min(x for k, x in walk.items() if x is not None and "event" not in k)

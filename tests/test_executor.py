@@ -350,3 +350,89 @@ def test_gpu_small_session_graphs() -> None:
     )
     assert recs[0]["tokens_per_step"] >= 1.0
     assert s.verify_time(2, 4, 128, reps=3) > 0
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        TreePolicy("delayed", 4, 3, 32, delay=2),
+        TreePolicy("delayed", 4, 3, 7, delay=1),
+        TreePolicy("delayed", 3, 2, 7, delay=0, verify="traversal"),
+    ],
+    ids=lambda p: p.label,
+)
+def test_delayed_source_verifies_the_planner_shape(policy: TreePolicy) -> None:
+    """The executor's delayed source lays out planner.trees.delayed's shape, its rollouts
+    attend only the chain and themselves, and the spec loop runs it."""
+    from spectune.planner.trees.delayed import delayed_parents
+
+    r = _runner(policy=policy, batch=2, use_kernels=False)
+    want = delayed_parents(policy.depth, policy.topk, policy.delay, policy.budget)
+    for _ in range(2):
+        for f in (r.draft, r.build, r.verify, r.accept, r.compact, r.extend):
+            f()
+        np.testing.assert_array_equal(r.tree.parents[0].numpy(), want)
+        assert (r.acceptor.num_acc <= policy.depth).all()
+    tree = DraftTree.from_parents(want)
+    np.testing.assert_array_equal(r.tree.mask[0].numpy(), tree.ancestor_matrix)
+    sm = r.source.slot_mask[0]
+    chain = min(policy.delay, policy.budget - 1)
+    assert sm[: chain + 1, : chain + 1].equal(torch.ones(chain + 1, chain + 1).tril().bool())
+    if policy.topk > 1 and sm.shape[0] > chain + 2:
+        assert not sm[chain + 2, chain + 1]  # rollout 1 does not see rollout 0
+
+
+@pytest.mark.parametrize("rule", ["token", "traversal", "greedy"])
+def test_accept_by_rule_returns_a_root_path(rule: str) -> None:
+    """executor.accept.accept_by_rule on a source's trees with one-hot draft rows (top-k
+    drafts): the path is a root path, its length the accepted count, the bonus in vocabulary."""
+    from spectune.executor.accept import accept_by_rule
+
+    r = _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6), batch=4, use_kernels=False)
+    r.draft()
+    r.build()
+    t = r.tree
+    b, n = t.parents.shape
+    vocab = 8
+    local = t.tokens % vocab
+    tree = type(t)(t.parents, local, t.depth, t.accept, t.lo, t.mask)
+    g = torch.Generator().manual_seed(0)
+    p = torch.rand((b, n, vocab), generator=g)
+    p = p / p.sum(-1, keepdim=True)
+    q = torch.nn.functional.one_hot(local, vocab).float()
+    num, path, bonus = accept_by_rule(rule, tree, p, q, seed=3, max_depth=3)
+    assert ((bonus >= 0) & (bonus < vocab)).all()
+    for i in range(b):
+        k = int(num[i])
+        assert int(path[i, 0]) == 0
+        for j in range(1, k + 1):
+            assert int(t.parents[i, path[i, j]]) == int(path[i, j - 1])
+
+
+def test_traversal_in_the_loop_accepts_as_the_walk() -> None:
+    """With top-k drafts (one-hot draft rows) Traversal Verification accepts like the walk:
+    the loop's traversal path (rule kernel under the interpreter) gives the mean accepted
+    length of the same synthetic trees verified by the walk."""
+    from spectune.executor.accept import accept_by_rule, synthetic_rows
+
+    pytest.importorskip("triton")
+    r = _runner(policy=TreePolicy("dynamic-topk", 3, 3, 10), batch=256, use_kernels=False)
+    r.draft()
+    r.build()
+    t = r.tree
+    tokens, p, q = synthetic_rows(t)
+    assert torch.allclose(p.sum(-1), torch.ones(p.shape[:2]), atol=1e-5)
+    local = type(t)(t.parents, tokens, t.depth, t.accept, t.lo, t.mask)
+    walk, trav = 0.0, 0.0
+    for s in range(8):
+        target = draw_target_tokens(t.parents, t.tokens, t.accept, t.lo, TARGET.vocab - 1)
+        walk += float(
+            greedy_accept(t.parents, t.tokens, t.depth, t.mask, target, 3)[0].double().mean()
+        )
+        trav += float(accept_by_rule("traversal", local, p, q, s, 3)[0].double().mean())
+    assert abs(walk - trav) / 8 < 0.08
+    r2 = _runner(policy=TreePolicy("dynamic-topk", 3, 2, 6, verify="traversal"), batch=2)
+    assert r2.acceptor.rule == "traversal" and r2.acceptor.use_kernels
+    for f in (r2.draft, r2.build, r2.verify, r2.accept, r2.compact, r2.extend):
+        f()
+    assert (r2.acceptor.num_acc <= 3).all()

@@ -44,7 +44,12 @@ from spectune.planner.buckets import (
 from spectune.planner.engine_plan import engine_plan
 from spectune.planner.objective import ClosedFormObjective
 from spectune.planner.search import BucketResult, Scorer, SearchSettings, choose, search
-from spectune.planner.space import check_engine_drafter, engine_default, engine_space
+from spectune.planner.space import (
+    PolicySpace,
+    check_engine_drafter,
+    engine_default,
+    engine_space,
+)
 from spectune.planner.studies import (
     ATTR_SETUP,
     make_storage,
@@ -236,11 +241,12 @@ def _redact(url: str | None) -> str:
 def _settings(args: argparse.Namespace, scenario: Scenario) -> SearchSettings:
     """The search settings the flags name, within what the scenario's engine runs."""
     profile = engine_option(scenario.engine)
+    resolved = scenario.resolve()
     if profile.engine != "spectune":
-        resolved = scenario.resolve()
         check_engine_drafter(drafter_kind(resolved.drafter), profile)
+    base = PolicySpace().at_temperature(resolved.workload.temperature)  # rules, delayed at T > 0
     return SearchSettings(
-        space=engine_space(profile),
+        space=engine_space(profile, base),
         engine=scenario.engine,
         trials=args.trials,
         seed=args.seed,

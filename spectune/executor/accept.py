@@ -7,6 +7,14 @@ compact  the accepted path's K/V (tree node path[b, j] at context + path[b, j]) 
          contiguous positions context + j, in every layer at once, by spectune.kernels'
          compact_kv or the torch `compact_kv`.
 Both are fixed-shape device work (one CUDA graph each); the next step's root token is the bonus.
+
+`accept_by_rule` verifies the same [B, N] trees by a rule of specs.tree.VERIFY_RULES from the
+target's and drafter's probability rows (spectune.kernels' verify_rule: token-level recursive
+rejection, Traversal Verification, SpecTr, greedy) and returns what PathAcceptor keeps. In the
+spec loop a policy with verify='traversal' runs it on `synthetic_rows` (the synthetic
+acceptances as distributions over N + 1 local tokens, one-hot top-k drafts); the other rules run
+the walk ('token' is the walk; greedy and spectr need the real target and draft rows, which
+random weights do not give: the walk's timing and acceptance stand in).
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import torch
 from spectune.executor.model import KVCache
 from spectune.executor.tree_build import TreeBatch
 from spectune.kernels.kv_compact import compact_kv as kernel_compact_kv
-from spectune.kernels.verify import walk_tree
+from spectune.kernels.verify import verify_rule, walk_tree
 
 
 def greedy_accept(
@@ -45,6 +53,65 @@ def greedy_accept(
     path.scatter_(1, dest, torch.arange(n, device=parents.device).expand(b, n))
     bonus = torch.gather(target, 1, best[:, None])[:, 0]
     return num, path[:, : max_depth + 1], bonus
+
+
+def accept_by_rule(
+    rule: str,
+    tree: TreeBatch,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    seed: int,
+    max_depth: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(accepted draft tokens int64[B], path int64[B, max_depth+1] root first, padded with the
+    last accepted node, bonus token int64[B]) of one verification by `rule`.
+
+    target_probs: float32[B, N, V] the target's distribution after each node; draft_probs:
+    float32[B, N, V] the distribution each node's token was drawn from (one-hot rows for top-k
+    drafts); tree: parents, tokens, depth int64[B, N] (local tokens < V)."""
+    b, n = tree.parents.shape
+    v = target_probs.shape[-1]
+    dev = tree.parents.device
+    qo = torch.arange(b + 1, dtype=torch.int32, device=dev) * n
+    acc, bonus = verify_rule(
+        rule,
+        tree.tokens.reshape(-1).contiguous(),
+        tree.parents.to(torch.int32).reshape(-1).contiguous(),
+        qo,
+        target_probs.reshape(b * n, v).float().contiguous(),
+        draft_probs.reshape(b * n, v).float().contiguous(),
+        seed,
+    )
+    last = acc.long()
+    num = torch.gather(tree.depth, 1, last[:, None])[:, 0]
+    # the path, deepest first: max_depth parent gathers, then placed by depth
+    path = last[:, None].expand(b, max_depth + 1).clone()
+    cur = last
+    for _ in range(max_depth + 1):
+        d = torch.gather(tree.depth, 1, cur[:, None])[:, 0]
+        path.scatter_(1, d[:, None], cur[:, None])
+        cur = torch.gather(tree.parents, 1, cur[:, None])[:, 0].clamp(min=0)
+    on = torch.arange(max_depth + 1, device=dev)[None, :] <= num[:, None]
+    path = torch.where(on, path, last[:, None])
+    return num, path, bonus
+
+
+def synthetic_rows(tree: TreeBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(tokens int64[B, N], target rows float32[B, N, N + 1], draft rows float32[B, N, N + 1])
+    of the synthetic acceptances: node j is local token j; the target's row after node i puts
+    accept[j] on each child j of i and the rest on token N (no child matches); each node's draft
+    row is one-hot at its own token (top-k drafts). The target-only walk on these rows accepts
+    as draw_target_tokens does."""
+    b, n = tree.parents.shape
+    dev = tree.parents.device
+    j = torch.arange(n, device=dev)
+    p = torch.zeros((b, n * (n + 1)), dtype=torch.float32, device=dev)
+    idx = tree.parents.clamp(min=0) * (n + 1) + j
+    p.scatter_add_(1, idx, torch.where(j > 0, tree.accept.float(), 0.0))
+    p = p.view(b, n, n + 1)
+    p[..., n] = (1.0 - p[..., :n].sum(-1)).clamp(min=0.0)
+    q = torch.nn.functional.one_hot(j, n + 1).float().expand(b, n, n + 1).contiguous()
+    return j.expand(b, n).contiguous(), p, q
 
 
 def compact_kv(cache: KVCache, batch: int, context: int, path: torch.Tensor) -> None:
@@ -95,7 +162,9 @@ class PathAcceptor:
         context: int,
         depth: int,
         use_kernels: bool,
+        rule: str = "token",
     ):
+        self.rule = rule
         self.tree, self.target_tok, self.root_token = tree, target_tok, root_token
         self.cache, self.context, self.depth = cache, context, depth
         b, n = tree.tokens.shape
@@ -114,6 +183,18 @@ class PathAcceptor:
 
     def accept(self) -> None:
         t, b, d = self.tree, self.batch, self.depth
+        if self.rule == "traversal" and self.use_kernels:
+            tokens, p, q = synthetic_rows(t)
+            local = TreeBatch(t.parents, tokens, t.depth, t.accept, t.lo, t.mask)
+            num, path, _ = accept_by_rule("traversal", local, p, q, 7, d)
+            last = torch.gather(path, 1, num[:, None])
+            self.num_acc.copy_(num)
+            self.path.copy_(path)
+            # the bonus: the target token after the last accepted node (it matches no child)
+            self.root_token.copy_(torch.gather(self.target_tok, 1, last)[:, 0])
+            self.path32.copy_(path)
+            self.num_acc32.copy_(num)
+            return
         if self.walk:
             n = self.nodes
             qo = torch.arange(b + 1, dtype=torch.int32, device=self.root_token.device) * n

@@ -140,7 +140,7 @@ class SpecRunner:
         self.verifier.draws = self.draws
         self.acceptor = PathAcceptor(
             self.source.tree, self.verifier.target_tok, self.root.token, target_cache,
-            context, self.max_depth, use_kernels,
+            context, self.max_depth, use_kernels, rule=policy.verify,
         )  # fmt: skip
         self.graphs = PhaseGraphs(
             [self.draft, self.build, self.verify, self.accept, self.compact, self.extend],

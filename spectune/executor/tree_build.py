@@ -227,3 +227,34 @@ def reference_select_tree(
             out[1, i, t] = pool_token[i, j]
             out[2, i, t] = pool_level[j]
     return out[0], out[1], out[2]
+
+
+def delayed_tree(
+    full_token: torch.Tensor,
+    full_accept: torch.Tensor,
+    full_lo: torch.Tensor,
+    layout: tuple[np.ndarray, np.ndarray],
+) -> TreeBatch:
+    """The delayed policy's trees (planner.trees.delayed) from a drafted level-major layout.
+
+    full_token int64[B, F], full_accept / full_lo float32[B, F]: the root, the chain, then topk
+    slots per rollout level, as the drafter filled them (F = 1 + delay + topk * (depth - delay));
+    layout: planner.trees.delayed.delayed_layout (parents int32[N], full_index int64[N]).
+    Gathers the N kept slots (a budget cut drops the tips of the last rollouts)."""
+    parents_np, full_np = layout
+    dev = full_token.device
+    b = full_token.shape[0]
+    idx = torch.as_tensor(full_np, device=dev).expand(b, -1)
+    parents = torch.as_tensor(parents_np.astype(np.int64), device=dev).expand(b, -1).contiguous()
+    depth_np = np.zeros(parents_np.size, dtype=np.int64)
+    for i in range(1, parents_np.size):  # host, once per policy shape (N <= budget)
+        depth_np[i] = depth_np[parents_np[i]] + 1
+    depth = torch.as_tensor(depth_np, device=dev).expand(b, -1).contiguous()
+    return TreeBatch(
+        parents,
+        torch.gather(full_token, 1, idx),
+        depth,
+        torch.gather(full_accept, 1, idx),
+        torch.gather(full_lo, 1, idx),
+        ancestor_mask(parents, int(depth_np.max(initial=0))),
+    )

@@ -4,7 +4,8 @@ a plain torch `reference_*` and a seeded `make_*inputs`. Needs the `gpu` extra (
 Modules: tree_attention (+ _config: launch and split choice, _plan: plan once per shape / run
 per step, _reference), ragged_plan (tree attention over packed pruned trees, per token bucket),
 span_attention (+ _reference: few queries over a prefix plus a masked key span, the drafter's
-attention), verify (greedy / stochastic tree walk), sampling (fused argmax / Gumbel-max),
+attention), verify (greedy / stochastic tree walk; verify_rule: token-level recursive rejection,
+Traversal Verification, SpecTr on probability rows), sampling (fused argmax / Gumbel-max),
 kv_compact, fused_moe, gemm (split-K weight GEMMs and their per-shape plan), elementwise
 (add + RMSNorm, silu * up), rope (RoPE, fused with the K/V store), timing (CUDA-event timers).
 
@@ -75,6 +76,7 @@ from spectune.kernels.verify import (
     make_verify_inputs,
     reference_walk_tree,
     verify_greedy,
+    verify_rule,
     verify_stochastic,
     walk_tree,
 )
@@ -128,6 +130,7 @@ __all__ = [
     "tree_attention",
     "tune_tree_attention",
     "verify_greedy",
+    "verify_rule",
     "verify_stochastic",
     "walk_tree",
 ]

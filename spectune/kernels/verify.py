@@ -1,6 +1,7 @@
 """Tree verification: which draft path the target accepts, and the bonus token.
 
-Both rules are one walk down the tree with one target token per node:
+The greedy and target-only rules are one walk down the tree with one target token per node
+(the rules of specs.tree.VERIFY_RULES on probability rows are `verify_rule`, below):
 - greedy: the target token of node i is argmax(logits[i]);
 - stochastic (lossless, target-only rule for deterministic top-k drafts): the target token of
   node i is one sample from softmax(logits[i] / T). From the root, move to the child whose token
@@ -42,7 +43,9 @@ __all__ = [
     "reference_sample_target",
     "reference_walk_tree",
     "sample_target",
+    "tree_links",
     "verify_greedy",
+    "verify_rule",
     "verify_stochastic",
     "walk_tree",
 ]
@@ -273,3 +276,314 @@ def make_verify_inputs(
         target_tokens=lg.float().argmax(1),
         packed=packed,
     )
+
+
+# ---- verification rules on probability rows (specs.tree.VERIFY_RULES) --------------------------
+# Inputs shared by the rule kernels, for B trees packed by qo_indptr (local node indices):
+#   TOK int64[total_q], PAR / FC / NS int32[total_q]: token, parent, first child, next sibling
+#   P float32[total_q, V]: the target's distribution after each node
+#   Q float32[total_q, V]: the distribution each node's token was drawn from (one-hot for top-k
+#     drafts; the parent's draft row for i.i.d. drafts); root row unused
+# Outputs: ACC int32[B] (local accepted node), BONUS int64[B]. Each row of a program runs its own
+# state machine (one event per loop trip) with V-wide rows in scratch; a whole row of V lives in
+# one tile, so V <= MAX_RULE_VOCAB. Bytes: each event reads/writes O(1) rows of V floats, so a
+# tree costs O(N * V * 4) bytes, the same order as reading its target rows once.
+# Uniforms: Philox tl.rand(seed, row * _STRIDE + trip), distinct per (row, trip).
+
+MAX_RULE_VOCAB = 16384
+_STRIDE = tl.constexpr(1 << 12)
+
+
+@triton.jit
+def _draw_row(row, u, vmask):
+    """Index drawn from an unnormalised non-negative row [BLOCK_B, BLOCK_V] with uniforms u."""
+    row = tl.where(vmask, row, 0.0)
+    cum = tl.cumsum(row, 1)
+    total = tl.sum(row, 1)
+    hit = (cum <= (u * total)[:, None]) & vmask
+    return tl.minimum(tl.sum(hit.to(tl.int32), 1), tl.sum(vmask.to(tl.int32), 1) - 1)
+
+
+@triton.jit
+def _traversal_kernel(
+    TOK, PAR, FC, NS, QO_INDPTR, P, Q, T, MASS, ACC, BONUS, batch, V, seed,
+    BLOCK_B: tl.constexpr, BLOCK_V: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    ok = b < batch
+    start = tl.load(QO_INDPTR + b, mask=ok, other=0)
+    n = tl.load(QO_INDPTR + b + 1, mask=ok, other=0) - start
+    v = tl.arange(0, BLOCK_V)
+    vm = v[None, :] < V
+    row0 = start.to(tl.int64)[:, None] * V + v[None, :]
+    live = ok & (n > 0)
+    tl.store(
+        T + row0, tl.load(P + row0, mask=live[:, None] & vm, other=0.0), mask=live[:, None] & vm
+    )
+    tl.store(MASS + start, tl.full([BLOCK_B], 1.0, tl.float32), mask=live)
+    fc0 = tl.load(FC + start, mask=live, other=-1)
+    cur = tl.where(fc0 >= 0, fc0, 0)
+    mode = tl.where(fc0 >= 0, 0, 1)  # 0: enter cur, 1: leave cur
+    acc = tl.zeros([BLOCK_B], dtype=tl.int32)
+    trip = 0
+    tl.debug_barrier()
+    while tl.max(live.to(tl.int32), 0) > 0:
+        g = (start + cur).to(tl.int64)
+        par = tl.load(PAR + g, mask=live, other=0)
+        gp = (start + tl.maximum(par, 0)).to(tl.int64)
+        x = tl.load(TOK + g, mask=live, other=0)
+        ent = live & (mode == 0)
+        t_x = tl.load(T + gp * V + x, mask=ent, other=0.0)
+        q_x = tl.load(Q + g * V + x, mask=ent, other=1.0)
+        w = tl.minimum(t_x / tl.maximum(q_x, 1e-30), 1.0)
+        em = ent[:, None] & vm
+        prow = tl.load(P + g[:, None] * V + v[None, :], mask=em, other=0.0)
+        tl.store(T + g[:, None] * V + v[None, :], w[:, None] * prow, mask=em)
+        tl.store(MASS + g, w, mask=ent)
+        fc = tl.load(FC + g, mask=ent, other=-1)
+        lv = live & (mode == 1)
+        m = tl.load(MASS + g, mask=lv, other=0.0)
+        u = tl.rand(seed, b * _STRIDE + trip)
+        take = lv & ((u < m) | (cur == 0))
+        acc = tl.where(take, cur, acc)
+        rej = lv & ~take
+        rm = rej[:, None] & vm
+        tb = tl.load(T + gp[:, None] * V + v[None, :], mask=rm, other=0.0)
+        qc = tl.load(Q + g[:, None] * V + v[None, :], mask=rm, other=0.0)
+        res = tl.maximum(tb - qc, 0.0)
+        r = tl.sum(res, 1)
+        mb = tl.load(MASS + gp, mask=rej, other=0.0)
+        denom = 1.0 - mb + r
+        okd = rej & (denom > 0)
+        sd = tl.where(okd, denom, 1.0)
+        tl.store(T + gp[:, None] * V + v[None, :], res / sd[:, None], mask=okd[:, None] & vm)
+        tl.store(MASS + gp, r / sd, mask=okd)
+        ns = tl.load(NS + g, mask=rej, other=-1)
+        nxt_ent = tl.where(fc >= 0, fc, cur)
+        mode_ent = tl.where(fc >= 0, 0, 1)
+        nxt_lv = tl.where(ns >= 0, ns, par)
+        mode_lv = tl.where(ns >= 0, 0, 1)
+        cur = tl.where(ent, nxt_ent, tl.where(rej, nxt_lv, cur))
+        mode = tl.where(ent, mode_ent, tl.where(rej, mode_lv, mode))
+        live = live & ~take
+        trip += 1
+        tl.debug_barrier()
+    fin = ok & (n > 0)
+    ga = (start + acc).to(tl.int64)
+    row = tl.load(T + ga[:, None] * V + v[None, :], mask=fin[:, None] & vm, other=0.0)
+    bonus = _draw_row(row, tl.rand(seed + 1, b), vm)
+    tl.store(ACC + b, acc, mask=ok)
+    tl.store(BONUS + b, bonus.to(tl.int64), mask=ok)
+
+
+@triton.jit
+def _token_rule_kernel(
+    TOK, FC, NS, QO_INDPTR, P, Q, R, ACC, BONUS, batch, V, seed,
+    BLOCK_B: tl.constexpr, BLOCK_V: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    ok = b < batch
+    start = tl.load(QO_INDPTR + b, mask=ok, other=0)
+    n = tl.load(QO_INDPTR + b + 1, mask=ok, other=0) - start
+    v = tl.arange(0, BLOCK_V)
+    vm = v[None, :] < V
+    live = ok & (n > 0)
+    rrow = b.to(tl.int64)[:, None] * V + v[None, :]
+    row0 = start.to(tl.int64)[:, None] * V + v[None, :]
+    tl.store(
+        R + rrow, tl.load(P + row0, mask=live[:, None] & vm, other=0.0), mask=live[:, None] & vm
+    )
+    c = tl.load(FC + start, mask=live, other=-1)
+    cur = tl.zeros([BLOCK_B], dtype=tl.int32)
+    trip = 0
+    tl.debug_barrier()
+    while tl.max((live & (c >= 0)).to(tl.int32), 0) > 0:
+        tr = live & (c >= 0)
+        g = (start + tl.maximum(c, 0)).to(tl.int64)
+        x = tl.load(TOK + g, mask=tr, other=0)
+        q_x = tl.load(Q + g * V + x, mask=tr, other=1.0)
+        r_x = tl.load(R + b.to(tl.int64) * V + x, mask=tr, other=0.0)
+        u = tl.rand(seed, b * _STRIDE + trip)
+        take = tr & (u < tl.minimum(r_x / tl.maximum(q_x, 1e-30), 1.0))
+        tm = tr[:, None] & vm
+        res = tl.maximum(
+            tl.load(R + rrow, mask=tm, other=0.0)
+            - tl.load(Q + g[:, None] * V + v[None, :], mask=tm, other=0.0),
+            0.0,
+        )
+        s = tl.sum(res, 1)
+        res = res / tl.where(s > 0, s, 1.0)[:, None]
+        prow = tl.load(P + g[:, None] * V + v[None, :], mask=take[:, None] & vm, other=0.0)
+        tl.store(R + rrow, tl.where(take[:, None], prow, res), mask=tm)
+        fc = tl.load(FC + g, mask=take, other=-1)
+        ns = tl.load(NS + g, mask=tr & ~take, other=-1)
+        cur = tl.where(take, c, cur)
+        c = tl.where(take, fc, tl.where(tr, ns, c))
+        trip += 1
+        tl.debug_barrier()
+    row = tl.load(R + rrow, mask=live[:, None] & vm, other=0.0)
+    bonus = _draw_row(row, tl.rand(seed + 1, b), vm)
+    tl.store(ACC + b, cur, mask=ok)
+    tl.store(BONUS + b, bonus.to(tl.int64), mask=ok)
+
+
+@triton.jit
+def _spectr_kernel(
+    TOK, FC, NS, NK, QO_INDPTR, P, Q, ACC, BONUS, batch, V, seed,
+    BLOCK_B: tl.constexpr, BLOCK_V: tl.constexpr, BISECT: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    ok = b < batch
+    start = tl.load(QO_INDPTR + b, mask=ok, other=0)
+    n = tl.load(QO_INDPTR + b + 1, mask=ok, other=0) - start
+    v = tl.arange(0, BLOCK_V)
+    vm = v[None, :] < V
+    live = ok & (n > 0)
+    cur = tl.zeros([BLOCK_B], dtype=tl.int32)
+    bonus = tl.zeros([BLOCK_B], dtype=tl.int32)
+    trip = 0
+    while tl.max(live.to(tl.int32), 0) > 0:
+        g = (start + cur).to(tl.int64)
+        c0 = tl.load(FC + g, mask=live, other=-1)
+        k = tl.load(NK + g, mask=live, other=0).to(tl.float32)
+        gc0 = (start + tl.maximum(c0, 0)).to(tl.int64)
+        lm = live[:, None] & vm
+        prow = tl.load(P + g[:, None] * V + v[None, :], mask=lm, other=0.0)
+        qrow = tl.load(Q + gc0[:, None] * V + v[None, :], mask=lm & (c0 >= 0)[:, None], other=0.0)
+        # rho: the least in [1, k] with rho * beta >= 1 - (1 - beta)^k (bisection)
+        lo = tl.full([BLOCK_B], 1.0, tl.float32)
+        hi = tl.maximum(k, 1.0)
+        beta1 = tl.sum(tl.minimum(qrow, prow), 1)
+        ok1 = beta1 - (1.0 - tl.exp(k * tl.log(tl.maximum(1.0 - beta1, 1e-30)))) >= 0
+        for _ in tl.static_range(BISECT):
+            mid = 0.5 * (lo + hi)
+            bm = tl.sum(tl.minimum(qrow, prow / mid[:, None]), 1)
+            up = mid * bm - (1.0 - tl.exp(k * tl.log(tl.maximum(1.0 - bm, 1e-30)))) >= 0
+            hi = tl.where(up, mid, hi)
+            lo = tl.where(up, lo, mid)
+        rho = tl.where(ok1, 1.0, hi)
+        beta = tl.sum(tl.minimum(qrow, prow / rho[:, None]), 1)
+        # try the children in index order
+        c = c0
+        moved = tl.zeros([BLOCK_B], dtype=tl.int32) > 0
+        tr = live & (c >= 0)
+        while tl.max(tr.to(tl.int32), 0) > 0:
+            gcc = (start + tl.maximum(c, 0)).to(tl.int64)
+            x = tl.load(TOK + gcc, mask=tr, other=0)
+            p_x = tl.load(P + g * V + x, mask=tr, other=0.0)
+            q_x = tl.load(Q + gcc * V + x, mask=tr, other=1.0)
+            u = tl.rand(seed, b * _STRIDE + trip)
+            trip += 1
+            take = tr & (u < tl.minimum(p_x / tl.maximum(rho * q_x, 1e-30), 1.0))
+            cur = tl.where(take, c, cur)
+            moved = moved | take
+            ns = tl.load(NS + gcc, mask=tr & ~take, other=-1)
+            c = tl.where(take, c, tl.where(tr, ns, c))
+            tr = live & ~moved & (c >= 0)
+        stop = live & ~moved
+        bsafe = tl.maximum(beta, 1e-30)
+        scale = (1.0 - tl.exp(k * tl.log(tl.maximum(1.0 - bsafe, 1e-30)))) / bsafe
+        resid = tl.maximum(prow - tl.minimum(qrow, prow / rho[:, None]) * scale[:, None], 0.0)
+        resid = tl.where((c0 >= 0)[:, None], resid, prow)
+        drawn = _draw_row(resid, tl.rand(seed + 1, b * _STRIDE + trip), vm)
+        trip += 1
+        bonus = tl.where(stop, drawn, bonus)
+        live = live & moved
+    tl.store(ACC + b, cur, mask=ok)
+    tl.store(BONUS + b, bonus.to(tl.int64), mask=ok)
+
+
+def tree_links(parents: torch.Tensor, qo_indptr: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(first_child, next_sibling, num_children) int32[total_q], local indices (-1: none), from
+    packed local parents (root -1): torch ops on the tensors' device, no host sync (so a CUDA
+    graph can hold them)."""
+    total = parents.numel()
+    dev = parents.device
+    counts = (qo_indptr[1:] - qo_indptr[:-1]).long()
+    seq = torch.repeat_interleave(
+        torch.arange(counts.numel(), device=dev), counts, output_size=total
+    )
+    start = qo_indptr[:-1].long()[seq]
+    local = torch.arange(total, device=dev) - start
+    gpar = torch.where(parents >= 0, parents.long() + start, torch.full_like(start, -1))
+    kid = gpar >= 0
+    sink = torch.where(kid, gpar, torch.full_like(gpar, total))  # non-children write slot total
+    big = torch.full((total + 1,), 1 << 30, dtype=torch.long, device=dev)
+    fc = big.scatter_reduce(0, sink, local, reduce="amin")[:total]
+    first = torch.where(fc < (1 << 30), fc, torch.full_like(fc, -1)).to(torch.int32)
+    nk = torch.zeros(total + 1, dtype=torch.int32, device=dev)
+    nk.scatter_add_(0, sink, kid.to(torch.int32))
+    order = torch.argsort(gpar * (total + 1) + torch.arange(total, device=dev), stable=True)
+    valid = (gpar[order[:-1]] == gpar[order[1:]]) & (gpar[order[:-1]] >= 0)
+    nxt = torch.full((total + 1,), -1, dtype=torch.int32, device=dev)
+    dest = torch.where(valid, order[:-1], torch.full_like(order[:-1], total))
+    nxt.scatter_(0, dest, torch.where(valid, local[order[1:]], -1).to(torch.int32))
+    return first, nxt[:total], nk[:total]
+
+
+def verify_rule(
+    rule: str,
+    tokens: torch.Tensor,
+    parents: torch.Tensor,
+    qo_indptr: torch.Tensor,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    seed: int,
+    *,
+    block_b: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(accepted node int32[B] local, bonus token int64[B]) of one verification by `rule`
+    (specs.tree.VERIFY_RULES) per tree. target_probs, draft_probs: float32[total_q, V] (see the
+    rule kernels' comment); tokens int64, parents int32 (local, root -1), qo_indptr int32[B+1].
+    'greedy' walks the argmax of target_probs (kernels' walk_tree)."""
+    if target_probs.shape != draft_probs.shape or target_probs.dim() != 2:
+        raise ValueError("target_probs and draft_probs must be [total_q, V] of one shape")
+    if target_probs.dtype != torch.float32 or draft_probs.dtype != torch.float32:
+        raise ValueError("target_probs and draft_probs must be float32")
+    total, vocab = target_probs.shape
+    if vocab > MAX_RULE_VOCAB:
+        raise ValueError(f"rule kernels hold a row in one tile: V <= {MAX_RULE_VOCAB}, got {vocab}")
+    if tokens.shape != (total,) or parents.shape != (total,):
+        raise ValueError("tokens and parents must be 1-D with one entry per probability row")
+    batch = qo_indptr.numel() - 1
+    dev = tokens.device
+    acc = torch.zeros(batch, dtype=torch.int32, device=dev)
+    bonus = torch.zeros(batch, dtype=torch.int64, device=dev)
+    if batch == 0:
+        return acc, bonus
+    if rule == "greedy":
+        res = walk_tree(tokens, parents, qo_indptr, target_probs.argmax(dim=1))
+        last = res.accepted_nodes.gather(1, res.num_accepted.long()[:, None])[:, 0]
+        return last.to(torch.int32), res.next_token
+    first, nxt, nk = tree_links(parents, qo_indptr)
+    block_v = triton.next_power_of_2(vocab)
+    if dev.type == "cuda":
+        block_v = max(block_v, 16)
+    if block_b is None:
+        block_b = 1 if dev.type == "cuda" else 4096
+    block_b = 1 << (max(1, min(block_b, triton.next_power_of_2(batch))).bit_length() - 1)
+    grid = (triton.cdiv(batch, block_b),)
+    warps = 8 if block_b * block_v >= 4096 else 4
+    p = target_probs.contiguous()
+    q = draft_probs.contiguous()
+    if rule == "traversal":
+        t = torch.empty_like(p)
+        mass = torch.empty(total, dtype=torch.float32, device=dev)
+        _traversal_kernel[grid](
+            tokens, parents, first, nxt, qo_indptr, p, q, t, mass, acc, bonus, batch, vocab,
+            seed, BLOCK_B=block_b, BLOCK_V=block_v, num_warps=warps,
+        )  # fmt: skip
+    elif rule == "token":
+        r = torch.empty((batch, vocab), dtype=torch.float32, device=dev)
+        _token_rule_kernel[grid](
+            tokens, first, nxt, qo_indptr, p, q, r, acc, bonus, batch, vocab, seed,
+            BLOCK_B=block_b, BLOCK_V=block_v, num_warps=warps,
+        )  # fmt: skip
+    elif rule == "spectr":
+        _spectr_kernel[grid](
+            tokens, first, nxt, nk, qo_indptr, p, q, acc, bonus, batch, vocab, seed,
+            BLOCK_B=block_b, BLOCK_V=block_v, BISECT=30, num_warps=warps,
+        )  # fmt: skip
+    else:
+        raise ValueError(f"unknown verification rule {rule!r}")
+    return acc, bonus

@@ -358,6 +358,11 @@ def runnable_reason(table: PolicyTable, profile: EngineProfile) -> str:
     policies = [per_range[r] for r in sorted(per_range)]
     try:
         for p in policies:
+            if p is not None and p.verify != "token":
+                return (
+                    f"{profile.name} verifies token by token (greedy at temperature 0, "
+                    f"recursive rejection above), not by {p.verify} ({policy_label(p)})"
+                )
             if engine_policy(p, profile) != p:
                 return f"{profile.name} runs {policy_label(p)} otherwise"
         check_engine_schedule(policies, profile)

@@ -32,8 +32,13 @@ from spectune.specs.engine import EngineProfile
 from spectune.specs.errors import SpecError
 from spectune.specs.io import help_field
 from spectune.specs.policy import BUILDERS, MAX_DEPTH, TreePolicy
+from spectune.specs.tree import IID_BUILDERS, VERIFY_RULES
 
 OFF = "off"
+TOPK_BUILDERS = ("static", "dynamic-topk")
+"""The builders searched by default (deterministic top-k drafts: what every engine runs)."""
+LOSSLESS_RULES = ("token", "traversal", "spectr")
+"""Rules searched above temperature 0 (greedy is lossy there; at 0 every rule is greedy)."""
 
 # Known engine defaults (shared/REFERENCES.md): both engines build EAGLE-2 dynamic top-k trees.
 SGLANG_DEFAULT = TreePolicy("dynamic-topk", depth=5, topk=4, budget=8)
@@ -47,7 +52,7 @@ REFERENCES: Mapping[str, TreePolicy | None] = {"off": None, **ENGINE_DEFAULTS}
 class PolicySpace:
     """Which policies the search may draw. Integer ranges are inclusive."""
 
-    builders: tuple[str, ...] = help_field(BUILDERS, help="tree builders to choose from")
+    builders: tuple[str, ...] = help_field(TOPK_BUILDERS, help="tree builders to choose from")
     depth: tuple[int, int] = help_field((1, 12), help="draft steps, [lo, hi]")
     topk: tuple[int, int] = help_field((1, 16), help="children expanded per node, [lo, hi]")
     budget: tuple[int, int] = help_field(
@@ -69,6 +74,12 @@ class PolicySpace:
         help="hierarchical chain length (TreePolicy.chain), [lo, hi] with lo >= 1 when hi > 0; "
         "(0, 0): no hierarchical draws (it needs an intermediate model and its acceptance)",
     )
+    verify_rules: tuple[str, ...] = help_field(
+        ("token",), help="verification rules to choose from (spectr only with i.i.d. drafts)"
+    )
+    delay: tuple[int, int] = help_field(
+        (0, 6), help="delayed builder: path tokens before branching, [lo, hi] (cut to depth - 1)"
+    )
 
     def __post_init__(self) -> None:
         for b in self.builders:
@@ -80,6 +91,11 @@ class PolicySpace:
             lo, hi = getattr(self, name)
             if not lo_min <= lo <= hi:
                 raise SpecError(f"field {name!r} must be [lo, hi] with {lo_min} <= lo <= hi")
+        bad = [r for r in self.verify_rules if r not in VERIFY_RULES]
+        if bad or not self.verify_rules:
+            raise SpecError(f"field 'verify_rules' must name rules from {VERIFY_RULES}")
+        if not 0 <= self.delay[0] <= self.delay[1]:
+            raise SpecError("field 'delay' must be [lo, hi] with 0 <= lo <= hi")
         if not 0.0 < self.prune[0] <= self.prune[1] < 1.0:
             raise SpecError("field 'prune' must be [lo, hi] with 0 < lo <= hi < 1")
         lo, hi = self.chain
@@ -93,6 +109,14 @@ class PolicySpace:
     def hierarchical(self) -> bool:
         """Whether the search draws hierarchical policies (chain > 0)."""
         return self.chain[1] > 0
+
+    def at_temperature(self, temperature: float) -> PolicySpace:
+        """This space for a workload sampled at `temperature`: above 0 it adds the delayed
+        builder (i.i.d. drafts only help when drafts are sampled) and the lossless rules."""
+        if temperature <= 0:
+            return self
+        builders = self.builders + tuple(b for b in IID_BUILDERS if b not in self.builders)
+        return replace(self, builders=builders, verify_rules=LOSSLESS_RULES)
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -110,6 +134,8 @@ def max_tree_nodes(builder: str, depth: int, topk: int) -> int:
         return depth + 1
     if builder == "dynamic-topk":
         return 1 + topk + (depth - 1) * topk * topk
+    if builder == "delayed":  # largest with no delay: topk rollouts of depth tokens
+        return 1 + topk * depth
     full = 1
     level = 1
     for _ in range(depth):
@@ -130,15 +156,36 @@ def canonical_policy(
     shared_budget: bool = False,
     max_batch: int | None = None,
     chain: int = 0,
+    verify: str = "token",
+    delay: int = 0,
 ) -> TreePolicy:
     """The policy these parameters build, with the budget cut to what the tree can hold, the
     graft budget cut to the draft slots, and the shared budget off when the policy never runs
-    above batch 1 (`max_batch`; None: unknown, kept as given) or is hierarchical (`chain`)."""
+    above batch 1 (`max_batch`; None: unknown, kept as given) or is hierarchical (`chain`).
+    The delayed builder: delay cut to depth - 1, no pruning, grafting, shared budget or chain;
+    on a top-k builder spectr and traversal are 'token' (spectr needs i.i.d. drafts; traversal
+    with one-hot draft rows accepts as the walk does) and delay is 0."""
+    if builder in IID_BUILDERS:
+        delay = max(0, min(delay, depth - 1))
+        prune_threshold, graft_budget, shared_budget, chain = 0.0, 0, False, 0
+        budget = max(2, min(budget, 1 + delay + topk * (depth - delay)))
+    else:  # top-k drafts: traversal and spectr verify as the walk does (trees.build.simulated)
+        delay = 0
+        verify = "token" if verify in ("spectr", "traversal") else verify
     budget = max(2, min(budget, max_tree_nodes(builder, depth, topk)))
     graft_budget = max(0, min(graft_budget, budget - 1))
     shared = bool(shared_budget) and (max_batch is None or max_batch > 1) and not chain
     return TreePolicy(
-        builder, depth, topk, budget, float(prune_threshold), graft_budget, shared, chain
+        builder,
+        depth,
+        topk,
+        budget,
+        float(prune_threshold),
+        graft_budget,
+        shared,
+        chain,
+        verify,
+        delay,
     )
 
 
@@ -172,7 +219,13 @@ def suggest_policy(
     shared = False
     if not chain and shares(space, max_batch):
         shared = bool(trial.suggest_categorical("shared_budget", (False, True)))
-    return canonical_policy(mode, depth, topk, budget, prune, graft, shared, max_batch, chain)
+    verify = "token"
+    if len(space.verify_rules) > 1:
+        verify = str(trial.suggest_categorical("verify", space.verify_rules))
+    delay = trial.suggest_int("delay", *space.delay) if mode in IID_BUILDERS else 0
+    return canonical_policy(
+        mode, depth, topk, budget, prune, graft, shared, max_batch, chain, verify, delay
+    )
 
 
 def policy_params(
@@ -209,6 +262,11 @@ def policy_params(
             params["chain"] = clamp(policy.chain, space.chain)
     if not policy.chain and shares(space, max_batch):
         params["shared_budget"] = policy.shared_budget
+    if len(space.verify_rules) > 1:
+        rule = policy.verify if policy.verify in space.verify_rules else space.verify_rules[0]
+        params["verify"] = rule
+    if builder in IID_BUILDERS:
+        params["delay"] = clamp(policy.delay, space.delay)
     return params
 
 
@@ -227,6 +285,8 @@ def policy_from_params(params: Mapping[str, Any]) -> TreePolicy | None:
         int(params.get("graft_budget", 0)),
         bool(params.get("shared_budget", False)),
         chain=int(params["chain"]) if params.get("hier") else 0,
+        verify=str(params.get("verify", "token")),
+        delay=int(params.get("delay", 0)),
     )
 
 
@@ -315,13 +375,17 @@ def neighbours(
     for other in space.builders:
         if other != p.builder:
             cands.append((other, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget, sh))
-    chained = [(c, p.chain) for c in cands]
+    chained = [(c, p.chain, p.verify, p.delay) for c in cands]
     if space.hierarchical:
         same = (p.builder, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget, False)
         steps = (p.chain - 1, p.chain + 1, 0) if p.chain else (space.chain[0],)
-        chained += [(same, c) for c in steps]
+        chained += [(same, c, p.verify, p.delay) for c in steps]
+    here = (p.builder, p.depth, p.topk, p.budget, p.prune_threshold, p.graft_budget, sh)
+    chained += [(here, p.chain, r, p.delay) for r in space.verify_rules if r != p.verify]
+    if p.builder in IID_BUILDERS:
+        chained += [(here, p.chain, p.verify, x) for x in (p.delay - 1, p.delay + 1)]
     out: list[TreePolicy] = []
-    for (builder, d, k, b, t, g, shared), chain in chained:
+    for (builder, d, k, b, t, g, shared), chain, rule, delay in chained:
         inside = (
             space.depth[0] <= d <= space.depth[1]
             and space.topk[0] <= k <= space.topk[1]
@@ -329,10 +393,11 @@ def neighbours(
             and (t == 0.0 or space.prune[0] <= t <= space.prune[1])
             and space.graft[0] <= g <= space.graft[1]
             and (chain == 0 or space.chain[0] <= chain <= space.chain[1])
+            and space.delay[0] <= delay <= space.delay[1]
         )
         if inside:
             sh_ok = shared and shares(space, max_batch)
-            q = canonical_policy(builder, d, k, b, t, g, sh_ok, chain=chain)
+            q = canonical_policy(builder, d, k, b, t, g, sh_ok, None, chain, rule, delay)
             if q != p and q not in out:
                 out.append(q)
     return out
@@ -370,15 +435,18 @@ def engine_space(profile: EngineProfile, base: PolicySpace | None = None) -> Pol
         graft=(0, 0),
         allow_shared=False,
         chain=(0, 0),
+        verify_rules=("token",),
     )
 
 
 def engine_policy(policy: TreePolicy | None, profile: EngineProfile) -> TreePolicy | None:
     """The policy `profile`'s engine runs for `policy`: a chain's budget is depth + 1, the
     budget is cut to the engine's draft-token bound, and pruning, grafting and the shared
-    budget are dropped (no engine but spectune's executor runs them). Raises SpecError when
-    the engine cannot run the policy's shape at all (a tree on a chain-only engine, a static
-    tree on an engine without tree paths)."""
+    budget are dropped (no engine but spectune's executor runs them), and the verification
+    rule becomes 'token' (SGLang, vLLM and TensorRT-LLM verify token by token: greedy at
+    temperature 0, recursive rejection above). Raises SpecError when the engine cannot run the
+    policy's shape at all (a tree on a chain-only engine, a static tree on an engine without
+    tree paths, i.i.d. delayed rollouts anywhere but spectune's executor)."""
     check_engine_policy(policy, profile)
     if policy is None or profile.engine == "spectune":
         return policy
@@ -397,6 +465,11 @@ def check_engine_policy(policy: TreePolicy | None, profile: EngineProfile) -> No
     check_runnable(policy, who)
     if profile.engine == "spectune":
         return
+    if policy.builder in IID_BUILDERS:
+        raise SpecError(
+            f"{who} drafts top-k trees or chains, not i.i.d. sampled rollouts; the policy "
+            f"{policy.label} runs on spectune's executor only"
+        )
     if policy.topk > 1 and not profile.trees:
         raise SpecError(
             f"{who} verifies chains only (top-k 1); the policy {policy.label} is a tree. "

@@ -35,7 +35,7 @@ from spectune.specs.io import (
     write_json_atomic,
 )
 from spectune.specs.scenario import NO_DRAFTER, Scenario
-from spectune.specs.tree import BUILDERS
+from spectune.specs.tree import BUILDERS, IID_BUILDERS, VERIFY_RULES
 
 SCHEMA = "spectune.policy/v1"
 MAX_BUDGET = 1024
@@ -51,7 +51,10 @@ HIER_PREFIX = "hier"
 class TreePolicy:
     """How to build the draft tree each step."""
 
-    builder: str = help_field(help="'static' (Sequoia-optimal shape) or 'dynamic-topk' (EAGLE-2)")
+    builder: str = help_field(
+        help="'static' (Sequoia-optimal shape), 'dynamic-topk' (EAGLE-2) or 'delayed' (one "
+        "sampled path of `delay` tokens, then `topk` i.i.d. sampled branches)"
+    )
     depth: int = help_field(help="draft steps (maximum tree depth below the root)")
     topk: int = help_field(help="children expanded per node per draft step")
     budget: int = help_field(help="verify budget: tree tokens per sequence, root included")
@@ -69,6 +72,12 @@ class TreePolicy:
         help="hierarchical drafting (arXiv 2505.22179): 0 off; N > 0: the tree is verified by "
         "an intermediate model, round after round, until it has accepted at least N tokens, "
         "and the target verifies those as one chain (planner.hierarchical)",
+    )
+    verify: str = help_field(
+        "token", help=f"verification rule, one of {VERIFY_RULES} (specs.tree.VERIFY_RULES)"
+    )
+    delay: int = help_field(
+        0, help="delayed builder: path tokens drafted before the tree branches (< depth)"
     )
 
     def __post_init__(self) -> None:
@@ -90,6 +99,25 @@ class TreePolicy:
             )
         if self.graft_budget > self.budget - 1:
             raise SpecError("field 'graft_budget' cannot exceed budget - 1 (the draft slots)")
+        if self.verify not in VERIFY_RULES:
+            raise SpecError(f"field 'verify' must be one of {VERIFY_RULES}, got {self.verify!r}")
+        if self.verify == "spectr" and self.builder not in IID_BUILDERS:
+            raise SpecError(
+                f"field 'verify': 'spectr' needs i.i.d. drafts (builder {IID_BUILDERS}), "
+                f"got builder {self.builder!r}"
+            )
+        if not 0 <= self.delay < (self.depth if self.builder == "delayed" else 1):
+            raise SpecError(
+                f"field 'delay' must be 0 unless builder is 'delayed', and below depth "
+                f"({self.depth}) there; got {self.delay}"
+            )
+        if self.builder in IID_BUILDERS and (
+            self.prune_threshold or self.graft_budget or self.shared_budget or self.chain
+        ):
+            raise SpecError(
+                f"builder {self.builder!r} takes no prune_threshold, graft_budget, "
+                "shared_budget or chain (its rollouts are sampled, not ranked)"
+            )
         if not isinstance(self.shared_budget, bool):
             raise SpecError(
                 f"field 'shared_budget' must be true or false, got {self.shared_budget!r}"
@@ -104,11 +132,16 @@ class TreePolicy:
 
     @classmethod
     def parse(cls, text: str) -> TreePolicy:
-        """Parse the CLI form 'BUILDER:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]][,echo|,hierN]' (the
-        inverse of `label`; a trailing ',echo' turns shared_budget on, ',hierN' sets chain N)."""
+        """Parse the CLI form 'BUILDER:DEPTH,TOPK,BUDGET[,PRUNE[,GRAFT]][,KEY=VALUE...]
+        [,echo|,hierN]' (the inverse of `label`; a trailing ',echo' turns shared_budget on,
+        ',hierN' sets chain N; keys: delay, verify)."""
         try:
             builder, _, rest = text.partition(":")
             parts = [p for p in rest.split(",") if p]
+            keyed = dict(p.strip().split("=", 1) for p in parts if "=" in p)
+            parts = [p for p in parts if "=" not in p]
+            if set(keyed) - {"delay", "verify"}:
+                raise ValueError(text)
             last = parts[-1].strip().lower() if parts else ""
             shared = last == ECHO_SUFFIX
             chain = 0
@@ -118,26 +151,34 @@ class TreePolicy:
                 parts.pop()
             if builder in BUILDERS and 3 <= len(parts) <= 5:
                 depth, topk, budget = (int(p) for p in parts[:3])
+                delay = int(keyed.get("delay", 0))
                 prune = float(parts[3]) if len(parts) > 3 else 0.0
                 graft = int(parts[4]) if len(parts) > 4 else 0
-                return cls(builder, depth, topk, budget, prune, graft, shared, chain)
+                verify = keyed.get("verify", "token")
+                return cls(builder, depth, topk, budget, prune, graft, shared, chain, verify, delay)
         except ValueError as e:
             if isinstance(e, SpecError):
                 raise
         raise SpecError(
             f"cannot parse policy {text!r}; expected 'static:DEPTH,TOPK,BUDGET' or "
             "'dynamic-topk:DEPTH,TOPK,BUDGET[,PRUNE_THRESHOLD[,GRAFT_BUDGET]]', optionally "
-            "followed by ',echo' (ECHO shared verify budget) or ',hierN' (hierarchical, chain "
-            "N), e.g. static:5,4,8, dynamic-topk:6,8,32,echo or dynamic-topk:3,10,30,hier6"
+            "followed by ',delay=N' / ',verify=RULE' and ',echo' (ECHO shared verify budget) "
+            "or ',hierN' (hierarchical, chain N), e.g. static:5,4,8, dynamic-topk:6,8,32,echo, "
+            "dynamic-topk:3,10,30,hier6 or delayed:8,4,24,delay=3,verify=traversal"
         )
 
     @property
     def label(self) -> str:
         """The CLI form 'builder:depth,topk,budget' plus ',prune,graft' when either is set,
-        plus ',echo' with a shared verify budget, ',hierN' when hierarchical (chain N)."""
+        plus ',delay=N' for the delayed builder, ',verify=RULE' for a rule other than 'token',
+        then ',echo' with a shared verify budget or ',hierN' when hierarchical (chain N)."""
         s = f"{self.builder}:{self.depth},{self.topk},{self.budget}"
         if self.prune_threshold or self.graft_budget:
             s += f",{self.prune_threshold:.3g},{self.graft_budget}"
+        if self.builder == "delayed":
+            s += f",delay={self.delay}"
+        if self.verify != "token":
+            s += f",verify={self.verify}"
         if self.shared_budget:
             s += f",{ECHO_SUFFIX}"
         if self.chain:
@@ -370,11 +411,16 @@ class PolicyTable:
 
 
 def _policy_dict(policy: TreePolicy) -> dict[str, Any]:
-    """A policy's fields for the policy file; 'chain' only when hierarchical (files of
-    non-hierarchical plans read the same as before the field existed)."""
+    """A policy's fields for the policy file; 'chain' only when hierarchical, 'verify' only
+    for a rule other than 'token', 'delay' only for the delayed builder (files of plans that
+    use none of them read the same as before the fields existed)."""
     d = asdict(policy)
     if not policy.chain:
         del d["chain"]
+    if policy.verify == "token":
+        del d["verify"]
+    if policy.builder != "delayed":
+        del d["delay"]
     return d
 
 

@@ -20,8 +20,21 @@ from spectune.specs.errors import SpecError
 if TYPE_CHECKING:
     import networkx as nx
 
-BUILDERS = ("static", "dynamic-topk")
-"""The tree builders a TreePolicy may name (Sequoia's static shape, EAGLE-2's dynamic top-k)."""
+BUILDERS = ("static", "dynamic-topk", "delayed")
+"""The tree builders a TreePolicy may name: Sequoia's static shape and EAGLE-2's dynamic top-k
+(deterministic top-k children), and delayed expansion (one sampled path, then i.i.d. sampled
+branches from a later node; Dynamic Delayed Tree Expansion, 2025)."""
+
+VERIFY_RULES = ("token", "traversal", "spectr", "greedy")
+"""How the target verifies a tree (TreePolicy.verify):
+token      token-level recursive rejection, top-down (SpecInfer multi-draft; EAGLE's rule, which
+           for deterministic top-k drafts is the target-only walk). Greedy at temperature 0.
+traversal  Traversal Verification (Weng et al. 2025, arXiv 2505.12398): bottom-up, sequence-level.
+spectr     SpecTr's k-sequential rule (Sun et al. 2023) at every node; needs i.i.d. drafts.
+greedy     the target's argmax walk at any temperature (lossy above 0)."""
+
+IID_BUILDERS = ("delayed",)
+"""Builders whose children are sampled i.i.d. from the drafter (the others take the top-k)."""
 
 SOURCE_ROOT = 0
 SOURCE_MODEL = 1

@@ -2,7 +2,8 @@
 
 - DynamicTopK (dynamic.py): EAGLE-2 dynamic top-k expansion with global rerank;
 - StaticShape (static.py): a fixed Sequoia shape from the planner, drafted level by level;
-- Pruned (pruned.py): dynamic-depth pruning of either, verified as a ragged batch;
+- Delayed (delayed.py): one sampled path, then i.i.d. sampled rollouts (planner.trees.delayed);
+- Pruned (pruned.py): dynamic-depth pruning of the top-k sources, verified as a ragged batch;
 - Shared (shared.py): ECHO's one verify budget for the whole batch over either's candidates;
 - Grafted (grafted.py): retrieved chains (retrieval.py) in the slots any of the above left free.
 `make_source` picks them for a TreePolicy; base.py holds the interface and the drafting state.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from spectune.executor.retrieval import RetrievalDrafter
 from spectune.executor.sources.base import Drafting, DraftRoot, TreeSource
+from spectune.executor.sources.delayed import Delayed
 from spectune.executor.sources.dynamic import DynamicTopK
 from spectune.executor.sources.grafted import Grafted
 from spectune.executor.sources.pruned import Pruned
@@ -19,10 +21,12 @@ from spectune.executor.sources.shared import Shared, shared_row_nodes
 from spectune.executor.sources.static import StaticPlan, StaticShape
 from spectune.executor.tree_build import pool_size, tree_size
 from spectune.planner.trees import static_shape
+from spectune.planner.trees.delayed import delayed_nodes
 from spectune.specs import TreePolicy
 from spectune.specs.policy import MAX_BUDGET
 
 __all__ = [
+    "Delayed",
     "DraftRoot",
     "Drafting",
     "DynamicTopK",
@@ -60,6 +64,8 @@ def _static_size(policy: TreePolicy, batch: int) -> int:
 def tree_slots(policy: TreePolicy, acceptance: object, batch: int) -> int:
     """Slots per sequence of the trees make_source lays out (root included): what the caches
     and buffers must hold."""
+    if policy.builder == "delayed":  # no shared budget, pruning or grafting (TreePolicy)
+        return delayed_nodes(policy)
     if policy.builder == "static":
         shape = static_shape(acceptance, _static_size(policy, batch), policy.depth, policy.topk)  # type: ignore[arg-type]
         nodes = columns = int(shape.parents.size)
@@ -76,6 +82,8 @@ def tree_slots(policy: TreePolicy, acceptance: object, batch: int) -> int:
 def verify_tokens(policy: TreePolicy, acceptance: object) -> int:
     """Tree nodes (root included) a source of this policy verifies per sequence: the planner's
     static shape, or the dynamic tree's budget (the whole pool if smaller)."""
+    if policy.builder == "delayed":
+        return delayed_nodes(policy)
     if policy.builder == "static":
         return int(static_shape(acceptance, policy.budget, policy.depth, policy.topk).parents.size)  # type: ignore[arg-type]
     return tree_size(policy.depth, policy.topk, policy.budget)
@@ -104,6 +112,8 @@ def make_source(
     graft = policy.graft_budget > 0
     depth = policy.depth if max_depth is None else max_depth
     source: TreeSource
+    if policy.builder == "delayed":
+        return Delayed(drafting, policy.depth, policy.topk, policy.delay, policy.budget)
     if policy.builder == "static":
         size = _static_size(policy, drafting.batch)
         shape = static_shape(acceptance, size, policy.depth, policy.topk)  # type: ignore[arg-type]

@@ -138,7 +138,10 @@ def launch_script(argv: Sequence[str], header_text: str) -> str:
 def batch_plan(table: PolicyTable, context: int | None = None) -> tuple[list[Bucket], list[str]]:
     """The buckets of one context range, in batch order, and notes on what that drops. A
     shared verify budget (ECHO super-tree) is in no engine: its buckets come back with the
-    per-request equivalent (same builder, depth, top-k, budget) and a note says so."""
+    per-request equivalent (same builder, depth, top-k, budget) and a note says so. Engines
+    verify token by token only (greedy at temperature 0, recursive rejection above) and draft
+    top-k trees: a bucket planned with another rule or with delayed i.i.d. rollouts comes back
+    with its token-level top-k equivalent (`token_level`) and a note says so."""
     ctx_ranges = sorted({b.context for b in table.buckets})
     if context is None:
         chosen = ctx_ranges[0]
@@ -162,6 +165,23 @@ def batch_plan(table: PolicyTable, context: int | None = None) -> tuple[list[Buc
             + ", ".join(range_label(b) for b in shared)
         )
         rows = [per_request(b) for b in rows]
+    ruled = [b for b in rows if b.policy is not None and b.policy.verify != "token"]
+    if ruled:
+        notes.append(
+            "SGLang, vLLM and TensorRT-LLM verify token by token (greedy at temperature 0, "
+            "recursive rejection sampling above); exported the token-level rule for buckets "
+            + ", ".join(f"{range_label(b)} (planned {b.policy.verify})" for b in ruled if b.policy)
+            + ": their predicted accepted lengths do not hold there"
+        )
+    delayed = [b for b in rows if b.policy is not None and b.policy.builder == "delayed"]
+    if delayed:
+        notes.append(
+            "no engine drafts i.i.d. rollouts (delayed expansion): exported a dynamic top-k "
+            "tree of the same depth, top-k and budget for buckets "
+            + ", ".join(range_label(b) for b in delayed)
+            + " (spectune's executor runs the planned policy)"
+        )
+    rows = [token_level(b) for b in rows]
     if len(ctx_ranges) > 1:
         differ = [
             f"{b.batch[0]}-{b.batch[1]}@ctx{b.context[0]}-{b.context[1]}"
@@ -183,6 +203,20 @@ def per_request(b: Bucket) -> Bucket:
     if b.policy is None or not b.policy.shared_budget:
         return b
     return replace(b, policy=replace(b.policy, shared_budget=False))
+
+
+def token_level(b: Bucket) -> Bucket:
+    """The bucket with the 'token' rule and, for a delayed policy, the dynamic top-k tree of
+    the same depth, top-k and budget (what serving engines run)."""
+    p = b.policy
+    if p is None or (p.verify == "token" and p.builder != "delayed"):
+        return b
+    if p.builder == "delayed":
+        budget = min(p.budget, 1 + p.topk + (p.depth - 1) * p.topk * p.topk)
+        if p.topk == 1:
+            budget = p.depth + 1
+        return replace(b, policy=TreePolicy("dynamic-topk", p.depth, p.topk, max(2, budget)))
+    return replace(b, policy=replace(p, verify="token"))
 
 
 def primary_policy(rows: Sequence[Bucket]) -> TreePolicy | None:

@@ -9,6 +9,11 @@ Every entry point goes through the same steps on flat candidate pools (trees.fla
      super-tree); then drop nodes whose path draft probability is below prune_threshold;
   3. graft retrieved chains into the freed slots, up to graft_budget.
 Models bound to one recorded step (ReplayStep) are built from the recorded pool (trees.pool).
+
+Policies whose outcome the closed form does not give (the delayed builder's i.i.d. drafts, or a
+verification rule other than 'token') are scored by simulation (planner.acceptance.rules): the
+top-k builders' trees as built here, the delayed builder's shape from trees.delayed, each
+verified in simulated worlds of draft and target distributions.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import numpy as np
 
 from spectune.planner.acceptance.base import LOG_ZERO, AcceptanceModel
 from spectune.planner.acceptance.replay import ReplayStep
+from spectune.planner.acceptance.rules import expected_tokens_by_rule, simulated_tokens
+from spectune.planner.trees.delayed import delayed_tree
 from spectune.planner.trees.flat import FlatPool, dynamic_pool, static_pool
 from spectune.planner.trees.outcome import (
     Grafts,
@@ -32,10 +39,49 @@ from spectune.planner.trees.outcome import (
 from spectune.planner.trees.pool import build_from_pool
 from spectune.planner.trees.static import static_shape
 from spectune.specs.policy import MAX_BUDGET, TreePolicy
-from spectune.specs.tree import DraftTree
+from spectune.specs.tree import IID_BUILDERS, DraftTree
 
 _EXPECTED: OrderedDict[tuple[object, ...], float] = OrderedDict()
 _CACHE_SIZE = 4096
+RULE_TREES = 8
+"""Top-k trees built per simulated estimate of a non-'token' rule (worlds split among them)."""
+RULE_WORLDS = 512
+"""Fewest simulated worlds per estimate (standard error about 1% of the mean tokens)."""
+
+
+def simulated(policy: TreePolicy) -> bool:
+    """Whether this policy's outcome comes from simulation (planner.acceptance.rules): i.i.d.
+    drafts, or greedy verification above temperature 0. With top-k drafts (one-hot draft rows)
+    'token' is the target-only walk and Traversal Verification accepts each root path with the
+    same probability (leaving a rejected child c of b rescales T_b without x_c by
+    1 / (1 - T_b(x_c)): the walk's conditioning), so both take the exact closed form."""
+    return policy.builder in IID_BUILDERS or policy.verify == "greedy"
+
+
+def _simulated_expected(
+    policy: TreePolicy, model: AcceptanceModel, rng: np.random.Generator, samples: int
+) -> float:
+    worlds = max(RULE_WORLDS, 4 * samples)
+    if policy.builder in IID_BUILDERS:
+        tree = delayed_tree(policy)
+        return expected_tokens_by_rule(policy.verify, tree, model, rng, worlds, iid=True)
+    trees = [build_tree(policy, model, rng) for _ in range(RULE_TREES)]
+    each = -(-worlds // RULE_TREES)
+    return float(
+        np.mean(
+            [expected_tokens_by_rule(policy.verify, t, model, rng, each, iid=False) for t in trees]
+        )
+    )
+
+
+def _simulated_step(
+    policy: TreePolicy, model: AcceptanceModel, rng: np.random.Generator, batch: int
+) -> tuple[np.ndarray, int]:
+    """(tokens int64[batch], tree nodes): one simulated world per request, all on one tree
+    (the delayed shape, or one built top-k tree)."""
+    iid = policy.builder in IID_BUILDERS
+    tree = delayed_tree(policy) if iid else build_tree(policy, model, rng)
+    return simulated_tokens(policy.verify, tree, model, rng, batch, iid), tree.num_nodes
 
 
 def _pool(
@@ -92,6 +138,8 @@ def build_tree(policy: TreePolicy, model: AcceptanceModel, rng: np.random.Genera
     the generator's state)."""
     if isinstance(model, ReplayStep):
         return build_from_pool(policy, model, rng)
+    if policy.builder in IID_BUILDERS:
+        return delayed_tree(policy)
     pool = _pool(policy, model, rng, 1, False)
     keep, _, grafts = _choose(policy, model, pool, rng, False)
     return to_tree(pool, keep, grafts, 0)
@@ -137,6 +185,8 @@ def sample_accepted_lengths(
     """int64[batch]: tokens each request gains in one iteration (accepted draft tokens + 1),
     built and verified with the same rules as build_tree / build_batch_trees, vectorised over
     the batch (no Python loop per request or node)."""
+    if simulated(policy):
+        return _simulated_step(policy, model, rng, batch)[0]
     step = _chunk(policy, batch, shared_budget and batch > 1)
     if step < batch:
         return np.concatenate(
@@ -163,7 +213,12 @@ def sample_step(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(tokens int64[B], tree_nodes int64[B], expected float64[B]) for one iteration: sampled
     tokens gained (accepted + 1), verify tokens each request's tree used (root included; what the
-    cost model charges) and each tree's exact expected tokens."""
+    cost model charges) and each tree's exact expected tokens (simulated policies: the
+    policy's simulated mean, expected_tokens_for_policy)."""
+    if simulated(policy):
+        tokens, nodes = _simulated_step(policy, model, rng, batch)
+        mean = expected_tokens_for_policy(policy, model)
+        return tokens, np.full(batch, nodes, dtype=np.int64), np.full(batch, mean)
     step = _chunk(policy, batch, shared_budget and batch > 1)
     if step < batch:
         parts = [
@@ -204,7 +259,9 @@ def expected_tokens_for_policy(
         _EXPECTED.move_to_end(key)
         return hit
     rng = np.random.default_rng(seed)
-    if isinstance(model, ReplayStep):
+    if simulated(policy) and not isinstance(model, ReplayStep):
+        value = _simulated_expected(policy, model, rng, samples)
+    elif isinstance(model, ReplayStep):
         value = model.expected_tokens(build_tree(policy, model, rng))
     else:
         step = _chunk(policy, samples, shared_budget and samples > 1)
