@@ -72,8 +72,9 @@ class Grafted(TreeSource):
 
         mask = torch.zeros((b, self.nodes, self.nodes), dtype=torch.bool, device=dev)
         mask[:, :n0, :n0] = t.mask
-        idx = torch.arange(n0, self.nodes, device=dev)
-        mask[:, idx, idx] = True
+        # a placeholder sees itself; a device-side eye, since indexed assignment of a Python
+        # scalar copies it from the host, which a CUDA graph capture refuses
+        mask[:, n0:, n0:] = torch.eye(extra, dtype=torch.bool, device=dev)
         mask[:, n0:, 0] = True
         score = (
             pad(t.score, 0.0)
