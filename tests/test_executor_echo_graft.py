@@ -402,3 +402,24 @@ def test_recorded_outcomes_rank_by_draft_probability_not_by_the_answer() -> None
     # every candidate with a finite draft probability competes: the batch's budget is used
     assert int((shared.counts - 1).sum()) == 8 * (pol.budget - 1)
     assert not _runner(policy=pol, batch=8, use_kernels=False).source.base.by_confidence
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [TreePolicy("dynamic-topk", 5, 4, 8), TreePolicy("dynamic-topk", 3, 1, 4)],
+    ids=["5/4/8", "3/1/4"],
+)
+def test_a_session_sized_by_cache_slots_runs_a_small_budget_wide_tree(policy: TreePolicy) -> None:
+    """`spectune execute` sizes the caches by cache_slots; a dynamic tree whose drafting
+    writes more slots (1 + (depth - 1) x top-k = 17 for SGLang's 5/4/8) than it verifies
+    (budget 8) must still fit (the drafter's span mask once outgrew its cache)."""
+    from test_executor import HEAD
+
+    from spectune.executor.session import Session, SessionConfig
+    from spectune.executor.sources import cache_slots
+
+    slots = cache_slots(policy, MODEL, 1)
+    assert slots >= 1 + (policy.depth - 1) * policy.topk
+    cfg = SessionConfig(1, 32, slots, use_graphs=False, use_kernels=False, autotune_gemm=False)
+    (res,) = Session(TARGET, HEAD, cfg, "cpu").run_spec(1, 32, policy, MODEL, steps=2, warmup=0)
+    assert res.accepted

@@ -92,8 +92,12 @@ def verify_tokens(policy: TreePolicy, acceptance: object) -> int:
 def cache_slots(policy: TreePolicy, acceptance: object, batch: int) -> int:
     """Cache positions past the context a run of this policy writes per sequence: its tree
     slots, or the padded draft extend (depth + 1, + the longest grafted chain, at most
-    graft_budget) when that is longer."""
-    return max(tree_slots(policy, acceptance, batch), policy.depth + policy.graft_budget + 1)
+    graft_budget) or the dynamic drafter's own slots (the root plus top-k per step after the
+    first, dynamic.DynamicTopK.slots) when those are longer."""
+    drafted = 1 + (policy.depth - 1) * policy.topk if policy.builder == "dynamic-topk" else 0
+    return max(
+        tree_slots(policy, acceptance, batch), policy.depth + policy.graft_budget + 1, drafted
+    )
 
 
 def make_source(
