@@ -23,6 +23,7 @@ NVLink SHARP (NCCL_NVLS_ENABLE) is left to the caller's environment; the GPU scr
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import sys
@@ -109,6 +110,10 @@ class TPGroup:
         return TPGroup(self.rank, world, self.device, g) if self.rank < world else None
 
 
+GLOO_TIMEOUT = datetime.timedelta(minutes=3)
+"""How long gloo ranks wait for each other (rendezvous and collectives) before failing."""
+
+
 def free_port() -> int:
     """An unused TCP port on loopback for the ranks' rendezvous."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -134,7 +139,8 @@ def init_rank(rank: int, world: int, port: int, backend: str) -> TPGroup:
             dist.init_process_group("nccl", rank=rank, world_size=world)
     else:
         device = torch.device("cpu")
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        # a bounded rendezvous: a rank that never arrives fails the group instead of hanging it
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=GLOO_TIMEOUT)
     return TPGroup(rank, world, device)
 
 
