@@ -33,3 +33,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not HAS_CUDA:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def _restore_main_module():
+    """Put back the process's `__main__` after each test. Streamlit's AppTest runs a dashboard
+    script as `__main__` and leaves it there; multiprocessing's spawn start method (the TP tests'
+    ranks) re-runs the parent's `__main__` file in every child, so a later spawn in the same
+    xdist worker would start each rank by running the dashboard app."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None and sys.modules.get("__main__") is not main:
+        sys.modules["__main__"] = main

@@ -8,7 +8,6 @@ same seed, and both ranks must agree."""
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -104,13 +103,7 @@ def _all_rank(group: TPGroup, out: str) -> None:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tp")
-    try:
-        launch(_all_rank, 2, (str(out),), backend="gloo")
-    except Exception as first:
-        # under a loaded CI host a gloo spawn has failed once in a full parallel run (cause not
-        # yet found): one more try, saying why; a second failure fails every test below
-        warnings.warn(f"TP spawn failed once, retrying: {first}", stacklevel=1)
-        launch(_all_rank, 2, (str(out),), backend="gloo")
+    launch(_all_rank, 2, (str(out),), backend="gloo")
     return out
 
 

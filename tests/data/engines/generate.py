@@ -94,7 +94,9 @@ def _vllm_capture() -> io.StringIO:
     if not root.handlers:  # 0.33.0 configures logging at server start, not at import
         vllm.logger._configure_vllm_root_logger()
     for h in root.handlers:
-        if isinstance(h, logging.StreamHandler):
+        # vLLM's own handler only: a test harness's capture handlers (pytest's LogCaptureHandler
+        # subclasses StreamHandler) keep their streams and their own format
+        if type(h) is logging.StreamHandler:
             h.setStream(buf)
     return buf
 
