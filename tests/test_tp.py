@@ -16,6 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
+from test_executor import HEAD, TARGET  # noqa: E402  (the executor tests' tiny models)
+
 from spectune.executor.collectives import TPGroup, collective_sweep, launch  # noqa: E402
 from spectune.executor.drafter import Eagle3Head  # noqa: E402
 from spectune.executor.model import Decoder  # noqa: E402
@@ -31,21 +33,6 @@ from spectune.specs import ModelSpec, SpecError, TreePolicy  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not dist.is_gloo_available(), reason="needs torch's gloo backend")
 
-TARGET = ModelSpec(
-    name="tiny", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=96, vocab=300
-)
-HEAD = ModelSpec(
-    name="tiny-eagle",
-    arch="eagle3-head",
-    layers=1,
-    hidden=64,
-    heads=4,
-    kv_heads=2,
-    head_dim=16,
-    ffn=96,
-    vocab=300,
-    draft_vocab=100,
-)
 B, N, C = 2, 5, 12
 
 
