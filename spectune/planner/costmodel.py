@@ -40,6 +40,8 @@ replay a graph; larger ones launch eagerly.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -54,6 +56,12 @@ from spectune.specs.model import ModelSpec
 from spectune.specs.policy import TreePolicy
 
 BREAKDOWN_KEYS = CLASSES
+
+SHARED_TREE_CV = 0.2
+"""Spread (std / mean) of per-request tree sizes under a shared verify budget (ECHO) when the
+caller does not know it: what the planner's shared-budget draws give (planner.trees.sample_step
+at batch 8-64 on the mt-bench acceptance model: CV 0.15-0.24 for dynamic-topk 5/4/8, 6/8/32
+and 7/10/60). The objective and check pass the acceptance model's own spread instead."""
 
 
 def _arr(name: str, value: ArrayLike) -> F64:
@@ -169,6 +177,31 @@ class CostModel:
     def verify_time(self, batch: ArrayLike, tokens: ArrayLike, context: ArrayLike) -> F64:
         """Seconds of one target forward (see verify_breakdown)."""
         return _total(self.verify_breakdown(batch, tokens, context))
+
+    def ragged_verify_time(
+        self,
+        batch: ArrayLike,
+        tokens: ArrayLike,
+        context: ArrayLike,
+        *,
+        tokens_cv: ArrayLike = 0.0,
+        max_tokens: ArrayLike = np.inf,
+    ) -> F64:
+        """Seconds of one target forward over `batch` trees of unequal size, verified as one
+        ragged batch: `tokens` per request on average (root included), spread `tokens_cv`
+        (std / mean over the requests), at most `max_tokens` each, over `context` cached tokens.
+        Weight GEMMs and the LM head see the batch's total tokens, as a uniform verify of the
+        mean; attention runs ceil(G x n_i / tile) query tiles per request, each over that
+        request's keys, the tile being Calibration.ragged_tile_m (at most the largest
+        request's rows): unequal trees of the same total cost more tiles than equal ones
+        (forward.BatchShape.rows_x_keys, operators.spread_padded_rows)."""
+        shape = replace(
+            self._uniform(batch, tokens, context),
+            new_cv=_arr("tokens_cv", tokens_cv),
+            new_max=np.maximum(_arr("max_tokens", max_tokens), 1.0),
+            ragged_tile=float(self.rates.ragged_tile_m),
+        )
+        return _total(self._target.forward(shape))
 
     def ragged_forward_time(
         self, new_tokens: ArrayLike, context: ArrayLike, *, cuda_graph: bool = False
@@ -309,6 +342,7 @@ class CostModel:
         accepted: ArrayLike | None = None,
         rounds: ArrayLike | None = None,
         tree_tokens: ArrayLike | None = None,
+        tokens_cv: ArrayLike | None = None,
     ) -> StepBreakdown:
         """Seconds of each phase of one decoding iteration of `batch` sequences over `context`
         cached tokens each, under `policy` (None: speculation off, a plain decode step).
@@ -329,6 +363,10 @@ class CostModel:
             and `tree_tokens` the tree each round verifies (default budget); the objective
             passes their means (planner.hierarchical). `rounds` and `tree_tokens` price only
             hierarchical policies (a SpecError otherwise).
+        tokens_cv: spread (std / mean) of the tree tokens over the batch's requests where the
+            trees differ in size per request (a pruned tree, or a shared budget above batch
+            1): their verify runs ragged (ragged_verify_time). Default: SHARED_TREE_CV for a
+            shared budget, 0 for a pruned tree; ignored where the trees are equal.
         With speculation off the step verifies 1 token per sequence and drafts nothing;
         passing `tokens` or `accepted` is then a SpecError. The engine's term is
         `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp)`. Every field is
@@ -360,7 +398,7 @@ class CostModel:
             parts = {
                 "draft_s": self.draft_time(b, policy.depth, policy.topk, c, builder=builder),
                 "intermediate_s": None,
-                "verify_s": self.verify_time(b, n, c),
+                "verify_s": self._tree_verify_time(policy, b, n, c, tokens_cv),
                 "extend_s": self.draft_extend_time(b, a, c),
                 "overhead_s": self.step_overhead_time(b, n, builder=builder),
                 "retrieval_s": self.retrieval_time(b) if policy.graft_budget > 0 else None,
@@ -443,6 +481,23 @@ class CostModel:
         }
         shape = np.broadcast(*(p for p in parts.values() if p is not None)).shape
         return StepBreakdown(**{k: _shaped(p, shape) for k, p in parts.items()})
+
+    def _tree_verify_time(
+        self, policy: TreePolicy, b: F64, n: ArrayLike, c: F64, cv: ArrayLike | None
+    ) -> F64:
+        """The verify of `policy`'s trees: verify_time where every request's tree has the same
+        size, ragged_verify_time where they differ: a shared budget above batch 1 (spread `cv`,
+        default SHARED_TREE_CV; a request holds at most the batch's whole budget) or a pruned
+        tree (spread `cv`, default 0; at most `budget` tokens)."""
+        if policy.shared_budget:
+            spread = SHARED_TREE_CV if cv is None else cv
+            most = 1.0 + b * (policy.budget - 1)
+            ragged = self.ragged_verify_time(b, n, c, tokens_cv=spread, max_tokens=most)
+            return _f64(np.where(b > 1, ragged, self.verify_time(b, n, c)))
+        if policy.prune_threshold > 0:
+            spread = 0.0 if cv is None else cv
+            return self.ragged_verify_time(b, n, c, tokens_cv=spread, max_tokens=policy.budget)
+        return self.verify_time(b, n, c)
 
     def _ragged_time(self, policy: TreePolicy, batch: F64) -> F64 | None:
         """prune_time where the batch's trees differ in size per request, so the verify runs

@@ -28,6 +28,7 @@ from spectune.planner.operators import (
     gemm_time,
     moe_experts_time,
     pad_up,
+    spread_padded_rows,
 )
 from spectune.specs.errors import SpecError
 from spectune.specs.model import ModelSpec
@@ -63,10 +64,24 @@ class BatchShape:
     cached: F64  # [B] cached tokens per sequence (ragged) or c (uniform)
     seqs: F64  # B (uniform; multiplies the per-sequence sums) or 1 (ragged; sums over [B])
     ragged: bool
+    # Uniform shapes only: a verify of trees of unequal size per request, `new` their mean.
+    # new_cv: coefficient of variation of the per-request sizes (0: equal trees); new_max:
+    # the most tokens a request holds; ragged_tile: the attention tile each request's rows are
+    # padded to (0: the caller's tile). See rows_x_keys.
+    new_cv: F64 | float = 0.0
+    new_max: F64 | float = np.inf
+    ragged_tile: float = 0.0
 
     def rows_x_keys(self, rows_per_token: int, tile: int) -> F64:
         """sum_i pad(rows_per_token * n_i, tile) * (c_i + n_i): query rows of one KV-head
-        group, padded to the attention tile, times the keys they score."""
+        group, padded to the attention tile, times the keys they score. With a ragged_tile,
+        the tile is the smaller of it and the padded rows of the largest request (new_max: a
+        launch planned for that row), and the expectation over per-request sizes of mean `new`
+        and spread new_cv (operators.spread_padded_rows) replaces pad(G * n, tile)."""
+        if self.ragged_tile:
+            t = np.minimum(self.ragged_tile, pad_up(rows_per_token * self.new_max, tile))
+            rows = spread_padded_rows(self.new, self.new_cv, rows_per_token, t, self.new_max)
+            return self.seqs * rows * (self.cached + self.new)
         per_seq = pad_up(rows_per_token * self.new, tile) * (self.cached + self.new)
         if self.ragged:
             return np.asarray(per_seq.sum(), dtype=np.float64)

@@ -88,6 +88,7 @@ class Rates:
     gemm_tile_m: int
     gemm_tile_n: int
     attention_tile_m: int
+    ragged_tile_m: int  # query-row tile of a ragged verify's attention (Calibration)
 
     @classmethod
     def resolve(cls, hw: HardwareSpec, cal: Calibration) -> Rates:
@@ -134,6 +135,7 @@ class Rates:
             gemm_tile_m=cal.gemm_tile_m,
             gemm_tile_n=cal.gemm_tile_n,
             attention_tile_m=cal.attention_tile_m,
+            ragged_tile_m=cal.ragged_tile_m,
         )
 
     def gemm_peak(self, weight_bytes: float) -> float:
@@ -198,6 +200,42 @@ class Rates:
 def pad_up(x: ArrayLike, tile: float) -> F64:
     """Round up to a multiple of `tile` (tile quantization)."""
     return np.ceil(np.asarray(x, dtype=np.float64) / tile) * tile
+
+
+#: standard deviations past the mean up to which spread_padded_rows sums its tiles
+SPREAD_SIGMAS = 6.0
+
+
+def spread_padded_rows(
+    tokens: ArrayLike, cv: ArrayLike, rows_per_token: int, tile: ArrayLike, cap: ArrayLike = np.inf
+) -> F64:
+    """E[pad(rows_per_token * n, tile)] over requests whose token counts n (integers, >= 1, at
+    most `cap`) have mean `tokens` and coefficient of variation `cv`, under a normal law with a
+    continuity correction:
+
+        E[ceil(G n / T)] = 1 + sum_{k >= 1, kT/G < cap} P(n >= floor(kT / G) + 1)
+        P(n >= j + 1) = Phi((mean - j - 0.5) / (cv * mean))
+
+    (mass above `cap` is the cap's: a request's row holds at most cap tokens). cv = 0 gives
+    pad_up(rows_per_token * tokens, tile), fractional means included. Arrays broadcast."""
+    from scipy.special import ndtr
+
+    n = np.asarray(tokens, dtype=np.float64)
+    s = np.asarray(cv, dtype=np.float64) * n
+    cap_ = np.asarray(cap, dtype=np.float64)
+    t = np.asarray(tile, dtype=np.float64)
+    uniform = pad_up(rows_per_token * np.minimum(n, cap_), t)
+    if not (s > 0).any():
+        return uniform
+    per_tile = t / rows_per_token  # tokens one tile holds
+    top = np.minimum(n + SPREAD_SIGMAS * s, cap_)
+    kmax = int(np.ceil(np.max(top / per_tile))) + 1
+    ndim = np.broadcast(n, s, t, cap_).ndim
+    k = np.arange(1, kmax + 1, dtype=np.float64).reshape((-1,) + (1,) * ndim)
+    j = np.floor(k * per_tile)  # n > j needs tile k + 1
+    p = ndtr((n - j - 0.5) / np.maximum(s, 1e-12))
+    tiles = 1.0 + np.where(j < cap_, p, 0.0).sum(axis=0)
+    return np.where(s > 0, tiles * t, uniform)
 
 
 def gemm_effective_rows(r: Rates, m: ArrayLike, n: float, tile_m: int | None = None) -> F64:

@@ -129,6 +129,16 @@ class Calibration:
         help="query rows per KV-head group are padded to this (16: the mma.sync M that "
         "tensor-core decode/tree attention kernels use)",
     )
+    ragged_tile_m: int = help_field(
+        128,
+        help="query rows per KV-head group that each request of a ragged verify (trees of "
+        "unequal size per request: pruned, or ECHO's shared budget) is padded to: the tile "
+        "of an attention launch planned for the batch's largest tree, whose every request runs "
+        "ceil(G x n_i / tile) tiles over its own keys. Default 128: spectune's executor "
+        "(kernels/tree_attention_config.py default_config: 128-row tiles once G x row cap > 64 "
+        "at batch x KV heads > 16; ECHO rows hold 4 x budget); fitted by spectune.validate.fit "
+        "from a calibration's ragged runs",
+    )
     graph_batch_sizes: tuple[int, ...] = help_field(
         SGLANG_GRAPH_BATCH_SIZES,
         help="CUDA-graph capture batch sizes, ascending; a batch is padded up to the next one "
@@ -256,7 +266,13 @@ class Calibration:
                 raise SpecError(
                     f"field {name!r} is a time in seconds, must be in [0, {MAX_FIXED_S:g}], got {v}"
                 )
-        for name in ("gemm_tile_m", "gemm_tile_n", "attention_tile_m", "weight_only_tile_m"):
+        for name in (
+            "gemm_tile_m",
+            "gemm_tile_n",
+            "attention_tile_m",
+            "ragged_tile_m",
+            "weight_only_tile_m",
+        ):
             if not 0 < getattr(self, name) <= 4096:
                 raise SpecError(f"field {name!r} must be in 1..4096, got {getattr(self, name)}")
         self._check_gemm_curve()
