@@ -62,6 +62,7 @@ class PhaseResult:
     nodes: int  # tree slots per sequence (the budget, or the whole pool if smaller)
     verified: list[float] = field(default_factory=list)  # mean kept tokens/seq per step (ragged)
     extend_tokens: int = 0  # tokens per sequence the draft extend runs over (padded; 0: none)
+    spread: list[float] = field(default_factory=list)  # std/mean of kept tokens/seq per step
 
     @property
     def verified_mean(self) -> float:
@@ -69,6 +70,14 @@ class PhaseResult:
         if not self.verified:
             return float(self.nodes)
         return sum(self.verified) / len(self.verified)
+
+    @property
+    def verified_cv(self) -> float:
+        """Mean over steps of the spread (std / mean over the batch's requests) of the tokens
+        verified per sequence: 0 for equal trees (a dense verify)."""
+        if not self.spread:
+            return 0.0
+        return sum(self.spread) / len(self.spread)
 
     @property
     def tokens_per_step(self) -> float:
@@ -254,9 +263,20 @@ class SpecRunner:
 
         timer.run(fns, after_step=record)
         accepted = hist.float().mean(dim=1).tolist()
-        verified = kept.float().mean(dim=1).tolist() if counts is not None else []
+        verified, spread = [], []
+        if counts is not None:
+            k = kept.float()
+            mean = k.mean(dim=1)
+            verified = mean.tolist()
+            spread = (k.std(dim=1, unbiased=False) / mean.clamp(min=1.0)).tolist()
         return PhaseResult(
-            timer.medians_s(), accepted, self.batch, self.nodes, verified, self.max_depth + 1
+            timer.medians_s(),
+            accepted,
+            self.batch,
+            self.nodes,
+            verified,
+            self.max_depth + 1,
+            spread,
         )
 
 

@@ -363,10 +363,9 @@ class CostModel:
             and `tree_tokens` the tree each round verifies (default budget); the objective
             passes their means (planner.hierarchical). `rounds` and `tree_tokens` price only
             hierarchical policies (a SpecError otherwise).
-        tokens_cv: spread (std / mean) of the tree tokens over the batch's requests where the
-            trees differ in size per request (a pruned tree, or a shared budget above batch
-            1): their verify runs ragged (ragged_verify_time). Default: SHARED_TREE_CV for a
-            shared budget, 0 for a pruned tree; ignored where the trees are equal.
+        tokens_cv: spread (std / mean) of the tree tokens over the batch's requests under a
+            shared budget above batch 1 (ECHO), whose unequal trees are verified ragged
+            (ragged_verify_time); default SHARED_TREE_CV; ignored for other policies.
         With speculation off the step verifies 1 token per sequence and drafts nothing;
         passing `tokens` or `accepted` is then a SpecError. The engine's term is
         `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp)`. Every field is
@@ -485,19 +484,19 @@ class CostModel:
     def _tree_verify_time(
         self, policy: TreePolicy, b: F64, n: ArrayLike, c: F64, cv: ArrayLike | None
     ) -> F64:
-        """The verify of `policy`'s trees: verify_time where every request's tree has the same
-        size, ragged_verify_time where they differ: a shared budget above batch 1 (spread `cv`,
-        default SHARED_TREE_CV; a request holds at most the batch's whole budget) or a pruned
-        tree (spread `cv`, default 0; at most `budget` tokens)."""
-        if policy.shared_budget:
-            spread = SHARED_TREE_CV if cv is None else cv
-            most = 1.0 + b * (policy.budget - 1)
-            ragged = self.ragged_verify_time(b, n, c, tokens_cv=spread, max_tokens=most)
-            return _f64(np.where(b > 1, ragged, self.verify_time(b, n, c)))
-        if policy.prune_threshold > 0:
-            spread = 0.0 if cv is None else cv
-            return self.ragged_verify_time(b, n, c, tokens_cv=spread, max_tokens=policy.budget)
-        return self.verify_time(b, n, c)
+        """The verify of `policy`'s trees: ragged_verify_time under a shared budget above batch
+        1 (ECHO: spread `cv`, default SHARED_TREE_CV; a request holds at most the batch's whole
+        budget), else verify_time at the mean tree size. A pruned tree stays priced at its mean:
+        its requests hold at most the budget, whose dense shape the launch is planned and tuned
+        for, and its measured ragged verifies (measurements/h100, h200-replan) are priced within
+        +-5% so, while padding them to ragged_tile_m overprices the H200 ones (+8.6% at batch
+        32)."""
+        if not policy.shared_budget:
+            return self.verify_time(b, n, c)
+        spread = SHARED_TREE_CV if cv is None else cv
+        most = 1.0 + b * (policy.budget - 1)
+        ragged = self.ragged_verify_time(b, n, c, tokens_cv=spread, max_tokens=most)
+        return _f64(np.where(b > 1, ragged, self.verify_time(b, n, c)))
 
     def _ragged_time(self, policy: TreePolicy, batch: F64) -> F64 | None:
         """prune_time where the batch's trees differ in size per request, so the verify runs

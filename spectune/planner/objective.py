@@ -88,6 +88,12 @@ def shared_twin(policy: TreePolicy) -> TreePolicy:
     return replace(policy, shared_budget=False)
 
 
+def _cv(sizes: np.ndarray) -> float:
+    """std / mean of per-request tree sizes (0 for an empty or all-zero sample)."""
+    mean = float(np.mean(sizes)) if np.size(sizes) else 0.0
+    return float(np.std(sizes)) / mean if mean > 0 else 0.0
+
+
 def _scalar(x: Any) -> float:
     """The one value of a cost-model answer (they broadcast, so scalars come back as arrays)."""
     return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])
@@ -144,7 +150,7 @@ class ClosedFormObjective:
         self.mean_output_tokens = mean_output_tokens
         self._expected: dict[TreePolicy, float] = {}
         self._tokens: dict[TreePolicy, float] = {}
-        self._shared: dict[tuple[TreePolicy, int], tuple[float, float]] = {}
+        self._shared: dict[tuple[TreePolicy, int], tuple[float, float, float]] = {}
 
     def _shares(self, policy: TreePolicy | None, batch: int | None) -> bool:
         """Whether the policy prices differently at this batch: a shared budget at batch > 1
@@ -205,6 +211,16 @@ class ClosedFormObjective:
             self._tokens[policy] = float(np.mean(nodes))
         return self._tokens[policy]
 
+    def tree_spread(self, policy: TreePolicy, batch: int | None = None) -> float:
+        """Spread (std / mean) of a shared budget's tokens verified per request over one
+        batch's requests (batch > 1), from the same draws as tree_tokens (within each drawn
+        batch); 0 for other policies, whose verify the cost model prices at the mean. The cost
+        model prices ECHO's ragged verify from it (CostModel.iteration's tokens_cv)."""
+        if not self._shares(policy, batch) or policy.chain:
+            return 0.0
+        assert batch is not None
+        return self._shared_step(policy, int(batch))[2]
+
     def hier_outcome(self, policy: TreePolicy) -> HierOutcome:
         """Means of a hierarchical policy's step (planner.hierarchical), from the objective's
         `hierarchy` acceptance models."""
@@ -218,10 +234,12 @@ class ClosedFormObjective:
             policy, self.hierarchy, samples=max(256, self.samples), seed=self.seed
         )
 
-    def _shared_step(self, policy: TreePolicy, batch: int) -> tuple[float, float]:
-        """(E[tokens per step], tree tokens) per request of a shared-budget policy at `batch`
-        (> 1): whole batches drawn by sample_step(..., shared_budget=True), paired with the
-        same pools drawn by its per-request twin (SHARED_DRAWS); cached per (policy, batch)."""
+    def _shared_step(self, policy: TreePolicy, batch: int) -> tuple[float, float, float]:
+        """(E[tokens per step], tree tokens, their spread over the batch's requests) per request
+        of a shared-budget policy at `batch` (> 1): whole batches drawn by sample_step(...,
+        shared_budget=True), paired with the same pools drawn by its per-request twin
+        (SHARED_DRAWS), the spread the mean over draws of each batch's std / mean; cached per
+        (policy, batch)."""
         key = (policy, batch)
         hit = self._shared.get(key)
         if hit is None:
@@ -230,16 +248,18 @@ class ClosedFormObjective:
             model = self.acceptance
             twin = shared_twin(policy)
             draws = min(SHARED_DRAWS, max(2, -(-(self.samples // 4) // batch)))
-            d_expected = d_nodes = 0.0
+            d_expected = d_nodes = spread = 0.0
             for i in range(draws):
                 seed = [self.seed, batch, i]
                 _, n1, e1 = sample_step(policy, model, np.random.default_rng(seed), batch, True)
                 _, n0, e0 = sample_step(twin, model, np.random.default_rng(seed), batch)
                 d_expected += float(e1.sum() - e0.sum())
                 d_nodes += float(n1.sum() - n0.sum())
+                spread += _cv(n1) / draws
             hit = (
                 self.expected_tokens(twin) + d_expected / (draws * batch),
                 self.tree_tokens(twin) + d_nodes / (draws * batch),
+                spread,
             )
             self._shared[key] = hit
         return hit
@@ -323,7 +343,11 @@ class ClosedFormObjective:
                 tree_tokens=h.tree_tokens,
             )
             return step, tokens
-        step = self.cost_model.iteration(policy, b, context, tokens=tokens, accepted=accepted)
+        sizes = np.rint(np.atleast_1d(b)).astype(np.int64).ravel()
+        cv = np.array([self.tree_spread(policy, int(x)) for x in sizes]).reshape(np.shape(b))
+        step = self.cost_model.iteration(
+            policy, b, context, tokens=tokens, accepted=accepted, tokens_cv=cv
+        )
         return step, tokens
 
     def step_times(

@@ -241,7 +241,8 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
         label = f"B={b} {r['label']} {d}/{k}/{pol['budget']}"
         if pol.get("prune_threshold", 0.0) > 0:
             label += f"/p{pol['prune_threshold']:g}"
-        step = cm.iteration(policy, b, c, tokens=n, accepted=r.get("extend_tokens"))
+        cv = _tree_spread(doc, r, planned)
+        step = cm.iteration(policy, b, c, tokens=n, accepted=r.get("extend_tokens"), tokens_cv=cv)
         res.verify.append(
             Row(name, f"verify {label} N={n:g}", _scalar(step.verify_s), ph["verify"] / 1e3)
         )
@@ -304,15 +305,43 @@ def _tree_tokens(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, An
         return float(run["nodes"])
     if run.get("verified_mean") is not None:
         return float(run["verified_mean"])
+    obj = _planned_objective(doc, planned)
+    if obj is None:
+        raise SpecError(
+            "a pruned run without 'verified_mean' needs the document's workload (a preset or "
+            f"spec file the planner can build), got {doc.get('workload')!r}"
+        )
+    return float(obj.tree_tokens(TreePolicy(**pol)))
+
+
+def _planned_objective(doc: dict[str, Any], planned: dict[str, Any]) -> Any:
+    """The planner's objective for the document's models, GPU and workload, built once per
+    document (in `planned`); None where the workload is none the planner can build."""
     if "objective" not in planned:
         from spectune.planner.objective import closed_form_objective
 
-        if not doc.get("workload"):
-            raise SpecError("a pruned run without 'verified_mean' needs the document's workload")
-        planned["objective"] = closed_form_objective(
-            doc["target"], doc["drafter"], doc["hardware"], doc["workload"]
-        )
-    return float(planned["objective"].tree_tokens(TreePolicy(**pol)))
+        try:
+            planned["objective"] = closed_form_objective(
+                doc["target"], doc["drafter"], doc["hardware"], doc.get("workload") or ""
+            )
+        except SpecError:
+            planned["objective"] = None
+    return planned["objective"]
+
+
+def _tree_spread(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, Any]) -> float | None:
+    """Spread (std / mean) of a shared-budget run's per-request verified tokens (batch > 1):
+    the measured `verified_cv`, else the planner's for the document's workload
+    (ClosedFormObjective.tree_spread), else None (a workload the planner cannot build, e.g. a
+    recorded trace: the cost model's default, costmodel.SHARED_TREE_CV). None for other runs
+    (the cost model prices them at their mean)."""
+    pol = run["policy"]
+    if not (bool(pol.get("shared_budget")) and run["batch"] > 1):
+        return None
+    if run.get("verified_cv") is not None:
+        return float(run["verified_cv"])
+    obj = _planned_objective(doc, planned)
+    return None if obj is None else float(obj.tree_spread(TreePolicy(**pol), run["batch"]))
 
 
 def format_check(

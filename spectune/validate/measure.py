@@ -10,6 +10,8 @@ Measurement JSON (schema spectune.measurement/v1; spectune.validate.check reads 
      "runs": [{"batch", "label", "policy": TreePolicy dict | null, "nodes": tree slots,
                "verified_mean": tokens verified per sequence per step, root included (= nodes
                unless the policy prunes; optional in older documents),
+               "verified_cv": spread (std / mean over the batch's requests) of the tokens
+               verified per sequence, mean over steps (0 for equal trees; optional),
                "phases_ms": {draft, tree, verify, accept, compact, extend, overhead, step},
                "accepted_mean": accepted draft tokens per step, "tokens_per_step",
                "tokens_per_s", "ar_step_ms", "ar_tokens_per_s", "speedup",
@@ -84,19 +86,21 @@ def run_record(spec: RunSpec, spec_res: Any, ar_res: Any) -> dict[str, Any]:
         phases["verify"] = ar_res.phases_s["verify"] * 1e3
         phases["overhead"] = ar_res.phases_s["overhead"] * 1e3
         phases["step"] = ar_ms
-        acc, tps, nodes, verified = 0.0, ar_tps, 1, 1.0
+        acc, tps, nodes, verified, spread = 0.0, ar_tps, 1, 1.0, 0.0
     else:
         phases = {k: spec_res.phases_s.get(k, 0.0) * 1e3 for k in PHASE_KEYS}
         acc = spec_res.tokens_per_step - 1.0
         tps = spec_res.tokens_per_s
         nodes = spec_res.nodes
         verified = float(getattr(spec_res, "verified_mean", nodes))
+        spread = float(getattr(spec_res, "verified_cv", 0.0))
     return {
         "batch": spec.batch,
         "label": spec.label,
         "policy": dataclasses.asdict(spec.policy) if spec.policy else None,
         "nodes": nodes,
         "verified_mean": verified,
+        "verified_cv": spread,
         "phases_ms": phases,
         "accepted_mean": acc,
         "tokens_per_step": acc + 1.0,
@@ -122,6 +126,7 @@ def _pooled(repeats: Sequence[Any]) -> Any:
         phases_s=phases,
         accepted=[a for r in repeats for a in r.accepted],
         verified=[v for r in repeats for v in r.verified],
+        spread=[v for r in repeats for v in getattr(r, "spread", [])],
     )
 
 
@@ -288,6 +293,8 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
                 _number(r, key, w)
         if r.get("verified_mean") is not None:
             _number(r, "verified_mean", w, lo=1, lo_open=False)
+        if r.get("verified_cv") is not None:
+            _number(r, "verified_cv", w, lo_open=False, hi=100.0)
         ph = r.get("phases_ms")
         if not isinstance(ph, dict):
             raise SpecError(f"{w}: field 'phases_ms' needs numbers for {', '.join(PHASE_KEYS)}")
