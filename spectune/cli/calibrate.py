@@ -208,11 +208,19 @@ def format_report(report: dict[str, Any]) -> str:
         se = ident.get("rel_se", {}).get(name)
         se_text = f"{se:>9.2g}" if se is not None else f"{'-':>9}"
         lines.append(f"{name:<28} {v:>12.4g} {of} {se_text}  {status.get(name, '')}")
+    tile = report.get("ragged_tile_m")
+    if isinstance(tile, dict):
+        ssr = ", ".join(f"{t}: {v:.3g}" for t, v in tile["ssr"].items())
+        state = "determined" if tile["determined"] else "weak (kept)"
+        lines.append(
+            f"{'ragged_tile_m':<28} {tile['chosen']:>12} {'':>10} {'-':>9}  {state}; "
+            f"squared log error by tile over {tile['rows']} shared-budget rows: {ssr}"
+        )
     over = report.get("overheads", {})
     if over:
         lines.append(f"fixed costs fitted: {', '.join(over.get('fitted', [])) or '-'}")
         lines.append(f"fixed costs at defaults: {', '.join(over.get('default', [])) or '-'}")
-    shown = {"identified", "bounds", "params", "overheads"}
+    shown = {"identified", "bounds", "params", "overheads", "ragged_tile_m"}
     for k, v in report.items():
         if k.startswith("mape_") or k == "rows" or (k not in shown and "params" not in report):
             lines.append(f"{k:<32} {v:.4g}" if isinstance(v, float) else f"{k:<32} {v}")

@@ -28,7 +28,7 @@ padding).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,13 @@ PARAMS = (
 )
 # fitted only when static-builder runs are measured (otherwise nothing constrains it)
 STATIC_PARAM = ("static_draft_step_us", 0.0, 500.0, 20.0)
+# Calibration.ragged_tile_m: a tile, so chosen among the M tiles of tensor-core attention
+# kernels (mma.sync 16 .. two 128-row warpgroups), and only from shared-budget runs above batch 1
+# (ECHO's ragged verifies): the candidate of least weighted squared log error, `determined` when
+# every other candidate adds more than RAGGED_TILE_LR residual variances to it (a likelihood-
+# ratio test at about 2 sigma); otherwise the base calibration's tile stands
+RAGGED_TILES = (16, 32, 64, 128, 256)
+RAGGED_TILE_LR = 4.0
 
 
 def _tokens(run: dict) -> float:
@@ -118,16 +125,15 @@ def _rows(
             if pol is None:
                 rows.append(("verify", {"batch": b, "tokens": 1, "context": c}, ph["verify"] / 1e3))
                 continue
-            rows.append(
-                ("verify", {"batch": b, "tokens": _tokens(r), "context": c}, ph["verify"] / 1e3)
-            )
             policy = TreePolicy(**pol)
             run_args = {
                 "batch": b,
                 "policy": policy,
                 "context": c,
                 "accepted": r.get("extend_tokens"),
+                "tokens_cv": r.get("verified_cv"),
             }
+            rows.append(("verify", {**run_args, "tokens": _tokens(r)}, ph["verify"] / 1e3))
             rows.append(("step", {**run_args, "tokens": _tokens(r)}, ph["step"] / 1e3))
             rows.append(("draft", run_args, ph["draft"] / 1e3))
             rows.append(("extend", run_args, ph["extend"] / 1e3))
@@ -135,28 +141,35 @@ def _rows(
 
 
 def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
-    """Seconds the cost model predicts for one observation: a target forward ('verify'), a
+    """Seconds the cost model predicts for one observation: a target forward ('verify'; a
+    measured run's verify phase is the iteration's verify_s, ragged for a shared budget), a
     weight GEMM ('gemm'), or a field of CostModel.iteration for a measured run: the whole step
     ('step', over the run's verified tokens), its drafting ('draft') or its draft extend
     ('extend', over depth + 1 tokens: the executor pads it so); 'ar': a plain decode step."""
     from spectune.planner.operators import gemm_time
 
-    if kind == "verify":
+    if kind == "verify" and "policy" not in a:
         return _scalar(cm.verify_time(a["batch"], a["tokens"], a["context"]))
     if kind == "gemm":
         fmt = cm.rates.dense_format(float(cm.target.dtype_bytes))
         return _scalar(gemm_time(cm.rates, a["m"], a["n"], a["k"], fmt))
     if kind == "ar":
         return _scalar(cm.iteration(None, a["batch"], a["context"]).total_s)
-    if kind in ("step", "draft", "extend"):
+    if kind in ("verify", "step", "draft", "extend"):
         step = cm.iteration(
             a["policy"],
             a["batch"],
             a["context"],
             tokens=a.get("tokens"),
             accepted=a.get("accepted"),
+            tokens_cv=a.get("tokens_cv"),
         )
-        field = {"step": step.total_s, "draft": step.draft_s, "extend": step.extend_s}[kind]
+        field = {
+            "verify": step.verify_s,
+            "step": step.total_s,
+            "draft": step.draft_s,
+            "extend": step.extend_s,
+        }[kind]
         return _scalar(field)
     raise ValueError(kind)
 
@@ -256,10 +269,63 @@ def fit_calibration(
         if sel.any():
             report[f"mape_{kind}_before"] = float(np.mean(np.abs(start[sel] / meas[sel] - 1)))
             report[f"mape_{kind}_after"] = float(np.mean(np.abs(end[sel] / meas[sel] - 1)))
+    s2 = float(sol.fun @ sol.fun) / dof(sol)
+    cal, tile = _fit_ragged_tile(
+        cal, rows, meas, w, s2, lambda c: CostModel(hw, target, drafter, calibration=c)
+    )
+    if tile is not None:
+        report["ragged_tile_m"] = tile
+        kind = "determined" if tile["determined"] else "weak"
+        report["identified"][kind].append("ragged_tile_m")
+        report["identified"]["rel_se"]["ragged_tile_m"] = None
     if any(r.get("op") == "all_reduce" for r in run.get("collectives", [])):
         cal, link = fit_interconnect(run["collectives"], hw.name, cal)
         report.update({f"link_{k}": v for k, v in link.items()})
     return cal, report
+
+
+def dof(sol: Any) -> int:
+    """Residual degrees of freedom of a least-squares solution (rows - parameters, >= 1)."""
+    return max(int(sol.fun.size) - int(sol.x.size), 1)
+
+
+def _fit_ragged_tile(
+    cal: Calibration,
+    rows: Sequence[tuple[str, dict[str, Any], float]],
+    meas: np.ndarray,
+    w: np.ndarray,
+    s2: float,
+    cost_model: Callable[[Calibration], Any],
+) -> tuple[Calibration, dict[str, Any] | None]:
+    """`cal` with ragged_tile_m chosen among RAGGED_TILES (see RAGGED_TILE_LR) from the rows of
+    shared-budget runs above batch 1, and the report: each candidate's weighted sum of squared
+    log errors over those rows, the best, the tile chosen and whether the data determined it.
+    `s2`: the fit's residual variance; `cost_model`: a CostModel of the run's GPU and models for
+    a calibration. No such rows: `cal` unchanged and None."""
+    sel = [
+        i
+        for i, (_, a, _) in enumerate(rows)
+        if "policy" in a and a["policy"].shared_budget and a["batch"] > 1
+    ]
+    if not sel:
+        return cal, None
+    ssr: dict[int, float] = {}
+    for tile in RAGGED_TILES:
+        cm = cost_model(dataclasses.replace(cal, ragged_tile_m=tile))
+        pred = np.array([predict_row(cm, rows[i][0], rows[i][1]) for i in sel])
+        ssr[tile] = float(np.sum((w[sel] * np.log(pred / meas[sel])) ** 2))
+    best = min(ssr, key=lambda t: (ssr[t], t))
+    gap = min(v - ssr[best] for t, v in ssr.items() if t != best)
+    determined = gap > RAGGED_TILE_LR * max(s2, 1e-12)
+    chosen = best if determined else cal.ragged_tile_m
+    report = {
+        "rows": len(sel),
+        "ssr": {str(t): v for t, v in ssr.items()},
+        "best": best,
+        "chosen": chosen,
+        "determined": determined,
+    }
+    return dataclasses.replace(cal, ragged_tile_m=chosen), report
 
 
 # columns of the non-forward-phase fit (_overheads), in order; the last three are fitted only
