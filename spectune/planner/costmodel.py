@@ -185,11 +185,12 @@ class CostModel:
         context: ArrayLike,
         *,
         tokens_cv: ArrayLike = 0.0,
-        max_tokens: ArrayLike = np.inf,
+        max_tokens: ArrayLike | None = None,
     ) -> F64:
         """Seconds of one target forward over `batch` trees of unequal size, verified as one
         ragged batch: `tokens` per request on average (root included), spread `tokens_cv`
-        (std / mean over the requests), at most `max_tokens` each, over `context` cached tokens.
+        (std / mean over the requests), at most `max_tokens` each (None: no cap), over
+        `context` cached tokens.
         Weight GEMMs and the LM head see the batch's total tokens, as a uniform verify of the
         mean; attention runs ceil(G x n_i / tile) query tiles per request, each over that
         request's keys, the tile being Calibration.ragged_tile_m (at most the largest
@@ -198,7 +199,7 @@ class CostModel:
         shape = replace(
             self._uniform(batch, tokens, context),
             new_cv=_arr("tokens_cv", tokens_cv),
-            new_max=np.maximum(_arr("max_tokens", max_tokens), 1.0),
+            new_max=np.inf if max_tokens is None else np.maximum(_arr("max_tokens", max_tokens), 1),
             ragged_tile=float(self.rates.ragged_tile_m),
         )
         return _total(self._target.forward(shape))

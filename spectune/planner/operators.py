@@ -197,9 +197,10 @@ class Rates:
         return np.interp(m, self.gemm_tokens, self.gemm_efficiency)
 
 
-def pad_up(x: ArrayLike, tile: float) -> F64:
+def pad_up(x: ArrayLike, tile: ArrayLike) -> F64:
     """Round up to a multiple of `tile` (tile quantization)."""
-    return np.ceil(np.asarray(x, dtype=np.float64) / tile) * tile
+    t = np.asarray(tile, dtype=np.float64)
+    return np.ceil(np.asarray(x, dtype=np.float64) / t) * t
 
 
 #: standard deviations past the mean up to which spread_padded_rows sums its tiles
