@@ -19,7 +19,10 @@ The engine overheads are first estimates (specs/engine_data, marked as not fitte
 absolute figures for engines are as good as those estimates; the ranking of policies within an
 engine is what the plan uses.
 
-    python benchmarks/bench_engines.py [--trials 96]
+    python benchmarks/bench_engines.py [--trials 96] [--calibration FILE] [--engines spectune]
+
+--calibration prices every engine with a fitted calibration of the H100 (spectune calibrate,
+e.g. measurements/h100/calibration-h100-sxm.json) instead of the preset's defaults.
 
 Last line: one JSON document.
 """
@@ -44,12 +47,14 @@ BATCHES = (1, 8, 32, 64)
 CONTEXT = 4096
 
 
-def run(trials: int) -> list[dict[str, object]]:
+def run(
+    trials: int, calibration: str | None = None, engines: tuple[str, ...] = ENGINES
+) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     buckets = [BucketSpec((b, b), (CONTEXT, CONTEXT)) for b in BATCHES]
-    for name in ENGINES:
+    for name in engines:
         profile = load_engine(name)
-        scenario = Scenario(engine=name)
+        scenario = Scenario(engine=name, calibration=calibration)
         scorer, closed = build_scorer(scenario)
         settings = SearchSettings(
             trials=trials, space=engine_space(profile), engine=name, min_gain=0.0
@@ -93,9 +98,17 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=96, help="trials per batch (default 96)")
+    ap.add_argument("--calibration", default=None, help="fitted H100 calibration JSON")
+    ap.add_argument(
+        "--engines", default=",".join(ENGINES), help=f"engines, comma-separated ({ENGINES})"
+    )
     args = ap.parse_args()
-    rows = run(args.trials)
+    engines = tuple(e for e in args.engines.split(",") if e)
+    if not engines or any(e not in ENGINES for e in engines):
+        ap.error(f"--engines must name some of {', '.join(ENGINES)}, got {args.engines!r}")
+    rows = run(args.trials, args.calibration, engines)
     own = {r["batch"]: r["policy"] for r in rows if r["engine"] == "spectune"}
+    own = own or {r["batch"]: "-" for r in rows}
     print(f"Llama-3.1-8B + EAGLE-3, H100-SXM, MT-Bench, context {CONTEXT}; predicted tok/s")
     head = (
         f"{'engine':<9} {'B':>3}  {'engine-runnable plan':<22} {'tok/s':>6} {'vs off':>7}  "
