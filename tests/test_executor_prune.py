@@ -283,6 +283,10 @@ def test_pruned_run_verifies_exactly_the_kept_tokens() -> None:
     assert all(1.0 <= v <= r.nodes for v in res.verified)
     assert r.verifier.totals[-1] == int(r.counts.sum()) == int(r.verifier.plan.qo[-1])
     assert res.verified[-1] == pytest.approx(float(r.counts.double().mean()))
+    counts = r.counts.double()
+    spread = float(counts.std(unbiased=False) / counts.mean())
+    assert len(res.spread) == 2 and res.spread[-1] == pytest.approx(spread, abs=1e-6)
+    assert res.verified_cv == pytest.approx(sum(res.spread) / 2)
     src = _dynamic(r)
     full = select_tree(
         src.pool_token, src.pool_parent, src.pool_score, src.pool_accept, src.pool_lo,
