@@ -54,13 +54,30 @@ def test_ceilings_cut_every_efficiency_bound() -> None:
         "matmul_flops": 0.7 * H100.peak_bf16_flops,
     }
     ceil = ceilings(run, H100)
-    assert ceil == pytest.approx({"copy": 0.8, "matmul": 0.7})
-    assert ceilings({}, H100) == {"copy": 1.0, "matmul": 1.0}
+    assert ceil == pytest.approx({"copy": 0.8, "read": 0.8, "matmul": 0.7})
+    assert ceilings({}, H100) == {"copy": 1.0, "read": 1.0, "matmul": 1.0}
     assert ceilings({"copy_bytes_per_s": 9 * H100.hbm_bytes_per_s}, H100)["copy"] == 1.0
     for name, lo, hi, x0 in bounded(PARAMS, ceil):
         if name in CEILING_OF:
             assert hi <= ceil[CEILING_OF[name]] + 1e-12
         assert lo < hi and lo <= x0 <= hi
+
+
+def test_reads_are_bounded_by_the_read_rate_and_elementwise_by_the_copy_rate() -> None:
+    run = {
+        "copy_bytes_per_s": 0.8 * H100.hbm_bytes_per_s,
+        "read_bytes_per_s": 0.9 * H100.hbm_bytes_per_s,
+        "matmul_flops": 0.7 * H100.peak_bf16_flops,
+    }
+    ceil = ceilings(run, H100)
+    assert ceil == pytest.approx({"copy": 0.8, "read": 0.9, "matmul": 0.7})
+    hi = {name: h for name, _, h, _ in bounded(PARAMS, ceil)}
+    assert hi["weight_bw_efficiency"] == pytest.approx(0.9)
+    assert hi["attention_bw_efficiency"] == pytest.approx(0.9)
+    assert hi["elementwise_bw_efficiency"] == pytest.approx(0.8)
+    # a read measured below the copy rate (a poor reduction kernel) does not tighten the bound
+    slow = ceilings(run | {"read_bytes_per_s": 0.5 * H100.hbm_bytes_per_s}, H100)
+    assert slow["read"] == pytest.approx(0.8)
 
 
 def test_fit_stays_under_the_measured_ceilings_and_reports_them() -> None:

@@ -1,7 +1,7 @@
-"""`spectune calibrate`: micro-benchmark this GPU (copy bandwidth and matmul rate, GEMMs by token
+"""`spectune calibrate`: micro-benchmark this GPU (copy and read bandwidth, matmul rate, GEMMs by token
 count and shape, attention by batch/context/tree size, per-step overhead, whole verify passes,
 a short speculative run per tree builder) and fit the cost model's Calibration to them, every
-efficiency bounded by the measured copy bandwidth and matmul rate. The report lists the fitted
+efficiency bounded by the measured read or copy bandwidth and matmul rate. The report lists the fitted
 values beside those ceilings and which parameters the data determined.
 
     spectune calibrate --gpu h100-sxm --out measurements/calibration-h100-sxm.json
@@ -197,7 +197,8 @@ def format_report(report: dict[str, Any]) -> str:
     if bounds.get("copy_bytes_per_s"):
         lines.append(
             f"measured ceilings: copy {bounds['copy_bytes_per_s'] / 1e12:.2f} TB/s "
-            f"({bounds['copy_fraction_of_peak']:.1%} of peak), matmul "
+            f"({bounds['copy_fraction_of_peak']:.1%} of peak), read "
+            f"{bounds.get('read_fraction_of_peak', bounds['copy_fraction_of_peak']):.1%} of peak, matmul "
             f"{(bounds.get('matmul_flops') or 0) / 1e12:.0f} TFLOP/s "
             f"({bounds['matmul_fraction_of_peak']:.1%} of peak)"
         )

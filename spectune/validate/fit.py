@@ -9,7 +9,7 @@ least-squares fit minimises the log-ratio of predicted to measured seconds over
 The calibration run's own speculative runs (`spec_runs`: one short run per tree builder:
 dynamic, static, pruned, grafted, shared budget) join the measurements, so the draft-step, tree,
 prune and graft fixed costs are fitted on the GPU at hand. Every efficiency is bounded by the
-run's measured copy bandwidth and matmul rate (validate.fit_bounds), and the report gives
+run's measured read and copy bandwidths and matmul rate (validate.fit_bounds), and the report gives
 them beside those ceilings and says which parameters the data determined.
 Parameters: weight/attention/elementwise bandwidth efficiencies, attention FLOP efficiency,
 the per-kernel launch cost inside a graph, the fixed cost of each draft step beyond the
