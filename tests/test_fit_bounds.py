@@ -129,6 +129,7 @@ def test_spec_runs_of_every_builder_fit_their_fixed_costs() -> None:
         static_tree_build_s=40 * US,
         prune_step_s=130 * US,
         retrieval_per_request_s=3 * US,
+        retrieval_step_s=500 * US,
     )
     cm = _cm(truth)
     dense = TreePolicy("dynamic-topk", 6, 8, 32)
@@ -149,10 +150,15 @@ def test_spec_runs_of_every_builder_fit_their_fixed_costs() -> None:
     over = _overheads([meas])
     assert over["prune_step_s"] == pytest.approx(130 * US, rel=1e-6)
     assert over["retrieval_per_request_s"] == pytest.approx(3 * US, rel=1e-6)
+    assert over["retrieval_step_s"] == pytest.approx(500 * US, rel=1e-6)
     assert over["static_tree_build_s"] == pytest.approx(40 * US, rel=1e-6)
     assert over["tree_build_s"] == pytest.approx(90 * US, rel=1e-6)
     _, report = fit_calibration(run, max_nfev=3)
-    assert set(report["overheads"]["fitted"]) >= {"prune_step_s", "retrieval_per_request_s"}
+    assert set(report["overheads"]["fitted"]) >= {
+        "prune_step_s",
+        "retrieval_per_request_s",
+        "retrieval_step_s",
+    }
 
 
 def test_check_reads_calibration_spec_runs_and_prices_echo_ragged(tmp_path: Path) -> None:

@@ -288,8 +288,11 @@ class CostModel:
         )
 
     def retrieval_time(self, batch: ArrayLike) -> F64:
-        """Seconds of retrieval-drafter lookups (n-gram / suffix match) for `batch` requests."""
-        return _f64(self.calibration.retrieval_per_request_s * _arr("batch", batch))
+        """Seconds of retrieval-drafter lookups (n-gram / suffix match) for `batch` requests:
+        a fixed part per iteration (launches, the host read of the candidates) and a part per
+        request."""
+        cal = self.calibration
+        return _f64(cal.retrieval_step_s + cal.retrieval_per_request_s * _arr("batch", batch))
 
     def prune_time(self, batch: ArrayLike) -> F64:
         """Seconds a pruned tree (prune_threshold > 0) adds to one iteration of `batch`

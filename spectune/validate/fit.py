@@ -210,6 +210,7 @@ def fit_calibration(
             retrieval_per_request_s=over.get(
                 "retrieval_per_request_s", base.retrieval_per_request_s
             ),
+            retrieval_step_s=over.get("retrieval_step_s", base.retrieval_step_s),
         )
     rows = _rows(run, measurements)
     if not rows:
@@ -272,6 +273,7 @@ OVERHEAD_COLUMNS = (
     "static_tree_build_s",
     "prune_step_s",
     "retrieval_per_request_s",
+    "retrieval_step_s",
 )
 
 
@@ -289,7 +291,8 @@ def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
         on:              tree + accept + compact + ovh = fixed + per_request * B
                                                          + tree_build[builder] + per_node * B * N
                                                          + prune_step * [ragged verify]
-                                                         + retrieval_per_request * B * [graft]
+                                                         + (retrieval_step + retrieval_per_request
+                                                            * B) * [graft]
     (N: verified tree nodes per sequence, root included, the measured mean of a ragged run; the
     cost model's step_overhead_time, prune_time and retrieval_time; the per-node cost is shared
     by both builders, the fixed tree cost is each builder's own; a ragged verify is a pruned or
@@ -301,17 +304,17 @@ def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
         for r in doc["runs"]:
             ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
             if "ar_phases_ms" in r:
-                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0])
+                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
                 y.append(r["ar_phases_ms"]["overhead"] / 1e3)
             if pol is None:
-                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0])
+                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
                 y.append(ph["overhead"] / 1e3)
             else:
                 static = pol["builder"] == "static"
-                graft = float(b) * (pol.get("graft_budget", 0) > 0)
+                graft = float(pol.get("graft_budget", 0) > 0)
                 a_rows.append([
                     1.0, b, float(not static), b * _tokens(r), float(static),
-                    float(_ragged(pol, b)), graft,
+                    float(_ragged(pol, b)), b * graft, graft,
                 ])  # fmt: skip
                 y.append((ph["tree"] + ph["accept"] + ph["compact"] + ph["overhead"]) / 1e3)
     if len(y) < 4:
