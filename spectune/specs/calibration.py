@@ -186,8 +186,8 @@ class Calibration:
         0.0,
         help="fixed cost per iteration of the retrieval drafter's lookup, whatever the batch, "
         "s: its kernel launches and the host read of the candidates before they are placed "
-        "(spectune's GPU prompt lookup for grafting: 0.59 ms on the H200 of "
-        "measurements/h200-newuser, 0.62 ms on the H100 of measurements/h100, fitted from the "
+        "(spectune's GPU prompt lookup for grafting: 0.55 ms on the H200 of "
+        "measurements/h200-newuser, 0.59 ms on the H100 of measurements/h100, fitted from the "
         "calibration's prune vs prune+graft runs at batch 1 and 32). Default 0: an engine's "
         "CPU n-gram lookup is priced per request only, until measured",
     )
