@@ -297,7 +297,9 @@ def figure_preset(
     its kind's presets assume, the temperature rule of its own drafting applied to the key's
     T = 0 preset (SpecError when either is missing)."""
     p = presets.get(fig.key)
-    if p is not None and (fig.key.temperature == 0.0 or fig.drafted == kind_drafting(fig.key.drafter)):
+    if p is not None and (
+        fig.key.temperature == 0.0 or fig.drafted == kind_drafting(fig.key.drafter)
+    ):
         return p
     k0 = dataclasses.replace(fig.key, temperature=0.0)
 
@@ -308,7 +310,6 @@ def figure_preset(
     q = _temperature_rule(k0, fig.key, scale, fig.drafted) if k0 in presets else None
     if q is None:
         raise SpecError(
-            f"no preset for {fig.key.label} with {fig.drafted} drafts, which figure {fig.id} "
-            "needs"
+            f"no preset for {fig.key.label} with {fig.drafted} drafts, which figure {fig.id} needs"
         )
     return q
