@@ -94,7 +94,9 @@ def _one_gpu_run(args: argparse.Namespace) -> dict[str, Any]:
     from spectune.executor.sources import cache_slots
     from spectune.planner.acceptance import acceptance_model
 
-    acc = None if args.no_spec_runs else acceptance_model(load_workload(args.workload))
+    target, drafter = load_model(args.target), load_model(args.drafter)
+    wl = None if args.no_spec_runs else load_workload(args.workload, target=target, drafter=drafter)
+    acc = None if wl is None else acceptance_model(wl)
     spec_batches = [] if acc is None else list(args.spec_batches or SPEC_BATCHES)
     slots = [cache_slots(p, acc, b) for p in SPEC_POLICIES for b in spec_batches]
     cfg = SessionConfig(
