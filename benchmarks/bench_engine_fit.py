@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 
 from spectune.specs.engine import ENGINE_DATA_DIR, EngineOverheads, EngineProfile, engine_preset
-from spectune.validate.engine_fit import OverheadFit, fit_overheads, predict
+from spectune.validate.engine_fit import OverheadFit, fit_overheads, overheads_table, predict
 from spectune.validate.engine_measure import load_engine_measurement
 from spectune.validate.engine_points import EnginePoint, GpuPricer, Skipped, points_from_document
 
@@ -41,12 +41,33 @@ GOAL = 0.10
 PRESETS = {"sglang": "sglang", "vllm": "vllm", "trtllm": "trtllm"}
 FIRST_ESTIMATES = {
     "sglang": EngineOverheads(2e-4, 2e-6, 3e-4, 5e-5, 1e-4, 0.5, 0.1),
-    "vllm": EngineOverheads(3e-4, 3e-6, 4e-4, 6e-5, 0.0, 0.3, 0.1),
+    # drafter_step_s eagle3: vLLM 0.33.0 runs 5 eager ops per EAGLE-3 draft step outside the
+    # drafter's graph (llama_eagle3.py compute_logits: arange, add, new_full, index_put; then
+    # the argmax over the target vocabulary), ~10 us of host dispatch each
+    "vllm": EngineOverheads(3e-4, 3e-6, 4e-4, 6e-5, 0.0, 0.3, 0.1, drafter_step_s={"eagle3": 5e-5}),
     "trtllm": EngineOverheads(1.5e-4, 2e-6, 2e-4, 4e-5, 1e-4, 0.5, 0.1),
 }
 """The presets' overheads before any fit (engine_data/*.json as first written): every fit here,
 the full one and each leave-one-source-out one, starts from these and keeps the parameters it
-cannot determine at them, so no held-out figure leaks into its own prediction."""
+cannot determine at them, so no held-out figure leaks into its own prediction. A drafter kind
+listed in a table here is one the fit may give a term of its own (engine_fit.params_for)."""
+
+DRAFTER_TERM_SOURCES = {
+    "vllm": {
+        "drafter_step_s.eagle3": (
+            "vLLM 0.33.0 runs per EAGLE-3 draft step, outside the drafter's piecewise CUDA "
+            "graph: Eagle3LlamaForCausalLM.compute_logits (model_executor/models/llama_eagle3.py) "
+            "maps the 32000-token draft vocabulary onto the target's (arange + add, a "
+            "[batch, target vocab] new_full of -inf, an index_put scatter), then "
+            "SpecDecodeBaseProposer._greedy_sample (v1/spec_decode/llm_base_proposer.py) takes "
+            "the argmax over the whole target vocabulary. vllm PR #25917 (Sept 2025, by the "
+            "author of issue #20780) describes the same per-step ops as current and proposes "
+            "an argmax over the draft vocabulary instead; PR #53458 measures the scatter at 5x "
+            "a plain copy (H20)"
+        ),
+    },
+}
+"""Where each drafter-kind term of a preset comes from (written before its fitted value)."""
 
 
 def _key(p: EnginePoint) -> tuple[object, ...]:
@@ -92,9 +113,20 @@ def refit(engine: str, fit: OverheadFit, sources: list[str]) -> None:
     those lines (the rest of the file keeps its layout)."""
     path = ENGINE_DATA_DIR / f"{PRESETS[engine]}.json"
     text = path.read_text()
-    body = ",\n".join(f'    "{v.name}": {json.dumps(_value(v.value))}' for v in fit.values)
-    text = re.sub(r'"overheads": \{[^}]*\}', '"overheads": {\n' + body + "\n  }", text, count=1)
-    text = re.sub(r'\n    "overheads(\.\w+)?": "[^"\n]*",?(?=\n)', "", text)
+    table = {k: v for k, v in overheads_table(fit.overheads).items() if v != {}}
+    body = ",\n".join(
+        f'    "{k}": '
+        + (
+            json.dumps({d: _value(x) for d, x in v.items()})
+            if isinstance(v, dict)
+            else json.dumps(_value(v))
+        )
+        for k, v in table.items()
+    )
+    start = text.index('"overheads": {')
+    end = start + _balanced_end(text[start:])
+    text = text[:start] + '"overheads": {\n' + body + "\n  }" + text[end:]
+    text = re.sub(r'\n    "overheads(\.[\w.]+)?": "[^"\n]*",?(?=\n)', "", text)
     cites = []
     for v in fit.values:
         if v.fitted:
@@ -105,6 +137,9 @@ def refit(engine: str, fit: OverheadFit, sources: list[str]) -> None:
             )
         else:
             why = f"first estimate, not fitted to published figures ({v.note})"
+        source = DRAFTER_TERM_SOURCES.get(engine, {}).get(v.name)
+        if source:
+            why = f"{source}; {why}"
         cites.append(f'    "overheads.{v.name}": {json.dumps(why)}')
     summary = (
         "fitted by benchmarks/bench_engine_fit.py --refit where the published figures of "
@@ -125,9 +160,20 @@ def refit(engine: str, fit: OverheadFit, sources: list[str]) -> None:
     path.write_text(text)
 
 
-def cause(p: EnginePoint, err: float, fit: OverheadFit | None) -> str:
-    """The likeliest causes of a miss: what the figure does not state, and what the fit
-    without it could not determine."""
+def _balanced_end(text: str) -> int:
+    """Index just past the brace that closes the first '{' of `text`."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "{") - (ch == "}")
+        if ch == "}" and depth == 0:
+            return i + 1
+    raise ValueError("unbalanced braces in an engine preset")
+
+
+def cause(p: EnginePoint, err: float, fit: OverheadFit | None, rest: list[EnginePoint]) -> str:
+    """The likeliest causes of a miss: what the figure does not state, what the fit without
+    it (to the points `rest`) could not determine, and where its drafter's term is pulled
+    between other sources."""
     causes = ["prediction too fast" if err > 0 else "prediction too slow"]
     if not p.accept_measured:
         causes.append("accept length not published (the workload's prediction used)")
@@ -149,6 +195,19 @@ def cause(p: EnginePoint, err: float, fit: OverheadFit | None) -> str:
             )
         if p.speculative and "spec_iteration_s" in left and "per_draft_step_s" in left:
             causes.append("no speculation-off point in the other sources")
+        term = f"drafter_step_s.{p.drafter_kind}"
+        fitted = {v.name: v for v in fit.values if v.fitted}
+        kin = [
+            r.error
+            for r, q in zip(fit.residuals, rest, strict=True)
+            if q.drafter_kind == p.drafter_kind and q.speculative
+        ]
+        if p.speculative and term in fitted and kin and min(kin) * max(kin) < 0:
+            causes.append(
+                f"{term} ({fitted[term].value * 1e3:.2f} +/- {fitted[term].sigma * 1e3:.2f} ms) "
+                f"is a compromise: the other {p.drafter_kind} points fitted err "
+                f"{min(kin):+.1%}..{max(kin):+.1%}"
+            )
     return "; ".join(causes)
 
 
@@ -205,7 +264,9 @@ def main() -> int:
                     "fitted_without": names,
                     "miss": abs(err) > GOAL,
                     "in_fit": src not in known,
-                    "cause": (known.get(src) or cause(p, err, fit)) if abs(err) > GOAL else "",
+                    "cause": (known.get(src) or cause(p, err, fit, rest))
+                    if abs(err) > GOAL
+                    else "",
                 }
                 rows.append(row)
                 print(
