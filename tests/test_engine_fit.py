@@ -501,3 +501,62 @@ def test_trtllm_b200_figures_are_priced_on_the_b200_preset() -> None:
     assert not skipped and [p.gpu for p in pts] == ["b200"]
     # TP8 DeepSeek-R1 with 3 MTP steps on B200: a step of ~11-12 ms (253 tok/s at ~2.9 tokens)
     assert 0.008 < PRICER.step_s(pts[0]) < 0.016
+
+
+# ---- fixtures printed by SGLang 0.5.23's own code from known parameters ----------------------
+SGLANG_FIT = ("s3k1", "s5k1", "s5k4")
+
+
+def _sglang_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[dict, dict, str]:
+    truth = json.loads((DATA / "sglang-fit-truth.json").read_text())
+    out, mo = tmp_path / "p.json", tmp_path / "m"
+    files = [str(DATA / f"sglang-fit-{c}.log") for c in SGLANG_FIT]
+    rc = main(["fit-engine", *files, "--baseline", str(DATA / "sglang-fit-off.log"),
+               "--engine", "sglang", *BASE, "--input-len", str(truth["input_len"]),
+               "--output-len", str(truth["output_len"]), "--out", str(out),
+               "--measurements-out", str(mo)])  # fmt: skip
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    return truth, json.loads(out.read_text())["fit"], text
+
+
+def test_fixture_fit_recovers_the_parameters_behind_the_sglang_logs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    truth, fit, text = _sglang_fit(tmp_path, capsys)
+    fitted = set(fit["fitted"])
+    # chains of 3 and 5 steps, a top-4 tree, 4 batch sizes, speculation off: all but tp_growth
+    assert fitted == {"iteration_s", "spec_iteration_s", "per_draft_step_s", "per_request_s",
+                      "tree_s"}  # fmt: skip
+    for name in fitted:
+        v = fit["values"][name]
+        assert abs(v["value"] - truth["overheads"][name]) <= 3 * v["sigma"], (name, v)
+    assert "two or more tensor-parallel" in fit["values"]["tp_growth"]["note"]
+    # every decode line's accept length and throughput read back: per (config, batch) the
+    # logged intervals merge, so the observation is their generated tokens over their time
+    got = {r["where"]: r["measured_tokens_per_s"] for r in fit["residuals"]}
+    for config, lines in truth["lines"].items():
+        for i, b in enumerate(sorted({x["batch"] for x in lines})):
+            mine = [x for x in lines if x["batch"] == b]
+            tokens = sum(b * x["accept_length"] for x in mine)
+            want = tokens / sum(x["step_s"] for x in mine)
+            where = f"sglang-fit-{config}.log:{2 + 2 * i}"
+            (measured,) = [v for k, v in got.items() if k.endswith(where)]
+            assert measured == pytest.approx(want, rel=2e-3), (where, measured, want)
+    assert "spec 5/4/8" in text  # steps/top-k/tokens read from SGLang's own launch line
+
+
+def test_sglang_fit_fixture_generator_reproduces_the_committed_logs(tmp_path: Path) -> None:
+    pytest.importorskip("sglang.srt.server_args")
+    import importlib.util
+    import re
+
+    spec = importlib.util.spec_from_file_location("gen_sglang", DATA / "generate_fit_sglang.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main(tmp_path)
+    stamp = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\]", re.M)  # wall clock
+    for name in [f"sglang-fit-{c}.log" for c in (*SGLANG_FIT, "off")] + ["sglang-fit-truth.json"]:
+        got = stamp.sub("", (tmp_path / name).read_text())
+        assert got == stamp.sub("", (DATA / name).read_text()), name
