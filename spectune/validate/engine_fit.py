@@ -39,6 +39,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -108,7 +109,8 @@ def with_values(o: EngineOverheads, values: dict[str, float]) -> EngineOverheads
         if "." in k:
             table, _, kind = k.partition(".")
             tables.setdefault(table, dict(getattr(o, table)))[kind] = v
-    return dataclasses.replace(o, **scalars, **tables)
+    changes: dict[str, Any] = {**scalars, **tables}
+    return dataclasses.replace(o, **changes)
 
 
 UPPER = 0.999  # EngineOverheads bounds every field to [0, 1)
