@@ -444,7 +444,7 @@ def test_a_drafter_kind_term_needs_another_kind_beside_it() -> None:
         "drafter kind eagle3 at two or more num_steps, beside another kind's"
         in left["drafter_step_s.eagle3"]
     )
-    with pytest.raises(SpecError, match="cannot determine drafter_step_s.eagle3 given"):
+    with pytest.raises(SpecError, match=r"cannot determine drafter_step_s\.eagle3 given"):
         fit_overheads(only_e3, base, params=["per_draft_step_s", "drafter_step_s.eagle3"])
     with pytest.raises(SpecError, match=r"drafter_step_s/drafter_iteration_s\.KIND"):
         fit_overheads(only_e3, base, params=["drafter_step_s.eagle4"])
