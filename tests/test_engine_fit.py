@@ -262,7 +262,12 @@ def test_fixture_fit_recovers_the_parameters_behind_the_vllm_logs(
     for name in fitted:
         v = fit["values"][name]
         assert abs(v["value"] - truth["overheads"][name]) <= 3 * v["sigma"], (name, v)
+        assert v["sigma"] <= 0.3 * truth["overheads"][name], (name, v)  # a sharp answer
     assert "two or more tensor-parallel" in fit["values"]["tp_growth"]["note"]
+    # the vllm preset's EAGLE-3 term cannot be told from the shared ones with one drafter kind:
+    # folded (0), so the preset's fitted value is not charged on top of what these logs say
+    e3 = fit["values"]["drafter_step_s.eagle3"]
+    assert e3["value"] == 0 and not e3["fitted"] and "folded" in e3["note"]
     rows = load_workload(wl).accept_by_rank
     # 50 x batch drafts per interval (12750 drafts of each K): conditionals within 0.03
     assert [r[0] for r in rows] == pytest.approx(truth["chain"], abs=0.03)

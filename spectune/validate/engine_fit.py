@@ -254,6 +254,36 @@ def _overheads(base: EngineOverheads, names: Sequence[str], theta: np.ndarray) -
     return with_values(base, vals)
 
 
+def _fold_single_kind(
+    points: Sequence[EnginePoint],
+    base: EngineOverheads,
+    names: Sequence[str],
+    left: dict[str, str],
+) -> tuple[EngineOverheads, dict[str, str]]:
+    """A drafter-kind term left unfitted while every speculative point is of that kind cannot
+    be told from the shared speculative terms: it is set to 0 and the shared terms fitted
+    take its cost, so the fitted profile prices that drafter as the data say (and does not
+    charge the base's value on top)."""
+    kinds = {p.drafter_kind for p in points if p.speculative}
+    if len(kinds) != 1:
+        return base, left
+    (kind,) = kinds
+    fold = {
+        name: 0.0
+        for name in params_for(base)
+        if name.endswith(f".{kind}") and name not in names and value_of(base, name) > 0
+    }
+    if not fold:
+        return base, left
+    left = dict(left)
+    for name in fold:
+        left[name] = (
+            f"folded into the shared terms (set to 0): every speculative point is drafter kind "
+            f"{kind}; {needs(name)}"
+        )
+    return with_values(base, fold), left
+
+
 def fit_overheads(
     points: Sequence[EnginePoint],
     base: EngineOverheads,
@@ -266,6 +296,7 @@ def fit_overheads(
     from scipy.optimize import least_squares
 
     names, left = select_params(points, base, params)
+    base, left = _fold_single_kind(points, base, names, left)
     pricer = pricer or GpuPricer()
     g = np.array([pricer.step_s(p) for p in points])
     m = np.array([p.measured_step_s for p in points])
@@ -368,11 +399,12 @@ def predict(
 
 def format_fit(fit: OverheadFit) -> str:
     """The fitted values with their uncertainty, then every observation's residual."""
-    lines = [f"{'parameter':<18} {'value':>12} {'+/- 1 sigma':>12}  note"]
+    width = max(18, *(len(v.name) for v in fit.values))
+    lines = [f"{'parameter':<{width}} {'value':>12} {'+/- 1 sigma':>12}  note"]
     for v in fit.values:
         unit = "" if v.name in ("tp_growth", "overlap") else " s"
         sig = "undetermined" if math.isnan(v.sigma) else f"{v.sigma:.3g}"
-        lines.append(f"{v.name:<18} {v.value:>10.4g}{unit:2} {sig:>12}  {v.note}")
+        lines.append(f"{v.name:<{width}} {v.value:>10.4g}{unit:2} {sig:>12}  {v.note}")
     lines.append(
         f"\n{'observation':<48} {'measured':>10} {'predicted':>10} {'error':>7}  step gpu+engine"
     )
