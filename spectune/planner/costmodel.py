@@ -334,8 +334,9 @@ class CostModel:
             hierarchical policies (a SpecError otherwise).
         With speculation off the step verifies 1 token per sequence and drafts nothing;
         passing `tokens` or `accepted` is then a SpecError. The engine's term is
-        `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp)`. Every field is
-        the broadcast of batch, context, tokens and accepted (float64, one shape)."""
+        `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp, the drafter's
+        kind)`. Every field is the broadcast of batch, context, tokens and accepted (float64,
+        one shape)."""
         b = _arr("batch", batch)
         c = _arr("context", context)
         if policy is not None and policy.chain:
@@ -461,7 +462,8 @@ class CostModel:
         """The engine's host seconds per iteration (None for a profile that adds nothing)."""
         if self._engine_free:
             return None
-        return self.engine.iteration_s_for(batch, draft_steps, tree, self.tp)
+        kind = self.drafter.drafter_kind if self.drafter is not None else ""
+        return self.engine.iteration_s_for(batch, draft_steps, tree, self.tp, kind)
 
     # ---- facts the tests and dashboards use ----------------------------------------------------
     def memory_floor_time(self) -> float:
