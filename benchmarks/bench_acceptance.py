@@ -4,9 +4,10 @@ For every figure of spectune/specs/workload_data/published/figures.toml: the tok
 its key's preset predicts for the figure's own tree, the published value and the error. Gates:
 within 5% on every figure used in the fit, within 10% on every held-out figure (the EAGLE-2 and
 EAGLE-3 rows of Llama-3.3-70B at T=0, predicted by presets fitted to Llama-3.1-8B at a larger
-verify budget; and EAGLE-1's static tree on Vicuna-13B, predicted by the preset fitted to
-EAGLE-2's dynamic tree with the same head). "reported" figures (Llama-3.3-70B at T=1) are shown
-with their error and not gated (figures.toml says why).
+verify budget; EAGLE-1's static tree on Vicuna-13B, predicted at T=0 by the preset fitted to
+EAGLE-2's dynamic tree with the same head, and at T=1, where EAGLE-1 samples its drafts, by the
+sampled-drafts temperature rule from that T=0 preset: spectune.traces.published). "reported"
+figures (Llama-3.3-70B at T=1) are shown with their error and not gated (figures.toml says why).
 
     python benchmarks/bench_acceptance.py [--refit] [--samples N]
 

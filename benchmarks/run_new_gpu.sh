@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a new user does on a GPU no committed measurement has seen, in one device call:
 #   1. spectune calibrate   (micro-benchmarks, verify grid, one short run per tree builder; the
-#                            fit bounded by the measured copy bandwidth and matmul rate)
+#                            fit bounded by the measured read and copy bandwidths and matmul rate)
 #   2. spectune plan        (with that calibration; batch buckets 1 / 2-8 / 9-32 / 33-64, context 4096)
 #   3. spectune execute     the planned policy and both engine defaults at batch 1/8/32/64
 #   4. spectune execute     ECHO vs its per-request twin, prune+graft (and prune alone) vs dense,
@@ -194,8 +194,9 @@ if rep.exists():
     b = r.get("bounds", {})
     eff = {k: v for k, v in b.items() if isinstance(v, dict)}
     print(
-        "fit: copy %.2f TB/s, matmul %.0f TFLOP/s; " % ((b.get("copy_bytes_per_s") or 0) / 1e12,
-                                                    (b.get("matmul_flops") or 0) / 1e12)
+        "fit: copy %.2f TB/s, read %.2f TB/s, matmul %.0f TFLOP/s; "
+        % ((b.get("copy_bytes_per_s") or 0) / 1e12, (b.get("read_bytes_per_s") or 0) / 1e12,
+           (b.get("matmul_flops") or 0) / 1e12)
         + ", ".join(f"{k.replace('_efficiency', '')} {v['of_ceiling']:.0%}" for k, v in eff.items())
         + " of ceiling; determined: " + ", ".join(r.get("identified", {}).get("determined", []))
     )

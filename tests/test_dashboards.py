@@ -156,6 +156,35 @@ def test_whatif_says_when_the_kv_cache_caps_the_served_batch() -> None:
     assert any(f"KV cache holds {fits} requests" in i.value for i in at.info)
 
 
+def test_whatif_takes_the_acceptance_of_the_sidebars_pair() -> None:
+    """Another drafter in the sidebar: the page predicts with that pair's acceptance preset
+    (Scenario.resolve, as `spectune plan` does); a pair without a preset of its own gets the
+    nearest one, and the page says which."""
+    at = _app().run()
+    eagle3 = _numbers(at)["expected tokens per step"]
+    at.sidebar.selectbox(key=f"scn.drafter.{TARGET}").set_value("llama-3.2-1b").run()
+    _ok(at)
+    got = _numbers(at)["expected tokens per step"]
+    obj = scenario_objective(Scenario(drafter="llama-3.2-1b").resolve())
+    assert got == pytest.approx(obj.expected_tokens(SGLANG_DEFAULT), rel=1e-12)
+    assert got < eagle3 - 0.5  # a 1B draft model accepts less than the EAGLE-3 head
+    assert not [w for w in at.warning if w.value.startswith("Acceptance:")]
+    at.sidebar.selectbox(key="scn.target").set_value("smollm2-135m").run()
+    _ok(at)
+    warned = [w.value for w in at.warning if w.value.startswith("Acceptance:")]
+    assert len(warned) == 1 and "using the nearest, ngram/llama-3/mt-bench/T=0" in warned[0]
+
+
+def test_pair_notes_are_the_resolve_warnings() -> None:
+    assert data.pair_notes(Scenario()) == ()
+    notes = data.pair_notes(Scenario(target="smollm2-135m", drafter="none"))
+    assert len(notes) == 1 and "ngram/smollm2/mt-bench/T=0" in notes[0]
+    assert (
+        "ngram/llama-3"
+        in data.resolve(Scenario(target="smollm2-135m", drafter="none")).workload.source
+    )
+
+
 def test_whatif_changed_inputs_equal_the_planner() -> None:
     at = _app().run()
     at.sidebar.selectbox(key="scn.gpu").set_value("h200")
@@ -963,7 +992,7 @@ def test_validation_shows_engine_measurements_recursively(
 
     src = Path(__file__).parent.parent / "measurements" / "engines"
     (tmp_path / "engines").mkdir()
-    for name in ("vllm-qwen3-8b-eagle3-k5-h100.json", "trtllm-deepseek-r1-mtp3-b200.json"):
+    for name in ("vllm-qwen3-8b-eagle3-k5-h100.json", "trtllm-llama33-70b-draft-target-h200.json"):
         (tmp_path / "engines" / name).write_text((src / name).read_text())
     (tmp_path / "h100").mkdir()
     (tmp_path / "h100" / "m.json").write_text(json.dumps(_measurement()))
@@ -977,5 +1006,5 @@ def test_validation_shows_engine_measurements_recursively(
     m = res.engine_mape()[("vllm", "tokens_per_s")][0]
     metrics = {x.label: x.value for x in at.metric}
     assert metrics["vllm tokens_per_s MAPE"] == f"{100 * m:.1f} %"
-    assert any("b200" in c.value for c in at.caption)
+    assert any("num_steps not stated" in c.value for c in at.caption)  # a skipped document
     assert _frame(at, "validation.table") is not None  # executor measurement from a subfolder

@@ -367,3 +367,58 @@ def test_export_fits_a_table_not_planned_for_the_engine() -> None:
         assert again.approximations == ()  # the fitted table runs as written
     ex = export_trtllm(fit_table(MIXED, load_engine("trtllm"), obj)[0])
     check_trtllm(ex.config["speculative_config"])
+
+
+# ---- another pair than the plan's ---------------------------------------------------------------
+
+
+def test_export_for_another_pair_takes_that_pairs_acceptance_and_models() -> None:
+    """for_pair re-targets a table: the engine loads the new drafter, and the static shapes
+    come from the new pair's acceptance preset (Scenario.resolve_pair), not the workload's
+    default pair's."""
+    import numpy as np
+
+    from spectune.planner.acceptance import acceptance_model
+    from spectune.planner.export import for_pair, model_paths, table_shaper
+    from spectune.planner.trees import build_tree
+    from spectune.specs.scenario import Scenario
+
+    assert for_pair(MIXED, MIXED.scenario) is MIXED
+    small = for_pair(MIXED, MIXED.scenario.replace(drafter="llama-3.2-1b"))
+    assert (small.drafter, small.scenario.drafter) == ("llama-3.2-1b", "llama-3.2-1b")
+    assert small.buckets == MIXED.buckets
+    paths = model_paths(small)
+    assert (paths.drafter, paths.drafter_kind) == (
+        "meta-llama/Llama-3.2-1B-Instruct",
+        "draft-model",
+    )
+    policy = TreePolicy("static", 5, 4, 24)
+    wl = Scenario(drafter="llama-3.2-1b").resolve_pair()[2]
+    assert "draft-model/llama-3/mt-bench" in wl.source
+    want = build_tree(policy, acceptance_model(wl), np.random.default_rng(0))
+    got, planned = table_shaper(small)(policy), table_shaper(MIXED)(policy)
+    assert np.array_equal(got.parents, want.parents)
+    assert not np.array_equal(got.parents, planned.parents)  # EAGLE-3's acceptance differs
+    with pytest.raises(SpecError, match="field 'vocab'"):
+        for_pair(MIXED, MIXED.scenario.replace(drafter="eagle3-qwen3-8b"))
+
+
+def test_export_command_takes_target_and_drafter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.json"
+    MIXED.save(policy)
+    out = tmp_path / "small"
+    argv = ["export", "--engine", "sglang", str(policy), "--out", str(out)]
+    assert main([*argv, "--drafter", "llama-3.2-1b"]) == 0
+    err = capsys.readouterr().err
+    assert "--drafter overrides" in err and "eagle3-llama-3.1-8b -> llama-3.2-1b" in err
+    assert "llama-3.1-8b + llama-3.2-1b on h100-sxm" in (out / "launch_sglang.sh").read_text()
+    assert main([*argv, "--drafter", "eagle3-qwen3-8b"]) == 2
+    assert "field 'vocab'" in capsys.readouterr().err
+    # a pair without a preset of its own: the nearest, with a warning; --strict refuses it
+    nearest = ["--target", "smollm2-135m", "--drafter", "none"]
+    assert main([*argv, *nearest, "--draft-model-path", "/d"]) in (0, 2)
+    assert "using the nearest, ngram/llama-3/mt-bench/T=0" in capsys.readouterr().err
+    assert main([*argv, *nearest, "--strict"]) == 2
+    assert "error: workload 'mt-bench' for smollm2-135m" in capsys.readouterr().err

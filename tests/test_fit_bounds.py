@@ -54,13 +54,30 @@ def test_ceilings_cut_every_efficiency_bound() -> None:
         "matmul_flops": 0.7 * H100.peak_bf16_flops,
     }
     ceil = ceilings(run, H100)
-    assert ceil == pytest.approx({"copy": 0.8, "matmul": 0.7})
-    assert ceilings({}, H100) == {"copy": 1.0, "matmul": 1.0}
+    assert ceil == pytest.approx({"copy": 0.8, "read": 0.8, "matmul": 0.7})
+    assert ceilings({}, H100) == {"copy": 1.0, "read": 1.0, "matmul": 1.0}
     assert ceilings({"copy_bytes_per_s": 9 * H100.hbm_bytes_per_s}, H100)["copy"] == 1.0
     for name, lo, hi, x0 in bounded(PARAMS, ceil):
         if name in CEILING_OF:
             assert hi <= ceil[CEILING_OF[name]] + 1e-12
         assert lo < hi and lo <= x0 <= hi
+
+
+def test_reads_are_bounded_by_the_read_rate_and_elementwise_by_the_copy_rate() -> None:
+    run = {
+        "copy_bytes_per_s": 0.8 * H100.hbm_bytes_per_s,
+        "read_bytes_per_s": 0.9 * H100.hbm_bytes_per_s,
+        "matmul_flops": 0.7 * H100.peak_bf16_flops,
+    }
+    ceil = ceilings(run, H100)
+    assert ceil == pytest.approx({"copy": 0.8, "read": 0.9, "matmul": 0.7})
+    hi = {name: h for name, _, h, _ in bounded(PARAMS, ceil)}
+    assert hi["weight_bw_efficiency"] == pytest.approx(0.9)
+    assert hi["attention_bw_efficiency"] == pytest.approx(0.9)
+    assert hi["elementwise_bw_efficiency"] == pytest.approx(0.8)
+    # a read measured below the copy rate (a poor reduction kernel) does not tighten the bound
+    slow = ceilings(run | {"read_bytes_per_s": 0.5 * H100.hbm_bytes_per_s}, H100)
+    assert slow["read"] == pytest.approx(0.8)
 
 
 def test_fit_stays_under_the_measured_ceilings_and_reports_them() -> None:
@@ -112,6 +129,7 @@ def test_spec_runs_of_every_builder_fit_their_fixed_costs() -> None:
         static_tree_build_s=40 * US,
         prune_step_s=130 * US,
         retrieval_per_request_s=3 * US,
+        retrieval_step_s=500 * US,
     )
     cm = _cm(truth)
     dense = TreePolicy("dynamic-topk", 6, 8, 32)
@@ -132,10 +150,15 @@ def test_spec_runs_of_every_builder_fit_their_fixed_costs() -> None:
     over = _overheads([meas])
     assert over["prune_step_s"] == pytest.approx(130 * US, rel=1e-6)
     assert over["retrieval_per_request_s"] == pytest.approx(3 * US, rel=1e-6)
+    assert over["retrieval_step_s"] == pytest.approx(500 * US, rel=1e-6)
     assert over["static_tree_build_s"] == pytest.approx(40 * US, rel=1e-6)
     assert over["tree_build_s"] == pytest.approx(90 * US, rel=1e-6)
     _, report = fit_calibration(run, max_nfev=3)
-    assert set(report["overheads"]["fitted"]) >= {"prune_step_s", "retrieval_per_request_s"}
+    assert set(report["overheads"]["fitted"]) >= {
+        "prune_step_s",
+        "retrieval_per_request_s",
+        "retrieval_step_s",
+    }
 
 
 def test_check_reads_calibration_spec_runs_and_prices_echo_ragged(tmp_path: Path) -> None:

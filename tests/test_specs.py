@@ -225,3 +225,15 @@ def test_policy_file_keeps_chain_only_when_hierarchical(tmp_path: Path) -> None:
     table.save(p)
     back = PolicyTable.load(p)
     assert back.lookup(1, 100) == hier and back.lookup(4, 100) == tree
+
+
+def test_b200_preset_is_nvidias_per_board_sparse_figures_per_dense_gpu() -> None:
+    """HGX B200 (8 GPUs, rates "with sparsity"): BF16 36, FP8 72, FP4 144 PFLOPS; 1.4 TB HBM3e;
+    8 TB/s and 1.8 TB/s NVLink 5 (both directions) per GPU. One GPU dense = board / 8 / 2."""
+    b200 = load_hardware("b200")
+    assert b200.peak_bf16_flops == pytest.approx(36e15 / 8 / 2)
+    assert b200.peak_fp8_flops == pytest.approx(72e15 / 8 / 2)
+    assert b200.peak_fp4_flops == pytest.approx(144e15 / 8 / 2)
+    assert b200.hbm_bytes_per_s == pytest.approx(8e12)
+    assert 8 * b200.hbm_bytes == pytest.approx(1.44e12)
+    assert 2 * b200.interconnect_bytes_per_s == pytest.approx(1.8e12)

@@ -1,7 +1,7 @@
-"""`spectune calibrate`: micro-benchmark this GPU (copy bandwidth and matmul rate, GEMMs by token
+"""`spectune calibrate`: micro-benchmark this GPU (copy and read bandwidth, matmul rate, GEMMs by token
 count and shape, attention by batch/context/tree size, per-step overhead, whole verify passes,
 a short speculative run per tree builder) and fit the cost model's Calibration to them, every
-efficiency bounded by the measured copy bandwidth and matmul rate. The report lists the fitted
+efficiency bounded by the measured read or copy bandwidth and matmul rate. The report lists the fitted
 values beside those ceilings and which parameters the data determined.
 
     spectune calibrate --gpu h100-sxm --out measurements/calibration-h100-sxm.json
@@ -94,7 +94,9 @@ def _one_gpu_run(args: argparse.Namespace) -> dict[str, Any]:
     from spectune.executor.sources import cache_slots
     from spectune.planner.acceptance import acceptance_model
 
-    acc = None if args.no_spec_runs else acceptance_model(load_workload(args.workload))
+    target, drafter = load_model(args.target), load_model(args.drafter)
+    wl = None if args.no_spec_runs else load_workload(args.workload, target=target, drafter=drafter)
+    acc = None if wl is None else acceptance_model(wl)
     spec_batches = [] if acc is None else list(args.spec_batches or SPEC_BATCHES)
     slots = [cache_slots(p, acc, b) for p in SPEC_POLICIES for b in spec_batches]
     cfg = SessionConfig(
@@ -197,7 +199,8 @@ def format_report(report: dict[str, Any]) -> str:
     if bounds.get("copy_bytes_per_s"):
         lines.append(
             f"measured ceilings: copy {bounds['copy_bytes_per_s'] / 1e12:.2f} TB/s "
-            f"({bounds['copy_fraction_of_peak']:.1%} of peak), matmul "
+            f"({bounds['copy_fraction_of_peak']:.1%} of peak), read "
+            f"{bounds.get('read_fraction_of_peak', bounds['copy_fraction_of_peak']):.1%} of peak, matmul "
             f"{(bounds.get('matmul_flops') or 0) / 1e12:.0f} TFLOP/s "
             f"({bounds['matmul_fraction_of_peak']:.1%} of peak)"
         )

@@ -48,7 +48,6 @@ from spectune.specs import (
     SpecError,
     TreePolicy,
     load_model,
-    load_workload,
     write_json_atomic,
 )
 
@@ -118,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     # the models and the workload only: the executor measures on this GPU, uncalibrated
     target, drafter = load_model(scenario.target), load_model(scenario.drafter)
     workload = scenario.workload
-    workload_spec = None if args.acceptance_trace else load_workload(workload)
+    # the workload's acceptance for this (target, drafter) pair (Scenario.resolve_pair)
+    workload_spec = None if args.acceptance_trace else scenario.resolve_pair()[2]
     also = [TreePolicy.parse(a) for a in args.also]
     replay = None
     if args.acceptance_trace:  # read (and validate) before the GPU work starts

@@ -7,7 +7,10 @@ repo ids unless --model-path / --draft-model-path name other checkpoints. Each o
 against the engine's own rules. Engines express less than a spectune table (one tree shape,
 batch size only); what had to be approximated is printed here and written into the files. The table's Scenario (its workload, GPU, models and
 calibration) gives the tree shapes and the closed form that fits the engines' one global shape
-(planner.export.export_table, which the dashboards' Planner page calls too).
+(planner.export.export_table, which the dashboards' Planner page calls too). --target /
+--drafter export the table for another pair (planner.export.for_pair): the engine loads those
+models, and the shapes and the fit take that pair's acceptance (its preset, or the nearest with
+a warning; --strict makes that an error).
 """
 
 from __future__ import annotations
@@ -15,8 +18,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spectune.cli.common import check_out_path, engine_option, int_range
-from spectune.planner.export import export_table
+from spectune.cli.common import (
+    add_strict,
+    check_out_path,
+    engine_option,
+    int_range,
+    scenario_with_flags,
+)
+from spectune.planner.export import export_table, for_pair
 from spectune.specs.policy import PolicyTable
 
 
@@ -26,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
         "vllm-0.11" if args.engine == "vllm" and args.vllm_tree else args.engine
     )
     table = PolicyTable.load(args.policy)
+    pair = {n: getattr(args, n) for n in ("target", "drafter") if getattr(args, n) is not None}
+    if pair:
+        table = for_pair(table, scenario_with_flags(table.scenario, pair, args.policy))
     export, why = export_table(
         table,
         profile,
@@ -62,6 +74,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="engine profile: sglang, vllm, vllm-0.11, trtllm, trtllm-1.4, trtllm-stage1 "
         "(`spectune presets`), or a profile JSON/TOML file",
     )
+    p.add_argument(
+        "--target",
+        help="export for this target (preset or spec file) instead of the policy file's; "
+        "the engine loads it and the tree shapes take the new pair's acceptance",
+    )
+    p.add_argument(
+        "--drafter",
+        help="export for this drafter (preset or spec file, or 'none') instead of the policy "
+        "file's",
+    )
+    add_strict(p)
     p.add_argument(
         "--model-path",
         default=None,

@@ -158,8 +158,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--fit",
         default="auto",
         help="overhead parameters to fit, comma-separated (iteration_s, per_request_s, "
-        "spec_iteration_s, per_draft_step_s, tree_s, tp_growth), or 'auto': every one the "
-        "data determine (default)",
+        "spec_iteration_s, per_draft_step_s, tree_s, tp_growth, and per drafter kind "
+        "drafter_step_s.KIND / drafter_iteration_s.KIND, e.g. drafter_step_s.eagle3), or "
+        "'auto': every one the data determine, drafter kinds only where the base profile lists "
+        "them (default)",
     )
     p.add_argument(
         "--baseline",

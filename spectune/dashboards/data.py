@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ from spectune.specs import (
     TreePolicy,
 )
 from spectune.specs import policy_label as policy_label  # the pages' name for TreePolicy.label
+from spectune.specs.compat import PairWarning
 
 DEFAULT_SCENARIO = Scenario()
 """The scenario of a page opened without the sidebar (the defaults of `spectune plan`)."""
@@ -82,9 +84,32 @@ REFERENCE_POLICIES: Mapping[str, TreePolicy | None] = {
 
 
 @functools.lru_cache(maxsize=64)
+def _resolved(scenario: Scenario) -> tuple[ResolvedScenario, tuple[str, ...]]:
+    """Scenario.resolve once per scenario, and the PairWarnings it gave (other warnings are
+    passed on)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resolved = scenario.resolve()
+    notes = []
+    for w in caught:
+        if issubclass(w.category, PairWarning):
+            notes.append(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return resolved, tuple(dict.fromkeys(notes))
+
+
 def resolve(scenario: Scenario) -> ResolvedScenario:
-    """The scenario's specs, loaded once per scenario (Scenario.resolve)."""
-    return scenario.resolve()
+    """The scenario's specs, loaded once per scenario (Scenario.resolve): the workload's
+    acceptance is the one of the scenario's (target, drafter) pair."""
+    return _resolved(scenario)[0]
+
+
+def pair_notes(scenario: Scenario) -> tuple[str, ...]:
+    """What resolving the scenario warned about its pair (specs.workload.workload_for_pair):
+    the nearest acceptance preset used for a pair without one of its own, or a workload fitted
+    for another pair. Pages show each beside what they predict."""
+    return _resolved(scenario)[1]
 
 
 # Acceptance models replayed from uploaded traces, by content hash (pages pass the key beside

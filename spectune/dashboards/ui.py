@@ -298,6 +298,15 @@ def scenario_label(s: Scenario, trace: str = "") -> str:
     return data.scenario_label(s, trace)
 
 
+def pair_warnings(s: Scenario, trace: str = "") -> None:
+    """One warning per note about the scenario's (target, drafter) pair (data.pair_notes: the
+    nearest acceptance preset used, a workload fitted for another pair); none while an uploaded
+    trace gives the acceptance."""
+    if not trace:
+        for note in data.pair_notes(s):
+            st.warning(f"Acceptance: {note}.")
+
+
 @st.cache_data(show_spinner="Planning...", max_entries=16)
 def run_plan(s: Scenario, batch_edges: tuple[int, ...], context_edges: tuple[int, ...],
              trials: int, seed: int, multi_objective: bool, max_step_ms: float | None,

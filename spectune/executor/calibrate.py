@@ -72,6 +72,15 @@ def copy_bandwidth(device: torch.device, nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / t
 
 
+def read_bandwidth(device: torch.device, nbytes: int = 1 << 30) -> float:
+    """Bytes/s of a streaming read: a sum over `nbytes` of bf16 (nbytes read, 4 bytes written).
+    Weight streaming and the attention KV read are reads; a copy also writes, and on HBM3/HBM3e
+    a mixed read/write stream runs below the read-only rate."""
+    a = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).uniform_()
+    t = _time(lambda: a.sum(dtype=torch.float32), 10, device)
+    return nbytes / t
+
+
 def matmul_flops(device: torch.device, n: int = 8192) -> float:
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
@@ -235,10 +244,11 @@ def calibration_run(
         "attention": session.attention_backend,
     }
     doc["copy_bytes_per_s"] = copy_bandwidth(dev)
+    doc["read_bytes_per_s"] = read_bandwidth(dev)
     doc["matmul_flops"] = matmul_flops(dev)
     doc["graph_step_s"] = graph_step_overhead(dev)
     print(
-        f"copy {doc['copy_bytes_per_s'] / 1e12:.2f} TB/s, matmul {doc['matmul_flops'] / 1e12:.0f} TFLOP/s, "
+        f"copy {doc['copy_bytes_per_s'] / 1e12:.2f} TB/s, read {doc['read_bytes_per_s'] / 1e12:.2f} TB/s, matmul {doc['matmul_flops'] / 1e12:.0f} TFLOP/s, "
         f"graph step {doc['graph_step_s'] * 1e6:.1f} us",
         flush=True,
     )

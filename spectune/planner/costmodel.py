@@ -322,8 +322,11 @@ class CostModel:
         )
 
     def retrieval_time(self, batch: ArrayLike) -> F64:
-        """Seconds of retrieval-drafter lookups (n-gram / suffix match) for `batch` requests."""
-        return _f64(self.calibration.retrieval_per_request_s * _arr("batch", batch))
+        """Seconds of retrieval-drafter lookups (n-gram / suffix match) for `batch` requests:
+        a fixed part per iteration (launches, the host read of the candidates) and a part per
+        request."""
+        cal = self.calibration
+        return _f64(cal.retrieval_step_s + cal.retrieval_per_request_s * _arr("batch", batch))
 
     def prune_time(self, batch: ArrayLike) -> F64:
         """Seconds a pruned tree (prune_threshold > 0) adds to one iteration of `batch`
@@ -369,8 +372,9 @@ class CostModel:
             (ragged_verify_time); default SHARED_TREE_CV; ignored for other policies.
         With speculation off the step verifies 1 token per sequence and drafts nothing;
         passing `tokens` or `accepted` is then a SpecError. The engine's term is
-        `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp)`. Every field is
-        the broadcast of batch, context, tokens and accepted (float64, one shape)."""
+        `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp, the drafter's
+        kind)`. Every field is the broadcast of batch, context, tokens and accepted (float64,
+        one shape)."""
         b = _arr("batch", batch)
         c = _arr("context", context)
         if policy is not None and policy.chain:
@@ -513,7 +517,8 @@ class CostModel:
         """The engine's host seconds per iteration (None for a profile that adds nothing)."""
         if self._engine_free:
             return None
-        return self.engine.iteration_s_for(batch, draft_steps, tree, self.tp)
+        kind = self.drafter.drafter_kind if self.drafter is not None else ""
+        return self.engine.iteration_s_for(batch, draft_steps, tree, self.tp, kind)
 
     # ---- facts the tests and dashboards use ----------------------------------------------------
     def memory_floor_time(self) -> float:

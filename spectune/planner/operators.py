@@ -248,6 +248,8 @@ def gemm_effective_rows(r: Rates, m: ArrayLike, n: float, tile_m: int | None = N
     n_tiles = float(np.ceil(n / r.gemm_tile_n))
     tiles = m_pad / tm * n_tiles
     waves = np.ceil(tiles / r.sm_count)
+    if n_tiles == 0:  # an absent weight (e.g. a module with no MLP): nothing to tile
+        return m_pad
     m_wave = waves * r.sm_count / n_tiles * tm  # rows that fill those waves exactly
     return np.where(tiles >= r.sm_count, np.maximum(m_wave, m_pad), m_pad)
 

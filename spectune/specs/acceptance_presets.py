@@ -20,6 +20,15 @@ Each preset is one shape per drafter kind with one fitted scale (`acceptance_fie
   vLLM's n-gram shape (vllm PR #24344: .81 .74 .70 .68 .66 reach, i.e. conditionals .81 .914
   .946 .971 .971, flat after); the same chain is every preset's retrieval profile (grafting).
 
+At T > 0 acceptance also depends on how the drafts were drawn (`DRAFTING`): "top-k" drafts are
+the drafter's most probable tokens, each accepted with the target's probability of it (EAGLE-2 and
+EAGLE-3: SafeAILab/EAGLE eagle/model/cnets.py takes torch.topk at every temperature and
+utils.py evaluate_posterior accepts with qx = 1.0); "sampled" drafts are drawn from the drafter
+and accepted by rejection sampling against its probabilities (EAGLE-1: its cnets.py `sample`
+draws without replacement and evaluate_posterior accepts with p/q, commit 2320d52; Hugging Face
+assisted generation, the SpS figures). A kind's T = 1 presets describe the drafting of the figures
+they rest on (`KIND_DRAFTING`).
+
 The published figures (workload_data/published/figures.toml) and the fitted or derived scales
 (workload_data/published/presets.json, written by `python benchmarks/bench_acceptance.py
 --refit` with spectune.traces.published) are data; this module only reads them. A preset with no
@@ -62,6 +71,15 @@ MTP_LEVELS = 8
 #: n-gram chain conditionals: vllm PR #24344 reach .81 .74 .70 .68 .66 as a_k / a_(k-1)
 NGRAM_SHAPE = (0.81, 0.74 / 0.81, 0.70 / 0.74, 0.68 / 0.70, 0.66 / 0.68)
 NGRAM_LENGTH = 10
+DRAFTING = ("top-k", "sampled")
+#: drafting of the figures each kind's T = 1 presets rest on (fitted or derived): SpS for draft
+#: models; EAGLE-2/EAGLE-3 for the heads, whose top-k ratio also derives medusa, mtp and ngram
+KIND_DRAFTING = {"draft-model": "sampled"}
+
+
+def kind_drafting(kind: str) -> str:
+    """How the T = 1 presets of drafter kind `kind` assume drafts are drawn (see DRAFTING)."""
+    return KIND_DRAFTING.get(normalize_kind(kind), "top-k")
 
 
 @dataclass(frozen=True)
@@ -102,6 +120,12 @@ class PublishedFigure:
     source: str
     note: str = ""
     across_datasets: bool = False  # one figure given across prompt sets (not per dataset)
+    drafting: str = ""  # "top-k" | "sampled" (DRAFTING); "" = its kind's (kind_drafting)
+
+    @property
+    def drafted(self) -> str:
+        """How this figure's drafts were drawn: its own `drafting`, else its kind's."""
+        return self.drafting or kind_drafting(self.key.drafter)
 
 
 @dataclass(frozen=True)
@@ -222,8 +246,11 @@ def published_figures() -> tuple[PublishedFigure, ...]:
                     source=f["source"],
                     note=f.get("note", ""),
                     across_datasets=bool(f.get("across_datasets", False)),
+                    drafting=str(f.get("drafting", "")),
                 )
             )
+            if out[-1].drafting not in ("", *DRAFTING):
+                raise ValueError(f"drafting must be one of {DRAFTING}, got {out[-1].drafting!r}")
         except (KeyError, TypeError, ValueError) as e:
             raise SpecError(f"{where}: {e!r}") from e
     return tuple(out)

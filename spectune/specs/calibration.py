@@ -192,6 +192,15 @@ class Calibration:
         20.0 * US,
         help="CPU time of one retrieval-drafter lookup (n-gram / suffix match) per request, s",
     )
+    retrieval_step_s: float = help_field(
+        0.0,
+        help="fixed cost per iteration of the retrieval drafter's lookup, whatever the batch, "
+        "s: its kernel launches and the host read of the candidates before they are placed "
+        "(spectune's GPU prompt lookup for grafting: 0.55 ms on the H200 of "
+        "measurements/h200-newuser, 0.59 ms on the H100 of measurements/h100, fitted from the "
+        "calibration's prune vs prune+graft runs at batch 1 and 32). Default 0: an engine's "
+        "CPU n-gram lookup is priced per request only, until measured",
+    )
     prune_step_s: float = help_field(
         150.0 * US,
         help="per-iteration cost a pruned tree (TreePolicy.prune_threshold > 0) adds, s: the "
@@ -258,6 +267,7 @@ class Calibration:
             "static_draft_step_s",
             "static_tree_build_s",
             "retrieval_per_request_s",
+            "retrieval_step_s",
             "prune_step_s",
         )
         for name in times:

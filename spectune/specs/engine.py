@@ -18,8 +18,20 @@ GPU work (overlap schedulers), and the rest is added to the step. `EngineOverhea
 
     engine_s = (1 - overlap) * (iteration_s + per_request_s * batch
                                 + speculating * (spec_iteration_s + per_draft_step_s * steps
-                                                 + tree_s * is_tree))
+                                                 + tree_s * is_tree
+                                                 + drafter_iteration_s[kind]
+                                                 + drafter_step_s[kind] * steps))
                * (1 + tp_growth * log2(tp))
+
+`kind` is the drafter's kind (ModelSpec.drafter_kind: eagle3, eagle, mtp, draft-model, ...);
+a kind the two tables do not list adds nothing. They hold what an engine does for one drafter
+kind only, outside its captured graphs, e.g. vLLM's EAGLE-3 path (vllm 0.33.0): per draft step
+`Eagle3LlamaForCausalLM.compute_logits` (model_executor/models/llama_eagle3.py) maps a reduced
+draft vocabulary onto the target's (an arange, an add, a [batch, target vocab] fill with -inf,
+an index_put scatter) before `_greedy_sample`'s argmax over the whole target vocabulary
+(v1/spec_decode/llm_base_proposer.py), all eager; per iteration `propose` runs
+`combine_hidden_states` (the fc over the target's 3 concatenated auxiliary hidden states)
+eagerly before the drafter's first pass. The preset's `cite` says which are fitted and to what.
 
 The zero profile (every field 0) is spectune's own executor, whose per-step host costs are
 already in its Calibration (step_overhead_s, draft_step_s, ...).
@@ -75,6 +87,21 @@ class EngineOverheads:
     tp_growth: float = help_field(
         0.0, help="relative growth of the host cost per doubling of tensor-parallel ranks"
     )
+    drafter_iteration_s: Mapping[str, float] = field(
+        default_factory=dict,
+        metadata={
+            "help": "extra cost per speculative iteration for one drafter kind (ModelSpec."
+            "drafter_kind -> s; kinds not listed add 0), e.g. eager per-iteration work the engine "
+            "runs only for that drafter"
+        },
+    )
+    drafter_step_s: Mapping[str, float] = field(
+        default_factory=dict,
+        metadata={
+            "help": "extra cost per draft step for one drafter kind (ModelSpec.drafter_kind -> "
+            "s; kinds not listed add 0), e.g. eager per-step work outside the drafter's graph"
+        },
+    )
 
     def __post_init__(self) -> None:
         for name in (
@@ -90,19 +117,42 @@ class EngineOverheads:
                 raise SpecError(f"EngineOverheads.{name} must be in [0, 1) seconds, got {v!r}")
         if not isinstance(self.overlap, int | float) or not (0.0 <= float(self.overlap) <= 1.0):
             raise SpecError(f"EngineOverheads.overlap must be in [0, 1], got {self.overlap!r}")
+        for name in ("drafter_iteration_s", "drafter_step_s"):
+            table = getattr(self, name)
+            if not isinstance(table, Mapping):
+                raise SpecError(
+                    f"EngineOverheads.{name} must be a table of drafter kind -> seconds, "
+                    f"got {table!r}"
+                )
+            for kind, v in table.items():
+                if kind not in DRAFTERS:
+                    raise SpecError(
+                        f"EngineOverheads.{name}: unknown drafter kind {kind!r}; known: "
+                        f"{', '.join(DRAFTERS)}"
+                    )
+                if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v < 1.0:
+                    raise SpecError(
+                        f"EngineOverheads.{name}[{kind!r}] must be in [0, 1) seconds, got {v!r}"
+                    )
 
     def iteration_s_for(
-        self, batch: ArrayLike, draft_steps: ArrayLike, tree: ArrayLike, tp: int = 1
+        self,
+        batch: ArrayLike,
+        draft_steps: ArrayLike,
+        tree: ArrayLike,
+        tp: int = 1,
+        drafter_kind: str = "",
     ) -> np.ndarray:
         """Seconds added to one iteration of `batch` requests (float64, broadcast): with
         `draft_steps` > 0 the iteration speculates (draft_steps drafter steps), `tree` (bool)
-        marks a tree (topk > 1) rather than a chain."""
+        marks a tree (topk > 1) rather than a chain, `drafter_kind` (ModelSpec.drafter_kind;
+        '' none) picks the drafter's own terms."""
         b = np.asarray(batch, dtype=np.float64)
         d = np.asarray(draft_steps, dtype=np.float64)
         is_tree = np.asarray(tree, dtype=np.float64)
-        spec = np.where(
-            d > 0, self.spec_iteration_s + self.per_draft_step_s * d + self.tree_s * is_tree, 0.0
-        )
+        fixed = self.spec_iteration_s + self.drafter_iteration_s.get(drafter_kind, 0.0)
+        per_step = self.per_draft_step_s + self.drafter_step_s.get(drafter_kind, 0.0)
+        spec = np.where(d > 0, fixed + per_step * d + self.tree_s * is_tree, 0.0)
         host = self.iteration_s + self.per_request_s * b + spec
         scale = 1.0 + self.tp_growth * np.log2(max(int(tp), 1))
         return np.asarray((1.0 - self.overlap) * host * scale, dtype=np.float64)

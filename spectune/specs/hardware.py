@@ -140,6 +140,27 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
             gemm_efficiency=792.1 / 989,  # same Hopper die as H100 SXM
             source="NVIDIA H200 Tensor Core GPU datasheet (SXM); efficiency as H100 (same GH100 die)",
         ),
+        # NVIDIA publishes B200 rates per 8-GPU HGX B200 board, "with sparsity": FP16/BF16 36
+        # PFLOPS, FP8 72 PFLOPS, INT8 72 POPS, FP4 144 PFLOPS; one GPU's dense rate is that / 8
+        # / 2. Memory: 1.4 TB HBM3e per board (180 GB per GPU), 8 TB/s per GPU; NVLink 5: 1.8 TB/s
+        # per GPU (both directions) through NVLink Switch.
+        HardwareSpec(
+            name="b200",
+            peak_bf16_flops=2250 * TFLOPS,  # 36 PFLOPS sparse / 8 GPUs / 2
+            peak_fp8_flops=4500 * TFLOPS,  # 72 PFLOPS sparse / 8 / 2
+            peak_int8_ops=4500 * TFLOPS,  # 72 POPS sparse / 8 / 2
+            peak_fp4_flops=9000 * TFLOPS,  # 144 PFLOPS sparse / 8 / 2
+            hbm_bytes_per_s=8.0 * TB_S,
+            hbm_bytes=180 * GB,
+            sm_count=148,  # 2 dies x 74 enabled SMs (Chips and Cheese, "Nvidia's B200")
+            l2_bytes=126 * MB,  # both dies' L2 partitions (Chips and Cheese, "Nvidia's B200")
+            interconnect_bytes_per_s=900 * GB_S,  # NVLink 5: 1.8 TB/s bidirectional
+            gemm_efficiency=792.1 / 989,  # not measured on Blackwell here: Hopper's MAMF fraction
+            source="NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx: per-board "
+            "sparse Tensor Core rates, 1.4 TB HBM3e, 8 TB/s per GPU, NVLink 5 1.8 TB/s per GPU); "
+            "SM count and L2 from Chips and Cheese, 'Nvidia's B200: Keeping the CUDA Juggernaut "
+            "Rolling'; efficiency assumed equal to H100's MAMF fraction (no public B200 MAMF)",
+        ),
         HardwareSpec(
             name="l40s",
             peak_bf16_flops=362.05 * TFLOPS,

@@ -111,18 +111,26 @@ class Scenario:
     def resolve(self) -> ResolvedScenario:
         """Load every spec the scenario names (SpecError naming the field and file)."""
         cal = Calibration.load(self.calibration) if self.calibration else None
-        target = load_model(self.target)
-        drafter = load_model(self.drafter) if self.has_drafter else None
-        check_pair(target, drafter)
+        target, drafter, workload = self.resolve_pair()
         return ResolvedScenario(
             scenario=self,
             hardware=load_hardware(self.gpu),
             target=target,
             drafter=drafter,
-            workload=load_workload(self.workload, target=target, drafter=drafter),
+            workload=workload,
             calibration=cal,
             engine=load_engine(self.engine),
         )
+
+    def resolve_pair(self) -> tuple[ModelSpec, ModelSpec | None, Workload]:
+        """The target, the drafter (None: retrieval only) and the workload with that pair's
+        acceptance (specs.workload.workload_for_pair: the pair's preset, or the nearest with a
+        PairWarning naming it), after check_pair: what acceptance needs, without the GPU,
+        calibration and engine that resolve() also loads."""
+        target = load_model(self.target)
+        drafter = load_model(self.drafter) if self.has_drafter else None
+        check_pair(target, drafter)
+        return target, drafter, load_workload(self.workload, target=target, drafter=drafter)
 
 
 @dataclass(frozen=True)

@@ -10,29 +10,40 @@ figure (benchmarks/bench_acceptance.py, tests/test_acceptance_presets.py).
   tokens per step: bisection, since tokens per step grow with s.
 - derive: a key without a figure takes its scale from fitted keys by one of three rules, written
   into the preset's `rule`:
-  * temperature: s(K, F, D, 1) = s(K, F, D, 0) * s(E, F', D, 1) / s(E, F', D, 0), with E the
-    EAGLE head (same weights at both temperatures) of family F' = F where fitted, else llama-3;
+  * temperature: s(K, F, D, 1) = s(K, F, D, 0) * s(R, F', D, 1) / s(R, F', D, 0), with R the
+    reference of K's drafting at T > 0 (specs.acceptance_presets.DRAFTING, same weights at both
+    temperatures) in family F' = F where fitted, else the reference's own family: for top-k
+    drafts the EAGLE head (EAGLE-2 figures, F' else llama-3), for sampled drafts the draft model
+    (SpS figures, F' else llama-2). Why the drafting matters: a top-k child is accepted with the
+    target's probability of the drafter's best token; a sampled child is a draw from the
+    drafter's whole T = 1 distribution, accepted with min(1, p/q), so the drafter's flattening
+    at T = 1 costs it more (EAGLE-2 T=1/T=0 scale ratio 0.89-0.93 per dataset, SpS 0.79-0.86);
   * family: s(K, F, D, T) = s(K, G, D, T) * r, where G is the nearest family with K fitted and
     r = s(eagle, F, D, T) / s(eagle, G, D, T) when both families have EAGLE fits, else 1
     (copied: no figure ties the two families together);
   * dataset: a figure given across topics (DeepSeek-V3's MTP) carries to every dataset.
-- check: predicted tokens per step of every figure's tree under its key's preset.
+- check: predicted tokens per step of every figure's tree under its key's preset; a T > 0
+  figure drafted otherwise than its kind's presets assume (EAGLE-1's sampled drafts, against
+  the EAGLE head's top-k presets) is predicted from the key's T = 0 preset by the temperature
+  rule of its own drafting.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from spectune.specs.acceptance_presets import (
     DATASETS,
+    DRAFTING,
     TEMPERATURES,
     AcceptancePreset,
     PresetKey,
     PublishedFigure,
     acceptance_fields,
     acceptance_presets,
+    kind_drafting,
     published_figures,
 )
 from spectune.specs.errors import SpecError
@@ -44,6 +55,10 @@ SAMPLES = 4000
 #: scale search interval per kind (confidence means are capped at 0.97 inside the shape)
 SCALE_RANGE = {"medusa": (0.05, 1.8), "ngram": (0.01, 1.2), "mtp": (0.05, 1.0)}
 DEFAULT_RANGE = (0.05, 1.2)
+#: per drafting (DRAFTING): the kind whose T=1/T=0 ratio the temperature rule carries, and the
+#: family where that kind has figures at both temperatures
+TEMPERATURE_REFERENCE = {"top-k": ("eagle", "llama-3"), "sampled": ("draft-model", "llama-2")}
+assert set(TEMPERATURE_REFERENCE) == set(DRAFTING)
 #: families a key's scale may be copied or scaled from, nearest first
 FAMILY_SOURCES = ("llama-3", "llama-2")
 #: which kinds each family gets presets for (fitted or derived)
@@ -115,6 +130,11 @@ def fit_presets(
             continue
         if fig.key in fitted:
             raise SpecError(f"two fit figures for {fig.key.label}: keep one, hold out the other")
+        if fig.key.temperature > 0 and fig.drafted != kind_drafting(fig.key.drafter):
+            raise SpecError(
+                f"fit figure {fig.id} has {fig.drafted} drafts, but {fig.key.drafter}'s T > 0 "
+                f"presets assume {kind_drafting(fig.key.drafter)} (KIND_DRAFTING): hold it out"
+            )
         s = fit_figure(fig, samples)
         fitted[fig.key] = AcceptancePreset(fig.key, s, (fig.id,), f"fitted to {fig.method}")
         if progress:
@@ -160,7 +180,7 @@ def derive_presets(fitted: dict[PresetKey, AcceptancePreset]) -> list[Acceptance
                     k0 = PresetKey(kind, fam, d, 0.0)
                     k1 = PresetKey(kind, fam, d, 1.0)
                     if k1 not in have and k0 in have:
-                        p = _temperature_rule(k0, k1, scale)
+                        p = _temperature_rule(k0, k1, scale, kind_drafting(kind))
                         if p is not None:
                             add(p)
         for fam, kinds in COVERAGE.items():
@@ -180,21 +200,24 @@ def _figure(p: AcceptancePreset) -> PublishedFigure:
 
 
 def _temperature_rule(
-    k0: PresetKey, k1: PresetKey, scale: Callable[[PresetKey], float | None]
+    k0: PresetKey, k1: PresetKey, scale: Callable[[PresetKey], float | None], drafting: str
 ) -> AcceptancePreset | None:
-    for fam in dict.fromkeys((k0.family, "llama-3")):
-        e0 = scale(PresetKey("eagle", fam, k0.dataset, 0.0))
-        e1 = scale(PresetKey("eagle", fam, k0.dataset, 1.0))
+    """k1 (T > 0) from k0 (T = 0) by the T=1/T=0 ratio of `drafting`'s reference kind."""
+    ref_kind, ref_family = TEMPERATURE_REFERENCE[drafting]
+    for fam in dict.fromkeys((k0.family, ref_family)):
+        e0 = scale(PresetKey(ref_kind, fam, k0.dataset, 0.0))
+        e1 = scale(PresetKey(ref_kind, fam, k0.dataset, 1.0))
         s0 = scale(k0)
         if e0 and e1 and s0:
-            ref = PresetKey("eagle", fam, k0.dataset, 1.0)
+            ref = PresetKey(ref_kind, fam, k0.dataset, 1.0)
             return AcceptancePreset(
                 k1,
                 s0 * e1 / e0,
                 (),
-                f"derived (temperature rule): {k0.label} x {ref.label} / "
+                f"derived (temperature rule, {drafting} drafts): {k0.label} x {ref.label} / "
                 f"{dataclasses.replace(ref, temperature=0.0).label} = {s0:.4f} x {e1 / e0:.4f} "
-                "(no T=1 figure; the EAGLE head's T=1/T=0 ratio on the same dataset)",
+                f"(no T=1 figure; the T=1/T=0 ratio of {ref_kind}, drafting {drafting}, on the "
+                "same dataset)",
             )
     return None
 
@@ -262,8 +285,31 @@ def check_figures(
     presets = acceptance_presets()
     out = []
     for fig in published_figures() if figures is None else figures:
-        p = presets.get(fig.key)
-        if p is None:
-            raise SpecError(f"no preset for {fig.key.label}, which figure {fig.id} needs")
+        p = figure_preset(fig, presets)
         out.append(FigureCheck(fig, p, predicted_tokens(fig, p.scale, samples)))
     return out
+
+
+def figure_preset(
+    fig: PublishedFigure, presets: Mapping[PresetKey, AcceptancePreset]
+) -> AcceptancePreset:
+    """The preset that predicts `fig`: its key's, or, for a T > 0 figure drafted otherwise than
+    its kind's presets assume, the temperature rule of its own drafting applied to the key's
+    T = 0 preset (SpecError when either is missing)."""
+    p = presets.get(fig.key)
+    if p is not None and (
+        fig.key.temperature == 0.0 or fig.drafted == kind_drafting(fig.key.drafter)
+    ):
+        return p
+    k0 = dataclasses.replace(fig.key, temperature=0.0)
+
+    def scale(k: PresetKey) -> float | None:
+        q = presets.get(k)
+        return None if q is None else q.scale
+
+    q = _temperature_rule(k0, fig.key, scale, fig.drafted) if k0 in presets else None
+    if q is None:
+        raise SpecError(
+            f"no preset for {fig.key.label} with {fig.drafted} drafts, which figure {fig.id} needs"
+        )
+    return q

@@ -6,7 +6,8 @@ engine host time, g_i = CostModel.iteration(...).total_s (GpuPricer), and the en
 
     e_i(theta) = (1 - overlap) * h_i * (1 + tp_growth * log2 tp_i)
     h_i = iteration_s + per_request_s * batch_i
-          + spec_i * (spec_iteration_s + per_draft_step_s * steps_i + tree_s * tree_i)
+          + spec_i * (spec_iteration_s + per_draft_step_s * steps_i + tree_s * tree_i
+                      + drafter_iteration_s[kind_i] + drafter_step_s[kind_i] * steps_i)
 
 (specs.engine.EngineOverheads.iteration_s_for, the one formula). The fit minimises
 sum_i r_i^2 with r_i = log((g_i + e_i(theta)) / m_i), the relative error of the predicted
@@ -20,9 +21,16 @@ as undetermined (NaN).
 
 Identifiability: a parameter is fitted only when its column of the design matrix adds to the
 rank of the columns already fitted (checked on column-normalised features with an SVD).
-Automatic selection adds them in PARAMS order while n > p (one point stays a residual degree
-of freedom), leaving the rest at the base profile's values with the observations that would
-determine them (NEEDS). Asking for a parameter the data cannot determine is a SpecError.
+Automatic selection adds them in `params_for(base)` order (PARAMS, then the drafter-kind terms
+the base profile lists) while n > p (one point stays a residual degree of freedom), leaving the
+rest at the base profile's values with the observations that would determine them (NEEDS).
+Asking for a parameter the data cannot determine is a SpecError.
+
+Drafter-kind terms are named `drafter_step_s.KIND` and `drafter_iteration_s.KIND`
+(EngineOverheads' tables). Automatic selection fits only the kinds the base profile lists (an
+engine's preset lists a kind where its source shows extra work for that drafter, and cites
+it); --fit may name any kind of specs.engine.DRAFTERS. Such a term is determined only beside
+speculative points of another drafter kind (else it is the engine's own speculative term).
 """
 
 from __future__ import annotations
@@ -31,11 +39,12 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from spectune.specs import SpecError
-from spectune.specs.engine import EngineOverheads
+from spectune.specs.engine import DRAFTERS, EngineOverheads
 from spectune.validate.engine_points import EnginePoint, GpuPricer
 
 PARAMS = (
@@ -46,7 +55,10 @@ PARAMS = (
     "tree_s",
     "tp_growth",
 )
-"""The fittable EngineOverheads fields, in the order automatic selection tries them."""
+"""The fittable scalar EngineOverheads fields, in the order automatic selection tries them."""
+
+DRAFTER_TABLES = ("drafter_step_s", "drafter_iteration_s")
+"""EngineOverheads' per-drafter-kind tables; their parameters are named TABLE.KIND."""
 
 NEEDS = {
     "iteration_s": "needs at least one point",
@@ -57,6 +69,49 @@ NEEDS = {
     "tp_growth": "needs points at two or more tensor-parallel degrees",
 }
 """What observations determine each parameter (said when one cannot be fitted)."""
+
+
+def needs(name: str) -> str:
+    """What observations determine parameter `name` (a PARAMS field or TABLE.KIND)."""
+    if name in NEEDS:
+        return NEEDS[name]
+    table, _, kind = name.partition(".")
+    what = "at two or more num_steps" if table == "drafter_step_s" else "and speculation off"
+    return f"needs speculative points of drafter kind {kind} {what}, beside another kind's"
+
+
+def params_for(base: EngineOverheads, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The fittable parameters against `base`: PARAMS, then TABLE.KIND for every drafter kind
+    the base's tables list, then any of `extra` (requested TABLE.KIND names) not yet in."""
+    out = list(PARAMS)
+    for table in DRAFTER_TABLES:
+        out += [f"{table}.{k}" for k in sorted(getattr(base, table))]
+    for name in extra:
+        table, dot, kind = name.partition(".")
+        if name not in out and dot and table in DRAFTER_TABLES and kind in DRAFTERS:
+            out.append(name)
+    return tuple(out)
+
+
+def value_of(o: EngineOverheads, name: str) -> float:
+    """The value of parameter `name` (a field, or TABLE.KIND: 0 where the table lacks KIND)."""
+    table, dot, kind = name.partition(".")
+    if dot:
+        return float(getattr(o, table).get(kind, 0.0))
+    return float(getattr(o, name))
+
+
+def with_values(o: EngineOverheads, values: dict[str, float]) -> EngineOverheads:
+    """`o` with parameters (fields or TABLE.KIND) set to `values`."""
+    scalars = {k: v for k, v in values.items() if "." not in k}
+    tables: dict[str, dict[str, float]] = {}
+    for k, v in values.items():
+        if "." in k:
+            table, _, kind = k.partition(".")
+            tables.setdefault(table, dict(getattr(o, table)))[kind] = v
+    changes: dict[str, Any] = {**scalars, **tables}
+    return dataclasses.replace(o, **changes)
+
 
 UPPER = 0.999  # EngineOverheads bounds every field to [0, 1)
 RANK_TOL = 1e-8
@@ -110,8 +165,12 @@ class OverheadFit:
         return float(np.mean([abs(r.error) for r in self.residuals])) if self.residuals else 0.0
 
 
-def features(points: Sequence[EnginePoint], base: EngineOverheads) -> np.ndarray:
-    """[n, 6] d e_i / d theta_j / (1 - overlap) at `base`, columns in PARAMS order."""
+def features(
+    points: Sequence[EnginePoint], base: EngineOverheads, params: Sequence[str] | None = None
+) -> np.ndarray:
+    """[n, len(params)] d e_i / d theta_j / (1 - overlap) at `base`; `params` default
+    params_for(base)."""
+    params = params_for(base) if params is None else params
     b = np.array([p.batch for p in points], dtype=np.float64)
     spec = np.array([p.speculative for p in points], dtype=np.float64)
     steps = np.array([p.steps for p in points], dtype=np.float64)
@@ -125,10 +184,15 @@ def features(points: Sequence[EnginePoint], base: EngineOverheads) -> np.ndarray
         "per_draft_step_s": spec * steps,
         "tree_s": spec * tree,
     }
-    host = sum(getattr(base, k) * v for k, v in lin.items())
+    for table in DRAFTER_TABLES:
+        for kind in DRAFTERS:
+            mine = np.array([p.drafter_kind == kind for p in points], dtype=np.float64)
+            per = steps if table == "drafter_step_s" else 1.0
+            lin[f"{table}.{kind}"] = spec * mine * per
+    host = sum(value_of(base, k) * v for k, v in lin.items())
     # the tp column's shape does not depend on the host cost's size: use a positive one
     host = np.where(np.asarray(host) > 0, host, 1.0 + b + spec * (1.0 + steps + tree))
-    cols = [lin[k] * scale if k in lin else host * lg for k in PARAMS]
+    cols = [lin[k] * scale if k in lin else host * lg for k in params]
     return np.stack(cols, axis=1)
 
 
@@ -148,18 +212,22 @@ def select_params(
     docstring); else exactly those, SpecError naming the first the data cannot determine."""
     if not points:
         raise SpecError("no priced observations to fit engine overheads to")
-    x = features(points, base)
-    col = {k: i for i, k in enumerate(PARAMS)}
+    params = params_for(base, requested or ())
+    x = features(points, base, params)
+    col = {k: i for i, k in enumerate(params)}
     if requested is not None:
         unknown = [k for k in requested if k not in col]
         if unknown:
-            raise SpecError(f"cannot fit {unknown[0]!r}: fittable are {', '.join(PARAMS)}")
+            raise SpecError(
+                f"cannot fit {unknown[0]!r}: fittable are {', '.join(params)}, or "
+                f"{'/'.join(DRAFTER_TABLES)}.KIND for a drafter kind KIND in {', '.join(DRAFTERS)}"
+            )
         chosen: list[str] = []
         for k in requested:
             if _rank(x[:, [col[c] for c in [*chosen, k]]]) <= len(chosen):
                 others = f" given {', '.join(chosen)}" if chosen else ""
                 raise SpecError(
-                    f"the observations cannot determine {k}{others}: {k} {NEEDS[k]}"
+                    f"the observations cannot determine {k}{others}: {k} {needs(k)}"
                     + (" that vary independently of those" if chosen else "")
                 )
             chosen.append(k)
@@ -168,12 +236,12 @@ def select_params(
                 f"{len(chosen)} parameters from {len(points)} observations: give more points "
                 "or fit fewer parameters"
             )
-        return chosen, {k: "not requested" for k in PARAMS if k not in chosen}
+        return chosen, {k: "not requested" for k in params if k not in chosen}
     chosen, left = [], {}
     limit = max(len(points) - 1, 1)
-    for k in PARAMS:
+    for k in params:
         if _rank(x[:, [col[c] for c in [*chosen, k]]]) <= len(chosen):
-            left[k] = f"not determined by these observations: {NEEDS[k]}"
+            left[k] = f"not determined by these observations: {needs(k)}"
         elif len(chosen) >= limit:
             left[k] = f"not fitted: {len(points)} observations fit at most {limit} parameter(s)"
         else:
@@ -183,7 +251,37 @@ def select_params(
 
 def _overheads(base: EngineOverheads, names: Sequence[str], theta: np.ndarray) -> EngineOverheads:
     vals = {k: float(min(max(v, 0.0), UPPER)) for k, v in zip(names, theta, strict=True)}
-    return dataclasses.replace(base, **vals)
+    return with_values(base, vals)
+
+
+def _fold_single_kind(
+    points: Sequence[EnginePoint],
+    base: EngineOverheads,
+    names: Sequence[str],
+    left: dict[str, str],
+) -> tuple[EngineOverheads, dict[str, str]]:
+    """A drafter-kind term left unfitted while every speculative point is of that kind cannot
+    be told from the shared speculative terms: it is set to 0 and the shared terms fitted
+    take its cost, so the fitted profile prices that drafter as the data say (and does not
+    charge the base's value on top)."""
+    kinds = {p.drafter_kind for p in points if p.speculative}
+    if len(kinds) != 1:
+        return base, left
+    (kind,) = kinds
+    fold = {
+        name: 0.0
+        for name in params_for(base)
+        if name.endswith(f".{kind}") and name not in names and value_of(base, name) > 0
+    }
+    if not fold:
+        return base, left
+    left = dict(left)
+    for name in fold:
+        left[name] = (
+            f"folded into the shared terms (set to 0): every speculative point is drafter kind "
+            f"{kind}; {needs(name)}"
+        )
+    return with_values(base, fold), left
 
 
 def fit_overheads(
@@ -198,28 +296,30 @@ def fit_overheads(
     from scipy.optimize import least_squares
 
     names, left = select_params(points, base, params)
+    base, left = _fold_single_kind(points, base, names, left)
     pricer = pricer or GpuPricer()
     g = np.array([pricer.step_s(p) for p in points])
     m = np.array([p.measured_step_s for p in points])
     if not (np.isfinite(g).all() and np.isfinite(m).all() and (m > 0).all()):
         raise SpecError("a point's measured or priced step time is not a positive number")
-    col = [PARAMS.index(k) for k in names]
+    params = params_for(base, names)
+    col = [params.index(k) for k in names]
     ov = 1.0 - base.overlap
     if ov <= 0:
         raise SpecError("overlap 1 hides all host time: nothing to fit (set overlap < 1)")
 
     def engine_s(theta: np.ndarray) -> np.ndarray:
         o = _overheads(base, names, theta)
-        return np.array([o.iteration_s_for(p.batch, p.steps, p.tree, p.tp) for p in points])
+        return np.array([_engine_s(o, p) for p in points])
 
     def resid(theta: np.ndarray) -> np.ndarray:
         return np.asarray(np.log((g + engine_s(theta)) / m), dtype=np.float64)
 
     def jac(theta: np.ndarray) -> np.ndarray:
         o = _overheads(base, names, theta)
-        return ov * features(points, o)[:, col] / (g + engine_s(theta))[:, None]
+        return ov * features(points, o, params)[:, col] / (g + engine_s(theta))[:, None]
 
-    x0 = np.array([min(max(getattr(base, k), 1e-7), UPPER / 2) for k in names])
+    x0 = np.array([min(max(value_of(base, k), 1e-7), UPPER / 2) for k in names])
     sol = least_squares(resid, x0, jac=jac, bounds=(0.0, UPPER), method="trf", x_scale="jac")
     theta = sol.x
     fitted = _overheads(base, names, theta)
@@ -231,13 +331,13 @@ def fit_overheads(
         s2 = float(r @ r) / dof
         sigma = np.sqrt(np.maximum(np.diag(np.linalg.pinv(j.T @ j)) * s2, 0.0))
     values = []
-    for k in PARAMS:
+    for k in params:
         if k in names:
             i = names.index(k)
             note = "at the bound 0: the data want less host time than none" if theta[i] <= 0 else ""
-            values.append(FittedValue(k, getattr(fitted, k), float(sigma[i]), True, note))
+            values.append(FittedValue(k, value_of(fitted, k), float(sigma[i]), True, note))
         else:
-            values.append(FittedValue(k, getattr(fitted, k), math.nan, False, left[k]))
+            values.append(FittedValue(k, value_of(fitted, k), math.nan, False, left[k]))
     values.append(
         FittedValue(
             "overlap", base.overlap, math.nan, False, "held: it scales every other term together"
@@ -260,6 +360,19 @@ def fit_overheads(
     return OverheadFit(fitted, tuple(values), residuals, dof)
 
 
+def _engine_s(o: EngineOverheads, p: EnginePoint) -> float:
+    """The engine's seconds for point `p` under `o` (EngineOverheads.iteration_s_for)."""
+    return float(o.iteration_s_for(p.batch, p.steps, p.tree, p.tp, p.drafter_kind))
+
+
+def overheads_table(o: EngineOverheads) -> dict[str, object]:
+    """`o` as an engine profile file's `overheads` table (drafter tables as kind -> s)."""
+    return {
+        f.name: dict(getattr(o, f.name)) if f.name in DRAFTER_TABLES else getattr(o, f.name)
+        for f in dataclasses.fields(o)
+    }
+
+
 def predict(
     points: Sequence[EnginePoint], overheads: EngineOverheads, pricer: GpuPricer | None = None
 ) -> list[Residual]:
@@ -268,7 +381,7 @@ def predict(
     out = []
     for p in points:
         gi = pricer.step_s(p)
-        ei = float(overheads.iteration_s_for(p.batch, p.steps, p.tree, p.tp))
+        ei = _engine_s(overheads, p)
         out.append(
             Residual(
                 p.where,
@@ -286,11 +399,12 @@ def predict(
 
 def format_fit(fit: OverheadFit) -> str:
     """The fitted values with their uncertainty, then every observation's residual."""
-    lines = [f"{'parameter':<18} {'value':>12} {'+/- 1 sigma':>12}  note"]
+    width = max(18, *(len(v.name) for v in fit.values))
+    lines = [f"{'parameter':<{width}} {'value':>12} {'+/- 1 sigma':>12}  note"]
     for v in fit.values:
         unit = "" if v.name in ("tp_growth", "overlap") else " s"
         sig = "undetermined" if math.isnan(v.sigma) else f"{v.sigma:.3g}"
-        lines.append(f"{v.name:<18} {v.value:>10.4g}{unit:2} {sig:>12}  {v.note}")
+        lines.append(f"{v.name:<{width}} {v.value:>10.4g}{unit:2} {sig:>12}  {v.note}")
     lines.append(
         f"\n{'observation':<48} {'measured':>10} {'predicted':>10} {'error':>7}  step gpu+engine"
     )
@@ -314,7 +428,7 @@ def profile_document(
     """An EngineProfile user file (load_engine reads it) with `base` = the preset and the
     fitted overheads, their cites and a `fit` provenance block (values, uncertainties,
     residuals)."""
-    over = {v.name: v.value for v in fit.values}
+    over = overheads_table(fit.overheads)
     shown = ", ".join(data[:6]) + (f" and {len(data) - 6} more" if len(data) > 6 else "")
     cite = {
         f"overheads.{v.name}": (

@@ -74,6 +74,7 @@ class EnginePoint:
     workload: str
     per_position_accept: tuple[float, ...] = ()
     drafts: int | None = None
+    drafter_kind: str = ""  # ModelSpec.drafter_kind of the drafter ('' with speculation off)
 
     @property
     def speculative(self) -> bool:
@@ -257,6 +258,7 @@ def points_from_document(
             EnginePoint(
                 where=where,
                 drafter=drafter.name if drafter is not None and steps else None,
+                drafter_kind=drafter.drafter_kind if drafter is not None and steps else "",
                 steps=steps,
                 topk=topk,
                 tree_tokens=tokens,

@@ -9,7 +9,7 @@ least-squares fit minimises the log-ratio of predicted to measured seconds over
 The calibration run's own speculative runs (`spec_runs`: one short run per tree builder:
 dynamic, static, pruned, grafted, shared budget) join the measurements, so the draft-step, tree,
 prune and graft fixed costs are fitted on the GPU at hand. Every efficiency is bounded by the
-run's measured copy bandwidth and matmul rate (validate.fit_bounds), and the report gives
+run's measured read and copy bandwidths and matmul rate (validate.fit_bounds), and the report gives
 them beside those ceilings and says which parameters the data determined.
 Parameters: weight/attention/elementwise bandwidth efficiencies, attention FLOP efficiency,
 the per-kernel launch cost inside a graph, the fixed cost of each draft step beyond the
@@ -223,6 +223,7 @@ def fit_calibration(
             retrieval_per_request_s=over.get(
                 "retrieval_per_request_s", base.retrieval_per_request_s
             ),
+            retrieval_step_s=over.get("retrieval_step_s", base.retrieval_step_s),
         )
     rows = _rows(run, measurements)
     if not rows:
@@ -338,6 +339,7 @@ OVERHEAD_COLUMNS = (
     "static_tree_build_s",
     "prune_step_s",
     "retrieval_per_request_s",
+    "retrieval_step_s",
 )
 
 
@@ -355,7 +357,8 @@ def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
         on:              tree + accept + compact + ovh = fixed + per_request * B
                                                          + tree_build[builder] + per_node * B * N
                                                          + prune_step * [ragged verify]
-                                                         + retrieval_per_request * B * [graft]
+                                                         + (retrieval_step + retrieval_per_request
+                                                            * B) * [graft]
     (N: verified tree nodes per sequence, root included, the measured mean of a ragged run; the
     cost model's step_overhead_time, prune_time and retrieval_time; the per-node cost is shared
     by both builders, the fixed tree cost is each builder's own; a ragged verify is a pruned or
@@ -367,17 +370,17 @@ def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
         for r in doc["runs"]:
             ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
             if "ar_phases_ms" in r:
-                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0])
+                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
                 y.append(r["ar_phases_ms"]["overhead"] / 1e3)
             if pol is None:
-                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0])
+                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
                 y.append(ph["overhead"] / 1e3)
             else:
                 static = pol["builder"] == "static"
-                graft = float(b) * (pol.get("graft_budget", 0) > 0)
+                graft = float(pol.get("graft_budget", 0) > 0)
                 a_rows.append([
                     1.0, b, float(not static), b * _tokens(r), float(static),
-                    float(_ragged(pol, b)), graft,
+                    float(_ragged(pol, b)), b * graft, graft,
                 ])  # fmt: skip
                 y.append((ph["tree"] + ph["accept"] + ph["compact"] + ph["overhead"]) / 1e3)
     if len(y) < 4:

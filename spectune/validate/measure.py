@@ -372,7 +372,7 @@ def validate_calibration_run(doc: Any, where: str = "calibration run") -> None:
             raise SpecError(f"{where}: field 'spec_runs' must be an object with a 'runs' list")
         for m in spec_run_measurements(doc):
             validate_measurement(m, f"{where}: spec_runs")
-    for key in ("copy_bytes_per_s", "matmul_flops"):
+    for key in ("copy_bytes_per_s", "read_bytes_per_s", "matmul_flops"):
         if key in doc:
             _number(doc, key, where)
 

@@ -36,6 +36,7 @@ else:
     policy = data.REFERENCE_POLICIES[source]
 with ui.friendly_errors("scenario"):
     st.caption(f"Simulating {ui.scenario_label(scn, trace)}")
+    ui.pair_warnings(scn, trace)
 
 with st.form("load.form"):
     c1, c2, c3 = st.columns(3)

@@ -27,6 +27,7 @@ if source == "Run a plan here":
     with ui.friendly_errors("scenario"):
         st.caption("Closed-form objective of `spectune plan`, one Optuna study per bucket: "
                    + ui.scenario_label(scn, trace))  # fmt: skip
+        ui.pair_warnings(scn, trace)
     with st.form("planner.form"):
         c1, c2, c3 = st.columns(3)
         batch_text = c1.text_input("Batch bucket upper edges",
@@ -88,6 +89,7 @@ if plan is not None:
         st.warning(note)
     with ui.friendly_errors("scenario"):
         st.caption(f"Table for {ui.scenario_label(pscn, trace)}")
+        ui.pair_warnings(pscn, trace)
     differs = plans.scenario_changes(pscn, scn)
     if differs:
         st.info(f"This table was planned for another scenario than the sidebar's ({differs}); "

@@ -33,6 +33,7 @@ if source == ui.PLANNED_SOURCE and plan is not None:
         st.warning(f"Predicting for the planned table's scenario, not the sidebar's: {differs}.")
 with ui.friendly_errors("scenario"):
     st.caption(ui.scenario_label(scn, trace))
+    ui.pair_warnings(scn, trace)
 
 c1, c2 = st.columns(2)
 batch = int(c1.select_slider("Batch size (running sequences)",

@@ -35,6 +35,7 @@ the same files for the same table.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from spectune.planner.export.base import (
     ENGINES,
@@ -56,6 +57,7 @@ from spectune.planner.space import check_runnable
 from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import PolicyTable, TreePolicy
+from spectune.specs.scenario import Scenario
 from spectune.specs.tree import DraftTree
 
 
@@ -175,34 +177,53 @@ def export_table(
 
 def table_objective(table: PolicyTable) -> tuple[Evaluate | None, str]:
     """The planner's closed form for the table's Scenario (what it was planned with), or None
-    and why not."""
+    and why not. A pair warning raised as an error (--strict) stays an error."""
     from spectune.planner.objective import scenario_objective
+    from spectune.specs.compat import PairWarning
 
     if not table.scenario.workload:
         return None, "the policy file names no workload: engine knobs from the batch-1 bucket"
     try:
         return scenario_objective(table.scenario.resolve()), ""
+    except PairWarning:
+        raise
     except (SpecError, OSError) as e:
         return None, f"cannot rebuild the objective ({e}): engine knobs from the batch-1 bucket"
 
 
 def table_shaper(table: PolicyTable) -> TreeShaper:
     """Static trees for engines with a fixed tree (Sequoia's shape for the policy's depth,
-    top-k and budget under the table's workload acceptance; seed 0). The workload is loaded
-    on the first call: a table without one fails only where a shape is needed."""
+    top-k and budget under the acceptance of the table's Scenario: its workload for its
+    (target, drafter) pair, Scenario.resolve_pair; seed 0). The scenario is resolved on the
+    first call: a table without a workload fails only where a shape is needed."""
     import numpy as np
 
-    from spectune.planner.acceptance import acceptance_model
+    from spectune.planner.acceptance import AcceptanceModel, acceptance_model
     from spectune.planner.trees import build_tree
-    from spectune.specs.workload import load_workload
+
+    models: list[AcceptanceModel] = []
 
     def shape(policy: TreePolicy) -> DraftTree:
-        model = acceptance_model(load_workload(table.scenario.workload))
+        if not models:
+            models.append(acceptance_model(table.scenario.resolve_pair()[2]))
         static = TreePolicy("static", policy.depth, policy.topk, policy.budget)
-        tree: DraftTree = build_tree(static, model, np.random.default_rng(0))
+        tree: DraftTree = build_tree(static, models[0], np.random.default_rng(0))
         return tree
 
     return shape
+
+
+def for_pair(table: PolicyTable, scenario: Scenario) -> PolicyTable:
+    """`table` exported for `scenario`'s (target, drafter) pair when it differs from the one
+    it was planned for: the same buckets and policies, the scenario's names, so the engine
+    loads the new checkpoints and tree shapes and the engine fit take the new pair's
+    acceptance (Scenario.resolve_pair checks the pair first: SpecError when it cannot run
+    together). The buckets' recorded predictions stay those of the planned pair."""
+    if (scenario.target, scenario.drafter) == (table.scenario.target, table.scenario.drafter):
+        return table
+    scenario.resolve_pair()
+    drafter = scenario.drafter if scenario.has_drafter else ""
+    return replace(table, target=scenario.target, drafter=drafter, scenario=scenario)
 
 
 __all__ = [
@@ -223,6 +244,7 @@ __all__ = [
     "export_table",
     "export_trtllm",
     "export_vllm",
+    "for_pair",
     "model_paths",
     "schedule_for",
     "table_objective",
