@@ -236,7 +236,11 @@ def spread_padded_rows(
     j = np.floor(k * per_tile)  # n > j needs tile k + 1
     p = ndtr((n - j - 0.5) / np.maximum(s, 1e-12))
     tiles = 1.0 + np.where(j < cap_, p, 0.0).sum(axis=0)
-    return np.where(s > 0, tiles * t, uniform)
+    # padding never leaves fewer rows than the tokens hold: where the spread is under a token,
+    # the rounded normal law puts a fractional mean's mass on its floor, so the rows are held
+    # at the mean's own
+    rows = np.maximum(tiles * t, rows_per_token * np.minimum(n, cap_))
+    return np.where(s > 0, rows, uniform)
 
 
 def gemm_effective_rows(r: Rates, m: ArrayLike, n: float, tile_m: int | None = None) -> F64:
