@@ -33,8 +33,30 @@ policy notation: BUILDER:DEPTH,TOPK,BUDGET[,PRUNE,GRAFT][,echo]; off = no specul
                         then prune threshold 0 (no pruning) and up to 29 slots grafted with
                         retrieved tokens
   ...,echo              ECHO: the batch shares one verify budget of batch x (BUDGET - 1) drafts
+  ...,hier6             hierarchical (--intermediate): the intermediate model verifies the tree
+                        round after round until it holds >= 6 tokens; the target verifies that
+                        chain (no engine runs it)
   5/4/8                 an engine config as steps/top-k/draft tokens: SGLang's default
                         (EAGLE's is 7/10/60); chain N: N draft tokens, top-k 1"""
+
+
+def hierarchy_lines(results: Sequence[BucketResult]) -> list[str]:
+    """Where the search drew hierarchical policies (--intermediate): per bucket, the best flat
+    policy (no intermediate) and the chosen policy's predicted gain over it."""
+    rows = [r for r in results if r.flat is not None]
+    if not rows:
+        return []
+    chosen = sum(1 for r in rows if r.policy is not None and r.policy.chain)
+    out = [f"hierarchical policies chosen in {chosen} of {len(rows)} buckets; vs the best flat:"]
+    for r in rows:
+        assert r.flat is not None
+        gain = r.tokens_per_s / r.flat[1] - 1
+        out.append(
+            f"  batch {format_range(r.bucket.batch):>7} context {format_range(r.bucket.context)}: "
+            f"{policy_label(r.policy)} {gain:+.1%} over flat {policy_label(r.flat[0])} "
+            f"({r.flat[1]:.0f} {SERVED.label})"
+        )
+    return out
 
 
 def batch_weights_type(text: str) -> list[tuple[int, float]]:
@@ -161,7 +183,19 @@ def deploy_engines(engine: str) -> tuple[str, ...]:
 def deployments(
     table: PolicyTable, engines: Sequence[str], weights: BatchWeights
 ) -> list[Deployment | tuple[str, str]]:
-    """Each engine's deployment, or (engine, why not) where the export refuses the plan."""
+    """Each engine's deployment, or (engine, why not) where the export refuses the plan; one
+    line for all of them where the plan holds a hierarchical policy, which none runs."""
+    hier = [b.policy for b in table.buckets if b.policy is not None and b.policy.chain]
+    if hier:
+        return [
+            (
+                ", ".join(engines),
+                f"the plan holds hierarchical policies ({hier[0].label}"
+                f"{f' and {len(hier) - 1} more' if len(hier) > 1 else ''}), and no serving "
+                "engine runs an intermediate model stage (`spectune export` refuses them); "
+                "plan without --intermediate for a deployable table",
+            )
+        ]
     out: list[Deployment | tuple[str, str]] = []
     for e in engines:
         try:

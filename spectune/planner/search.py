@@ -94,6 +94,15 @@ class BucketResult:
     searched_best: float = 0.0
     """The best score among the study's own trials (inside the policy space; the chosen policy
     may also be an engine default outside a restricted space)."""
+    flat: tuple[TreePolicy | None, float] | None = None
+    """Where the space draws hierarchical policies: the best policy the target verifies itself
+    (a tree, a chain or off: no intermediate) and its tokens/s, what a hierarchical choice is
+    compared with (and must beat by min_gain); None otherwise."""
+
+    @property
+    def hierarchical_gain(self) -> float | None:
+        """tokens/s of the chosen policy over the best flat one (None: no flat comparison)."""
+        return None if self.flat is None else self.tokens_per_s / self.flat[1]
 
     @property
     def off_tokens_per_s(self) -> float:
@@ -340,6 +349,25 @@ def choose(
                 key=lambda q: q.latency_s,
             )
         )
+    flat = None
+    if settings.space.hierarchical:
+        flats = {p: v for p, v in pool.items() if p is None or not p.chain}
+        if flats:
+            best_flat = max(flats, key=lambda p: (geomean(flats[p]), p is None))
+            flat = (best_flat, geomean(flats[best_flat]))
+            gain = geomean(safe[policy]) / flat[1] - 1 if policy is not None else 0.0
+            if (
+                policy is not None
+                and policy.chain
+                and gain < settings.min_gain
+                and best_flat in safe
+            ):
+                note = note or (
+                    f"kept the best flat policy: the hierarchical {policy_label(policy)} is "
+                    f"predicted only {_below(gain)} over it, >= {100 * settings.min_gain:g}% "
+                    "required (min_gain; it also loads the intermediate model)"
+                )
+                policy = best_flat
     if policy == searched_pick:  # a kept reference says why; the twin does not matter then
         note = "; ".join(n for n in (note, twin_note) if n)
     chain = best_chain(scorer, bucket, settings.space, refs["off"]) if settings.chains else None
@@ -356,6 +384,7 @@ def choose(
         chain=chain,
         pareto=pareto,
         note=note,
+        flat=flat,
     )
 
 

@@ -42,15 +42,20 @@ from spectune.specs.workload import Workload
 #: trees sampled per prediction; the spread of a 4000-tree mean is about 0.2% of the value
 SAMPLES = 4000
 #: scale search interval per kind (confidence means are capped at 0.97 inside the shape)
-SCALE_RANGE = {"medusa": (0.05, 1.8), "ngram": (0.01, 1.2), "mtp": (0.05, 1.0)}
+SCALE_RANGE = {
+    "medusa": (0.05, 1.8),
+    "ngram": (0.01, 1.2),
+    "mtp": (0.05, 1.0),
+    "intermediate": (0.05, 0.99),
+}
 DEFAULT_RANGE = (0.05, 1.2)
 #: families a key's scale may be copied or scaled from, nearest first
 FAMILY_SOURCES = ("llama-3", "llama-2")
 #: which kinds each family gets presets for (fitted or derived)
 COVERAGE = {
-    "llama-3": ("eagle", "eagle3", "medusa", "draft-model", "ngram"),
+    "llama-3": ("eagle", "eagle3", "medusa", "draft-model", "ngram", "intermediate"),
     "llama-2": ("eagle", "eagle3", "medusa", "draft-model", "ngram"),
-    "qwen3": ("eagle3", "draft-model", "ngram"),
+    "qwen3": ("eagle3", "draft-model", "ngram", "intermediate"),
     "deepseek-v3": ("mtp", "ngram"),
 }
 
