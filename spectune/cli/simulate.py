@@ -207,6 +207,13 @@ def run(args: argparse.Namespace) -> int:
     )
     if policy is not None and drafter is None:
         raise SpecError("a policy needs a drafter; pass --drafter or --policy off")
+    pols = [b.policy for b in policy.buckets] if isinstance(policy, PolicyTable) else [policy]
+    hier = next((p for p in pols if p is not None and p.chain), None)
+    if hier is not None and resolved.intermediate is None:
+        raise SpecError(
+            f"the policy {hier.label} is hierarchical: name its intermediate model with "
+            "--intermediate MODEL"
+        )
     prompt: LengthDist | None = None
     output: LengthDist | None = None
     if args.lengths:
