@@ -22,9 +22,7 @@ from spectune.specs.compat import PairWarning
 from spectune.specs.scenario import Scenario
 from spectune.specs.workload import intermediate_workload, load_workload
 
-HIER = Scenario(
-    target="llama-3.1-70b", drafter="llama-3.2-1b", tp=4, intermediate="llama-3.1-8b"
-)
+HIER = Scenario(target="llama-3.1-70b", drafter="llama-3.2-1b", tp=4, intermediate="llama-3.1-8b")
 PAPER = Scenario(
     target="llama-3.1-70b-gptq",
     drafter="eagle-llama-3-70b",

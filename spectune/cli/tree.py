@@ -82,7 +82,9 @@ def _hierarchy(args: argparse.Namespace) -> tuple[Workload, HierAcceptance]:
 def _model(args: argparse.Namespace) -> tuple[AcceptanceModel, Workload | None]:
     if args.intermediate:
         if args.accept is not None:
-            raise SpecError("--accept and --intermediate: the intermediate's trees take the workload")
+            raise SpecError(
+                "--accept and --intermediate: the intermediate's trees take the workload"
+            )
         wl, hier = _hierarchy(args)
         return hier.tree, wl
     if args.chain:
