@@ -132,8 +132,29 @@ def test_plan_with_intermediate_records_it_and_engines_refuse(
     assert doc["scenario"]["intermediate"] == "llama-3.1-8b-gptq"
     assert doc["scenario"]["intermediate_drafter"] == "eagle-llama-3.1-8b"
     assert doc["buckets"][0]["policy"]["chain"] >= 2  # the W4A16 70B at batch 1: the paper's case
-    assert "over flat" in text and "no serving engine runs" in text
+    assert "over the best flat" in text and "no serving engine runs" in text
     assert main(["export", "--engine", "sglang", str(out), "--out", str(tmp_path / "e")]) == 2
     assert "hierarchical" in capsys.readouterr().err
     assert main([*argv, "--engine", "sglang"]) == 2
     assert "does not run hierarchical drafting" in capsys.readouterr().err
+
+
+def test_with_flat_search_compares_with_the_better_flat_optimum() -> None:
+    from spectune.planner.search import BucketResult, with_flat_search
+
+    b = BucketSpec((1, 1), (1024, 1024))
+    refs = {"off": (100.0,)}
+    tree, hier = TreePolicy("dynamic-topk", 3, 4, 12), TreePolicy("static", 2, 4, 9, chain=4)
+
+    def result(policy: TreePolicy | None, tps: float, flat: float | None = None) -> BucketResult:
+        starved = None if flat is None else (None, flat, (flat,))
+        return BucketResult(b, policy, tps, (tps,), refs, 10, 0, flat=starved)
+
+    # a hierarchical pick 10% over the starved in-study flat but only 3% over the flat search
+    out = with_flat_search(result(hier, 206.0, 187.0), result(tree, 200.0), min_gain=0.05)
+    assert out.policy == tree and out.tokens_per_s == 200.0 and "kept the best flat" in out.note
+    assert out.flat is not None and out.flat[0] == tree
+    out = with_flat_search(result(hier, 220.0, 187.0), result(tree, 200.0), min_gain=0.05)
+    assert out.policy == hier and out.hierarchical_gain == pytest.approx(1.1)
+    out = with_flat_search(result(tree, 190.0, 190.0), result(tree, 200.0), min_gain=0.05)
+    assert out.tokens_per_s == 200.0  # a flat pick: the better of the two searches

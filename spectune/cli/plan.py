@@ -50,7 +50,14 @@ from spectune.planner.buckets import (
 )
 from spectune.planner.engine_plan import engine_plan
 from spectune.planner.objective import ClosedFormObjective
-from spectune.planner.search import BucketResult, Scorer, SearchSettings, choose, search
+from spectune.planner.search import (
+    BucketResult,
+    Scorer,
+    SearchSettings,
+    choose,
+    search,
+    with_flat_search,
+)
 from spectune.planner.space import (
     HIERARCHICAL_CHAIN,
     PolicySpace,
@@ -338,6 +345,34 @@ def _run_distributed(
             tmpdir.cleanup()
 
 
+def _compare_flat(
+    args: argparse.Namespace,
+    results: Sequence[BucketResult],
+    buckets: Sequence[BucketSpec],
+    settings: SearchSettings,
+    scorer: Scorer,
+    scenario: Scenario,
+    bar: ProgressBar,
+) -> list[BucketResult]:
+    """With an intermediate model: every bucket searched again without hierarchical policies
+    (here, in its own studies), so a hierarchical choice is compared with a flat optimum that
+    had every trial (planner.search.with_flat_search)."""
+    flat_settings = replace(settings, space=replace(settings.space, chain=(0, 0)))
+    flat = search(
+        scorer.objective,
+        buckets,
+        flat_settings,
+        latency=scorer.latency,
+        storage=args.storage if args.workers == 0 else None,
+        study_prefix=(args.study or default_study_prefix(scenario, args.seed)) + ".flat",
+        setup={"scenario": scenario.to_dict()},
+        progress=lambda b, done, target: bar.update("flat " + b, done, target),
+    )
+    return [
+        with_flat_search(h, f, settings.min_gain) for h, f in zip(results, flat, strict=True)
+    ]
+
+
 def _complete(study: Any) -> int:
     from optuna.trial import TrialState
 
@@ -355,7 +390,8 @@ def run(args: argparse.Namespace) -> int:
     buckets = buckets_from_edges(args.batch_edges, args.context_edges)
     scorer, closed = build_scorer(scenario)
     prefix = args.study or default_study_prefix(scenario, args.seed)
-    bar = ProgressBar(settings.trials * len(buckets), enabled=not args.quiet)
+    passes = 2 if settings.space.hierarchical else 1  # + the flat search to compare with
+    bar = ProgressBar(settings.trials * len(buckets) * passes, enabled=not args.quiet)
     t0 = time.monotonic()
     try:
         if args.workers > 0:
@@ -376,6 +412,8 @@ def run(args: argparse.Namespace) -> int:
                 setup={"scenario": scenario.to_dict()},
                 progress=bar.update,
             )
+        if settings.space.hierarchical:
+            results = _compare_flat(args, results, buckets, settings, scorer, scenario, bar)
     finally:
         bar.close()
     elapsed = time.monotonic() - t0

@@ -41,20 +41,22 @@ policy notation: BUILDER:DEPTH,TOPK,BUDGET[,PRUNE,GRAFT][,echo]; off = no specul
 
 
 def hierarchy_lines(results: Sequence[BucketResult]) -> list[str]:
-    """Where the search drew hierarchical policies (--intermediate): per bucket, the best flat
-    policy (no intermediate) and the chosen policy's predicted gain over it."""
+    """Where the search drew hierarchical policies (--intermediate): how many buckets chose
+    one and, for each, its predicted gain over the best flat policy (no intermediate)."""
     rows = [r for r in results if r.flat is not None]
     if not rows:
         return []
-    chosen = sum(1 for r in rows if r.policy is not None and r.policy.chain)
-    out = [f"hierarchical policies chosen in {chosen} of {len(rows)} buckets; vs the best flat:"]
-    for r in rows:
+    hier = [r for r in rows if r.policy is not None and r.policy.chain]
+    out = [
+        f"hierarchical policies chosen in {len(hier)} of {len(rows)} buckets (elsewhere none "
+        "beat the best flat policy by --min-gain)" + (":" if hier else "")
+    ]
+    for r in hier:
         assert r.flat is not None
-        gain = r.tokens_per_s / r.flat[1] - 1
         out.append(
             f"  batch {format_range(r.bucket.batch):>7} context {format_range(r.bucket.context)}: "
-            f"{policy_label(r.policy)} {gain:+.1%} over flat {policy_label(r.flat[0])} "
-            f"({r.flat[1]:.0f} {SERVED.label})"
+            f"{policy_label(r.policy)} {r.tokens_per_s / r.flat[1] - 1:+.1%} over the best flat, "
+            f"{policy_label(r.flat[0])} ({r.flat[1]:.0f} {SERVED.label})"
         )
     return out
 

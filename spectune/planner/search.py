@@ -94,10 +94,10 @@ class BucketResult:
     searched_best: float = 0.0
     """The best score among the study's own trials (inside the policy space; the chosen policy
     may also be an engine default outside a restricted space)."""
-    flat: tuple[TreePolicy | None, float] | None = None
+    flat: tuple[TreePolicy | None, float, tuple[float, ...]] | None = None
     """Where the space draws hierarchical policies: the best policy the target verifies itself
-    (a tree, a chain or off: no intermediate) and its tokens/s, what a hierarchical choice is
-    compared with (and must beat by min_gain); None otherwise."""
+    (a tree, a chain or off: no intermediate), its tokens/s and its points, what a
+    hierarchical choice is compared with (and must beat by min_gain); None otherwise."""
 
     @property
     def hierarchical_gain(self) -> float | None:
@@ -354,7 +354,7 @@ def choose(
         flats = {p: v for p, v in pool.items() if p is None or not p.chain}
         if flats:
             best_flat = max(flats, key=lambda p: (geomean(flats[p]), p is None))
-            flat = (best_flat, geomean(flats[best_flat]))
+            flat = (best_flat, geomean(flats[best_flat]), flats[best_flat])
             gain = geomean(safe[policy]) / flat[1] - 1 if policy is not None else 0.0
             if (
                 policy is not None
@@ -438,6 +438,40 @@ def top_policies(study: optuna.Study, n: int) -> list[TreePolicy | None]:
 # ---- the whole plan -------------------------------------------------------------------------
 
 
+def with_flat_search(
+    hier: BucketResult, flat: BucketResult, min_gain: float = 0.0
+) -> BucketResult:
+    """A bucket's result from a search that drew hierarchical policies, compared with the same
+    bucket searched without them (`flat`: every trial spent on policies the target verifies
+    itself, so its optimum is not starved by the hierarchical half of the space). The best
+    flat policy of the two searches is recorded (`BucketResult.flat`); a hierarchical choice
+    stands only when it beats it by `min_gain` (it also loads the intermediate model), else
+    the better flat result is taken; a flat choice is the better of the two."""
+    if hier.bucket != flat.bucket:
+        raise SpecError(f"buckets differ: {hier.bucket} vs {flat.bucket}")
+    best = (flat.policy, flat.tokens_per_s, flat.points)
+    if hier.flat is not None and hier.flat[1] > best[1]:
+        best = hier.flat
+    chosen = hier.policy is not None and hier.policy.chain > 0
+    if chosen:
+        gain = hier.tokens_per_s / best[1] - 1
+        if gain >= min_gain:
+            return replace(hier, flat=best)
+        base = flat if flat.tokens_per_s >= best[1] * (1 - 1e-12) else hier
+        note = (
+            f"kept the best flat policy: the hierarchical {policy_label(hier.policy)} is "
+            f"predicted only {_below(gain)} over it, >= {100 * min_gain:g}% required (min_gain; "
+            "it also loads the intermediate model)"
+        )
+        if base is hier:  # the hierarchical study's own flat optimum was the better one
+            policy, tps, points = best
+            return replace(hier, policy=policy, tokens_per_s=tps, points=points, note=note,
+                           flat=best)  # fmt: skip
+        return replace(flat, note=note, flat=best)
+    out = hier if hier.tokens_per_s >= flat.tokens_per_s else flat
+    return replace(out, flat=best)
+
+
 def search(
     objective: Objective,
     buckets: Sequence[BucketSpec],
@@ -495,6 +529,7 @@ def run_worker(
 
 __all__ = [
     "BucketResult",
+    "with_flat_search",
     "ParetoPoint",
     "Progress",
     "Scorer",
