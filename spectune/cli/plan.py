@@ -368,9 +368,7 @@ def _compare_flat(
         setup={"scenario": scenario.to_dict()},
         progress=lambda b, done, target: bar.update("flat " + b, done, target),
     )
-    return [
-        with_flat_search(h, f, settings.min_gain) for h, f in zip(results, flat, strict=True)
-    ]
+    return [with_flat_search(h, f, settings.min_gain) for h, f in zip(results, flat, strict=True)]
 
 
 def _complete(study: Any) -> int:

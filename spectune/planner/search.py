@@ -438,9 +438,7 @@ def top_policies(study: optuna.Study, n: int) -> list[TreePolicy | None]:
 # ---- the whole plan -------------------------------------------------------------------------
 
 
-def with_flat_search(
-    hier: BucketResult, flat: BucketResult, min_gain: float = 0.0
-) -> BucketResult:
+def with_flat_search(hier: BucketResult, flat: BucketResult, min_gain: float = 0.0) -> BucketResult:
     """A bucket's result from a search that drew hierarchical policies, compared with the same
     bucket searched without them (`flat`: every trial spent on policies the target verifies
     itself, so its optimum is not starved by the hierarchical half of the space). The best
@@ -529,7 +527,6 @@ def run_worker(
 
 __all__ = [
     "BucketResult",
-    "with_flat_search",
     "ParetoPoint",
     "Progress",
     "Scorer",
@@ -541,4 +538,5 @@ __all__ = [
     "run_worker",
     "search",
     "top_policies",
+    "with_flat_search",
 ]
