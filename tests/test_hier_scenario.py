@@ -158,3 +158,30 @@ def test_with_flat_search_compares_with_the_better_flat_optimum() -> None:
     assert out.policy == hier and out.hierarchical_gain == pytest.approx(1.1)
     out = with_flat_search(result(tree, 190.0, 190.0), result(tree, 200.0), min_gain=0.05)
     assert out.tokens_per_s == 200.0  # a flat pick: the better of the two searches
+
+
+def test_cost_tree_and_simulate_take_the_intermediate(capsys: pytest.CaptureFixture[str]) -> None:
+    models = ["--target", "llama-3.1-70b", "--drafter", "llama-3.2-1b", "--tp", "4"]
+    assert main(["cost", *models, "--intermediate", "llama-3.1-8b", "--tokens", "1,64",
+                 "--batch", "1", "--json"]) == 0  # fmt: skip
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert 0 < rows[0]["intermediate_verify_s"] <= rows[1]["intermediate_verify_s"]
+    assert rows[0]["intermediate_verify_s"] < rows[0]["verify_s"]  # 8B under 70B
+    assert main(["cost", *models, "--intermediate", "qwen3-8b"]) == 2
+    assert "field 'vocab'" in capsys.readouterr().err
+
+    tree = ["tree", "--target", "llama-3.1-70b", "--drafter", "llama-3.2-1b"]
+    assert main([*tree, "--intermediate", "llama-3.1-8b", "--chain", "6", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["chain_tokens"] >= 6 and doc["rounds"] >= 1
+    assert doc["target_expected_tokens"] > doc["expected_tokens"]
+    assert main([*tree, "--chain", "6"]) == 2
+    assert "--chain needs --intermediate" in capsys.readouterr().err
+
+    sim = ["simulate", *models, "--policy", "dynamic-topk:3,8,16,hier6", "--requests", "6",
+           "--quiet", "--json"]  # fmt: skip
+    assert main(sim) == 2
+    assert "--intermediate MODEL" in capsys.readouterr().err
+    assert main([*sim, "--intermediate", "llama-3.1-8b"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(out)["runs"][0]["mean_accepted"] > 3  # chains of >= 6 tokens
