@@ -185,3 +185,23 @@ def test_cost_tree_and_simulate_take_the_intermediate(capsys: pytest.CaptureFixt
     assert main([*sim, "--intermediate", "llama-3.1-8b"]) == 0
     out = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(out)["runs"][0]["mean_accepted"] > 3  # chains of >= 6 tokens
+
+
+def test_simulator_loads_the_intermediate_stage_only_for_hierarchical_policies() -> None:
+    import dataclasses
+
+    import numpy as np
+
+    from spectune.simulator.engine import intermediate_stage, resolve_capacity
+    from spectune.simulator.requests import Requests
+    from spectune.simulator.scoring import scenario_sim_config
+
+    cfg = scenario_sim_config(HIER.resolve())
+    flat = dataclasses.replace(cfg, policy=TreePolicy("dynamic-topk", 3, 8, 16))
+    hier = dataclasses.replace(cfg, policy=TreePolicy("dynamic-topk", 3, 8, 16, chain=6))
+    assert intermediate_stage(flat) == ()
+    assert [m.name for m in intermediate_stage(hier)] == ["llama-3.1-8b", "llama-3.2-1b"]
+    reqs = Requests(np.zeros(4), np.full(4, 30000), np.full(4, 500))
+    kv_flat, mb_flat = resolve_capacity(flat, reqs)
+    kv_hier, mb_hier = resolve_capacity(hier, reqs)
+    assert kv_hier.blocks < kv_flat.blocks and mb_hier <= mb_flat
