@@ -132,6 +132,8 @@ def test_plan_with_intermediate_records_it_and_engines_refuse(
     assert doc["scenario"]["intermediate"] == "llama-3.1-8b-gptq"
     assert doc["scenario"]["intermediate_drafter"] == "eagle-llama-3.1-8b"
     assert doc["buckets"][0]["policy"]["chain"] >= 2  # the W4A16 70B at batch 1: the paper's case
+    [flat] = doc["provenance"]["flat_comparison"]
+    assert flat["gain_over_flat"] >= 0.05 and ",hier" not in flat["best_flat"]
     assert "over the best flat" in text and "no serving engine runs" in text
     assert main(["export", "--engine", "sglang", str(out), "--out", str(tmp_path / "e")]) == 2
     assert "hierarchical" in capsys.readouterr().err

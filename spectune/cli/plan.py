@@ -40,6 +40,7 @@ from spectune.cli.plan_report import (
     bucket_notes,
     format_range,
     hierarchy_lines,
+    hierarchy_provenance,
     summarize_notes,
 )
 from spectune.planner.buckets import (
@@ -426,6 +427,7 @@ def run(args: argparse.Namespace) -> int:
         "multi_objective": args.multi_objective,
         "workers": args.workers,
     }
+    provenance.update(hierarchy_provenance(results))
     if scenario.calibration:
         provenance["calibration"] = (
             f"{scenario.calibration}: {load_calibration(scenario.calibration).source}"

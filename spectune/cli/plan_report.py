@@ -61,6 +61,26 @@ def hierarchy_lines(results: Sequence[BucketResult]) -> list[str]:
     return out
 
 
+def hierarchy_provenance(results: Sequence[BucketResult]) -> dict[str, Any]:
+    """What a policy file records of the comparison with flat policies (--intermediate): per
+    bucket the best flat policy, its tokens/s and the chosen policy's gain over it."""
+    rows = []
+    for r in results:
+        if r.flat is None:
+            continue
+        rows.append(
+            {
+                "batch": list(r.bucket.batch),
+                "context": list(r.bucket.context),
+                "policy": policy_label(r.policy),
+                "best_flat": policy_label(r.flat[0]),
+                "best_flat_tokens_per_s": round(r.flat[1], 3),
+                "gain_over_flat": round(r.tokens_per_s / r.flat[1] - 1, 4),
+            }
+        )
+    return {"flat_comparison": rows} if rows else {}
+
+
 def batch_weights_type(text: str) -> list[tuple[int, float]]:
     """argparse type of --batch-weights: 'BATCH:WEIGHT,...' (e.g. 1:0.2,8:0.5,64:0.3), batch
     sizes 1..65536 listed once, weights finite and >= 0 with a positive sum (normalised)."""
