@@ -7,8 +7,9 @@ a block mask (torch.compile), and unmasked flash attention of the same size (pac
 mask: a lower bound for any masked path). Plus greedy verification (batch 64 x 64 nodes), the
 fused sampler over a 128k vocabulary and KV compaction over 32 layers, and the verification
 rules (kernels.verify.verify_rule: token-level recursive rejection, Traversal Verification,
-SpecTr) on 64 trees x 64 nodes over probability rows of V = 1024 and 8192 (float32; floor: the
-target and draft rows read once, 2 * 64 * 64 * V * 4 bytes / copy bandwidth).
+SpecTr) on 64 trees x 64 nodes over probability rows of V = 1024, 8192, 32768 and 128256 (Llama-3's
+vocabulary; the kernels tile V by block_v, RULE_TILE by default) (float32; floor: the target and
+draft rows read once, 2 * 64 * 64 * V * 4 bytes / copy bandwidth).
 
 Roofline per attention shape: KV bytes = 2 * B * (ctx + N) * 8 * 128 * 2; time floor = KV bytes /
 measured copy bandwidth (a 2 GiB device-to-device copy, read + write bytes counted).
@@ -435,25 +436,42 @@ def rule_inputs(vocab: int, device: str, seed: int = 1) -> tuple[Any, ...]:
     return inp.tokens, inp.parents, inp.qo_indptr, p.contiguous(), q.contiguous()
 
 
+RULE_VOCABS = (1024, 8192, 32768, 128256)
+
+
+def _rule_configs(vocab: int) -> list[tuple[int, int | None]]:
+    """(block_b, block_v) pairs timed at a vocabulary: rows per program at small V, the
+    vocabulary tile (None: RULE_TILE) at large V."""
+    if vocab <= 1024:
+        return [(1, None), (2, None), (4, None)]
+    if vocab <= 8192:
+        return [(1, None), (2, None)]
+    return [(1, 1024), (1, None), (1, 8192)]
+
+
 def bench_rules(copy_bw: float) -> list[dict[str, Any]]:
     rows = []
-    for vocab in (1024, 8192):
+    for vocab in RULE_VOCABS:
         tok, par, qo, p, q = rule_inputs(vocab, "cuda")
         floor_us = 2 * p.numel() * 4 / copy_bw * 1e6
         for rule in RULES:
-            for bb in (1, 2, 4) if vocab <= 1024 else (1, 2):
-                fn = partial(verify_rule, rule, tok, par, qo, p, q, 7, block_b=bb)
+            for bb, bv in _rule_configs(vocab):
+                fn = partial(verify_rule, rule, tok, par, qo, p, q, 7, block_b=bb, block_v=bv)
                 try:
                     acc, _ = fn()
                     torch.cuda.synchronize()
                 except Exception as exc:  # a kernel that fails to build: report and go on
                     log(f"  {rule} V={vocab} block_b={bb} failed: {type(exc).__name__}: {exc}")
-                    rows.append({"rule": rule, "vocab": vocab, "block_b": bb, "error": str(exc)})
+                    rows.append(
+                        {"rule": rule, "vocab": vocab, "block_b": bb, "block_v": bv,
+                         "error": str(exc)}
+                    )  # fmt: skip
                     continue
                 row = {
                     "rule": rule,
                     "vocab": vocab,
                     "block_b": bb,
+                    "block_v": bv,
                     "floor_us": floor_us,
                     "gpu_us": gpu_us(fn),
                     "event_us": bench_us(fn),
@@ -461,16 +479,18 @@ def bench_rules(copy_bw: float) -> list[dict[str, Any]]:
                 }
                 rows.append(row)
                 log(f"  {row}")
+        del tok, par, qo, p, q
+        torch.cuda.empty_cache()
     return rows
 
 
 def rules_table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "verification rules, 64 trees x 64 nodes (best block_b)",
-        "rule       V      gpu_us  event_us  floor_us",
+        "verification rules, 64 trees x 64 nodes (best block_b, block_v)",
+        "rule            V      gpu_us  event_us  floor_us",
     ]
     for rule in RULES:
-        for vocab in (1024, 8192):
+        for vocab in RULE_VOCABS:
             mine = [
                 r for r in rows if r["rule"] == rule and r["vocab"] == vocab and "error" not in r
             ]
@@ -479,7 +499,7 @@ def rules_table(rows: list[dict[str, Any]]) -> str:
             g = min((r["gpu_us"] for r in mine if r["gpu_us"] is not None), default=float("nan"))
             e = min(r["event_us"] for r in mine)
             lines.append(
-                f"{rule:<10} {vocab:>5}  {g:>8.1f}  {e:>8.1f}  {mine[0]['floor_us']:>8.1f}"
+                f"{rule:<10} {vocab:>6}  {g:>8.1f}  {e:>8.1f}  {mine[0]['floor_us']:>8.1f}"
             )
     return "\n".join(lines)
 

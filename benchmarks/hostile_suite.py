@@ -225,7 +225,12 @@ def spec_cases(f: Files) -> Iterator[Case]:
     }
     uses = {
         "gpu": [("cost", "--gpu"), ("simulate", "--gpu"), ("plan", "--gpu")],
-        "model": [("cost", "--target"), ("simulate", "--drafter"), ("plan", "--target")],
+        "model": [
+            ("cost", "--target"),
+            ("simulate", "--drafter"),
+            ("plan", "--target"),
+            ("cost", "--intermediate"),
+        ],
         "workload": [("tree", "--workload"), ("simulate", "--workload"), ("plan", "--workload")],
         "calibration": [("cost", "--calibration"), ("plan", "--calibration")],
     }
@@ -551,6 +556,7 @@ NUMERIC: list[tuple[str, str, str, float, float, tuple[str, ...]]] = [
     ("tree", "--prune-threshold", "float", 0, 0.999999, ()),
     ("tree", "--graft-budget", "int", 0, 1024, ()),
     ("tree", "--seed", "int", 0, 2**32 - 1, ()),
+    ("tree", "--chain", "int", 1, 64, ()),
     ("tree", "--accept", "floats", 0, 1, ()),
     ("export", "--context", "int", 0, 1 << 24, ("POLICY", "--engine", "sglang")),
     ("execute", "--batch", "ints", 1, 4096, ("--policy", "off")),

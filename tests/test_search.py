@@ -61,6 +61,7 @@ class FakeCost:
         *,
         tokens: Any = None,
         accepted: Any = None,
+        tokens_cv: Any = None,
     ) -> StepBreakdown:
         b = np.asarray(batch, dtype=np.float64)
         if policy is None:

@@ -183,6 +183,32 @@ STRICT_HELP = (
 )
 
 
+INTERMEDIATE_HELP = (
+    "intermediate model of hierarchical drafting (arXiv 2505.22179): it verifies the drafter's "
+    "trees round after round and hands the target a chain; same tokenizer and vocabulary as "
+    "the target. Preset or spec file (default: none, no hierarchical policies)"
+)
+
+
+def add_intermediate(p: argparse.ArgumentParser, *, default_help: str = "") -> None:
+    """--intermediate MODEL and --intermediate-drafter MODEL: what every command that takes
+    --drafter takes to name hierarchical drafting's intermediate stage (Scenario.intermediate).
+    `default_help`: where the default comes from instead (a policy file's scenario)."""
+    p.add_argument(
+        "--intermediate",
+        default=None,
+        metavar="MODEL",
+        help=INTERMEDIATE_HELP + (f"; {default_help}" if default_help else ""),
+    )
+    p.add_argument(
+        "--intermediate-drafter",
+        default=None,
+        metavar="MODEL",
+        help="the model growing the trees the intermediate verifies, e.g. the intermediate's "
+        "own EAGLE head (default: --drafter)",
+    )
+
+
 def add_strict(p: argparse.ArgumentParser) -> None:
     """--strict: the option every command whose answer depends on acceptance takes."""
     p.add_argument("--strict", action="store_true", help=STRICT_HELP)

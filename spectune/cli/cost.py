@@ -2,7 +2,9 @@
 
 Every combination of --batch x --tokens x --context gives one row. With --json the output is
 exactly {"rows": [{"batch", "tokens", "context", "verify_s", "draft_step_s", "ar_step_s",
-"breakdown": {class: seconds}}]}; other tools read that shape.
+"breakdown": {class: seconds}}]}; other tools read that shape. With --intermediate (hierarchical
+drafting's intermediate model) each row also has "intermediate_verify_s": one intermediate
+forward over the same shape, what a hierarchical round pays to verify the drafter's tree.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from spectune.cli.common import int_range, ints, json_text
+from spectune.cli.common import add_intermediate, int_range, ints, json_text
 from spectune.cli.outputs import add_csv_plot, check_csv_plot, write_outputs
 from spectune.planner.costmodel import BREAKDOWN_KEYS, CostModel
 from spectune.specs import Calibration, SpecError, load_hardware, load_model
-from spectune.specs.compat import check_pair
+from spectune.specs.compat import check_intermediate, check_pair
 
 MS = 1e3  # milliseconds per second, for the table
 
@@ -33,8 +35,10 @@ def build_rows(
     verify = np.sum(np.stack([parts[k] for k in BREAKDOWN_KEYS]), axis=0)
     draft = cm.draft_step_time(b, n, c)
     ar = cm.iteration(None, b, c).total_s
+    inter = cm.intermediate_verify_time(b, n, c) if cm.intermediate is not None else None
     rows = []
     for i in range(grid.shape[0]):
+        extra = {} if inter is None else {"intermediate_verify_s": float(inter[i])}
         rows.append(
             {
                 "batch": int(b[i]),
@@ -44,6 +48,7 @@ def build_rows(
                 "draft_step_s": float(draft[i]),
                 "ar_step_s": float(ar[i]),
                 "breakdown": {k: float(parts[k][i]) for k in BREAKDOWN_KEYS},
+                **extra,
             }
         )
     return rows
@@ -51,6 +56,8 @@ def build_rows(
 
 def _print_table(cm: CostModel, rows: list[dict[str, Any]]) -> None:
     drafter = cm.drafter.name if cm.drafter else "none"
+    if cm.intermediate is not None:
+        drafter += f", intermediate {cm.intermediate.name}"
     print(
         f"{cm.target.name} (drafter {drafter}) on {cm.tp} x {cm.hardware.name}; "
         f"memory floor {cm.memory_floor_time() * MS:.3f} ms, "
@@ -58,11 +65,13 @@ def _print_table(cm: CostModel, rows: list[dict[str, Any]]) -> None:
     )
     floor = cm.memory_floor_time()
     head = ["batch", "tokens", "context", "verify", "x_floor", "draft_step", "ar_step"]
-    print(" ".join(f"{h:>11}" for h in [*head, *BREAKDOWN_KEYS]))
+    inter = ["int_verify"] if cm.intermediate is not None else []
+    print(" ".join(f"{h:>11}" for h in [*head, *inter, *BREAKDOWN_KEYS]))
     for r in rows:
         cells = [str(r["batch"]), str(r["tokens"]), str(r["context"])]
         cells += [f"{r['verify_s'] * MS:.3f}", f"{r['verify_s'] / floor:.2f}"]
         cells += [f"{r[k] * MS:.3f}" for k in ("draft_step_s", "ar_step_s")]
+        cells += [f"{r['intermediate_verify_s'] * MS:.3f}" for _ in inter]
         cells += [f"{r['breakdown'][k] * MS:.3f}" for k in BREAKDOWN_KEYS]
         print(" ".join(f"{c:>11}" for c in cells))
 
@@ -76,7 +85,21 @@ def run(args: argparse.Namespace) -> int:
     if args.tp < 1:
         raise SpecError(f"--tp must be a positive integer, got {args.tp}")
     check_pair(target, drafter)
-    cm = CostModel(hardware, target, drafter, tp=args.tp, calibration=calibration)
+    inter = load_model(args.intermediate) if args.intermediate else None
+    inter_drafter = load_model(args.intermediate_drafter) if args.intermediate_drafter else None
+    if inter_drafter is not None and inter is None:
+        raise SpecError("--intermediate-drafter needs --intermediate")
+    if inter is not None:
+        check_intermediate(target, inter, inter_drafter or drafter)
+    cm = CostModel(
+        hardware,
+        target,
+        drafter,
+        tp=args.tp,
+        calibration=calibration,
+        intermediate=inter,
+        intermediate_drafter=inter_drafter,
+    )
     rows = build_rows(cm, args.batch, args.tokens, args.context)
     if args.json:
         print(json_text({"rows": rows}))
@@ -132,6 +155,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="eagle3-llama-3.1-8b",
         help="drafter preset or path (EAGLE-3 head or a draft model); 'none' for no model drafter",
     )
+    add_intermediate(p)
     p.add_argument("--gpu", default="h100-sxm", help="GPU preset or JSON/TOML path")
     p.add_argument("--tp", type=int_range(1, 64), default=1, help="tensor-parallel GPUs")
     p.add_argument(

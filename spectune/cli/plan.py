@@ -19,12 +19,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from spectune import __version__
 from spectune.cli.common import (
     STORAGE_ENV,
+    add_intermediate,
     add_strict,
     check_out_path,
     engine_option,
@@ -34,7 +36,13 @@ from spectune.cli.common import (
     seed,
 )
 from spectune.cli.outputs import add_csv_plot, check_csv_plot, write_outputs
-from spectune.cli.plan_report import bucket_notes, format_range, summarize_notes
+from spectune.cli.plan_report import (
+    bucket_notes,
+    format_range,
+    hierarchy_lines,
+    hierarchy_provenance,
+    summarize_notes,
+)
 from spectune.planner.buckets import (
     DEFAULT_BATCH_EDGES,
     DEFAULT_CONTEXT_EDGES,
@@ -43,8 +51,16 @@ from spectune.planner.buckets import (
 )
 from spectune.planner.engine_plan import engine_plan
 from spectune.planner.objective import ClosedFormObjective
-from spectune.planner.search import BucketResult, Scorer, SearchSettings, choose, search
+from spectune.planner.search import (
+    BucketResult,
+    Scorer,
+    SearchSettings,
+    choose,
+    search,
+    with_flat_search,
+)
 from spectune.planner.space import (
+    HIERARCHICAL_CHAIN,
     PolicySpace,
     check_engine_drafter,
     engine_default,
@@ -97,6 +113,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         objective=args.objective,
         slo_tpot_ms=args.slo_tpot_ms,
         slo_ttft_ms=args.slo_ttft_ms,
+        intermediate=args.intermediate,
+        intermediate_drafter=args.intermediate_drafter,
     )
 
 
@@ -168,6 +186,8 @@ def print_table(
         "chain: best chain length for chain-only engines (0 = off)",
         file=out,
     )
+    for line in hierarchy_lines(results):
+        print(line, file=out)
     notes = bucket_notes(results, kv_notes)
     if notes and not verbose:
         print(f"notes ({len(notes)}; --verbose shows each under its row):", file=out)
@@ -231,6 +251,8 @@ def default_study_prefix(scenario: Scenario, seed: int) -> str:
         raw += f".cal-{Path(s.calibration).stem}"
     if s.engine != DEFAULTS.engine:  # so is another engine
         raw += f".eng-{s.engine}"
+    if s.intermediate:  # and another hierarchical stage
+        raw += f".int-{s.intermediate}.{s.intermediate_drafter or s.drafter}"
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
 
 
@@ -245,6 +267,15 @@ def _settings(args: argparse.Namespace, scenario: Scenario) -> SearchSettings:
     if profile.engine != "spectune":
         check_engine_drafter(drafter_kind(resolved.drafter), profile)
     base = PolicySpace().at_temperature(resolved.workload.temperature)  # rules, delayed at T > 0
+    if resolved.intermediate is not None:  # hierarchical policies join the search
+        if profile.engine != "spectune":
+            raise SpecError(
+                f"--intermediate: {profile.name} does not run hierarchical drafting (no serving "
+                "engine has an intermediate-model stage); plan without --engine to price it "
+                "(spectune plans and simulates it, but neither its executor nor an export runs "
+                "it), or drop --intermediate"
+            )
+        base = replace(base, chain=HIERARCHICAL_CHAIN)
     return SearchSettings(
         space=engine_space(profile, base),
         engine=scenario.engine,
@@ -315,6 +346,32 @@ def _run_distributed(
             tmpdir.cleanup()
 
 
+def _compare_flat(
+    args: argparse.Namespace,
+    results: Sequence[BucketResult],
+    buckets: Sequence[BucketSpec],
+    settings: SearchSettings,
+    scorer: Scorer,
+    scenario: Scenario,
+    bar: ProgressBar,
+) -> list[BucketResult]:
+    """With an intermediate model: every bucket searched again without hierarchical policies
+    (here, in its own studies), so a hierarchical choice is compared with a flat optimum that
+    had every trial (planner.search.with_flat_search)."""
+    flat_settings = replace(settings, space=replace(settings.space, chain=(0, 0)))
+    flat = search(
+        scorer.objective,
+        buckets,
+        flat_settings,
+        latency=scorer.latency,
+        storage=args.storage if args.workers == 0 else None,
+        study_prefix=(args.study or default_study_prefix(scenario, args.seed)) + ".flat",
+        setup={"scenario": scenario.to_dict()},
+        progress=lambda b, done, target: bar.update("flat " + b, done, target),
+    )
+    return [with_flat_search(h, f, settings.min_gain) for h, f in zip(results, flat, strict=True)]
+
+
 def _complete(study: Any) -> int:
     from optuna.trial import TrialState
 
@@ -332,7 +389,8 @@ def run(args: argparse.Namespace) -> int:
     buckets = buckets_from_edges(args.batch_edges, args.context_edges)
     scorer, closed = build_scorer(scenario)
     prefix = args.study or default_study_prefix(scenario, args.seed)
-    bar = ProgressBar(settings.trials * len(buckets), enabled=not args.quiet)
+    passes = 2 if settings.space.hierarchical else 1  # + the flat search to compare with
+    bar = ProgressBar(settings.trials * len(buckets) * passes, enabled=not args.quiet)
     t0 = time.monotonic()
     try:
         if args.workers > 0:
@@ -353,6 +411,8 @@ def run(args: argparse.Namespace) -> int:
                 setup={"scenario": scenario.to_dict()},
                 progress=bar.update,
             )
+        if settings.space.hierarchical:
+            results = _compare_flat(args, results, buckets, settings, scorer, scenario, bar)
     finally:
         bar.close()
     elapsed = time.monotonic() - t0
@@ -367,6 +427,7 @@ def run(args: argparse.Namespace) -> int:
         "multi_objective": args.multi_objective,
         "workers": args.workers,
     }
+    provenance.update(hierarchy_provenance(results))
     if scenario.calibration:
         provenance["calibration"] = (
             f"{scenario.calibration}: {load_calibration(scenario.calibration).source}"
@@ -467,6 +528,7 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
         f"own default config (default {DEFAULTS.engine}: spectune's executor, every policy, "
         "measured overheads only)",
     )
+    add_intermediate(p)
     add_strict(p)
 
 

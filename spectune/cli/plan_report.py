@@ -33,8 +33,52 @@ policy notation: BUILDER:DEPTH,TOPK,BUDGET[,PRUNE,GRAFT][,echo]; off = no specul
                         then prune threshold 0 (no pruning) and up to 29 slots grafted with
                         retrieved tokens
   ...,echo              ECHO: the batch shares one verify budget of batch x (BUDGET - 1) drafts
+  ...,hier6             hierarchical (--intermediate): the intermediate model verifies the tree
+                        round after round until it holds >= 6 tokens; the target verifies that
+                        chain (no engine runs it)
   5/4/8                 an engine config as steps/top-k/draft tokens: SGLang's default
                         (EAGLE's is 7/10/60); chain N: N draft tokens, top-k 1"""
+
+
+def hierarchy_lines(results: Sequence[BucketResult]) -> list[str]:
+    """Where the search drew hierarchical policies (--intermediate): how many buckets chose
+    one and, for each, its predicted gain over the best flat policy (no intermediate)."""
+    rows = [r for r in results if r.flat is not None]
+    if not rows:
+        return []
+    hier = [r for r in rows if r.policy is not None and r.policy.chain]
+    out = [
+        f"hierarchical policies chosen in {len(hier)} of {len(rows)} buckets (elsewhere none "
+        "beat the best flat policy by --min-gain)" + (":" if hier else "")
+    ]
+    for r in hier:
+        assert r.flat is not None
+        out.append(
+            f"  batch {format_range(r.bucket.batch):>7} context {format_range(r.bucket.context)}: "
+            f"{policy_label(r.policy)} {r.tokens_per_s / r.flat[1] - 1:+.1%} over the best flat, "
+            f"{policy_label(r.flat[0])} ({r.flat[1]:.0f} {SERVED.label})"
+        )
+    return out
+
+
+def hierarchy_provenance(results: Sequence[BucketResult]) -> dict[str, Any]:
+    """What a policy file records of the comparison with flat policies (--intermediate): per
+    bucket the best flat policy, its tokens/s and the chosen policy's gain over it."""
+    rows = []
+    for r in results:
+        if r.flat is None:
+            continue
+        rows.append(
+            {
+                "batch": list(r.bucket.batch),
+                "context": list(r.bucket.context),
+                "policy": policy_label(r.policy),
+                "best_flat": policy_label(r.flat[0]),
+                "best_flat_tokens_per_s": round(r.flat[1], 3),
+                "gain_over_flat": round(r.tokens_per_s / r.flat[1] - 1, 4),
+            }
+        )
+    return {"flat_comparison": rows} if rows else {}
 
 
 def batch_weights_type(text: str) -> list[tuple[int, float]]:
@@ -161,7 +205,19 @@ def deploy_engines(engine: str) -> tuple[str, ...]:
 def deployments(
     table: PolicyTable, engines: Sequence[str], weights: BatchWeights
 ) -> list[Deployment | tuple[str, str]]:
-    """Each engine's deployment, or (engine, why not) where the export refuses the plan."""
+    """Each engine's deployment, or (engine, why not) where the export refuses the plan; one
+    line for all of them where the plan holds a hierarchical policy, which none runs."""
+    hier = [b.policy for b in table.buckets if b.policy is not None and b.policy.chain]
+    if hier:
+        return [
+            (
+                ", ".join(engines),
+                f"the plan holds hierarchical policies ({hier[0].label}"
+                f"{f' and {len(hier) - 1} more' if len(hier) > 1 else ''}), and no serving "
+                "engine runs an intermediate model stage (`spectune export` refuses them); "
+                "plan without --intermediate for a deployable table",
+            )
+        ]
     out: list[Deployment | tuple[str, str]] = []
     for e in engines:
         try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from spectune.cli.common import (
+    add_intermediate,
     add_strict,
     check_out_path,
     float_range,
@@ -162,13 +163,16 @@ def _table(label: str, res: Any) -> str:
     return "\n".join(lines)
 
 
+INTERMEDIATE_FLAGS = ("intermediate", "intermediate_drafter")
+
+
 def scenario_of(args: argparse.Namespace, policy: PolicyTable | TreePolicy | None) -> Scenario:
     """The scenario to simulate: a policy file's own, else the defaults, with the scenario
     flags the user passed on top (each one that changes a policy file's prints a line)."""
     flags = {
         name: getattr(args, name)
-        for name in ("target", "drafter", "gpu", "tp", "workload")
-        if getattr(args, name) is not None
+        for name in ("target", "drafter", "gpu", "tp", "workload", *INTERMEDIATE_FLAGS)
+        if getattr(args, name, None) is not None
     }
     for name in ("slo_tpot_ms", "slo_ttft_ms"):
         if getattr(args, name) is not None:
@@ -203,6 +207,13 @@ def run(args: argparse.Namespace) -> int:
     )
     if policy is not None and drafter is None:
         raise SpecError("a policy needs a drafter; pass --drafter or --policy off")
+    pols = [b.policy for b in policy.buckets] if isinstance(policy, PolicyTable) else [policy]
+    hier = next((p for p in pols if p is not None and p.chain), None)
+    if hier is not None and resolved.intermediate is None:
+        raise SpecError(
+            f"the policy {hier.label} is hierarchical: name its intermediate model with "
+            "--intermediate MODEL"
+        )
     prompt: LengthDist | None = None
     output: LengthDist | None = None
     if args.lengths:
@@ -221,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
     runs = []
     cal = f", calibration {Path(scenario.calibration).name}" if scenario.calibration else ""
     header = (
-        f"{target.name} + {drafter.name if drafter else 'no drafter'} on "
+        f"{target.name} + {drafter.name if drafter else 'no drafter'}"
+        f"{f' (intermediate {resolved.intermediate.name})' if resolved.intermediate else ''} on "
         f"{args.replicas} x {scenario.tp} x {hw.name}, workload {workload.name}{cal}, policy "
         f"{_policy_text(policy, args.policy)}, router {args.router}, seed {args.seed}"
     )
@@ -311,6 +323,7 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
         "--target",
         help=f"target model preset or spec file (default: the policy file's, else {d.target})",
     )
+    add_intermediate(p, default_help="default: the policy file's, else none")
     p.add_argument(
         "--drafter",
         help=f"drafter preset or spec file, or 'none' (default: the policy file's, else {d.drafter})",

@@ -2,22 +2,29 @@
 with its expected tokens per step.
 
 The acceptance is the workload's for the (--target, --drafter) pair: the same dataset accepts
-differently under an EAGLE-2 head, an EAGLE-3 head or a draft model (specs.acceptance_presets)."""
+differently under an EAGLE-2 head, an EAGLE-3 head or a draft model (specs.acceptance_presets).
+With --intermediate the tree is one round of hierarchical drafting: grown by the intermediate's
+drafter (--intermediate-drafter, default --drafter) and verified by the intermediate, with that
+pair's acceptance; --chain N then gives the hierarchical step the target sees (rounds until the
+intermediate holds >= N tokens, that chain verified by the target: planner.hierarchical)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import numpy as np
 
-from spectune.cli.common import add_strict, float_range, floats, int_range, seed
+from spectune.cli.common import add_intermediate, add_strict, float_range, floats, int_range, seed
 from spectune.planner.acceptance import AcceptanceModel, PositionalAcceptance, acceptance_model
+from spectune.planner.hierarchical import HierAcceptance, hierarchical_outcome, scenario_hierarchy
 from spectune.planner.trees import build_tree
 from spectune.specs.compat import check_pair
 from spectune.specs.errors import SpecError
 from spectune.specs.model import load_model
 from spectune.specs.policy import MAX_BUDGET, MAX_DEPTH, MAX_TOPK, TreePolicy
+from spectune.specs.scenario import Scenario
 from spectune.specs.tree import SOURCE_NAMES, DraftTree
 from spectune.specs.workload import Workload, load_workload
 
@@ -58,7 +65,30 @@ def pair_workload(args: argparse.Namespace) -> Workload:
     return load_workload(args.workload, target=target, drafter=drafter, strict=args.strict)
 
 
+def _hierarchy(args: argparse.Namespace) -> tuple[Workload, HierAcceptance]:
+    """(the round's tree workload, both acceptances) of the --intermediate scenario."""
+    resolved = Scenario(
+        target=args.target,
+        drafter=args.drafter,
+        workload=args.workload,
+        intermediate=args.intermediate,
+        intermediate_drafter=args.intermediate_drafter,
+    ).resolve()
+    hier = scenario_hierarchy(resolved)
+    assert hier is not None and resolved.intermediate_trees is not None
+    return resolved.intermediate_trees, hier
+
+
 def _model(args: argparse.Namespace) -> tuple[AcceptanceModel, Workload | None]:
+    if args.intermediate:
+        if args.accept is not None:
+            raise SpecError(
+                "--accept and --intermediate: the intermediate's trees take the workload"
+            )
+        wl, hier = _hierarchy(args)
+        return hier.tree, wl
+    if args.chain:
+        raise SpecError("--chain needs --intermediate (the model that verifies the trees)")
     if args.accept is not None:
         vec = args.accept
         if any(not 0 <= v <= 1 for v in vec) or sum(vec) > 1 + 1e-9:
@@ -87,10 +117,20 @@ def run(args: argparse.Namespace) -> int:
     tree = build_tree(policy, model, np.random.default_rng(args.seed))
     accept = model.node_accept_prob(tree)
     expected = float(accept[1:].sum() + 1.0)
+    hier: dict[str, float] = {}
+    if args.chain:
+        _, models = _hierarchy(args)
+        h = hierarchical_outcome(replace(policy, chain=args.chain), models, seed=args.seed)
+        hier = {
+            "target_expected_tokens": h.expected_tokens,
+            "rounds": h.rounds,
+            "chain_tokens": h.chain_tokens,
+        }
     if args.json:
         print(
             json.dumps(
                 {
+                    **hier,
                     "expected_tokens": expected,
                     "acceptance": wl.source if wl is not None else "--accept",
                     "parents": tree.parents.tolist(),
@@ -101,7 +141,10 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    if wl is not None:
+    if args.intermediate:
+        grower = args.intermediate_drafter or args.drafter
+        what = f"{args.workload} with {args.intermediate} (intermediate) + {grower}"
+    elif wl is not None:
         what = f"{args.workload} with {args.target} + {args.drafter}"
     else:
         what = "--accept " + ",".join(f"{v:g}" for v in args.accept)
@@ -111,7 +154,14 @@ def run(args: argparse.Namespace) -> int:
     )
     for line in draw_tree(tree, accept):
         print(line)
-    print(f"expected tokens per step: {expected:.4f} (accepted draft tokens + 1 bonus)")
+    step = "intermediate step" if args.intermediate else "step"
+    print(f"expected tokens per {step}: {expected:.4f} (accepted draft tokens + 1 bonus)")
+    if hier:
+        print(
+            f"hierarchical, chain >= {args.chain}: {hier['rounds']:.2f} rounds per target step, "
+            f"chains of {hier['chain_tokens']:.2f} tokens, {hier['target_expected_tokens']:.4f} "
+            f"tokens per target step ({args.target})"
+        )
     if wl is not None:
         print(f"acceptance: {wl.source}")
     return 0
@@ -142,6 +192,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--drafter",
         default="eagle3-llama-3.1-8b",
         help="drafter preset or spec file; 'none' for n-gram / prompt lookup",
+    )
+    add_intermediate(p)
+    p.add_argument(
+        "--chain",
+        type=int_range(1, MAX_DEPTH),
+        default=0,
+        help="with --intermediate: the hierarchical chain length N (rounds until the "
+        "intermediate holds >= N tokens); prints the target's tokens per step",
     )
     add_strict(p)
     p.add_argument(

@@ -13,8 +13,16 @@ target's and drafter's probability rows (spectune.kernels' verify_rule: token-le
 rejection, Traversal Verification, SpecTr, greedy) and returns what PathAcceptor keeps. In the
 spec loop a policy with verify='traversal' runs it on `synthetic_rows` (the synthetic
 acceptances as distributions over N + 1 local tokens, one-hot top-k drafts); the other rules run
-the walk ('token' is the walk; greedy and spectr need the real target and draft rows, which
-random weights do not give: the walk's timing and acceptance stand in).
+the walk kernel (walk_tree), and each for a reason:
+- token: on top-k drafts the token-level rule is the walk over target samples (module
+  docstring of kernels.verify), and the synthetic target tokens are those samples;
+- greedy: verify_rule's greedy rule is walk_tree over the argmax tokens, and the synthetic
+  target tokens stand for that argmax. Taking the argmax of `synthetic_rows` instead would
+  accept the likeliest child every step, not the acceptance model's draws;
+- spectr: SpecTr verifies i.i.d. drafts, every child of a node drawn from one draft row q it
+  needs; the synthetic source gives each node an acceptance probability, not that q, and on
+  its one-hot rows the SpecTr kernel would run another (lossy) scheme. Its acceptance stays the
+  planner's (planner.acceptance.rules) and its kernel time is benchmarks/bench_kernels.py's.
 """
 
 from __future__ import annotations

@@ -285,23 +285,38 @@ def make_verify_inputs(
 #   Q float32[total_q, V]: the distribution each node's token was drawn from (one-hot for top-k
 #     drafts; the parent's draft row for i.i.d. drafts); root row unused
 # Outputs: ACC int32[B] (local accepted node), BONUS int64[B]. Each row of a program runs its own
-# state machine (one event per loop trip) with V-wide rows in scratch; a whole row of V lives in
-# one tile, so V <= MAX_RULE_VOCAB. Bytes: each event reads/writes O(1) rows of V floats, so a
-# tree costs O(N * V * 4) bytes, the same order as reading its target rows once.
-# Uniforms: Philox tl.rand(seed, row * _STRIDE + trip), distinct per (row, trip).
+# state machine (one event per loop trip); every V-wide row operation loops over the vocabulary
+# in BLOCK_V tiles (a residual is two passes: its sum, then the normalised row; a draw is two:
+# the total, then a running prefix sum), so V is unbounded (real vocabularies: 128k-152k).
+# Bytes: each event reads/writes O(1) rows of V floats (SpecTr: 2 rows x (BISECT + 3) passes,
+# from L2 at these sizes), so a tree costs O(N * V * 4) bytes, the order of reading its target
+# rows once. Uniforms: Philox tl.rand(seed, row * _STRIDE + trip), distinct per (row, trip).
 
-MAX_RULE_VOCAB = 16384
+RULE_TILE = 4096
+"""Vocabulary tile of the rule kernels (floats per row per pass)."""
 _STRIDE = tl.constexpr(1 << 12)
 
 
 @triton.jit
-def _draw_row(row, u, vmask):
-    """Index drawn from an unnormalised non-negative row [BLOCK_B, BLOCK_V] with uniforms u."""
-    row = tl.where(vmask, row, 0.0)
-    cum = tl.cumsum(row, 1)
-    total = tl.sum(row, 1)
-    hit = (cum <= (u * total)[:, None]) & vmask
-    return tl.minimum(tl.sum(hit.to(tl.int32), 1), tl.sum(vmask.to(tl.int32), 1) - 1)
+def _draw_stored(X, base, live, u, V, BLOCK_V: tl.constexpr):
+    """Index drawn from the unnormalised rows X[base : base + V] (base int64[BLOCK_B]) of the
+    `live` program rows with uniforms u, tile by tile: the total, then the count of positions
+    whose running prefix sum stays <= u * total, capped at V - 1."""
+    v = tl.arange(0, BLOCK_V)
+    total = u * 0.0
+    for v0 in range(0, V, BLOCK_V):
+        m = live[:, None] & ((v0 + v)[None, :] < V)
+        total += tl.sum(tl.load(X + base[:, None] + v0 + v[None, :], mask=m, other=0.0), 1)
+    thr = u * total
+    run = u * 0.0
+    count = (u * 0.0).to(tl.int32)
+    for v0 in range(0, V, BLOCK_V):
+        vm = (v0 + v)[None, :] < V
+        row = tl.load(X + base[:, None] + v0 + v[None, :], mask=live[:, None] & vm, other=0.0)
+        cum = run[:, None] + tl.cumsum(row, 1)
+        count += tl.sum(((cum <= thr[:, None]) & vm).to(tl.int32), 1)
+        run += tl.sum(row, 1)
+    return tl.minimum(count, V - 1)
 
 
 @triton.jit
@@ -314,12 +329,11 @@ def _traversal_kernel(
     start = tl.load(QO_INDPTR + b, mask=ok, other=0)
     n = tl.load(QO_INDPTR + b + 1, mask=ok, other=0) - start
     v = tl.arange(0, BLOCK_V)
-    vm = v[None, :] < V
-    row0 = start.to(tl.int64)[:, None] * V + v[None, :]
     live = ok & (n > 0)
-    tl.store(
-        T + row0, tl.load(P + row0, mask=live[:, None] & vm, other=0.0), mask=live[:, None] & vm
-    )
+    base0 = start.to(tl.int64)[:, None] * V + v[None, :]
+    for v0 in range(0, V, BLOCK_V):
+        m = live[:, None] & ((v0 + v)[None, :] < V)
+        tl.store(T + base0 + v0, tl.load(P + base0 + v0, mask=m, other=0.0), mask=m)
     tl.store(MASS + start, tl.full([BLOCK_B], 1.0, tl.float32), mask=live)
     fc0 = tl.load(FC + start, mask=live, other=-1)
     cur = tl.where(fc0 >= 0, fc0, 0)
@@ -336,9 +350,11 @@ def _traversal_kernel(
         t_x = tl.load(T + gp * V + x, mask=ent, other=0.0)
         q_x = tl.load(Q + g * V + x, mask=ent, other=1.0)
         w = tl.minimum(t_x / tl.maximum(q_x, 1e-30), 1.0)
-        em = ent[:, None] & vm
-        prow = tl.load(P + g[:, None] * V + v[None, :], mask=em, other=0.0)
-        tl.store(T + g[:, None] * V + v[None, :], w[:, None] * prow, mask=em)
+        rg = g[:, None] * V + v[None, :]
+        for v0 in range(0, V, BLOCK_V):
+            em = ent[:, None] & ((v0 + v)[None, :] < V)
+            prow = tl.load(P + rg + v0, mask=em, other=0.0)
+            tl.store(T + rg + v0, w[:, None] * prow, mask=em)
         tl.store(MASS + g, w, mask=ent)
         fc = tl.load(FC + g, mask=ent, other=-1)
         lv = live & (mode == 1)
@@ -347,16 +363,22 @@ def _traversal_kernel(
         take = lv & ((u < m) | (cur == 0))
         acc = tl.where(take, cur, acc)
         rej = lv & ~take
-        rm = rej[:, None] & vm
-        tb = tl.load(T + gp[:, None] * V + v[None, :], mask=rm, other=0.0)
-        qc = tl.load(Q + g[:, None] * V + v[None, :], mask=rm, other=0.0)
-        res = tl.maximum(tb - qc, 0.0)
-        r = tl.sum(res, 1)
+        rp = gp[:, None] * V + v[None, :]
+        r = u * 0.0
+        for v0 in range(0, V, BLOCK_V):
+            rm = rej[:, None] & ((v0 + v)[None, :] < V)
+            tb = tl.load(T + rp + v0, mask=rm, other=0.0)
+            qc = tl.load(Q + rg + v0, mask=rm, other=0.0)
+            r += tl.sum(tl.maximum(tb - qc, 0.0), 1)
         mb = tl.load(MASS + gp, mask=rej, other=0.0)
         denom = 1.0 - mb + r
         okd = rej & (denom > 0)
         sd = tl.where(okd, denom, 1.0)
-        tl.store(T + gp[:, None] * V + v[None, :], res / sd[:, None], mask=okd[:, None] & vm)
+        for v0 in range(0, V, BLOCK_V):
+            om = okd[:, None] & ((v0 + v)[None, :] < V)
+            tb = tl.load(T + rp + v0, mask=om, other=0.0)
+            qc = tl.load(Q + rg + v0, mask=om, other=0.0)
+            tl.store(T + rp + v0, tl.maximum(tb - qc, 0.0) / sd[:, None], mask=om)
         tl.store(MASS + gp, r / sd, mask=okd)
         ns = tl.load(NS + g, mask=rej, other=-1)
         nxt_ent = tl.where(fc >= 0, fc, cur)
@@ -369,9 +391,8 @@ def _traversal_kernel(
         trip += 1
         tl.debug_barrier()
     fin = ok & (n > 0)
-    ga = (start + acc).to(tl.int64)
-    row = tl.load(T + ga[:, None] * V + v[None, :], mask=fin[:, None] & vm, other=0.0)
-    bonus = _draw_row(row, tl.rand(seed + 1, b), vm)
+    ga = (start + acc).to(tl.int64) * V
+    bonus = _draw_stored(T, ga, fin, tl.rand(seed + 1, b), V, BLOCK_V)
     tl.store(ACC + b, acc, mask=ok)
     tl.store(BONUS + b, bonus.to(tl.int64), mask=ok)
 
@@ -386,13 +407,13 @@ def _token_rule_kernel(
     start = tl.load(QO_INDPTR + b, mask=ok, other=0)
     n = tl.load(QO_INDPTR + b + 1, mask=ok, other=0) - start
     v = tl.arange(0, BLOCK_V)
-    vm = v[None, :] < V
     live = ok & (n > 0)
-    rrow = b.to(tl.int64)[:, None] * V + v[None, :]
+    rb = b.to(tl.int64) * V
+    rrow = rb[:, None] + v[None, :]
     row0 = start.to(tl.int64)[:, None] * V + v[None, :]
-    tl.store(
-        R + rrow, tl.load(P + row0, mask=live[:, None] & vm, other=0.0), mask=live[:, None] & vm
-    )
+    for v0 in range(0, V, BLOCK_V):
+        m = live[:, None] & ((v0 + v)[None, :] < V)
+        tl.store(R + rrow + v0, tl.load(P + row0 + v0, mask=m, other=0.0), mask=m)
     c = tl.load(FC + start, mask=live, other=-1)
     cur = tl.zeros([BLOCK_B], dtype=tl.int32)
     trip = 0
@@ -402,29 +423,51 @@ def _token_rule_kernel(
         g = (start + tl.maximum(c, 0)).to(tl.int64)
         x = tl.load(TOK + g, mask=tr, other=0)
         q_x = tl.load(Q + g * V + x, mask=tr, other=1.0)
-        r_x = tl.load(R + b.to(tl.int64) * V + x, mask=tr, other=0.0)
+        r_x = tl.load(R + rb + x, mask=tr, other=0.0)
         u = tl.rand(seed, b * _STRIDE + trip)
         take = tr & (u < tl.minimum(r_x / tl.maximum(q_x, 1e-30), 1.0))
-        tm = tr[:, None] & vm
-        res = tl.maximum(
-            tl.load(R + rrow, mask=tm, other=0.0)
-            - tl.load(Q + g[:, None] * V + v[None, :], mask=tm, other=0.0),
-            0.0,
-        )
-        s = tl.sum(res, 1)
-        res = res / tl.where(s > 0, s, 1.0)[:, None]
-        prow = tl.load(P + g[:, None] * V + v[None, :], mask=take[:, None] & vm, other=0.0)
-        tl.store(R + rrow, tl.where(take[:, None], prow, res), mask=tm)
+        rg = g[:, None] * V + v[None, :]
+        s = u * 0.0
+        for v0 in range(0, V, BLOCK_V):
+            tm = tr[:, None] & ((v0 + v)[None, :] < V)
+            res = tl.load(R + rrow + v0, mask=tm, other=0.0) - tl.load(
+                Q + rg + v0, mask=tm, other=0.0
+            )
+            s += tl.sum(tl.maximum(res, 0.0), 1)
+        sd = tl.where(s > 0, s, 1.0)
+        for v0 in range(0, V, BLOCK_V):
+            vm = (v0 + v)[None, :] < V
+            tm = tr[:, None] & vm
+            res = tl.maximum(
+                tl.load(R + rrow + v0, mask=tm, other=0.0)
+                - tl.load(Q + rg + v0, mask=tm, other=0.0),
+                0.0,
+            )
+            prow = tl.load(P + rg + v0, mask=take[:, None] & vm, other=0.0)
+            tl.store(R + rrow + v0, tl.where(take[:, None], prow, res / sd[:, None]), mask=tm)
         fc = tl.load(FC + g, mask=take, other=-1)
         ns = tl.load(NS + g, mask=tr & ~take, other=-1)
         cur = tl.where(take, c, cur)
         c = tl.where(take, fc, tl.where(tr, ns, c))
         trip += 1
         tl.debug_barrier()
-    row = tl.load(R + rrow, mask=live[:, None] & vm, other=0.0)
-    bonus = _draw_row(row, tl.rand(seed + 1, b), vm)
+    bonus = _draw_stored(R, rb, live, tl.rand(seed + 1, b), V, BLOCK_V)
     tl.store(ACC + b, cur, mask=ok)
     tl.store(BONUS + b, bonus.to(tl.int64), mask=ok)
+
+
+@triton.jit
+def _overlap(P, Q, pg, qg, rows, hasq, inv, V, BLOCK_V: tl.constexpr):
+    """sum_v min(Q[qg + v], P[pg + v] * inv) per program row (float32[BLOCK_B]): the overlap
+    beta(rho) of SpecTr at inv = 1 / rho, tile by tile; Q rows only where `hasq`."""
+    v = tl.arange(0, BLOCK_V)
+    out = inv * 0.0
+    for v0 in range(0, V, BLOCK_V):
+        vm = rows[:, None] & ((v0 + v)[None, :] < V)
+        prow = tl.load(P + pg[:, None] + v0 + v[None, :], mask=vm, other=0.0)
+        qrow = tl.load(Q + qg[:, None] + v0 + v[None, :], mask=vm & hasq[:, None], other=0.0)
+        out += tl.sum(tl.minimum(qrow, prow * inv[:, None]), 1)
+    return out
 
 
 @triton.jit
@@ -437,7 +480,6 @@ def _spectr_kernel(
     start = tl.load(QO_INDPTR + b, mask=ok, other=0)
     n = tl.load(QO_INDPTR + b + 1, mask=ok, other=0) - start
     v = tl.arange(0, BLOCK_V)
-    vm = v[None, :] < V
     live = ok & (n > 0)
     cur = tl.zeros([BLOCK_B], dtype=tl.int32)
     bonus = tl.zeros([BLOCK_B], dtype=tl.int32)
@@ -446,23 +488,24 @@ def _spectr_kernel(
         g = (start + cur).to(tl.int64)
         c0 = tl.load(FC + g, mask=live, other=-1)
         k = tl.load(NK + g, mask=live, other=0).to(tl.float32)
+        hasc = c0 >= 0
         gc0 = (start + tl.maximum(c0, 0)).to(tl.int64)
-        lm = live[:, None] & vm
-        prow = tl.load(P + g[:, None] * V + v[None, :], mask=lm, other=0.0)
-        qrow = tl.load(Q + gc0[:, None] * V + v[None, :], mask=lm & (c0 >= 0)[:, None], other=0.0)
+        pg = g * V
+        qg = gc0 * V
+        one = tl.full([BLOCK_B], 1.0, tl.float32)
         # rho: the least in [1, k] with rho * beta >= 1 - (1 - beta)^k (bisection)
-        lo = tl.full([BLOCK_B], 1.0, tl.float32)
+        lo = one
         hi = tl.maximum(k, 1.0)
-        beta1 = tl.sum(tl.minimum(qrow, prow), 1)
+        beta1 = _overlap(P, Q, pg, qg, live, hasc, one, V, BLOCK_V)
         ok1 = beta1 - (1.0 - tl.exp(k * tl.log(tl.maximum(1.0 - beta1, 1e-30)))) >= 0
         for _ in tl.static_range(BISECT):
             mid = 0.5 * (lo + hi)
-            bm = tl.sum(tl.minimum(qrow, prow / mid[:, None]), 1)
+            bm = _overlap(P, Q, pg, qg, live & ~ok1, hasc, 1.0 / mid, V, BLOCK_V)
             up = mid * bm - (1.0 - tl.exp(k * tl.log(tl.maximum(1.0 - bm, 1e-30)))) >= 0
             hi = tl.where(up, mid, hi)
             lo = tl.where(up, lo, mid)
         rho = tl.where(ok1, 1.0, hi)
-        beta = tl.sum(tl.minimum(qrow, prow / rho[:, None]), 1)
+        beta = _overlap(P, Q, pg, qg, live, hasc, 1.0 / rho, V, BLOCK_V)
         # try the children in index order
         c = c0
         moved = tl.zeros([BLOCK_B], dtype=tl.int32) > 0
@@ -483,10 +526,32 @@ def _spectr_kernel(
         stop = live & ~moved
         bsafe = tl.maximum(beta, 1e-30)
         scale = (1.0 - tl.exp(k * tl.log(tl.maximum(1.0 - bsafe, 1e-30)))) / bsafe
-        resid = tl.maximum(prow - tl.minimum(qrow, prow / rho[:, None]) * scale[:, None], 0.0)
-        resid = tl.where((c0 >= 0)[:, None], resid, prow)
-        drawn = _draw_row(resid, tl.rand(seed + 1, b * _STRIDE + trip), vm)
+        # the residual max(p - min(q, p / rho) * scale, 0) (p without children), drawn from
+        # tile by tile: its total, then the running prefix sum against u * total
+        inv = 1.0 / rho
+        u = tl.rand(seed + 1, b * _STRIDE + trip)
         trip += 1
+        total = u * 0.0
+        for v0 in range(0, V, BLOCK_V):
+            vm = stop[:, None] & ((v0 + v)[None, :] < V)
+            prow = tl.load(P + pg[:, None] + v0 + v[None, :], mask=vm, other=0.0)
+            qrow = tl.load(Q + qg[:, None] + v0 + v[None, :], mask=vm & hasc[:, None], other=0.0)
+            resid = tl.maximum(prow - tl.minimum(qrow, prow * inv[:, None]) * scale[:, None], 0.0)
+            total += tl.sum(tl.where(hasc[:, None], resid, prow), 1)
+        thr = u * total
+        run = u * 0.0
+        count = tl.zeros([BLOCK_B], dtype=tl.int32)
+        for v0 in range(0, V, BLOCK_V):
+            vv = (v0 + v)[None, :] < V
+            vm = stop[:, None] & vv
+            prow = tl.load(P + pg[:, None] + v0 + v[None, :], mask=vm, other=0.0)
+            qrow = tl.load(Q + qg[:, None] + v0 + v[None, :], mask=vm & hasc[:, None], other=0.0)
+            resid = tl.maximum(prow - tl.minimum(qrow, prow * inv[:, None]) * scale[:, None], 0.0)
+            resid = tl.where(hasc[:, None], resid, prow)
+            cum = run[:, None] + tl.cumsum(resid, 1)
+            count += tl.sum(((cum <= thr[:, None]) & vv).to(tl.int32), 1)
+            run += tl.sum(resid, 1)
+        drawn = tl.minimum(count, V - 1)
         bonus = tl.where(stop, drawn, bonus)
         live = live & moved
     tl.store(ACC + b, cur, mask=ok)
@@ -531,18 +596,22 @@ def verify_rule(
     seed: int,
     *,
     block_b: int | None = None,
+    block_v: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(accepted node int32[B] local, bonus token int64[B]) of one verification by `rule`
     (specs.tree.VERIFY_RULES) per tree. target_probs, draft_probs: float32[total_q, V] (see the
-    rule kernels' comment); tokens int64, parents int32 (local, root -1), qo_indptr int32[B+1].
-    'greedy' walks the argmax of target_probs (kernels' walk_tree)."""
+    rule kernels' comment), any V; tokens int64, parents int32 (local, root -1), qo_indptr
+    int32[B+1]. 'greedy' walks the argmax of target_probs (kernels' walk_tree). block_v: the
+    vocabulary tile (a power of two, default min(next power of two of V, RULE_TILE))."""
     if target_probs.shape != draft_probs.shape or target_probs.dim() != 2:
         raise ValueError("target_probs and draft_probs must be [total_q, V] of one shape")
     if target_probs.dtype != torch.float32 or draft_probs.dtype != torch.float32:
         raise ValueError("target_probs and draft_probs must be float32")
     total, vocab = target_probs.shape
-    if vocab > MAX_RULE_VOCAB:
-        raise ValueError(f"rule kernels hold a row in one tile: V <= {MAX_RULE_VOCAB}, got {vocab}")
+    if vocab < 1 or total * vocab >= 1 << 62:
+        raise ValueError(f"rule kernels take 1 <= V and total_q x V < 2**62, got {total} x {vocab}")
+    if block_v is not None and (block_v < 1 or block_v & (block_v - 1)):
+        raise ValueError(f"block_v must be a power of two, got {block_v}")
     if tokens.shape != (total,) or parents.shape != (total,):
         raise ValueError("tokens and parents must be 1-D with one entry per probability row")
     batch = qo_indptr.numel() - 1
@@ -556,7 +625,8 @@ def verify_rule(
         last = res.accepted_nodes.gather(1, res.num_accepted.long()[:, None])[:, 0]
         return last.to(torch.int32), res.next_token
     first, nxt, nk = tree_links(parents, qo_indptr)
-    block_v = triton.next_power_of_2(vocab)
+    if block_v is None:
+        block_v = min(triton.next_power_of_2(vocab), RULE_TILE)
     if dev.type == "cuda":
         block_v = max(block_v, 16)
     if block_b is None:

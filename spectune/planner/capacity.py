@@ -74,25 +74,31 @@ def kv_budget(
     block_size: int = 16,
     speculating: bool = True,
     spec_extra_bytes: float = 0.0,
+    also: tuple[ModelSpec, ...] = (),
 ) -> KVBudget:
     """KV pages of a replica of `tp` GPUs, or SpecError if the weights leave no room.
 
     `speculating` False: the server runs without speculation, so the drafter is not loaded and
     its weights and KV bytes stay free for the target's KV. Speculating, `spec_extra_bytes`
-    (the engine's own speculative buffers, all GPUs of the replica) are taken as well."""
+    (the engine's own speculative buffers, all GPUs of the replica) are taken as well, and the
+    models in `also` (a hierarchical policy's intermediate and its drafter) are loaded beside
+    the drafter: their weights and their KV per token."""
     if not 0 < memory_fraction <= 1:
         raise SpecError(f"memory fraction must be in (0, 1], got {memory_fraction}")
     if tp < 1 or block_size < 1:
         raise SpecError("tp and block size must be >= 1")
     if not speculating:
-        drafter, spec_extra_bytes = None, 0.0
+        drafter, spec_extra_bytes, also = None, 0.0, ()
+    extra = tuple(m for m in dict.fromkeys(also) if m != drafter)
     usable = hardware.hbm_bytes * memory_fraction * tp - spec_extra_bytes
     weights = target.weight_bytes() + (drafter.weight_bytes() if drafter else 0.0)
+    weights += sum(m.weight_bytes() for m in extra)
     reserve = activation_reserve_bytes(target, max_batch_tokens, tp) * tp
     free = usable - weights - reserve
     per_token = target.kv_bytes_per_token() + (drafter.kv_bytes_per_token() if drafter else 0.0)
+    per_token += sum(m.kv_bytes_per_token() for m in extra)
     if free < per_token * block_size:
-        names = target.name + (f" + {drafter.name}" if drafter else "")
+        names = " + ".join(m.name for m in (target, drafter, *extra) if m is not None)
         raise SpecError(
             f"{names} does not fit on {tp} x {hardware.name}: weights need "
             f"{weights / 1e9:.1f} GB and activations {reserve / 1e9:.1f} GB of "

@@ -35,6 +35,7 @@ import numpy as np
 from spectune.planner.acceptance.base import AcceptanceModel
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import MAX_DEPTH, TreePolicy
+from spectune.specs.scenario import ResolvedScenario
 
 SAMPLES = 2048
 """Chains drawn per policy: the standard error of E[tokens] is then under 0.5%."""
@@ -164,3 +165,15 @@ def chain_acceptance(alpha: float) -> AcceptanceModel:
     if not 0.0 < alpha < 1.0:
         raise SpecError(f"chain acceptance alpha must be in (0, 1), got {alpha!r}")
     return PositionalAcceptance([[float(alpha)]])
+
+
+def scenario_hierarchy(resolved: ResolvedScenario) -> HierAcceptance | None:
+    """The acceptance models of a scenario's hierarchical policies (its intermediate's drafter
+    against the intermediate, the intermediate's chains against the target: Scenario.resolve),
+    or None when the scenario names no intermediate."""
+    from spectune.planner.acceptance import acceptance_model
+
+    trees, chains = resolved.intermediate_trees, resolved.intermediate_chains
+    if trees is None or chains is None:
+        return None
+    return HierAcceptance(tree=acceptance_model(trees), chain=acceptance_model(chains))

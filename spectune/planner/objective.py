@@ -48,7 +48,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from spectune.planner.capacity import KVBudget, auto_max_batch, kv_budget
-from spectune.planner.hierarchical import HierAcceptance, HierOutcome, hierarchical_outcome
+from spectune.planner.hierarchical import (
+    HierAcceptance,
+    HierOutcome,
+    hierarchical_outcome,
+    scenario_hierarchy,
+)
 from spectune.planner.step import StepBreakdown
 from spectune.specs.calibration import Calibration
 from spectune.specs.errors import SpecError
@@ -122,6 +127,8 @@ class ClosedFormObjective:
     hierarchy: the acceptance models of hierarchical policies (planner.hierarchical: the
         drafter's trees against the intermediate, the intermediate's chain against the
         target); None: a hierarchical policy is a SpecError
+    kv_hier: the budget while a hierarchical policy runs (the intermediate and its drafter
+        loaded as well); None: `kv`
     """
 
     def __init__(
@@ -137,8 +144,10 @@ class ClosedFormObjective:
         mean_output_tokens: float | None = None,
         kv_off: KVBudget | None = None,
         hierarchy: HierAcceptance | None = None,
+        kv_hier: KVBudget | None = None,
     ) -> None:
         self.cost_model = cost_model
+        self.kv_hier = kv_hier if kv_hier is not None else kv
         self.hierarchy = hierarchy
         self.acceptance = acceptance
         self.samples = samples
@@ -306,12 +315,14 @@ class ClosedFormObjective:
             t = t - np.asarray(cm.draft_extend_time(batch, e, context), np.float64)
         return batch * e / self.output_tokens * np.maximum(t, 0.0)
 
-    def fitting_batch(self, batch: Any, context: int, speculating: bool = True) -> np.ndarray:
+    def fitting_batch(
+        self, batch: Any, context: int, speculating: bool = True, hierarchical: bool = False
+    ) -> np.ndarray:
         """float64[P]: each batch size, or the largest batch whose requests' KV fits the cache
         at this context when that is smaller; `speculating` False: the cache of the server
-        without a drafter (`kv_off`)."""
+        without a drafter (`kv_off`); `hierarchical`: with the intermediate loaded (`kv_hier`)."""
         b = np.atleast_1d(np.asarray(batch, dtype=np.float64))
-        kv = self.kv if speculating else self.kv_off
+        kv = (self.kv_hier if hierarchical else self.kv) if speculating else self.kv_off
         if kv is None or self.mean_output_tokens is None:
             return b
         fits = auto_max_batch(kv, max(1, context), self.mean_output_tokens, cap=1 << 30)
@@ -321,7 +332,7 @@ class ClosedFormObjective:
         """The cost model's breakdown of one decoding iteration of the whole batch at each batch
         size (int[P] or a scalar, capped by KV capacity -> fields float64[P]): the policy's tree
         as built (tree_tokens) verified, E[tokens per step] extended by the drafter."""
-        b = self.fitting_batch(batch, context, policy is not None)
+        b = self.fitting_batch(batch, context, policy is not None, _hier(policy))
         return self._iteration(policy, b, context)[0]
 
     def _iteration(
@@ -357,7 +368,7 @@ class ClosedFormObjective:
         total plus turnover); batch: int[P] (or a scalar) -> float64[P], one cost-model call for
         all of them (batches capped by KV capacity; `resident`: the drafter stays loaded while
         `policy` is off, as in a batch range a speculating server's schedule turns off)."""
-        b = self.fitting_batch(batch, context, policy is not None or resident)
+        b = self.fitting_batch(batch, context, policy is not None or resident, _hier(policy))
         step, tokens = self._iteration(policy, b, context)
         t = np.broadcast_to(step.total_s, b.shape)
         return t + self.turnover_times(policy, b, context, tokens)
@@ -374,7 +385,7 @@ class ClosedFormObjective:
     ) -> np.ndarray:
         """tokens/s at several batch sizes (float64[P]) in one cost-model call (`resident`: as
         for step_times)."""
-        b = self.fitting_batch(batches, context, policy is not None or resident)
+        b = self.fitting_batch(batches, context, policy is not None or resident, _hier(policy))
         return b * self.per_step(policy, b)[0] / self.step_times(policy, b, context, resident)
 
     def step_latency(self, policy: TreePolicy | None, batch: int, context: int) -> float:
@@ -383,12 +394,17 @@ class ClosedFormObjective:
         return self.step_time(policy, batch, context)
 
 
+def _hier(policy: TreePolicy | None) -> bool:
+    return policy is not None and policy.chain > 0
+
+
 def scenario_cost_model(resolved: ResolvedScenario) -> CostModel:
     """The cost model of a scenario: its GPU, target, drafter and TP, priced with its
     calibration (defaults without one; one fitted on another GPU is a SpecError), its engine's
     per-iteration host overheads (zero for spectune's own executor) and, for an engine that pads
     a batch to its next CUDA-graph size (EngineProfile.schedule_pads_to_cuda_graph: SGLang), its
-    own capture list (eager above the largest)."""
+    own capture list (eager above the largest). A scenario naming an intermediate model also
+    prices hierarchical policies (its intermediate and the intermediate's drafter)."""
     from spectune.planner.costmodel import CostModel
 
     calibration = resolved.calibration
@@ -404,6 +420,8 @@ def scenario_cost_model(resolved: ResolvedScenario) -> CostModel:
         tp=resolved.tp,
         calibration=calibration,
         engine=resolved.engine.overheads,
+        intermediate=resolved.intermediate,
+        intermediate_drafter=resolved.intermediate_drafter,
     )
 
 
@@ -450,12 +468,15 @@ def _objective(
 
     wl = resolved.workload
     out = float(wl.output_len_mean_tokens) if turnover else None
-    kv = kv_off = None
+    kv = kv_off = kv_hier = None
     if kv_capacity:  # speculating (drafter and the engine's buffers) and plain (planner.capacity)
         hw, target, drafter, tp = resolved.hardware, resolved.target, resolved.drafter, resolved.tp
         extra = resolved.engine.spec_extra_hbm_bytes * tp
         kv = kv_budget(hw, target, drafter, tp=tp, spec_extra_bytes=extra)
         kv_off = kv_budget(hw, target, drafter, tp=tp, speculating=False)
+        if resolved.intermediate is not None:  # hierarchical: the intermediate stage loaded too
+            stage = tuple(m for m in (resolved.intermediate, resolved.intermediate_drafter) if m)
+            kv_hier = kv_budget(hw, target, drafter, tp=tp, spec_extra_bytes=extra, also=stage)
     return ClosedFormObjective(
         cm,
         acceptance if acceptance is not None else acceptance_model(wl),
@@ -465,6 +486,8 @@ def _objective(
         kv=kv,
         mean_output_tokens=float(wl.output_len_mean_tokens),
         kv_off=kv_off,
+        hierarchy=scenario_hierarchy(resolved),
+        kv_hier=kv_hier,
     )
 
 

@@ -94,6 +94,15 @@ class BucketResult:
     searched_best: float = 0.0
     """The best score among the study's own trials (inside the policy space; the chosen policy
     may also be an engine default outside a restricted space)."""
+    flat: tuple[TreePolicy | None, float, tuple[float, ...]] | None = None
+    """Where the space draws hierarchical policies: the best policy the target verifies itself
+    (a tree, a chain or off: no intermediate), its tokens/s and its points, what a
+    hierarchical choice is compared with (and must beat by min_gain); None otherwise."""
+
+    @property
+    def hierarchical_gain(self) -> float | None:
+        """tokens/s of the chosen policy over the best flat one (None: no flat comparison)."""
+        return None if self.flat is None else self.tokens_per_s / self.flat[1]
 
     @property
     def off_tokens_per_s(self) -> float:
@@ -340,6 +349,25 @@ def choose(
                 key=lambda q: q.latency_s,
             )
         )
+    flat = None
+    if settings.space.hierarchical:
+        flats = {p: v for p, v in pool.items() if p is None or not p.chain}
+        if flats:
+            best_flat = max(flats, key=lambda p: (geomean(flats[p]), p is None))
+            flat = (best_flat, geomean(flats[best_flat]), flats[best_flat])
+            gain = geomean(safe[policy]) / flat[1] - 1 if policy is not None else 0.0
+            if (
+                policy is not None
+                and policy.chain
+                and gain < settings.min_gain
+                and best_flat in safe
+            ):
+                note = note or (
+                    f"kept the best flat policy: the hierarchical {policy_label(policy)} is "
+                    f"predicted only {_below(gain)} over it, >= {100 * settings.min_gain:g}% "
+                    "required (min_gain; it also loads the intermediate model)"
+                )
+                policy = best_flat
     if policy == searched_pick:  # a kept reference says why; the twin does not matter then
         note = "; ".join(n for n in (note, twin_note) if n)
     chain = best_chain(scorer, bucket, settings.space, refs["off"]) if settings.chains else None
@@ -356,6 +384,7 @@ def choose(
         chain=chain,
         pareto=pareto,
         note=note,
+        flat=flat,
     )
 
 
@@ -407,6 +436,38 @@ def top_policies(study: optuna.Study, n: int) -> list[TreePolicy | None]:
 
 
 # ---- the whole plan -------------------------------------------------------------------------
+
+
+def with_flat_search(hier: BucketResult, flat: BucketResult, min_gain: float = 0.0) -> BucketResult:
+    """A bucket's result from a search that drew hierarchical policies, compared with the same
+    bucket searched without them (`flat`: every trial spent on policies the target verifies
+    itself, so its optimum is not starved by the hierarchical half of the space). The best
+    flat policy of the two searches is recorded (`BucketResult.flat`); a hierarchical choice
+    stands only when it beats it by `min_gain` (it also loads the intermediate model), else
+    the better flat result is taken; a flat choice is the better of the two."""
+    if hier.bucket != flat.bucket:
+        raise SpecError(f"buckets differ: {hier.bucket} vs {flat.bucket}")
+    best = (flat.policy, flat.tokens_per_s, flat.points)
+    if hier.flat is not None and hier.flat[1] > best[1]:
+        best = hier.flat
+    chosen = hier.policy is not None and hier.policy.chain > 0
+    if chosen:
+        gain = hier.tokens_per_s / best[1] - 1
+        if gain >= min_gain:
+            return replace(hier, flat=best)
+        base = flat if flat.tokens_per_s >= best[1] * (1 - 1e-12) else hier
+        note = (
+            f"kept the best flat policy: the hierarchical {policy_label(hier.policy)} is "
+            f"predicted only {_below(gain)} over it, >= {100 * min_gain:g}% required (min_gain; "
+            "it also loads the intermediate model)"
+        )
+        if base is hier:  # the hierarchical study's own flat optimum was the better one
+            policy, tps, points = best
+            return replace(hier, policy=policy, tokens_per_s=tps, points=points, note=note,
+                           flat=best)  # fmt: skip
+        return replace(flat, note=note, flat=best)
+    out = hier if hier.tokens_per_s >= flat.tokens_per_s else flat
+    return replace(out, flat=best)
 
 
 def search(
@@ -477,4 +538,5 @@ __all__ = [
     "run_worker",
     "search",
     "top_policies",
+    "with_flat_search",
 ]

@@ -40,6 +40,10 @@ TOPK_BUILDERS = ("static", "dynamic-topk")
 LOSSLESS_RULES = ("token", "traversal", "spectr")
 """Rules searched above temperature 0 (greedy is lossy there; at 0 every rule is greedy)."""
 
+HIERARCHICAL_CHAIN = (2, 12)
+"""Chain lengths (TreePolicy.chain) searched when the scenario names an intermediate model:
+around SpecMQuant's 6 for W4A16 Llama-3-70B (AI9Stars/SpecMQuant run_hierspec.sh)."""
+
 # Known engine defaults (shared/REFERENCES.md): both engines build EAGLE-2 dynamic top-k trees.
 SGLANG_DEFAULT = TreePolicy("dynamic-topk", depth=5, topk=4, budget=8)
 EAGLE_DEFAULT = TreePolicy("dynamic-topk", depth=7, topk=10, budget=60)
@@ -492,8 +496,9 @@ def check_runnable(policy: TreePolicy | None, who: str = "this runner") -> None:
             f"{who} cannot run the hierarchical policy {policy.label} (an intermediate model "
             "turning the tree into a chain): spectune plans, prices and simulates it, but "
             "neither its executor nor SGLang, vLLM or TensorRT-LLM runs an intermediate "
-            f"stage. Plan without hierarchical draws (PolicySpace.chain (0, 0)) to get a "
-            f"runnable policy, or run it with the paper's code (AI9Stars/SpecMQuant)"
+            "stage. Plan without an intermediate model (no --intermediate; PolicySpace.chain "
+            "(0, 0)) to get a runnable policy, or run it with the paper's code "
+            "(AI9Stars/SpecMQuant)"
         )
 
 

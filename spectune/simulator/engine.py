@@ -107,8 +107,24 @@ def make_requests(cfg: SimConfig) -> tuple[Requests, LengthDist, LengthDist]:
     return Requests(times, p_tok, o_tok), prompt, output
 
 
+def intermediate_stage(cfg: SimConfig) -> tuple[Any, ...]:
+    """The intermediate model and its drafter (ModelSpecs of the cost model), which the server
+    loads beside the drafter when the policy draws hierarchical steps (TreePolicy.chain);
+    () otherwise."""
+    from spectune.specs import PolicyTable
+
+    pol = cfg.policy
+    pols = [b.policy for b in pol.buckets] if isinstance(pol, PolicyTable) else [pol]
+    if not any(p is not None and p.chain for p in pols):
+        return ()
+    cm = cfg.cost_model
+    stage = (getattr(cm, "intermediate", None), getattr(cm, "intermediate_drafter", None))
+    return tuple(m for m in stage if m is not None)
+
+
 def resolve_capacity(cfg: SimConfig, reqs: Requests) -> tuple[KVBudget, int]:
-    """KV budget and max batch, or SpecError for configurations that cannot run."""
+    """KV budget and max batch, or SpecError for configurations that cannot run (a
+    hierarchical policy's intermediate stage loaded too: intermediate_stage)."""
     kv = kv_budget(
         cfg.hardware,
         cfg.target,
@@ -118,6 +134,7 @@ def resolve_capacity(cfg: SimConfig, reqs: Requests) -> tuple[KVBudget, int]:
         max_batch_tokens=cfg.max_batch_tokens,
         block_size=cfg.block_size,
         speculating=cfg.policy is not None,  # a plain server loads no drafter
+        also=intermediate_stage(cfg),
     )
     mp, mo = float(reqs.prompt.mean()), float(reqs.output.mean())
     longest = int((reqs.prompt + reqs.output).max())

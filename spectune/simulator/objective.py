@@ -54,7 +54,7 @@ class SimObjective:
         if res is None:
             if batch < 1:
                 raise SpecError(f"batch must be >= 1, got {batch}")
-            b = self._fitting_batch(int(batch), int(context), policy is not None)
+            b = self._fitting_batch(int(batch), int(context), policy is not None, policy)
             cfg = replace(
                 self.base,
                 policy=policy,
@@ -79,11 +79,19 @@ class SimObjective:
             self._runs[key] = res
         return res
 
-    def _fitting_batch(self, batch: int, context: int, speculating: bool = True) -> int:
+    def _fitting_batch(
+        self,
+        batch: int,
+        context: int,
+        speculating: bool = True,
+        policy: TreePolicy | None = None,
+    ) -> int:
         """`batch`, or about the largest batch the KV cache holds at this context (a server
         cannot run more; clients beyond it would only queue, so they are not simulated); a
-        plain server (`speculating` False) holds no drafter. The run clamps it again against
-        the lengths it actually drew."""
+        plain server (`speculating` False) holds no drafter, a hierarchical `policy` loads the
+        intermediate stage too. The run clamps it again against the lengths it actually drew."""
+        from spectune.simulator.engine import intermediate_stage
+
         b = self.base
         kv = kv_budget(
             b.hardware,
@@ -94,6 +102,7 @@ class SimObjective:
             max_batch_tokens=b.max_batch_tokens,
             block_size=b.block_size,
             speculating=speculating,
+            also=intermediate_stage(replace(b, policy=policy)),
         )
         if b.output is not None:
             out = b.output.mean_tokens

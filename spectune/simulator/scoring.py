@@ -10,6 +10,7 @@ dashboards' Load page and the simulation objective start from it.
 
 from __future__ import annotations
 
+from spectune.planner.hierarchical import scenario_hierarchy
 from spectune.planner.objective import ClosedFormObjective, scenario_cost_model, scenario_objective
 from spectune.planner.search import Scorer
 from spectune.simulator.arrivals import ArrivalProcess, ClosedLoop
@@ -52,6 +53,7 @@ def simulation_objective(resolved: ResolvedScenario, metric: str = "goodput") ->
         slo_ttft_s=seconds(s.slo_ttft_ms),
         metric=metric,
         cost_model=scenario_cost_model(resolved),
+        hierarchy=scenario_hierarchy(resolved),
     )
 
 
@@ -60,7 +62,8 @@ def scenario_sim_config(
 ) -> SimConfig:
     """A SimConfig for the scenario (arrivals default to one closed-loop client): its GPU,
     target, drafter, workload, TP, the SLOs it names, and its cost model. Callers set the
-    rest with dataclasses.replace."""
+    rest with dataclasses.replace. A scenario naming an intermediate also simulates
+    hierarchical policies (SimConfig.hierarchy)."""
     s = resolved.scenario
     return SimConfig(
         hardware=resolved.hardware,
@@ -72,6 +75,7 @@ def scenario_sim_config(
         slo_tpot_s=seconds(s.slo_tpot_ms),
         slo_ttft_s=seconds(s.slo_ttft_ms),
         cost_model=scenario_cost_model(resolved),
+        hierarchy=scenario_hierarchy(resolved),
     )
 
 

@@ -18,7 +18,12 @@ Each preset is one shape per drafter kind with one fitted scale (`acceptance_fie
   for further steps; the 0.85 decay is assumed), lower ranks share 0.3 of the rest, halving;
 - ngram: a single chain (prompt lookup proposes one continuation), conditionals scale times
   vLLM's n-gram shape (vllm PR #24344: .81 .74 .70 .68 .66 reach, i.e. conditionals .81 .914
-  .946 .971 .971, flat after); the same chain is every preset's retrieval profile (grafting).
+  .946 .971 .971, flat after); the same chain is every preset's retrieval profile (grafting);
+- intermediate: the chain a hierarchical policy's intermediate model hands its target
+  (planner.hierarchical, arXiv 2505.22179): a positional chain whose every token is accepted
+  with the same conditional `scale` (a full model reads real tokens: no decay), capped at 0.99.
+  Fitted to an 8B model drafting for its family's 70B (figures.toml); it describes an
+  intermediate about a tenth of its target's size, not any draft model.
 
 At T > 0 acceptance also depends on how the drafts were drawn (`DRAFTING`): "top-k" drafts are
 the drafter's most probable tokens, each accepted with the target's probability of it (EAGLE-2 and
@@ -52,7 +57,7 @@ DATA_DIR = Path(__file__).with_name("workload_data") / "published"
 FIGURES_FILE = DATA_DIR / "figures.toml"
 PRESETS_FILE = DATA_DIR / "presets.json"
 
-DRAFTER_KINDS = ("eagle", "eagle3", "medusa", "mtp", "draft-model", "ngram")
+DRAFTER_KINDS = ("eagle", "eagle3", "medusa", "mtp", "draft-model", "ngram", "intermediate")
 #: aliases accepted where a kind is named (EAGLE-2 is the EAGLE-1 head with a dynamic tree)
 KIND_ALIASES = {"eagle1": "eagle", "eagle2": "eagle", "eagle-2": "eagle", "eagle-3": "eagle3"}
 DATASETS = ("mt-bench", "humaneval", "gsm8k", "alpaca", "cnn-dm")
@@ -80,6 +85,11 @@ KIND_DRAFTING = {"draft-model": "sampled"}
 def kind_drafting(kind: str) -> str:
     """How the T = 1 presets of drafter kind `kind` assume drafts are drawn (see DRAFTING)."""
     return KIND_DRAFTING.get(normalize_kind(kind), "top-k")
+
+
+INTERMEDIATE_CAP = 0.99
+"""Largest per-token conditional of an intermediate's chain (no model agrees with its target
+always)."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +194,9 @@ def acceptance_fields(kind: str, scale: float) -> dict[str, Any]:
             rest = [(1 - p0) * 0.3 * 0.5**r for r in range(3)]
             rows.append(_cap_row([p0, *rest]))
         return {**base, "acceptance": "positional", "accept_by_rank": tuple(rows)}
+    if kind == "intermediate":
+        alpha = float(min(INTERMEDIATE_CAP, max(0.01, scale)))
+        return {**base, "acceptance": "positional", "accept_by_rank": ((alpha,),)}
     if kind == "ngram":
         return {
             **base,

@@ -13,7 +13,12 @@ module), a full draft model, or nothing (n-gram / prompt lookup, `None`). The ru
 - the target must be a full model, not a draft head.
 
 `check_pair` raises one SpecError listing every mismatched field; `pair_problems` returns them
-(the dashboards offer only drafters with none). `PairWarning` is the warning category for
+(the dashboards offer only drafters with none).
+
+Hierarchical drafting (planner.hierarchical) adds an intermediate model between a tree drafter
+and the target: `check_intermediate` applies the draft-model rules to (target, intermediate)
+(a full model sharing the target's tokenizer: same `vocab`, same `family`) and the drafter
+rules to (intermediate, its tree drafter). `PairWarning` is the warning category for
 acceptance that does not belong to the pair it is applied to (specs.workload): the CLI's
 --strict turns it into an error, which is why it is also a SpecError.
 """
@@ -103,6 +108,47 @@ def check_pair(target: ModelSpec, drafter: ModelSpec | None) -> None:
             PairWarning,
             stacklevel=2,
         )
+
+
+def intermediate_problems(
+    target: ModelSpec, intermediate: ModelSpec, drafter: ModelSpec | None
+) -> list[str]:
+    """Every reason `intermediate` cannot stand between `drafter` (growing the trees it
+    verifies) and `target` (verifying its chains); empty: compatible."""
+    out: list[str] = []
+    if intermediate.is_head:
+        out.append(
+            f"intermediate {intermediate.name!r} is a draft head ({intermediate.drafter_kind}); "
+            "the intermediate must be a full model that verifies trees"
+        )
+    else:
+        out += [f"as a draft model of the target, {p}" for p in pair_problems(target, intermediate)]
+    if drafter is None:
+        out.append("no drafter: hierarchical drafting needs a drafter to grow the trees")
+    else:
+        out += [
+            f"as the drafter of the intermediate, {p}"
+            for p in pair_problems(intermediate, drafter)
+            if not p.startswith("target ")
+        ]
+    return out
+
+
+def check_intermediate(
+    target: ModelSpec, intermediate: ModelSpec, drafter: ModelSpec | None
+) -> None:
+    """SpecError naming every mismatched field when `intermediate` cannot serve between
+    `drafter` and `target` (intermediate_problems); a PairWarning when the drafter is a head
+    trained for another model than the intermediate (as check_pair)."""
+    problems = intermediate_problems(target, intermediate, drafter)
+    if problems:
+        raise SpecError(
+            f"intermediate {intermediate.name!r} cannot run between "
+            f"{drafter.name if drafter else 'no drafter'!r} and target {target.name!r}: "
+            + "; ".join(problems)
+        )
+    if not intermediate.is_head:
+        check_pair(intermediate, drafter)
 
 
 def compatible(target: ModelSpec, drafter: ModelSpec | None) -> bool:

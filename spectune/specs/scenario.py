@@ -10,6 +10,14 @@ dashboards) takes it from there.
 `Scenario` holds names (preset names or spec file paths) and is small, hashable and JSON-ready;
 `Scenario.resolve()` loads every spec once into a `ResolvedScenario`. A drafter named "none"
 means no drafter model (retrieval drafting only; `ResolvedScenario.drafter` is None).
+
+An `intermediate` model makes hierarchical policies (TreePolicy.chain, arXiv 2505.22179)
+plannable: the intermediate verifies trees grown by `intermediate_drafter` (default: the
+drafter) and hands the target a chain. The pairs are checked as drafter pairs are
+(specs.compat.check_intermediate), and resolving gives the two acceptances hierarchical
+policies compose: the intermediate's drafter against the intermediate (`workload_for_pair`,
+the drafter's own acceptance presets) and the intermediate's chains against the target
+(`intermediate_workload`, the 'intermediate' acceptance preset).
 """
 
 from __future__ import annotations
@@ -21,13 +29,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spectune.specs.calibration import Calibration
-from spectune.specs.compat import check_pair
+from spectune.specs.compat import check_intermediate, check_pair
 from spectune.specs.engine import EngineProfile, load_engine
 from spectune.specs.errors import SpecError
 from spectune.specs.hardware import HardwareSpec, load_hardware
 from spectune.specs.io import from_mapping, help_field
 from spectune.specs.model import ModelSpec, load_model
-from spectune.specs.workload import Workload, load_workload
+from spectune.specs.workload import (
+    Workload,
+    intermediate_workload,
+    load_workload,
+    workload_for_pair,
+)
 
 OBJECTIVES = ("closed-form", "goodput", "throughput")
 NO_DRAFTER = "none"
@@ -63,6 +76,16 @@ class Scenario:
     slo_ttft_ms: float | None = help_field(
         None, help="TTFT SLO for the goodput objective, ms to first token"
     )
+    intermediate: str | None = help_field(
+        None,
+        help="intermediate model of hierarchical drafting (verifies the drafter's trees, hands "
+        "the target a chain): preset name or spec file; none: no hierarchical policies",
+    )
+    intermediate_drafter: str | None = help_field(
+        None,
+        help="the model growing the trees the intermediate verifies (e.g. the intermediate's "
+        "own EAGLE head): preset name or spec file; none: the drafter",
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or not 1 <= self.tp <= 64:
@@ -75,6 +98,12 @@ class Scenario:
             v = getattr(self, name)
             if v is not None and not (isinstance(v, int | float) and 0 < float(v) < float("inf")):
                 raise SpecError(f"scenario {name} must be a positive finite number, got {v!r}")
+        for name in ("intermediate", "intermediate_drafter"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, str) and v.strip()):
+                raise SpecError(f"scenario {name} must be a model name or file, got {v!r}")
+        if self.intermediate_drafter is not None and self.intermediate is None:
+            raise SpecError("scenario intermediate_drafter needs an intermediate model")
 
     @property
     def has_drafter(self) -> bool:
@@ -85,6 +114,8 @@ class Scenario:
     def label(self) -> str:
         """'TARGET + DRAFTER on GPU (tp N), workload W', with the names as given."""
         drafter = self.drafter if self.has_drafter else "no drafter"
+        if self.intermediate:
+            drafter += f" (intermediate {self.intermediate})"
         return f"{self.target} + {drafter} on {self.gpu} (tp {self.tp}), workload {self.workload}"
 
     def changes(self, other: Scenario) -> tuple[tuple[str, Any, Any], ...]:
@@ -112,6 +143,16 @@ class Scenario:
         """Load every spec the scenario names (SpecError naming the field and file)."""
         cal = Calibration.load(self.calibration) if self.calibration else None
         target, drafter, workload = self.resolve_pair()
+        inter = inter_drafter = trees = chains = None
+        if self.intermediate:
+            inter = load_model(self.intermediate)
+            inter_drafter = (
+                load_model(self.intermediate_drafter) if self.intermediate_drafter else drafter
+            )
+            check_intermediate(target, inter, inter_drafter)
+            raw = load_workload(self.workload)
+            trees = workload_for_pair(raw, inter, inter_drafter)
+            chains = intermediate_workload(raw, target, inter)
         return ResolvedScenario(
             scenario=self,
             hardware=load_hardware(self.gpu),
@@ -120,6 +161,10 @@ class Scenario:
             workload=workload,
             calibration=cal,
             engine=load_engine(self.engine),
+            intermediate=inter,
+            intermediate_drafter=inter_drafter,
+            intermediate_trees=trees,
+            intermediate_chains=chains,
         )
 
     def resolve_pair(self) -> tuple[ModelSpec, ModelSpec | None, Workload]:
@@ -144,6 +189,14 @@ class ResolvedScenario:
     workload: Workload
     calibration: Calibration | None
     engine: EngineProfile = field(default_factory=lambda: load_engine("spectune"))
+    intermediate: ModelSpec | None = None
+    """hierarchical drafting's intermediate model (None: no hierarchical policies)"""
+    intermediate_drafter: ModelSpec | None = None
+    """the model growing the trees the intermediate verifies (the drafter unless named)"""
+    intermediate_trees: Workload | None = None
+    """acceptance of the intermediate drafter's trees against the intermediate"""
+    intermediate_chains: Workload | None = None
+    """acceptance of the intermediate's chains against the target"""
 
     @property
     def tp(self) -> int:
@@ -153,6 +206,8 @@ class ResolvedScenario:
     def label(self) -> str:
         """Scenario.label with the specs' own names (an uploaded or user file by its name)."""
         drafter = self.drafter.name if self.drafter is not None else "no drafter"
+        if self.intermediate is not None:
+            drafter += f" (intermediate {self.intermediate.name})"
         cal = self.scenario.calibration
         cal = f", calibration {os.path.basename(cal)}" if cal else ""
         return (

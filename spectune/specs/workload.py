@@ -261,6 +261,44 @@ def workload_for_pair(
     return wl
 
 
+INTERMEDIATE_SIZE_RANGE = (0.04, 0.25)
+"""Intermediate/target parameter ratios the 'intermediate' acceptance preset is taken to
+describe: it is fitted to an 8B model drafting for a 70B (0.11); outside, a PairWarning."""
+
+
+def intermediate_workload(
+    wl: Workload, target: ModelSpec, intermediate: ModelSpec, *, strict: bool = False
+) -> Workload:
+    """`wl` with the acceptance of the chains a hierarchical policy's `intermediate` model
+    hands `target` (planner.hierarchical): the 'intermediate' acceptance preset of (target
+    family, the workload's dataset, temperature), specs.acceptance_presets. A workload fitted
+    for a (drafter, target) pair records that pair's trees, not an intermediate's chains, so
+    every workload takes the preset; one naming no dataset takes mt-bench's, with a
+    PairWarning, as does a preset key without a preset of its own and an intermediate far
+    from a tenth of its target's size (INTERMEDIATE_SIZE_RANGE)."""
+    dataset = wl.dataset or "mt-bench"
+    fields, note = pair_acceptance("intermediate", target.family, dataset, wl.temperature)
+    notes = [note] if note else []
+    if not wl.dataset:
+        notes.append(f"it names no dataset, so the intermediate's chains take {dataset}'s preset")
+    ratio = intermediate.total_params() / max(target.total_params(), 1)
+    lo, hi = INTERMEDIATE_SIZE_RANGE
+    if not lo <= ratio <= hi:
+        notes.append(
+            f"the intermediate preset is fitted to an 8B model drafting for a 70B (a tenth of "
+            f"its size); {intermediate.name} is {ratio:.2f} of {target.name}'s parameters, so "
+            "its chain acceptance is that assumption, not a figure"
+        )
+    if notes:
+        _pair_warning(
+            f"workload {wl.name!r}, intermediate {intermediate.name} for {target.name}: "
+            + "; ".join(notes),
+            strict,
+        )
+    fields["source"] = f"intermediate {intermediate.name} for {target.name}: {fields['source']}"
+    return dataclasses.replace(wl, **fields)  # type: ignore[arg-type]
+
+
 def _names(recorded: str, *names: str) -> bool:
     """Does a recorded drafter/target name one of `names` (equal, or one a prefix of the other,
     as in smollm2-135m / smollm2-135m-instruct-q4_1)?"""

@@ -53,7 +53,12 @@ from spectune.specs.workload import Workload
 #: trees sampled per prediction; the spread of a 4000-tree mean is about 0.2% of the value
 SAMPLES = 4000
 #: scale search interval per kind (confidence means are capped at 0.97 inside the shape)
-SCALE_RANGE = {"medusa": (0.05, 1.8), "ngram": (0.01, 1.2), "mtp": (0.05, 1.0)}
+SCALE_RANGE = {
+    "medusa": (0.05, 1.8),
+    "ngram": (0.01, 1.2),
+    "mtp": (0.05, 1.0),
+    "intermediate": (0.05, 0.99),
+}
 DEFAULT_RANGE = (0.05, 1.2)
 #: per drafting (DRAFTING): the kind whose T=1/T=0 ratio the temperature rule carries, and the
 #: family where that kind has figures at both temperatures
@@ -63,9 +68,9 @@ assert set(TEMPERATURE_REFERENCE) == set(DRAFTING)
 FAMILY_SOURCES = ("llama-3", "llama-2")
 #: which kinds each family gets presets for (fitted or derived)
 COVERAGE = {
-    "llama-3": ("eagle", "eagle3", "medusa", "draft-model", "ngram"),
+    "llama-3": ("eagle", "eagle3", "medusa", "draft-model", "ngram", "intermediate"),
     "llama-2": ("eagle", "eagle3", "medusa", "draft-model", "ngram"),
-    "qwen3": ("eagle3", "draft-model", "ngram"),
+    "qwen3": ("eagle3", "draft-model", "ngram", "intermediate"),
     "deepseek-v3": ("mtp", "ngram"),
 }
 
