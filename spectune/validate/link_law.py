@@ -32,7 +32,7 @@ from scipy.optimize import nnls
 from spectune.specs.calibration import link_factor
 
 MAX_REGIMES = 3  # NCCL's protocols: LL, LL128, Simple
-MIN_POINTS = 3  # sizes per regime (a line needs two; a third keeps a regime from fitting noise)
+MIN_POINTS = 3  # sizes per regime where there are several (a third keeps one from fitting noise)
 
 
 def _segment(
@@ -60,7 +60,7 @@ def fit_link_law(
     """Rows (tp, from_bytes, latency_s, bus_bytes_per_s) of the law of collective `op` on `tp`
     ranks (specs.calibration.link_law_time reads them) fitted to measured `seconds` per call
     at message `sizes` (bytes; all-gather: the gathered size), each including one launch of
-    `launch_s`. Needs at least MIN_POINTS sizes."""
+    `launch_s`. Needs at least 2 sizes (one regime); a switch needs MIN_POINTS on each side."""
     order = np.argsort(np.asarray(sizes, dtype=np.float64))
     b = np.asarray(sizes, dtype=np.float64)[order]
     t = np.asarray(seconds, dtype=np.float64)[order]
@@ -70,7 +70,7 @@ def fit_link_law(
     for k in range(1, MAX_REGIMES + 1):
         for cuts in itertools.combinations(range(MIN_POINTS, n - MIN_POINTS + 1), k - 1):
             edges = (0, *cuts, n)
-            if any(e1 - e0 < MIN_POINTS for e0, e1 in itertools.pairwise(edges)):
+            if k > 1 and any(e1 - e0 < MIN_POINTS for e0, e1 in itertools.pairwise(edges)):
                 continue
             segs, sse = [], 0.0
             for e0, e1 in itertools.pairwise(edges):
@@ -83,7 +83,7 @@ def fit_link_law(
             if best is None or bic < best[0]:
                 best = (float(bic), segs)
     if best is None:
-        raise ValueError(f"fit_link_law needs at least {MIN_POINTS} sizes, got {n}")
+        raise ValueError(f"fit_link_law needs at least 2 sizes, got {n}")
     rows: list[tuple[float, float, float, float]] = []
     for e0, _, lat, bw in best[1]:
         start = 0.0 if not rows else float(np.sqrt(b[e0 - 1] * b[e0]))
