@@ -24,9 +24,10 @@
 #                                                                  -> tp/calibration-<gpu>.json
 #   plan    planned tables for Llama-3.1-70B at tp 4 and Llama-3.1-8B at tp 2 (calibrated)
 #   tp4     Llama-3.1-70B + its EAGLE-3 head at real shape, random bf16 weights, split over 4
-#           GPUs: verify grid B{1,8,32,64} x N{1,16,64} at C 4096 (each with and without its
-#           collectives), then the planned policy, the SGLang default and the vLLM chain at
-#           B 1/8/32/64                              -> tp/verify-tp4.json, tp/execute-tp4.json
+#           GPUs: verify grid B{1,8,32,64} x N{1,16,64} at C 4096 and drafter steps B{1,8,32,64}
+#           x W{1,4,10} (each with and without its collectives), then the planned policy, the
+#           SGLang default and the vLLM chain at B 1/8/32/64
+#                                                    -> tp/verify-tp4.json, tp/execute-tp4.json
 #   tp2     the same for Llama-3.1-8B on 2 GPUs      -> tp/verify-tp2.json, tp/execute-tp2.json
 #   check   `spectune check $OUT/tp`, then the summary table (printed last, also summary.txt):
 #           TP verify MAPE, speedup errors, all-reduce cost per layer measured vs the model's.
@@ -79,7 +80,7 @@ if [[ "${1:-}" == "--dry-run" ]]; then
     "$PY" benchmarks/bench_tp.py tiny-models "$OUT/models" >/dev/null
     T70="$OUT/models/tiny-target.json" H70="$OUT/models/tiny-head.json"
     T8=$T70 H8=$H70
-    CTX=16 BATCH=1,2 GRID=(--grid-batch 1,2 --grid-tokens 1,4) STEPS=2
+    CTX=16 BATCH=1,2 GRID=(--grid-batch 1,2 --grid-tokens 1,4 --draft-widths 1,2) STEPS=2
     FIT_LIMIT=180  # the committed H200 run's fit, on a shared CPU
 else
     DRY=()

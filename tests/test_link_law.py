@@ -119,7 +119,7 @@ def test_calibration_rejects_a_bad_law(law: tuple[tuple[float, ...], ...], match
 
 def test_law_past_the_published_link_is_rejected_and_round_trips(tmp_path: Path) -> None:
     fast = Calibration(hardware="h100-sxm", allgather_law=((4.0, 0.0, 1e-5, 500e9),))
-    with pytest.raises(SpecError, match="allgather_law.*450 GB/s"):
+    with pytest.raises(SpecError, match=r"allgather_law.*450 GB/s"):
         Rates.resolve(H100, fast)
     ok = Calibration(
         hardware="h100-sxm",

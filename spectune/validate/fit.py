@@ -406,10 +406,8 @@ def fit_interconnect(
     pred = model(sol.x)
     for op, law in laws.items():
         for t in sorted({int(r["tp"]) for r in rows if r.get("op") == op and int(r["tp"]) > 1}):
-            sel = sorted(
-                ((float(r["bytes"]), float(r["seconds"])) for r in rows
-                 if r.get("op") == op and int(r["tp"]) == t)
-            )  # fmt: skip
+            mine = [r for r in rows if r.get("op") == op and int(r["tp"]) == t]
+            sel = sorted((float(r["bytes"]), float(r["seconds"])) for r in mine)
             if len(sel) < 2:
                 continue
             b, sec = np.array([x[0] for x in sel]), np.array([x[1] for x in sel])

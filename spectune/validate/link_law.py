@@ -24,9 +24,9 @@ counts that launch separately (Calibration.launch_s per kernel), so the law is f
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import nnls
 
 from spectune.specs.calibration import link_factor
@@ -50,8 +50,8 @@ def _segment(
 
 
 def fit_link_law(
-    sizes: Sequence[float],
-    seconds: Sequence[float],
+    sizes: ArrayLike,
+    seconds: ArrayLike,
     op: str,
     tp: int,
     link_bytes_per_s: float,
