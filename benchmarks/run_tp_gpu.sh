@@ -105,7 +105,8 @@ case "${TP2_TARGET:-8b}" in
 *) echo "TP2_TARGET must be 8b or 70b, got ${TP2_TARGET}" && exit 2 ;;
 esac
 # on CPU (gloo, the Triton interpreter, a shared machine) the same parts take minutes
-[[ ${#DRY[@]} -gt 0 ]] && TP4_LIMIT=900 TP2_LIMIT=900
+SWEEP_LIMIT=40 PLAN_LIMIT=25
+[[ ${#DRY[@]} -gt 0 ]] && TP4_LIMIT=900 TP2_LIMIT=900 SWEEP_LIMIT=300 PLAN_LIMIT=120
 
 {
     echo "== $(date -u +%FT%TZ) rev $(git rev-parse --short HEAD 2>/dev/null || echo unknown) hw $HW"
@@ -114,7 +115,7 @@ esac
     echo "GPUs $GPUS, parts: $PARTS; tp 2 target $T8"
 } 2>&1 | tee -a "$LOG"
 
-has sweep && part sweep 40 "$PY" benchmarks/bench_tp.py sweep --out "$OUT/sweep.json" \
+has sweep && part sweep "$SWEEP_LIMIT" "$PY" benchmarks/bench_tp.py sweep --out "$OUT/sweep.json" \
     --hardware "$HW" "${DRY[@]}"
 
 if has one; then
@@ -148,7 +149,7 @@ if has fit; then
 fi
 
 plan_tp() { # plan_tp N TARGET DRAFTER: the planned table the tp-N run executes
-    part "plan-tp$1" 25 "$PY" benchmarks/bench_tp.py plan --calibration "$D/calibration-$HW.json" \
+    part "plan-tp$1" "$PLAN_LIMIT" "$PY" benchmarks/bench_tp.py plan --calibration "$D/calibration-$HW.json" \
         --gpu "$HW" --tp "$1" --target "$2" --drafter "$3" --batch "$BATCH" --context "$CTX" \
         --out "$D/policy-tp$1.json"
 }
