@@ -146,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
         args.out_grid, args.hardware, (), target, drafter,
         tuple(args.grid_batch), tuple(args.grid_tokens), (args.context,),
         use_graphs=not (args.dry_run or args.no_graphs), reps=2 if args.dry_run else 10,
-        refs=(args.target, args.drafter),
+        refs=(args.target, args.drafter), draft_widths=tuple(args.draft_widths),
     )  # fmt: skip
     job = ExecuteJob(
         target, drafter, tuple(runs), args.context,
@@ -245,6 +245,7 @@ def _summary(args: argparse.Namespace) -> int:
                 f"{model * 1e6:>9.1f} {err:>+7.1%} {swept * 1e6:>9.1f}"
             )
     out["allreduce_per_layer"] = per_layer
+    out["draft_steps"] = _draft_steps(docs, tp_of, cals, lines)
     agree = {
         n: doc["ranks_agree"]
         for n, doc in docs.items()
@@ -256,12 +257,23 @@ def _summary(args: argparse.Namespace) -> int:
     for cal in cals.values():
         out["interconnect"] = {"efficiency": cal.interconnect_efficiency,
                                "latency_us": (cal.allreduce_latency_s or 0) * 1e6,
-                               "step_latency_us": cal.allreduce_step_latency_s * 1e6}  # fmt: skip
+                               "step_latency_us": cal.allreduce_step_latency_s * 1e6,
+                               "allreduce_law": [list(r) for r in cal.allreduce_law],
+                               "allgather_law": [list(r) for r in cal.allgather_law]}  # fmt: skip
         lines.append(
-            f"  interconnect fit ({cal.hardware}): efficiency {cal.interconnect_efficiency:.3f}, "
-            f"latency {(cal.allreduce_latency_s or 0) * 1e6:.1f} us + "
-            f"{cal.allreduce_step_latency_s * 1e6:.2f} us per ring step"
+            f"  interconnect fit ({cal.hardware}): ring law for other tp: efficiency "
+            f"{cal.interconnect_efficiency:.3f}, latency {(cal.allreduce_latency_s or 0) * 1e6:.1f}"
+            f" us + {cal.allreduce_step_latency_s * 1e6:.2f} us per ring step; per tp and regime"
+            f" (beyond the launch, {(cal.launch_s or 0) * 1e6:.2f} us):"
         )
+        for op, law in (("all-reduce", cal.allreduce_law), ("all-gather", cal.allgather_law)):
+            for tp in sorted({int(r[0]) for r in law}):
+                regimes = "; ".join(
+                    f"from {r[1] / 2**20:.2f} MiB {r[2] * 1e6:.1f} us + {r[3] / 1e9:.0f} GB/s"
+                    for r in sorted((r for r in law if int(r[0]) == tp), key=lambda r: r[1])
+                )
+                lines.append(f"    {op} tp {tp}: {regimes}")
+    out["phases"] = _phases(d, docs, cals, lines)
     print("\n".join(lines))
     print(json.dumps(out))
     return 0
@@ -279,6 +291,102 @@ def _swept(rows: list[dict[str, Any]], tp: int, nbytes: float) -> float:
         return float("nan")
     x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
     return float(np.exp(np.interp(np.log(nbytes), x, y)))
+
+
+def _draft_steps(
+    docs: dict[str, Any], tp_of: dict[str, int], cals: dict[str, Any], lines: list[str]
+) -> list[dict[str, Any]]:
+    """The drafter steps the TP grid timed (forward + logits + top-k over B x W tokens, with
+    and without collectives) beside the cost model's drafter forward and its collectives (two
+    all-reduces per layer and the logits all-gather, plus their launches)."""
+    from spectune.planner.costmodel import CostModel
+    from spectune.specs import load_hardware, load_model
+
+    rows: list[dict[str, Any]] = []
+    for name, doc in docs.items():
+        if not isinstance(doc, dict) or tp_of.get(name, 1) == 1 or not doc.get("draft"):
+            continue
+        if not rows:
+            lines.append(
+                "  drafter step (forward + logits + top-k), measured vs model (us): the whole"
+                " step, and its collectives in place (with minus without)"
+            )
+            lines.append(
+                f"  {'file':<22} {'B':>3} {'W':>4} {'step':>9} {'model':>9} {'error':>7}"
+                f" {'coll.':>8} {'model':>8} {'error':>7}"
+            )
+        hw = load_hardware(doc["hardware"])
+        drafter = load_model(doc["drafter"])
+        cm = CostModel(hw, load_model(doc["target"]), drafter, tp=doc["tp"],
+                       calibration=cals.get(hw.name))  # fmt: skip
+        n_coll = 2 * drafter.layers + 1
+        for r in doc["draft"]:
+            parts = cm.draft_step_breakdown(r["batch"], r["tokens"], r["context"])
+            model = sum(float(v) for v in parts.values())
+            m_coll = float(parts["comm"]) + n_coll * cm.rates.launch_s
+            coll = r["seconds"] - r["seconds_nocomm"]
+            rows.append({"file": name, "batch": r["batch"], "width": r["tokens"],
+                         "measured_us": r["seconds"] * 1e6, "model_us": model * 1e6,
+                         "collectives_us": coll * 1e6, "model_collectives_us": m_coll * 1e6})  # fmt: skip
+            lines.append(
+                f"  {name:<22.22} {r['batch']:>3} {r['tokens']:>4} {r['seconds'] * 1e6:>9.1f} "
+                f"{model * 1e6:>9.1f} {model / r['seconds'] - 1:>+7.1%} {coll * 1e6:>8.1f} "
+                f"{m_coll * 1e6:>8.1f} {m_coll / coll - 1 if coll > 0 else float('nan'):>+7.1%}"
+            )
+    return rows
+
+
+def _phases(
+    d: Path, docs: dict[str, Any], cals: dict[str, Any], lines: list[str]
+) -> list[dict[str, Any]]:
+    """Measured vs predicted ms per phase of every speculative run (draft, verify, extend, the
+    rest of the step, the step; the no-speculation step), from the StepBreakdown that check
+    prices the run with: where each run's speedup error comes from."""
+    from spectune.planner.costmodel import CostModel
+    from spectune.specs import TreePolicy, load_hardware, load_model
+
+    lines.append(
+        "  phases, measured / predicted ms (rest: tree, accept, compact, overhead; AR: the"
+        " step without speculation)"
+    )
+    lines.append(
+        f"  {'file':<18} {'B':>3} {'policy':<18} {'draft':>13} {'verify':>15} {'extend':>11}"
+        f" {'rest':>11} {'step':>15} {'AR':>15}"
+    )
+    rows = []
+    for name, doc in docs.items():
+        if not isinstance(doc, dict) or doc.get("schema") != "spectune.measurement/v1":
+            continue
+        hw = load_hardware(doc["hardware"])
+        cm = CostModel(hw, load_model(doc["target"]), load_model(doc["drafter"]),
+                       tp=int(doc.get("tp", 1)), calibration=cals.get(hw.name))  # fmt: skip
+        c = doc["context"]
+        for r in doc["runs"]:
+            if r["policy"] is None:
+                continue
+            pol, ph, b = TreePolicy(**r["policy"]), r["phases_ms"], r["batch"]
+            n = r.get("verified_mean", pol.budget)
+            st = cm.iteration(pol, b, c, tokens=n, accepted=r.get("extend_tokens"))
+            pred = {k: float(getattr(st, k)) * 1e3 for k in ("draft_s", "verify_s", "extend_s")}
+            total = float(st.total_s) * 1e3
+            meas_rest = ph["step"] - ph["draft"] - ph["verify"] - ph["extend"]
+            row = {"file": name, "batch": b, "label": r["label"], "policy": pol.label,
+                   "draft": (ph["draft"], pred["draft_s"]),
+                   "verify": (ph["verify"], pred["verify_s"]),
+                   "extend": (ph["extend"], pred["extend_s"]),
+                   "rest": (meas_rest, total - sum(pred.values())),
+                   "step": (ph["step"], total),
+                   "ar": (r.get("ar_step_ms", float("nan")),
+                          float(cm.iteration(None, b, c).total_s) * 1e3)}  # fmt: skip
+            rows.append(row)
+            cells = " ".join(
+                f"{row[k][0]:>6.2f}/{row[k][1]:<{w}.2f}"
+                for k, w in (("draft", 6), ("verify", 8), ("extend", 4), ("rest", 4),
+                             ("step", 8), ("ar", 8))
+            )  # fmt: skip
+            tag = f"{r['label'][:8]} {pol.depth}/{pol.topk}/{pol.budget}"
+            lines.append(f"  {name:<18.18} {b:>3} {tag:<18.18} {cells}")
+    return rows
 
 
 def _collectives_choice(rows: list[dict[str, Any]], lines: list[str]) -> dict[str, Any]:
@@ -358,6 +466,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--warmup", type=int, default=3)
     s.add_argument("--grid-batch", type=ints(1, 4096), default=[1, 8, 32, 64])
     s.add_argument("--grid-tokens", type=ints(1, 1024), default=[1, 16, 64])
+    s.add_argument(
+        "--draft-widths",
+        type=ints(1, 1024),
+        default=[1, 4, 10],
+        help="drafter steps timed with and without collectives over grid batches x these widths",
+    )
     s.add_argument("--out-grid", default="", help="verify-grid run document ('' : no grid)")
     s.add_argument("--out-measure", required=True)
     s.add_argument("--no-graphs", action="store_true", help="run eagerly (no CUDA graphs)")

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Tensor-parallel executor vs the cost model's TP terms, on one host of 4 GPUs (nvidia-h100-x4),
-# in one device call of about 7-8 minutes (every part has its own time limit; total < 9 min):
+# Tensor-parallel executor vs the cost model's TP terms, on one host of 4 GPUs (nvidia-h100-x4:
+# tp 4 and tp 2) or 2 GPUs (nvidia-h100-x2 / nvidia-h200-x2: tp 2 only), in one device call of
+# about 6-8 minutes (every part has its own time limit; total < 9 min):
 #
 #     OUT=$OUT bash benchmarks/run_tp_gpu.sh             # from the repo root; OUT defaults to ./out
+#     TP2_TARGET=70b OUT=$OUT bash benchmarks/run_tp_gpu.sh    # tp 2 with Llama-3.1-70B (H200)
 #     OUT=/tmp/tpdry bash benchmarks/run_tp_gpu.sh --dry-run   # CPU: gloo, tiny models, no timing
+#
+# Everything lands in $OUT/tp-results.tar.gz (the check folder tp/, sweep.json, logs); beside it
+# stay only summary.txt, check.txt and run.log (the device returns a few files).
 #
 # Needs optuna (the planner's search): on the device, install the wheels first
 # (python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl;
@@ -19,22 +24,36 @@
 #                                                                  -> tp/calibration-<gpu>.json
 #   plan    planned tables for Llama-3.1-70B at tp 4 and Llama-3.1-8B at tp 2 (calibrated)
 #   tp4     Llama-3.1-70B + its EAGLE-3 head at real shape, random bf16 weights, split over 4
-#           GPUs: verify grid B{1,8,32,64} x N{1,16,64} at C 4096 (each with and without its
-#           collectives), then the planned policy, the SGLang default and the vLLM chain at
-#           B 1/8/32/64                              -> tp/verify-tp4.json, tp/execute-tp4.json
+#           GPUs: verify grid B{1,8,32,64} x N{1,16,64} at C 4096 and drafter steps B{1,8,32,64}
+#           x W{1,4,10} (each with and without its collectives), then the planned policy, the
+#           SGLang default and the vLLM chain at B 1/8/32/64
+#                                                    -> tp/verify-tp4.json, tp/execute-tp4.json
 #   tp2     the same for Llama-3.1-8B on 2 GPUs      -> tp/verify-tp2.json, tp/execute-tp2.json
 #   check   `spectune check $OUT/tp`, then the summary table (printed last, also summary.txt):
 #           TP verify MAPE, speedup errors, all-reduce cost per layer measured vs the model's.
-# Knobs (environment): TP_PARTS (default "sweep one fit plan tp4 tp2 check"), TP_STEPS (15),
-# TP_GRAPHS=0 (the TP runs without CUDA graphs, should capturing NCCL collectives fail),
-# TP2_GPUS (default 0,1).
+# Knobs (environment): TP_PARTS (default "sweep one fit plan tp4 tp2 check", without tp4 on a
+# host of fewer than 4 GPUs), TP_STEPS (15), TP_GRAPHS=0 (the TP runs without CUDA graphs,
+# should capturing NCCL collectives fail), TP2_GPUS (default 0,1), TP2_TARGET (8b, default; or
+# 70b: Llama-3.1-70B at tp 2 needs ~71 GB of weights + ~43 GB of KV at B 64 per GPU, so H200
+# only), TP_GPUS (GPUs of the host; default: nvidia-smi's count, 4 for --dry-run).
 set -uo pipefail
 OUT=${OUT:-out}
 D="$OUT/tp"
 mkdir -p "$D"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PY=$(command -v python3 || command -v python)
-PARTS=${TP_PARTS:-sweep one fit plan tp4 tp2 check}
+if [[ "${1:-}" == "--dry-run" ]]; then
+    GPUS=${TP_GPUS:-4}
+else
+    GPUS=${TP_GPUS:-$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)}
+fi
+if ((GPUS >= 4)); then
+    PARTS=${TP_PARTS:-sweep one fit plan tp4 tp2 check}
+elif ((GPUS >= 2)); then
+    PARTS=${TP_PARTS:-sweep one fit plan tp2 check}
+else
+    echo "this script needs 2 or 4 GPUs of one host; found $GPUS" && exit 2
+fi
 STEPS=${TP_STEPS:-15}  # timed steps per TP run (the one-GPU runs take 20)
 NOGRAPHS=()
 [[ "${TP_GRAPHS:-1}" == 0 ]] && NOGRAPHS=(--no-graphs)
@@ -61,7 +80,8 @@ if [[ "${1:-}" == "--dry-run" ]]; then
     "$PY" benchmarks/bench_tp.py tiny-models "$OUT/models" >/dev/null
     T70="$OUT/models/tiny-target.json" H70="$OUT/models/tiny-head.json"
     T8=$T70 H8=$H70
-    CTX=16 BATCH=1,2 GRID=(--grid-batch 1,2 --grid-tokens 1,4) STEPS=2
+    CTX=16 BATCH=1,2 GRID=(--grid-batch 1,2 --grid-tokens 1,4 --draft-widths 1,2) STEPS=2
+    FIT_LIMIT=180  # the committed H200 run's fit, on a shared CPU
 else
     DRY=()
     case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
@@ -71,15 +91,31 @@ else
     esac
     T70=llama-3.1-70b H70=eagle3-llama-3.1-70b T8=llama-3.1-8b H8=eagle3-llama-3.1-8b
     CTX=4096 BATCH=1,8,32,64 GRID=(--grid-batch 1,8,32,64 --grid-tokens 1,16,64)
+    FIT_LIMIT=60
 fi
+TP4_LIMIT=200 TP2_LIMIT=110
+case "${TP2_TARGET:-8b}" in
+8b) ;;
+70b)
+    if [[ ${#DRY[@]} -eq 0 && "$HW" != h200 ]]; then
+        echo "TP2_TARGET=70b needs H200s (~114 GB per GPU at B 64); this host has $HW" && exit 2
+    fi
+    T8=$T70 H8=$H70 TP2_LIMIT=270
+    ;;
+*) echo "TP2_TARGET must be 8b or 70b, got ${TP2_TARGET}" && exit 2 ;;
+esac
+# on CPU (gloo, the Triton interpreter, a shared machine) the same parts take minutes
+SWEEP_LIMIT=40 PLAN_LIMIT=25
+[[ ${#DRY[@]} -gt 0 ]] && TP4_LIMIT=900 TP2_LIMIT=900 SWEEP_LIMIT=300 PLAN_LIMIT=120
 
 {
     echo "== $(date -u +%FT%TZ) rev $(git rev-parse --short HEAD 2>/dev/null || echo unknown) hw $HW"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
     "$PY" -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")'
+    echo "GPUs $GPUS, parts: $PARTS; tp 2 target $T8"
 } 2>&1 | tee -a "$LOG"
 
-has sweep && part sweep 40 "$PY" benchmarks/bench_tp.py sweep --out "$OUT/sweep.json" \
+has sweep && part sweep "$SWEEP_LIMIT" "$PY" benchmarks/bench_tp.py sweep --out "$OUT/sweep.json" \
     --hardware "$HW" "${DRY[@]}"
 
 if has one; then
@@ -108,16 +144,18 @@ if has fit; then
         RUN="$OUT/calibrate-run.json" MEAS=()
     fi
     "$PY" benchmarks/bench_tp.py merge "$RUN" "$OUT/sweep.json"
-    part fit 60 "$PY" -m spectune calibrate --from-run "$RUN" "${MEAS[@]}" \
+    part fit "$FIT_LIMIT" "$PY" -m spectune calibrate --from-run "$RUN" "${MEAS[@]}" \
         --out "$D/calibration-$HW.json"
 fi
 
+plan_tp() { # plan_tp N TARGET DRAFTER: the planned table the tp-N run executes
+    part "plan-tp$1" "$PLAN_LIMIT" "$PY" benchmarks/bench_tp.py plan --calibration "$D/calibration-$HW.json" \
+        --gpu "$HW" --tp "$1" --target "$2" --drafter "$3" --batch "$BATCH" --context "$CTX" \
+        --out "$D/policy-tp$1.json"
+}
 if has plan; then
-    part plan 40 bash -c "'$PY' benchmarks/bench_tp.py plan --calibration '$D/calibration-$HW.json' \
-        --gpu $HW --tp 4 --target '$T70' --drafter '$H70' --batch $BATCH --context $CTX \
-        --out '$D/policy-tp4.json' && '$PY' benchmarks/bench_tp.py plan \
-        --calibration '$D/calibration-$HW.json' --gpu $HW --tp 2 --target '$T8' --drafter '$H8' \
-        --batch $BATCH --context $CTX --out '$D/policy-tp2.json'"
+    has tp4 && plan_tp 4 "$T70" "$H70"
+    has tp2 && plan_tp 2 "$T8" "$H8"
 fi
 
 tp_run() { # tp_run N TARGET DRAFTER LIMIT
@@ -129,24 +167,24 @@ tp_run() { # tp_run N TARGET DRAFTER LIMIT
         --out-grid "$D/verify-tp$n.json" --out-measure "$D/execute-tp$n.json" "${DRY[@]}" \
         "${NOGRAPHS[@]}"
 }
-has tp4 && tp_run 4 "$T70" "$H70" 180
-has tp2 && CUDA_VISIBLE_DEVICES=${TP2_GPUS:-0,1} tp_run 2 "$T8" "$H8" 100
+has tp4 && tp_run 4 "$T70" "$H70" "$TP4_LIMIT"
+has tp2 && CUDA_VISIBLE_DEVICES=${TP2_GPUS:-0,1} tp_run 2 "$T8" "$H8" "$TP2_LIMIT"
 
 cat >"$D/README.md" <<EOF
 # Tensor-parallel executor measurements on $HW ($(date -u +%F))
 
 Made by \`OUT=... bash benchmarks/run_tp_gpu.sh\` (rev $(git rev-parse --short HEAD 2>/dev/null || echo unknown)),
-one device call on 4 GPUs of one host, NCCL_NVLS_ENABLE=0; real-shape models with random bf16
+one device call on $GPUS GPUs of one host, NCCL_NVLS_ENABLE=0; real-shape models with random bf16
 weights, synthetic acceptance from the mt-bench workload, context $CTX. \`spectune check\` re-predicts
 every document here at its own "tp" with the calibration beside it.
 
 | file | what |
 | --- | --- |
-| calibrate-run.json | one-GPU micro-benchmarks (Llama-3.1-8B, GPU 0; verify grid B{$BATCH} x N{1,16,64}) + the collectives sweep on 2 and 4 GPUs (rows "collectives") |
+| calibrate-run.json | one-GPU micro-benchmarks (Llama-3.1-8B, GPU 0; verify grid B{$BATCH} x N{1,16,64}) + the collectives sweep on 2$( ((GPUS >= 4)) && echo " and 4") GPUs (rows "collectives") |
 | measurement-tp1.json | one GPU (GPU 1, run beside the micro-benchmarks on GPU 0): SGLang 5/4/8 and the chain 3/1/4 at B{$BATCH} |
-| calibration-$HW.json | \`spectune calibrate --from-run calibrate-run.json --measurements measurement-tp1.json\`: efficiencies and fixed costs from one GPU, interconnect terms (validate.fit.fit_interconnect) from the all-reduce sweep |
+| calibration-$HW.json | \`spectune calibrate --from-run calibrate-run.json --measurements measurement-tp1.json\`: efficiencies and fixed costs from one GPU, interconnect terms (validate.fit.fit_interconnect: per tp, the all-reduce and all-gather laws by message-size regime) from the sweep |
 | policy-tp4.json, policy-tp2.json | planned tables (validate.planned.plan_table, calibrated, tp 4 / tp 2) |
-| verify-tp4.json, verify-tp2.json | verify grid of the split target (Llama-3.1-70B at tp 4, Llama-3.1-8B at tp 2); "seconds_nocomm": the same shard compute without its collectives |
+| verify-tp4.json, verify-tp2.json | verify grid of the split target ($T70 at tp 4 where run, $T8 at tp 2); "seconds_nocomm": the same shard compute without its collectives |
 | execute-tp4.json, execute-tp2.json | planned policy, SGLang default (engine_default), vLLM-style chain 3/1/4 (vLLM has no default) vs no speculation at B{$BATCH}; "ranks_agree": every rank accepted alike |
 
 The verify grids and TP runs are out of sample: nothing measured at tp > 1 enters the fit.
@@ -159,3 +197,9 @@ if has check; then
     echo "exit codes: $(tr '\n' ' ' <"$OUT/.status") (124: the part hit its time limit)" | tee "$OUT/summary.txt"
     "$PY" benchmarks/bench_tp.py summary "$D" 2>&1 | tee -a "$OUT/summary.txt"
 fi
+
+# one archive of everything (the device returns only a few files); summary, check and log beside
+tar -czf "$OUT/tp-results.tar.gz" -C "$OUT" --exclude tp-results.tar.gz .
+find "$OUT" -mindepth 1 -maxdepth 1 ! -name tp-results.tar.gz ! -name summary.txt \
+    ! -name check.txt ! -name run.log -exec rm -rf {} +
+ls -l "$OUT"

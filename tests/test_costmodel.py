@@ -134,7 +134,10 @@ class CostModelContract:
         n = np.array([1, 8, 32])  # tokens far below the knee (~180-260 for these GPUs)
         parts = cm.verify_breakdown(1, n, 0)
         dense = parts["qkv_o"] + parts["lm_head"]
-        assert np.all(dense / dense[0] < 1.1)  # far below the knee: weight reads dominate
+        assert np.all(dense / dense[0] < 1.15)  # far below the knee: weight reads dominate
+        # (lm_head also holds the per-token logits pass over the whole vocabulary, which every
+        # rank runs after the gather: DeepSeek-V3 at tp 8, 32 tokens, +10%)
+        assert np.all(parts["qkv_o"] / parts["qkv_o"][0] < 1.1)
         if cm.target.is_moe:  # ... but each new token may route to experts not yet read
             assert parts["mlp"][2] > 2 * parts["mlp"][0]
         else:

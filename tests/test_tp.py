@@ -121,6 +121,18 @@ def _loop_rank(group: TPGroup, out: str) -> None:
     cfg = SessionConfig(max_batch=B, max_context=C, max_tree=8, use_graphs=False)
     session = TPSession(TARGET, HEAD, cfg, group, seed=5)
     Path(f"{out}.{group.rank}").write_text(json.dumps(_accepted(session)))
+    # a drafter step timed with and without its collectives leaves them on; without them the
+    # head's logits are this rank's vocabulary share
+    t, t0 = session.draft_step_time_comm(B, 2, C, reps=1)
+    head = session.tp_drafter
+    assert isinstance(head, TPEagle3Head)
+    back = head.comm and head.layer.reduce is not None
+    h = torch.zeros((1, 1, TARGET.hidden))
+    head.set_comm(False)
+    partial = head.logits(h).shape[-1]
+    head.set_comm(True)
+    info = {"seconds": [t, t0], "back": back, "widths": [partial, head.logits(h).shape[-1]]}
+    Path(f"{out}.draft.{group.rank}").write_text(json.dumps(info))
 
 
 def test_tp_loop_accepts_as_single_process(ranks: Path) -> None:
@@ -131,6 +143,13 @@ def test_tp_loop_accepts_as_single_process(ranks: Path) -> None:
     single = _accepted(Session(TARGET, HEAD, cfg, "cpu"))
     assert per_rank[0] == single
     assert sum(single) > 0  # something was accepted: the comparison can tell runs apart
+
+
+def test_drafter_step_timed_with_and_without_collectives(ranks: Path) -> None:
+    for r in (0, 1):
+        info = json.loads((ranks / f"acc.draft.{r}").read_text())
+        assert all(t > 0 for t in info["seconds"]) and info["back"]
+        assert info["widths"] == [HEAD.lm_vocab // 2, HEAD.lm_vocab]
 
 
 def _sweep_rank(group: TPGroup, out: str) -> None:

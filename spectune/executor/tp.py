@@ -146,7 +146,14 @@ class TPEagle3Head(Eagle3Head):
         self.full_spec = spec
         v = spec.lm_vocab // g.world
         self.lm = _rows(self.lm, g.rank, v).clone()  # the base filled the whole head; keep ours
-        self.layer.reduce = g.all_reduce_ if g.world > 1 else None
+        self.comm = True
+        self.set_comm(True)
+
+    def set_comm(self, on: bool) -> None:
+        """Collectives on (the TP step: all-reduces after o and down, the logits all-gather) or
+        off (the same shard compute without them; outputs are then partial)."""
+        self.comm = on
+        self.layer.reduce = self.group.all_reduce_ if on and self.group.world > 1 else None
 
     def load_from(self, full: Eagle3Head) -> None:
         g, s = self.group, self.full_spec
@@ -159,7 +166,8 @@ class TPEagle3Head(Eagle3Head):
         self.lm = _rows(full.lm, g.rank, s.lm_vocab // g.world).clone()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.group.all_gather_last(super().logits(hidden))
+        local = super().logits(hidden)
+        return self.group.all_gather_last(local) if self.comm else local
 
 
 class TPModelDrafter(ModelDrafter):
@@ -172,12 +180,15 @@ class TPModelDrafter(ModelDrafter):
             )
         self.spec = spec
         self.vocab = spec.vocab
-        self.model = TPDecoder(
+        self.model: TPDecoder = TPDecoder(
             spec, target.group, target.dtype, seed=seed, max_pos=target.rope[0].shape[0]
         )
 
+    def set_comm(self, on: bool) -> None:
+        self.model.set_comm(on)
 
-def make_tp_drafter(spec: ModelSpec, target: TPDecoder) -> Drafter:
+
+def make_tp_drafter(spec: ModelSpec, target: TPDecoder) -> TPEagle3Head | TPModelDrafter:
     if spec.is_draft_head:
         return TPEagle3Head(spec, target)
     return TPModelDrafter(spec, target)
@@ -215,7 +226,8 @@ class TPSession(Session):
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         cap = cfg.max_context + cfg.max_tree + 8
         self.target = TPDecoder(target, group, dtype, max_pos=cap + 64)
-        self.drafter: Drafter = make_tp_drafter(drafter, self.target)
+        self.tp_drafter = make_tp_drafter(drafter, self.target)
+        self.drafter: Drafter = self.tp_drafter
         self.tcache = self.target.new_cache(cfg.max_batch, cap)
         self.dcache = self.drafter.new_cache(cfg.max_batch, cap)
         self.use_kernels = cfg.use_kernels and self.device.type == "cuda"
@@ -273,6 +285,61 @@ class TPSession(Session):
     def run_ar(self, batch: int, context: int, steps: int, warmup: int = 3) -> PhaseResult:
         torch.manual_seed(self.seed)
         return super().run_ar(batch, context, steps, warmup)
+
+    def draft_step_time_comm(
+        self, batch: int, width: int, context: int, reps: int = 10
+    ) -> tuple[float, float]:
+        """(seconds of one drafter step over `batch` x `width` frontier tokens at `context`: its
+        forward, logits and top-`width` per token, as a draft level runs them; the same shard
+        compute without its collectives). Their difference is what the drafter's collectives
+        (two all-reduces per layer, the logits all-gather) cost in place per draft step."""
+        torch.manual_seed(self.seed)
+        with_comm = self._draft_step_time(batch, width, context, reps)
+        self.tp_drafter.set_comm(False)
+        try:
+            torch.manual_seed(self.seed)
+            without = self._draft_step_time(batch, width, context, reps)
+        finally:
+            self.tp_drafter.set_comm(True)
+        return with_comm, without
+
+    def _draft_step_time(self, batch: int, width: int, context: int, reps: int) -> float:
+        """Median seconds of one drafter step (forward + logits + top-k), replayed from a CUDA
+        graph: tokens [B, W] at positions context.., each seeing the prefix and the earlier
+        frontier slots (a causal [B, W, W] mask)."""
+        from spectune.executor.graphs import PhaseGraphs
+        from spectune.executor.session import _free
+        from spectune.kernels.timing import PhaseTimer
+
+        self._check(batch, context, width)
+        dev, d = self.device, self.drafter
+        tok = torch.randint(0, self.target.spec.vocab, (batch, width), device=dev)
+        hidden = torch.randn(
+            (batch, width, self.target.spec.hidden), device=dev, dtype=self.target.dtype
+        )
+        pos = context + torch.arange(width, device=dev).expand(batch, width)
+        mask = (
+            torch.ones((width, width), dtype=torch.bool, device=dev)
+            .tril()
+            .expand(batch, width, width)
+            .contiguous()
+        )
+        out = torch.zeros((batch, width, width), dtype=torch.int64, device=dev)
+
+        def step() -> None:
+            h = d.draft_step(tok, hidden, pos, self.dcache, context, 0, mask)
+            out.copy_(torch.topk(d.logits(h), width, dim=-1).indices)
+
+        g = PhaseGraphs([step], dev, self.cfg.use_graphs)
+        fn = g.phases()[0]
+        for _ in range(2):
+            fn()
+        timer = PhaseTimer(("draft",), reps, dev)
+        timer.run([fn])
+        t = timer.medians_s()["draft"]
+        del g
+        _free()
+        return t
 
     def verify_time_comm(
         self, batch: int, tokens: int, context: int, reps: int = 10

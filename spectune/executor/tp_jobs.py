@@ -78,7 +78,7 @@ def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
     cfg = SessionConfig(
         max([b for b, _, _ in job.runs] + list(g.batches)),
         max([job.context, *g.contexts]),
-        max([1, *budgets, *g.tokens]),
+        max([1, *budgets, *g.tokens, *g.draft_widths]),
         use_graphs=job.use_graphs,
         use_kernels=job.use_kernels,
     )
@@ -133,6 +133,7 @@ class CalibrateJob:
     sizes: tuple[int, ...] = SWEEP_BYTES  # message bytes of the sweep
     reps: int = 10  # timed replays per point (sweep and verify grid)
     refs: tuple[str, str] = ("", "")  # target, drafter as the document names them ('': .name)
+    draft_widths: tuple[int, ...] = ()  # drafter steps over batches x these frontier widths
 
 
 def calibrate_rank(group: TPGroup, job: CalibrateJob) -> None:
@@ -142,7 +143,10 @@ def calibrate_rank(group: TPGroup, job: CalibrateJob) -> None:
             write_json_atomic(job.out, rows)
         return
     cfg = SessionConfig(
-        max(job.batches), max(job.contexts), max(job.tokens), use_graphs=job.use_graphs
+        max(job.batches),
+        max(job.contexts),
+        max([*job.tokens, *job.draft_widths]),
+        use_graphs=job.use_graphs,
     )
     _grid(group, TPSession(job.target, job.drafter, cfg, group), job, rows)
 
@@ -150,8 +154,9 @@ def calibrate_rank(group: TPGroup, job: CalibrateJob) -> None:
 def _grid(
     group: TPGroup, session: TPSession, job: CalibrateJob, rows: list[dict[str, Any]]
 ) -> None:
-    """The verify grid of `job` on `session`, each point with and without its collectives;
-    rank 0 writes it with the sweep's rows as a calibration-run document."""
+    """The verify grid of `job` on `session`, and the drafter steps over its batches x
+    draft_widths, each point with and without its collectives; rank 0 writes them with the
+    sweep's rows as a calibration-run document ('verify', 'draft', 'collectives')."""
     from spectune.executor.calibrate import RUN_SCHEMA
 
     assert job.target is not None and job.drafter is not None
@@ -168,6 +173,19 @@ def _grid(
                     f"(no collectives {t0 * 1e3:8.3f} ms)",
                     flush=True,
                 )
+    draft = []
+    for c in job.contexts:
+        for b in job.batches:
+            for w in job.draft_widths:
+                t, t0 = session.draft_step_time_comm(b, w, c, job.reps)
+                draft.append(
+                    {"batch": b, "tokens": w, "context": c, "seconds": t, "seconds_nocomm": t0}
+                )
+                print(
+                    f"  draft step tp{group.world} B={b:<3} W={w:<4} C={c:<5} {t * 1e3:8.3f} ms "
+                    f"(no collectives {t0 * 1e3:8.3f} ms)",
+                    flush=True,
+                )
     if group.rank == 0:
         doc = {
             "schema": RUN_SCHEMA,
@@ -180,6 +198,8 @@ def _grid(
             "verify": grid,
             "collectives": rows,
         }
+        if draft:
+            doc["draft"] = draft
         write_json_atomic(job.out, doc)
 
 

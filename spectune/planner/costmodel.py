@@ -240,8 +240,18 @@ class CostModel:
         its fc first (the first draft step and draft extend). Zero without a model drafter."""
         if self._drafter is None:
             return np.zeros(np.broadcast(_arr("batch", batch), tokens, context).shape)
+        return _total(self.draft_step_breakdown(batch, tokens, context, from_target=from_target))
+
+    def draft_step_breakdown(
+        self, batch: ArrayLike, tokens: ArrayLike, context: ArrayLike, *, from_target: bool = False
+    ) -> dict[str, F64]:
+        """Seconds per operator class (BREAKDOWN_KEYS) of one drafter forward (draft_step_time's
+        terms: under tp > 1 'comm' holds its two all-reduces per layer and its logits
+        all-gather). SpecError without a model drafter."""
+        if self._drafter is None:
+            raise SpecError("a drafter breakdown needs a model drafter (this CostModel has none)")
         shape = self._uniform(batch, tokens, context)
-        return _total(self._drafter.forward(shape, from_target=from_target))
+        return self._drafter.forward(shape, from_target=from_target)
 
     def draft_parts(
         self,

@@ -173,11 +173,17 @@ class ForwardPricer:
         vocab = m.lm_vocab / self.tp
         # LM head: [L, hidden] x [hidden, vocab/tp]; FLOPs 2*L*h*V/tp; bytes h*V/tp*wb + L*(h+V/tp)*2
         add(LM_HEAD, self._linear(lm, vocab, m.hidden, head=True), self.head_fmt.kernels)
-        # logits pass (fp32 upcast + softmax/argmax/top-k): write and read L*V/tp fp32 values
-        add(LM_HEAD, elementwise_time(self.r, 2 * lm * vocab * LOGIT_BYTES))
         if self.tp > 1:
             # all-gather the vocabulary shards: L*V bf16 logits in total
             add(COMM, allgather_time(self.r, lm * m.lm_vocab * ACT_BYTES, self.tp))
+            # the gathered [tp, L, V/tp] is rank-major; one copy lays it out as [L, V]: read +
+            # write L*V*2 bytes (executor.collectives.all_gather_last; vLLM's
+            # GroupCoordinator.all_gather, vllm/distributed/parallel_state.py, movedim + reshape)
+            add(LM_HEAD, elementwise_time(self.r, 2 * lm * m.lm_vocab * ACT_BYTES))
+        # logits pass (fp32 upcast + softmax/argmax/top-k) over the whole vocabulary, on every
+        # rank after the gather (SGLang's and vLLM's LogitsProcessor gather, then sample): write
+        # and read L*V fp32 values
+        add(LM_HEAD, elementwise_time(self.r, 2 * lm * m.lm_vocab * LOGIT_BYTES))
 
         launch_s = np.where(b.graph, self.r.launch_s, self.r.eager_launch_s)
         out[LAUNCH] = out[LAUNCH] + launches * launch_s

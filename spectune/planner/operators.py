@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from spectune.specs.calibration import Calibration
+from spectune.specs.calibration import Calibration, link_factor, link_law_time
+from spectune.specs.errors import SpecError
 from spectune.specs.hardware import HardwareSpec
 from spectune.specs.quant import linear_weight_bytes, tensor_units
 
@@ -79,6 +80,8 @@ class Rates:
     link_bytes_per_s: float  # per-direction bus bandwidth a ring collective reaches
     link_latency_s: float
     link_step_latency_s: float  # added per ring step (2*(tp-1) per all-reduce, tp-1 per gather)
+    allreduce_law: tuple[tuple[float, ...], ...]  # fitted regimes per tp (Calibration's)
+    allgather_law: tuple[tuple[float, ...], ...]
     launch_s: float  # one kernel inside a CUDA graph
     gemm_fixed_s: float  # one weight GEMM's fixed time beyond its launch
     attention_fixed_s: float  # one attention kernel's fixed time beyond its launch
@@ -126,6 +129,8 @@ class Rates:
             link_bytes_per_s=hw.interconnect_bytes_per_s * cal.interconnect_efficiency,
             link_latency_s=pick(cal.allreduce_latency_s, hw.interconnect_latency_s),
             link_step_latency_s=cal.allreduce_step_latency_s,
+            allreduce_law=_bounded(cal.allreduce_law, "allreduce_law", hw),
+            allgather_law=_bounded(cal.allgather_law, "allgather_law", hw),
             launch_s=launch,
             gemm_fixed_s=cal.gemm_fixed_s,
             attention_fixed_s=cal.attention_fixed_s,
@@ -195,6 +200,22 @@ class Rates:
     def gemm_eff(self, m: F64) -> F64:
         """Fraction of peak a GEMM with `m` (padded) rows reaches: linear in M between points."""
         return np.interp(m, self.gemm_tokens, self.gemm_efficiency)
+
+
+def _bounded(
+    rows: tuple[tuple[float, ...], ...], name: str, hw: HardwareSpec
+) -> tuple[tuple[float, ...], ...]:
+    """`rows` of a fitted collective law, checked against the GPU's published link: no regime's
+    bus bandwidth may pass HardwareSpec.interconnect_bytes_per_s (SpecError naming the field)."""
+    for r in rows:
+        if r[3] > hw.interconnect_bytes_per_s * (1 + 1e-9):
+            raise SpecError(
+                f"calibration field {name!r}: a tp {int(r[0])} regime reaches "
+                f"{r[3] / 1e9:.0f} GB/s, past {hw.name}'s published link bandwidth "
+                f"{hw.interconnect_bytes_per_s / 1e9:.0f} GB/s per direction (refit, or "
+                "check the calibration's hardware)"
+            )
+    return rows
 
 
 def pad_up(x: ArrayLike, tile: ArrayLike) -> F64:
@@ -331,21 +352,29 @@ def elementwise_time(r: Rates, bytes_: ArrayLike) -> F64:
 
 
 def allreduce_time(r: Rates, bytes_: ArrayLike, tp: int) -> F64:
-    """Ring all-reduce of `bytes_` over `tp` ranks: each link carries 2*(tp-1)/tp * bytes,
+    """All-reduce of `bytes_` over `tp` ranks, without its kernel launch (the caller counts
+    one). Where the calibration fitted a law for this tp (Calibration.allreduce_law: one
+    latency + bus bandwidth per message-size regime, specs.calibration.link_law_time), that
+    law; else the ring's: each link carries 2*(tp-1)/tp * bytes at the link's bus bandwidth,
     plus a fixed latency and one step latency per each of the 2*(tp-1) ring steps. Zero for
     tp = 1."""
-    b = np.asarray(bytes_, dtype=np.float64)
-    if tp == 1:
-        return np.zeros_like(b)
-    steps = 2 * (tp - 1)
-    return steps / tp * b / r.link_bytes_per_s + r.link_latency_s + steps * r.link_step_latency_s
+    return _collective_time(r, r.allreduce_law, "all_reduce", bytes_, tp)
 
 
 def allgather_time(r: Rates, bytes_: ArrayLike, tp: int) -> F64:
-    """Ring all-gather of a tensor of `bytes_` total: (tp-1)/tp * bytes per link + latency
-    (+ tp-1 step latencies)."""
+    """All-gather of a tensor of `bytes_` total (gathered size) over `tp` ranks, without its
+    launch: Calibration.allgather_law where fitted for this tp, else the ring's (tp-1)/tp *
+    bytes per link + latency (+ tp-1 step latencies)."""
+    return _collective_time(r, r.allgather_law, "all_gather", bytes_, tp)
+
+
+def _collective_time(
+    r: Rates, law: tuple[tuple[float, ...], ...], op: str, bytes_: ArrayLike, tp: int
+) -> F64:
     b = np.asarray(bytes_, dtype=np.float64)
     if tp == 1:
         return np.zeros_like(b)
-    steps = tp - 1
+    if any(int(row[0]) == tp for row in law):
+        return link_law_time(law, op, tp, b)
+    steps = link_factor(op, tp) * tp  # ring steps: 2*(tp-1) all-reduce, tp-1 all-gather
     return steps / tp * b / r.link_bytes_per_s + r.link_latency_s + steps * r.link_step_latency_s

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
 from spectune.specs.errors import SpecError
 from spectune.specs.io import from_mapping, help_field, read_mapping, write_json_atomic
 from spectune.specs.tree import BUILDERS
@@ -95,6 +98,20 @@ class Calibration:
         help="latency each step of a ring collective adds, s: an all-reduce over tp ranks "
         "takes 2*(tp-1) steps, an all-gather tp-1 (NCCL's own model, src/graph/tuning.cc: "
         "latency = base + steps x per-hop latency); default 0: one latency at every tp",
+    )
+    allreduce_law: tuple[tuple[float, ...], ...] = help_field(
+        (),
+        help="fitted all-reduce law per tp degree, one row per message-size regime: (tp, "
+        "from_bytes, latency_s, bus_bytes_per_s); an all-reduce of b bytes over tp ranks, in "
+        "the regime with the largest from_bytes <= b, takes latency_s + 2*(tp-1)/tp * b / "
+        "bus_bytes_per_s beyond its kernel launch (NCCL switches protocol, LL / LL128 / "
+        "Simple, with message size: src/graph/tuning.cc). A tp without rows: the single "
+        "law above (interconnect_efficiency, allreduce_latency_s, allreduce_step_latency_s)",
+    )
+    allgather_law: tuple[tuple[float, ...], ...] = help_field(
+        (),
+        help="the same for the all-gather (b: the gathered bytes; (tp-1)/tp * b crosses each "
+        "link): rows (tp, from_bytes, latency_s, bus_bytes_per_s)",
     )
     launch_s: float | None = help_field(
         None,
@@ -286,6 +303,8 @@ class Calibration:
             if not 0 < getattr(self, name) <= 4096:
                 raise SpecError(f"field {name!r} must be in 1..4096, got {getattr(self, name)}")
         self._check_gemm_curve()
+        for name in ("allreduce_law", "allgather_law"):
+            check_link_law(getattr(self, name), name)
         g = self.graph_batch_sizes
         if any(b <= 0 for b in g) or any(b >= c for b, c in itertools.pairwise(g)):
             raise SpecError("field 'graph_batch_sizes' must be positive and strictly ascending")
@@ -332,6 +351,8 @@ class Calibration:
         d["gemm_tokens"] = list(self.gemm_tokens)
         d["gemm_flops_efficiency"] = list(self.gemm_flops_efficiency)
         d["graph_batch_sizes"] = list(self.graph_batch_sizes)
+        d["allreduce_law"] = [list(r) for r in self.allreduce_law]
+        d["allgather_law"] = [list(r) for r in self.allgather_law]
         return {"schema": SCHEMA, **d}
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -346,6 +367,68 @@ class Calibration:
         if schema != SCHEMA:
             raise SpecError(f"{Path(path)}: schema {schema!r} is not {SCHEMA!r}")
         return from_mapping(cls, data, str(Path(path)))
+
+
+def link_factor(op: str, tp: int) -> float:
+    """Share of a collective's message each link of a ring carries: 2*(tp-1)/tp for an
+    all-reduce, (tp-1)/tp for an all-gather (nccl-tests PERFORMANCE.md's bus-bandwidth
+    factors)."""
+    return (2.0 if op == "all_reduce" else 1.0) * (tp - 1) / tp
+
+
+def link_law_time(
+    rows: tuple[tuple[float, ...], ...], op: str, tp: int, nbytes: ArrayLike
+) -> NDArray[np.float64]:
+    """Seconds of one collective `op` ('all_reduce' or 'all_gather') of `nbytes` (array) over
+    `tp` ranks under a fitted law (rows of Calibration.allreduce_law / allgather_law): the
+    regime with the largest from_bytes <= nbytes gives latency_s + link_factor * nbytes /
+    bus_bytes_per_s. NaN where the rows hold no regime for `tp`."""
+    b = np.asarray(nbytes, dtype=np.float64)
+    regimes = sorted((r for r in rows if int(r[0]) == tp), key=lambda r: r[1])
+    if not regimes:
+        return np.full(b.shape, np.nan)
+    start = np.array([r[1] for r in regimes])
+    lat = np.array([r[2] for r in regimes])
+    bw = np.array([r[3] for r in regimes])
+    i = np.clip(np.searchsorted(start, b, side="right") - 1, 0, len(regimes) - 1)
+    return np.asarray(lat[i] + link_factor(op, tp) * b / bw[i], dtype=np.float64)
+
+
+def check_link_law(rows: tuple[tuple[float, ...], ...], name: str) -> None:
+    """SpecError naming `name` unless every row is (tp >= 2 integer, from_bytes >= 0, latency_s
+    in [0, MAX_FIXED_S], bus_bytes_per_s in (0, 1e15]), each tp's regimes start at 0 bytes
+    with distinct from_bytes, and time never falls where one regime hands over to the next."""
+    op = "all_reduce" if name == "allreduce_law" else "all_gather"
+    by_tp: dict[int, list[tuple[float, ...]]] = {}
+    for i, r in enumerate(rows):
+        if len(r) != 4:
+            raise SpecError(
+                f"field {name!r} row {i}: expected (tp, from_bytes, latency_s, "
+                f"bus_bytes_per_s), got {len(r)} values"
+            )
+        tp, start, lat, bw = r
+        if tp != int(tp) or tp < 2:
+            raise SpecError(f"field {name!r} row {i}: tp must be an integer >= 2, got {tp}")
+        if not start >= 0 or not 0 <= lat <= MAX_FIXED_S or not 0 < bw <= 1e15:
+            raise SpecError(
+                f"field {name!r} row {i}: need from_bytes >= 0, latency_s in [0, "
+                f"{MAX_FIXED_S:g}] and bus_bytes_per_s in (0, 1e15], got {r}"
+            )
+        by_tp.setdefault(int(tp), []).append(r)
+    for tp, regimes in by_tp.items():
+        starts = sorted(r[1] for r in regimes)
+        if starts[0] != 0 or len(set(starts)) != len(starts):
+            raise SpecError(
+                f"field {name!r}: the regimes of tp {tp} must start at from_bytes 0 and at "
+                f"distinct sizes, got {starts}"
+            )
+        for s in starts[1:]:
+            at = link_law_time(tuple(regimes), op, tp, [s * (1 - 1e-12), s])
+            if at[1] < at[0] * (1 - 1e-9):
+                raise SpecError(
+                    f"field {name!r}: at tp {tp} the time falls where the regime from "
+                    f"{s:g} bytes begins; a larger message cannot be faster (refit)"
+                )
 
 
 def _builder(builder: str) -> str:

@@ -416,19 +416,31 @@ LINK_PARAMS = (
 def fit_interconnect(
     rows: Sequence[dict[str, Any]], hardware: str, base: Calibration
 ) -> tuple[Calibration, dict[str, Any]]:
-    """`base` with the interconnect terms fitted to measured all-reduces (rows of
-    spectune.executor.collectives.collective_sweep with op 'all_reduce': tp, bytes, seconds)
-    by least squares on the log-ratio of the cost model's ring all-reduce
-    (operators.allreduce_time: 2*(tp-1)/tp * bytes / (link bytes/s * efficiency) + latency
-    + 2*(tp-1) * step latency) to the measured seconds, every tp of the sweep at once; the
-    step latency is fitted only when the rows hold two tp or more (one tp cannot tell it from
-    the fixed latency). Returns it and a report: the fit, its bus bandwidth and MAPE per tp."""
+    """`base` with the interconnect terms fitted to measured collectives (rows of
+    spectune.executor.collectives.collective_sweep: op, tp, bytes, seconds per call, each call
+    including its launch in the graph, which the cost model counts apart: base's launch_s).
+
+    - Per tp and op ('all_reduce', and 'all_gather' where swept), the regime law
+      (validate.link_law.fit_link_law): Calibration.allreduce_law / allgather_law, what the
+      cost model prices collectives at that tp with.
+    - For a tp without rows, one ring law of every tp at once, by least squares on the
+      log-ratio of operators.allreduce_time's ring formula (2*(tp-1)/tp * bytes / (link
+      bytes/s * efficiency) + latency + 2*(tp-1) * step latency) + launch to the measured
+      seconds; the step latency is fitted only when the rows hold two tp or more (one tp
+      cannot tell it from the fixed latency).
+    Every bus bandwidth is bounded by the link's published one. Returns the calibration and a
+    report: the fits, the regimes and the MAPE per op and tp."""
     from scipy.optimize import least_squares
+
+    from spectune.planner.operators import Rates
+    from spectune.specs.calibration import link_law_time
+    from spectune.validate.link_law import fit_link_law
 
     hw = load_hardware(hardware)
     ar = [r for r in rows if r.get("op") == "all_reduce" and int(r["tp"]) > 1]
     if len(ar) < 2:
         raise SpecError("the interconnect fit needs at least 2 all-reduce rows with tp > 1")
+    launch = Rates.resolve(hw, dataclasses.replace(base, hardware="")).launch_s
     tp = np.array([float(r["tp"]) for r in ar])
     size = np.array([float(r["bytes"]) for r in ar])
     meas = np.array([float(r["seconds"]) for r in ar])
@@ -438,7 +450,7 @@ def fit_interconnect(
 
     def model(x: np.ndarray) -> np.ndarray:
         step = x[2] if len(x) > 2 else 0.0
-        return steps / tp * size / (link * x[0]) + x[1] + steps * step
+        return steps / tp * size / (link * x[0]) + x[1] + steps * step + launch
 
     sol = least_squares(
         lambda x: np.log(model(x) / meas),
@@ -448,6 +460,39 @@ def fit_interconnect(
     )
     fitted = {p[0]: float(v) for p, v in zip(params, sol.x, strict=True)}
     fitted.setdefault("allreduce_step_latency_s", 0.0)
+    laws: dict[str, list[tuple[float, float, float, float]]] = {
+        "all_reduce": [],
+        "all_gather": [],
+    }
+    report: dict[str, Any] = {
+        "interconnect_efficiency": fitted["interconnect_efficiency"],
+        "allreduce_latency_us": fitted["allreduce_latency_s"] * 1e6,
+        "allreduce_step_latency_us": fitted["allreduce_step_latency_s"] * 1e6,
+        "busbw_gb_s": link * fitted["interconnect_efficiency"] / 1e9,
+        "launch_us": launch * 1e6,
+        "rows": len(ar),
+    }
+    pred = model(sol.x)
+    for op, law in laws.items():
+        for t in sorted({int(r["tp"]) for r in rows if r.get("op") == op and int(r["tp"]) > 1}):
+            mine = [r for r in rows if r.get("op") == op and int(r["tp"]) == t]
+            sel = sorted((float(r["bytes"]), float(r["seconds"])) for r in mine)
+            if len(sel) < 2:
+                continue
+            b, sec = np.array([x[0] for x in sel]), np.array([x[1] for x in sel])
+            law.extend(fit_link_law(b, sec, op, t, link, launch))
+            got = link_law_time(tuple(law), op, t, b) + launch
+            report[f"mape_{op.replace('_', '')}_tp{t}"] = float(np.mean(np.abs(got / sec - 1)))
+            report[f"regimes_{op.replace('_', '')}_tp{t}"] = [
+                {"from_bytes": row[1], "latency_us": row[2] * 1e6, "busbw_gb_s": row[3] / 1e9}
+                for row in law
+                if int(row[0]) == t
+            ]
+    for t in sorted(set(tp.tolist())):
+        sel_t = tp == t
+        report[f"mape_ring_allreduce_tp{int(t)}"] = float(
+            np.mean(np.abs(pred[sel_t] / meas[sel_t] - 1))
+        )
     tps = ", ".join(str(int(t)) for t in sorted(set(tp.tolist())))
     cal = dataclasses.replace(
         base,
@@ -455,18 +500,10 @@ def fit_interconnect(
         interconnect_efficiency=fitted["interconnect_efficiency"],
         allreduce_latency_s=fitted["allreduce_latency_s"],
         allreduce_step_latency_s=fitted["allreduce_step_latency_s"],
-        source=f"{base.source}; interconnect: least-squares fit of {len(ar)} all-reduce timings "
-        f"(tp {tps}; spectune.validate.fit.fit_interconnect)",
+        allreduce_law=tuple(laws["all_reduce"]),
+        allgather_law=tuple(laws["all_gather"]),
+        source=f"{base.source}; interconnect: {len(ar)} all-reduce timings (tp {tps}) fitted "
+        "per tp and message-size regime, and one ring law for other tp "
+        "(spectune.validate.fit.fit_interconnect)",
     )
-    pred = model(sol.x)
-    report: dict[str, Any] = {
-        "interconnect_efficiency": fitted["interconnect_efficiency"],
-        "allreduce_latency_us": fitted["allreduce_latency_s"] * 1e6,
-        "allreduce_step_latency_us": fitted["allreduce_step_latency_s"] * 1e6,
-        "busbw_gb_s": link * fitted["interconnect_efficiency"] / 1e9,
-        "rows": len(ar),
-    }
-    for t in sorted(set(tp.tolist())):
-        sel = tp == t
-        report[f"mape_allreduce_tp{int(t)}"] = float(np.mean(np.abs(pred[sel] / meas[sel] - 1)))
     return cal, report

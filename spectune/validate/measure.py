@@ -347,7 +347,11 @@ def validate_calibration_run(doc: Any, where: str = "calibration run") -> None:
     for key in ("hardware", "target", "drafter"):
         if not isinstance(doc.get(key), str) or not doc[key]:
             raise SpecError(f"{where}: field {key!r} must be a non-empty string")
-    sizes = {"verify": ("batch", "tokens", "context"), "gemm": ("m", "n", "k")}
+    sizes = {
+        "verify": ("batch", "tokens", "context"),
+        "gemm": ("m", "n", "k"),
+        "draft": ("batch", "tokens", "context"),  # TP drafter steps (executor.tp_jobs)
+    }
     for kind, keys in sizes.items():
         rows = doc.get(kind, [])
         if not isinstance(rows, list):
@@ -360,7 +364,7 @@ def validate_calibration_run(doc: Any, where: str = "calibration run") -> None:
                 lo = 0 if key == "context" else 1
                 _number(r, key, w, lo=lo, lo_open=False, hi=2**31, integer=True)
             _number(r, "seconds", w, hi=1e6)
-            if kind == "verify" and "seconds_nocomm" in r:
+            if kind in ("verify", "draft") and "seconds_nocomm" in r:
                 _number(r, "seconds_nocomm", w, hi=1e6)
     doc_tp(doc, where)
     _collectives(doc, where)
