@@ -1,0 +1,322 @@
+"""Weight GEMMs that carry a decoder layer's elementwise work, for the batch-1 verify step.
+
+At batch 1 with N = 64 tree tokens a Llama-3.1-8B layer is four weight streams (q|k|v 50 MB,
+o 34 MB, gate|up 235 MB, down 117 MB in bf16) separated by small kernels: two add + RMSNorm,
+silu * up, and for split-K GEMMs a partial-sum reduction and a cast. Each small kernel is a
+launch plus a drain of the GEMM before it, time in which HBM streams nothing. `fused_linear`
+folds that work into the GEMM:
+- prologue RMSNorm (`norm_weight`): y = rmsnorm(x) * g @ W^T = rstd * ((x * g) @ W^T). Every
+  program already streams its rows' whole K range of x, so it sums x^2 on the way and scales
+  its accumulator by rstd = rsqrt(mean(x^2) + eps) at the end (no normed copy of x is written);
+- epilogue residual add (`residual`): residual += x @ W^T in place (the o and down
+  projections), so the stream never leaves the GEMM as a separate tensor;
+- epilogue SwiGLU (`gated`): W = [gate; up] of 2F rows; each program multiplies the gate rows
+  [n, n + BLOCK_N) and the up rows F + [n, n + BLOCK_N) and writes silu(gate) * up [M, F];
+- split-K with the reduction inside the launch: each of S programs per output tile writes
+  float32 partials, takes a ticket, and the last to arrive sums the S partials (L2-resident,
+  S * BLOCK_M * BLOCK_N * 4 bytes) and runs the epilogue. No second kernel, no cast kernel;
+- programmatic dependent launch (`pdl`, Hopper+): a launch may start while the kernel before
+  it drains and waits in-kernel (griddepcontrol.wait) before its first read or write.
+
+Bytes per call (bf16, M tokens): N*K*2 weights (2F*K*2 when gated) + M*K*2 of x (read once per
+output tile, from L2 after the first) + M*N_out*2 out (+ M*N_out*2 residual read) + split-K
+partials 2*S*M*W_rows*4 (L2). FLOPs: 2*M*K*W_rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from spectune.kernels.timing import graph_time
+from spectune.kernels.tree_attention import pdl_supported
+
+EPI_PLAIN, EPI_RESIDUAL, EPI_GATED = 0, 1, 2
+
+
+@triton.jit
+def _fused_epilogue(
+    acc_a, acc_b, ss, offs_m, offs_n, M, N_OUT, K, eps, OUT, RES, stride_om, stride_rm,
+    NORM: tl.constexpr, EPILOGUE: tl.constexpr,
+):  # fmt: skip
+    """rstd scaling (NORM), then out = acc | residual + acc | silu(acc_a) * acc_b."""
+    if NORM:
+        rstd = tl.rsqrt(ss / K + eps)
+        acc_a = acc_a * rstd[:, None]
+        acc_b = acc_b * rstd[:, None]
+    ok = (offs_m[:, None] < M) & (offs_n[None, :] < N_OUT)
+    if EPILOGUE == 2:
+        y = acc_a / (1.0 + tl.exp(-acc_a)) * acc_b
+    else:
+        y = acc_a
+    if EPILOGUE == 1:
+        r = tl.load(RES + offs_m[:, None] * stride_rm + offs_n[None, :], mask=ok, other=0.0)
+        y = y + r.to(tl.float32)
+    tl.store(
+        OUT + offs_m[:, None] * stride_om + offs_n[None, :], y.to(OUT.dtype.element_ty), mask=ok
+    )
+
+
+@triton.jit
+def _fused_linear_kernel(
+    X, W, NORM_W, OUT, RES, PART, SS, TICKET,
+    M, N_OUT, K, k_per_split, num_splits, eps,
+    stride_xm, stride_wn, stride_om, stride_rm, stride_ps, stride_pm, stride_ss,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    NORM: tl.constexpr, EPILOGUE: tl.constexpr, PDL: tl.constexpr,
+):  # fmt: skip
+    """Program (n tile, split, m block): acc over its K range of x[m, :] @ W[n, :]^T (and of the
+    up rows n + N_OUT when EPILOGUE is gated); with splits, the last arriving program of the
+    tile sums the partials and runs the epilogue."""
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    pid_m = tl.program_id(2)
+    if PDL:  # the next launch may start now; wait for the previous kernel's writes
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    n_ok = offs_n < N_OUT
+    k0 = pid_s * k_per_split
+    acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    w_rows = W + offs_n.to(tl.int64)[:, None] * stride_wn
+    for kk in range(0, k_per_split, BLOCK_K):
+        k = k0 + kk + offs_k
+        k_ok = k < K
+        x = tl.load(
+            X + offs_m[:, None] * stride_xm + k[None, :],
+            mask=(offs_m[:, None] < M) & k_ok[None, :],
+            other=0.0,
+        )
+        if NORM:
+            xf = x.to(tl.float32)
+            ss += tl.sum(xf * xf, axis=1)
+            g = tl.load(NORM_W + k, mask=k_ok, other=0.0).to(tl.float32)
+            x = (xf * g[None, :]).to(W.dtype.element_ty)
+        wa = tl.load(w_rows + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        acc_a = tl.dot(x, tl.trans(wa), acc_a)
+        if EPILOGUE == 2:  # the up rows sit N_OUT rows below the gate rows
+            wb = tl.load(
+                w_rows + N_OUT * stride_wn + k[None, :],
+                mask=n_ok[:, None] & k_ok[None, :],
+                other=0.0,
+            )
+            acc_b = tl.dot(x, tl.trans(wb), acc_b)
+    if num_splits == 1:
+        _fused_epilogue(
+            acc_a, acc_b, ss, offs_m, offs_n, M, N_OUT, K, eps, OUT, RES, stride_om, stride_rm,
+            NORM, EPILOGUE,
+        )  # fmt: skip
+    else:
+        # partials [S, M_pad, W_cols] (gate then up columns), row sums of squares [S, tiles, BM]
+        tile = pid_m * tl.num_programs(0) + pid_n
+        p = PART + pid_s * stride_ps + offs_m[:, None] * stride_pm + offs_n[None, :]
+        tl.store(p, acc_a)
+        if EPILOGUE == 2:
+            tl.store(p + N_OUT, acc_b)
+        if NORM:
+            tl.store(SS + pid_s * stride_ss + tile * BLOCK_M + tl.arange(0, BLOCK_M), ss)
+        # every thread's partial stores precede the release of the ticket
+        tl.debug_barrier()
+        arrived = tl.atomic_add(TICKET + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == num_splits - 1:
+            tl.atomic_xchg(TICKET + tile, 0)  # leave the counter at zero for the next call
+            acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            q = PART + offs_m[:, None] * stride_pm + offs_n[None, :]
+            for s in range(0, num_splits):  # fixed order: the sum is deterministic
+                acc_a += tl.load(q + s * stride_ps, cache_modifier=".cg")
+                if EPILOGUE == 2:
+                    acc_b += tl.load(q + s * stride_ps + N_OUT, cache_modifier=".cg")
+                if NORM:
+                    ss += tl.load(
+                        SS + s * stride_ss + tile * BLOCK_M + tl.arange(0, BLOCK_M),
+                        cache_modifier=".cg",
+                    )
+            _fused_epilogue(
+                acc_a, acc_b, ss, offs_m, offs_n, M, N_OUT, K, eps, OUT, RES, stride_om,
+                stride_rm, NORM, EPILOGUE,
+            )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FusedLinearConfig:
+    """Launch of one fused_linear: K splits per output tile, tile widths, warps, pipeline
+    stages. Programs = ceil(N_out / block_n) * splits * ceil(M / 64)."""
+
+    splits: int = 1
+    block_n: int = 64
+    block_k: int = 128
+    warps: int = 4
+    stages: int = 4
+
+    @property
+    def name(self) -> str:
+        return f"s{self.splits}/{self.block_n}x{self.block_k}/{self.warps}w{self.stages}s"
+
+
+_TICKETS: dict[torch.device, torch.Tensor] = {}
+
+
+def _tickets(device: torch.device, n: int) -> torch.Tensor:
+    """int32 arrival counters, one per output tile, cached per device and left at zero by every
+    call (the reducing program resets its counter). Calls on one device must not overlap on two
+    streams; the first call of a size must not happen during CUDA-graph capture."""
+    buf = _TICKETS.get(device)
+    if buf is None or buf.numel() < n:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "fused_linear: run one call of this size before CUDA-graph capture "
+                "(the split-K counter buffer must grow outside the capture)"
+            )
+        buf = torch.zeros(max(n, 1 << 14), dtype=torch.int32, device=device)
+        _TICKETS[device] = buf
+    return buf
+
+
+def reference_fused_linear(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    norm_weight: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    gated: bool = False,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """The unfused ops in float32: rmsnorm(x) * g (rounded to x's dtype, as add_rmsnorm writes
+    it), @ w^T, then silu(gate) * up (gated) or residual += (in place, returned)."""
+    if norm_weight is not None:
+        xf = x.float()
+        xn = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * norm_weight.float()
+        x = xn.to(x.dtype)
+    y = x.float() @ w.float().T
+    if gated:
+        g, u = y.chunk(2, dim=-1)
+        y = torch.nn.functional.silu(g) * u
+    if residual is not None:
+        residual.copy_((residual.float() + y).to(residual.dtype))
+        return residual
+    return y.to(x.dtype)
+
+
+def fused_linear(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    gated: bool = False,
+    eps: float = 1e-5,
+    config: FusedLinearConfig | None = None,
+    pdl: bool = False,
+    use_triton: bool | None = None,
+) -> torch.Tensor:
+    """x: [M, K] (last dim contiguous); w: [W_rows, K] contiguous. Returns [M, N_out]:
+    - N_out = W_rows: rmsnorm(x) * norm_weight (when given) @ w^T;
+    - gated: w = [gate; up] (W_rows = 2F), returns silu(x @ gate^T) * (x @ up^T): [M, F];
+    - residual [M, N_out] contiguous: residual += result in place, and returns residual.
+    pdl: launch as a programmatic dependent launch where the device supports it."""
+    if not (x.is_cuda if use_triton is None else use_triton):
+        return reference_fused_linear(x, w, norm_weight, residual, gated, eps)
+    cfg = config or FusedLinearConfig()
+    if x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError(f"x must be [M, K] with a contiguous last dim, got {tuple(x.shape)}")
+    m, k = x.shape
+    rows = w.shape[0]
+    if w.dim() != 2 or w.shape[1] != k or not w.is_contiguous():
+        raise ValueError(f"w must be a contiguous [N, {k}] tensor, got {tuple(w.shape)}")
+    if gated and rows % 2:
+        raise ValueError(f"gated w must have an even row count (gate then up), got {rows}")
+    n_out = rows // 2 if gated else rows
+    if norm_weight is not None and norm_weight.shape != (k,):
+        raise ValueError(f"norm_weight must be [{k}], got {tuple(norm_weight.shape)}")
+    if residual is not None and (residual.shape != (m, n_out) or not residual.is_contiguous()):
+        raise ValueError(f"residual must be a contiguous [{m}, {n_out}] tensor")
+    if gated and residual is not None:
+        raise ValueError("gated and residual epilogues do not combine")
+    block_m = max(16, min(64, triton.next_power_of_2(m)))
+    k_per = triton.cdiv(triton.cdiv(k, max(cfg.splits, 1)), cfg.block_k) * cfg.block_k
+    splits = triton.cdiv(k, k_per)
+    grid = (triton.cdiv(n_out, cfg.block_n), splits, triton.cdiv(m, block_m))
+    out = residual if residual is not None else x.new_empty((m, n_out))
+    if splits > 1:
+        tiles = grid[0] * grid[2]
+        m_pad = grid[2] * block_m
+        n_pad = grid[0] * cfg.block_n
+        # partial columns: gate (or plain) tiles [0, n_pad), up tiles at [n_out, n_out + n_pad)
+        cols = n_out + n_pad if gated else n_pad
+        part = torch.empty((splits, m_pad, cols), dtype=torch.float32, device=x.device)
+        ss = torch.empty((splits, tiles * block_m), dtype=torch.float32, device=x.device)
+        ticket = _tickets(x.device, tiles)
+    else:
+        part = ss = ticket = out  # unused
+    pdl_on = pdl and pdl_supported(x.device)
+    _fused_linear_kernel[grid](
+        x, w, norm_weight if norm_weight is not None else w, out,
+        residual if residual is not None else out, part, ss, ticket,
+        m, n_out, k, k_per, splits, eps,
+        x.stride(0), w.stride(0), out.stride(0), out.stride(0),
+        part.stride(0) if splits > 1 else 0, part.stride(1) if splits > 1 else 0,
+        ss.stride(0) if splits > 1 else 0,
+        BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        NORM=norm_weight is not None,
+        EPILOGUE=EPI_GATED if gated else EPI_RESIDUAL if residual is not None else EPI_PLAIN,
+        PDL=pdl_on, num_warps=cfg.warps, num_stages=cfg.stages,
+        **({"launch_pdl": True} if pdl_on else {}),
+    )  # fmt: skip
+    return out
+
+
+def make_fused_linear_inputs(
+    m: int,
+    rows: int,
+    k: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seeded (x [M, K], w [rows, K] at the executor's weight scale, norm weight [K] around 1,
+    residual [M, rows])."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn((m, k), generator=gen)
+    w = torch.rand((rows, k), generator=gen) * 0.04 - 0.02
+    g = torch.rand(k, generator=gen) + 0.5
+    r = torch.randn((m, rows), generator=gen)
+    return tuple(t.to(device=device, dtype=dtype) for t in (x, w, g, r))  # type: ignore[return-value]
+
+
+#: candidate launches the tuner times per GEMM (splits x tiles; M <= 64 uses one m block)
+CANDIDATE_TILES = ((64, 128, 4, 4), (64, 128, 4, 3), (32, 128, 4, 4), (64, 64, 4, 4), (128, 64, 4, 4))
+CANDIDATE_SPLITS = (1, 2, 3, 4, 6, 8)
+
+
+def tune_fused_linear(
+    call: Callable[[FusedLinearConfig], Callable[[], object]],
+    device: torch.device,
+    splits: Sequence[int] = CANDIDATE_SPLITS,
+    tiles: Sequence[tuple[int, int, int, int]] = CANDIDATE_TILES,
+) -> tuple[FusedLinearConfig, list[dict[str, object]]]:
+    """Time `call(config)` (a function that runs the GEMM once, e.g. over rotating weight
+    copies) for every candidate as a CUDA-graph replay; returns the fastest config and rows of
+    {config, seconds} (or error, for a candidate that does not compile)."""
+    rows: list[dict[str, object]] = []
+    best, best_t = FusedLinearConfig(), float("inf")
+    for s in splits:
+        for bn, bk, warps, stages in tiles:
+            cfg = FusedLinearConfig(s, bn, bk, warps, stages)
+            try:
+                t = graph_time(call(cfg), device)
+            except Exception as e:  # a config that does not compile or fit is skipped
+                rows.append({"config": cfg.name, "error": repr(e)[:200]})
+                continue
+            rows.append({"config": cfg.name, "seconds": t})
+            if t < best_t:
+                best, best_t = cfg, t
+    return best, rows
