@@ -25,6 +25,7 @@ partials 2*S*M*W_rows*4 (L2). FLOPs: 2*M*K*W_rows.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -163,6 +164,29 @@ class FusedLinearConfig:
         return f"s{self.splits}/{self.block_n}x{self.block_k}/{self.warps}w{self.stages}s"
 
 
+@dataclass(frozen=True)
+class LayerGemmPlan:
+    """The fused_linear launches of one dense decoder layer (q|k|v with the attention norm, o
+    with the residual add, gate|up with the MLP norm and SwiGLU, down with the residual add),
+    and whether they (and the RoPE + K/V store between them) launch as programmatic dependent
+    launches."""
+
+    qkv: FusedLinearConfig = FusedLinearConfig()
+    o: FusedLinearConfig = FusedLinearConfig()
+    gate_up: FusedLinearConfig = FusedLinearConfig()
+    down: FusedLinearConfig = FusedLinearConfig()
+    pdl: bool = True
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "qkv": self.qkv.name,
+            "o": self.o.name,
+            "gate_up": self.gate_up.name,
+            "down": self.down.name,
+            "pdl": self.pdl,
+        }
+
+
 _TICKETS: dict[torch.device, torch.Tensor] = {}
 
 
@@ -222,8 +246,10 @@ def fused_linear(
     - N_out = W_rows: rmsnorm(x) * norm_weight (when given) @ w^T;
     - gated: w = [gate; up] (W_rows = 2F), returns silu(x @ gate^T) * (x @ up^T): [M, F];
     - residual [M, N_out] contiguous: residual += result in place, and returns residual.
-    pdl: launch as a programmatic dependent launch where the device supports it."""
-    if not (x.is_cuda if use_triton is None else use_triton):
+    pdl: launch as a programmatic dependent launch where the device supports it. The kernel
+    runs on CUDA tensors and under the Triton interpreter; elsewhere the torch reference."""
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    if not ((x.is_cuda or interpreted) if use_triton is None else use_triton):
         return reference_fused_linear(x, w, norm_weight, residual, gated, eps)
     cfg = config or FusedLinearConfig()
     if x.dim() != 2 or x.stride(1) != 1:
