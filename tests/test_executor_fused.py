@@ -86,7 +86,10 @@ def test_gpu_fused_forward_in_a_graph_equals_unfused(pdl: bool) -> None:
     plan.set_mask(mask)
     want, _ = m.forward(tok, pos, cache, c, mask, plan=plan)
     m.fused = LayerGemmPlan(
-        FusedLinearConfig(4), FusedLinearConfig(3, 32), FusedLinearConfig(2), FusedLinearConfig(8),
+        FusedLinearConfig(4, evict_first=pdl),
+        FusedLinearConfig(3, 32, prefetch_k=4096 if pdl else 0),  # o: prefetched during attention
+        FusedLinearConfig(2, prefetch_k=256 if pdl else 0),
+        FusedLinearConfig(8),
         pdl=pdl,
     )
     out = torch.zeros_like(want)

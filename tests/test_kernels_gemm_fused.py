@@ -26,7 +26,7 @@ MODES = ("plain", "norm", "residual", "gated", "norm+gated")
 CONFIGS = (
     FusedLinearConfig(1, 32, 32, 4, 2),
     FusedLinearConfig(3, 32, 32, 4, 2),  # K 200 in 3 splits of 96: the last split is partial
-    FusedLinearConfig(2, 16, 64, 4, 2),
+    FusedLinearConfig(2, 16, 64, 4, 2, prefetch_k=64, evict_first=True),  # no prefetch off-GPU
 )
 
 
@@ -95,7 +95,13 @@ def test_rejects_malformed_inputs() -> None:
 @pytest.mark.parametrize("pdl", [False, True])
 def test_gpu_bf16_fused_linear(mode: str, pdl: bool) -> None:
     """bf16 at a real layer's K, split and unsplit, with and without programmatic launch."""
-    for cfg in (FusedLinearConfig(1), FusedLinearConfig(4), FusedLinearConfig(3, 32, 128, 4, 3)):
+    for cfg in (
+        FusedLinearConfig(1),
+        FusedLinearConfig(4),
+        FusedLinearConfig(3, 32, 128, 4, 3),
+        FusedLinearConfig(2, 64, 128, 4, 3, prefetch_k=4096, evict_first=True),  # whole slice
+        FusedLinearConfig(1, 64, 64, 4, 4, prefetch_k=512),
+    ):
         x, w, g, r = make_fused_linear_inputs(64, 1024, 4096, torch.bfloat16, "cuda", seed=5)
         norm = g if "norm" in mode else None
         gated = "gated" in mode

@@ -63,27 +63,55 @@ def _fused_epilogue(
 
 
 @triton.jit
+def _prefetch_rows(
+    W, offs_n, N_OUT, K, k0, k_per_split, prefetch_k, stride_wn, GATED: tl.constexpr
+):  # fmt: skip
+    """prefetch.global.L2 of one 128-byte line (64 bf16) per element: rows offs_n (and the up
+    rows N_OUT below when GATED), columns [k0, k0 + min(prefetch_k, k_per_split)) clamped to K.
+    A prefetch writes nothing, so clamped duplicates are harmless."""
+    rows = tl.minimum(offs_n, N_OUT - 1).to(tl.int64)[:, None] * stride_wn
+    hi = tl.minimum(k0 + tl.minimum(prefetch_k, k_per_split), K) - 1
+    for j in range(0, tl.cdiv(tl.minimum(prefetch_k, k_per_split), 64), 16):  # 16 lines a row
+        col = tl.minimum(k0 + (j + tl.arange(0, 16)) * 64, hi)
+        tl.inline_asm_elementwise(
+            "prefetch.global.L2 [$1]; // $0", "=r,l", [W + rows + col[None, :]],
+            dtype=tl.int32, is_pure=False, pack=1,
+        )  # fmt: skip
+        if GATED:
+            tl.inline_asm_elementwise(
+                "prefetch.global.L2 [$1]; // $0", "=r,l",
+                [W + N_OUT * stride_wn + rows + col[None, :]], dtype=tl.int32, is_pure=False,
+                pack=1,
+            )  # fmt: skip
+
+
+@triton.jit
 def _fused_linear_kernel(
     X, W, NORM_W, OUT, RES, PART, SS, TICKET,
-    M, N_OUT, K, k_per_split, num_splits, eps,
+    M, N_OUT, K, k_per_split, num_splits, prefetch_k, eps,
     stride_xm, stride_wn, stride_om, stride_rm, stride_ps, stride_pm, stride_ss,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    NORM: tl.constexpr, EPILOGUE: tl.constexpr, PDL: tl.constexpr,
+    NORM: tl.constexpr, EPILOGUE: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+    EVICT: tl.constexpr,
 ):  # fmt: skip
     """Program (n tile, split, m block): acc over its K range of x[m, :] @ W[n, :]^T (and of the
     up rows n + N_OUT when EPILOGUE is gated); with splits, the last arriving program of the
-    tile sums the partials and runs the epilogue."""
+    tile sums the partials and runs the epilogue. PREFETCH: before waiting for the previous
+    kernel, pull the first `prefetch_k` columns of this program's weight rows into L2."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     pid_m = tl.program_id(2)
-    if PDL:  # the next launch may start now; wait for the previous kernel's writes
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     n_ok = offs_n < N_OUT
     k0 = pid_s * k_per_split
+    if PDL:  # the next launch may start now
+        tl.extra.cuda.gdc_launch_dependents()
+    if PREFETCH:  # weights depend on no kernel: stream them into L2 while the previous one runs
+        _prefetch_rows(W, offs_n, N_OUT, K, k0, k_per_split, prefetch_k, stride_wn, EPILOGUE == 2)
+    if PDL:  # wait for the previous kernel's writes before touching x, out or the counters
+        tl.extra.cuda.gdc_wait()
     acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -101,14 +129,16 @@ def _fused_linear_kernel(
             ss += tl.sum(xf * xf, axis=1)
             g = tl.load(NORM_W + k, mask=k_ok, other=0.0).to(tl.float32)
             x = (xf * g[None, :]).to(W.dtype.element_ty)
-        wa = tl.load(w_rows + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        wa = tl.load(
+            w_rows + k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0,
+            eviction_policy="evict_first" if EVICT else "",
+        )  # fmt: skip
         acc_a = tl.dot(x, tl.trans(wa), acc_a)
         if EPILOGUE == 2:  # the up rows sit N_OUT rows below the gate rows
             wb = tl.load(
-                w_rows + N_OUT * stride_wn + k[None, :],
-                mask=n_ok[:, None] & k_ok[None, :],
-                other=0.0,
-            )
+                w_rows + N_OUT * stride_wn + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                other=0.0, eviction_policy="evict_first" if EVICT else "",
+            )  # fmt: skip
             acc_b = tl.dot(x, tl.trans(wb), acc_b)
     if num_splits == 1:
         _fused_epilogue(
@@ -158,10 +188,17 @@ class FusedLinearConfig:
     block_k: int = 128
     warps: int = 4
     stages: int = 4
+    # with pdl on a GPU: K columns of each program's weight rows pulled into L2 before the
+    # wait for the previous kernel (0: none; >= K / splits: the program's whole slice)
+    prefetch_k: int = 0
+    evict_first: bool = False  # weight loads marked evict-first (streamed once)
 
     @property
     def name(self) -> str:
-        return f"s{self.splits}/{self.block_n}x{self.block_k}/{self.warps}w{self.stages}s"
+        extra = (f"/pf{self.prefetch_k}" if self.prefetch_k else "") + (
+            "/ef" if self.evict_first else ""
+        )
+        return f"s{self.splits}/{self.block_n}x{self.block_k}/{self.warps}w{self.stages}s{extra}"
 
 
 @dataclass(frozen=True)
@@ -284,17 +321,19 @@ def fused_linear(
     else:
         part = ss = ticket = out  # unused
     pdl_on = pdl and pdl_supported(x.device)
+    prefetch = pdl_on and cfg.prefetch_k > 0  # inline PTX: a GPU only, never the interpreter
     _fused_linear_kernel[grid](
         x, w, norm_weight if norm_weight is not None else w, out,
         residual if residual is not None else out, part, ss, ticket,
-        m, n_out, k, k_per, splits, eps,
+        m, n_out, k, k_per, splits, cfg.prefetch_k, eps,
         x.stride(0), w.stride(0), out.stride(0), out.stride(0),
         part.stride(0) if splits > 1 else 0, part.stride(1) if splits > 1 else 0,
         ss.stride(0) if splits > 1 else 0,
         BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         NORM=norm_weight is not None,
         EPILOGUE=EPI_GATED if gated else EPI_RESIDUAL if residual is not None else EPI_PLAIN,
-        PDL=pdl_on, num_warps=cfg.warps, num_stages=cfg.stages,
+        PDL=pdl_on, PREFETCH=prefetch, EVICT=cfg.evict_first,
+        num_warps=cfg.warps, num_stages=cfg.stages,
         **({"launch_pdl": True} if pdl_on else {}),
     )  # fmt: skip
     return out
