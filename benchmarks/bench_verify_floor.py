@@ -15,7 +15,8 @@ Variants (all on the same Decoder; only `Decoder.fused` and the GEMM plan differ
 - base: layer_forward + add_rmsnorm, GEMMs by the split-K / cuBLAS plan autotuned at M = N
   (what bench_executor's floor check runs);
 - fused: fused_layer_forward with fused_linear configs tuned here at M = N, no PDL;
-- fused+pdl: the same with programmatic dependent launches (Hopper+).
+- fused+pdl: the same with programmatic dependent launches (Hopper+);
+- pf-o, pf-all: fused+pdl with weight rows pulled into L2 before each PDL wait (layer_variants).
 Per-op breakdown: each op of a layer timed alone as a CUDA graph over all layers' weights
 (so the weights stream from HBM), per layer; the step minus the sum of its parts is what
 the kernel boundaries cost.
@@ -33,6 +34,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -42,7 +44,12 @@ from spectune.executor.model import Decoder, _attend, floor_bytes
 from spectune.executor.session import weight_shapes
 from spectune.kernels.elementwise import add_rmsnorm
 from spectune.kernels.gemm import autotune, linear, linear_gated, set_plan
-from spectune.kernels.gemm_fused import FusedLinearConfig, LayerGemmPlan, fused_linear, tune_fused_linear
+from spectune.kernels.gemm_fused import (
+    FusedLinearConfig,
+    LayerGemmPlan,
+    fused_linear,
+    tune_fused_linear,
+)
 from spectune.kernels.timing import PhaseTimer, graph_time
 from spectune.kernels.tree_attention import pdl_supported
 from spectune.kernels.tree_attention_plan import TreeAttentionPlan, tune_tree_attention
@@ -123,6 +130,34 @@ def tune_layer_gemms(
     return LayerGemmPlan(pdl=pdl, **chosen), rows
 
 
+def layer_variants(
+    tuned: LayerGemmPlan, spec: ModelSpec, pdl: bool
+) -> dict[str, LayerGemmPlan | None]:
+    """The variants timed: base (None: the unfused path), fused without PDL, and where PDL is
+    supported fused+pdl and two L2-prefetch forms: pf-o (the o projection pulls its whole
+    weight slice into L2 while attention runs; every GEMM streams evict-first) and pf-all
+    (as pf-o, and the other three GEMMs pull their first two K blocks while the kernel before
+    them drains)."""
+    q, o, gu, dn = tuned.qkv, tuned.o, tuned.gate_up, tuned.down
+    out: dict[str, LayerGemmPlan | None] = {
+        "base": None,
+        "fused": LayerGemmPlan(q, o, gu, dn, pdl=False),
+    }
+    if not pdl:
+        return out
+    out["fused+pdl"] = LayerGemmPlan(q, o, gu, dn, pdl=True)
+    ef = {"evict_first": True}
+    o_all = replace(o, prefetch_k=spec.heads * spec.head_dim, **ef)
+    out["pf-o"] = LayerGemmPlan(replace(q, **ef), o_all, replace(gu, **ef), replace(dn, **ef))
+    out["pf-all"] = LayerGemmPlan(
+        replace(q, prefetch_k=2 * q.block_k, **ef),
+        o_all,
+        replace(gu, prefetch_k=2 * gu.block_k, **ef),
+        replace(dn, prefetch_k=2 * dn.block_k, **ef),
+    )
+    return out
+
+
 # ---- the verify step -------------------------------------------------------------------------------
 class VerifyStep:
     """One verify forward (B = 1, N tokens, context C) + LM head + argmax, replayable."""
@@ -133,9 +168,7 @@ class VerifyStep:
         self.tok = torch.randint(0, model.spec.vocab, (1, tokens), device=device)
         self.pos = context + torch.arange(tokens, device=device).expand(1, tokens)
         self.mask = torch.ones((tokens, tokens), dtype=torch.bool, device=device).tril()[None]
-        self.plan = TreeAttentionPlan(
-            1, tokens, context, self.cache.capacity, model.heads, device
-        )
+        self.plan = TreeAttentionPlan(1, tokens, context, self.cache.capacity, model.heads, device)
         self.plan.set_mask(self.mask)
         self.out = torch.zeros((1, tokens), dtype=torch.int64, device=device)
         self.hidden = torch.zeros((1, tokens, model.spec.hidden), dtype=model.dtype, device=device)
@@ -221,9 +254,13 @@ def op_breakdown(
                 attn, layers[i].wo, residual=res, config=gemm.o, pdl=pdl
             ),
             "gate_up+norm+silu": lambda i: fused_linear(
-                x, layers[i].w_gate_up, norm_weight=layers[i].norm_mlp, gated=True,
-                config=gemm.gate_up, pdl=pdl,
-            ),  # fmt: skip
+                x,
+                layers[i].w_gate_up,
+                norm_weight=layers[i].norm_mlp,
+                gated=True,
+                config=gemm.gate_up,
+                pdl=pdl,
+            ),
             "down+residual": lambda i: fused_linear(
                 act, layers[i].w_down, residual=res, config=gemm.down, pdl=pdl
             ),
@@ -242,9 +279,7 @@ def op_breakdown(
         device,
         10,
     )
-    out["per step: lm_head + argmax"] = graph_time(
-        lambda: m.lm_head(h).argmax(dim=-1), device, 10
-    )
+    out["per step: lm_head + argmax"] = graph_time(lambda: m.lm_head(h).argmax(dim=-1), device, 10)
     return out
 
 
@@ -274,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     dtype = torch.bfloat16 if cuda else torch.float32
     spec = load_model(args.model)
     gpu = torch.cuda.get_device_name(dev) if cuda else "cpu"
-    log(f"{gpu}; torch {torch.__version__}; model {spec.name}; B=1 N={args.tokens} C={args.context}")
+    log(
+        f"{gpu}; torch {torch.__version__}; model {spec.name}; B=1 N={args.tokens} C={args.context}"
+    )
 
     bw = copy_bandwidth(dev) if cuda else copy_bandwidth(dev, 1 << 24)
     fb = floor_bytes(spec, 1, args.context)
@@ -313,21 +350,28 @@ def main(argv: list[str] | None = None) -> int:
     doc["fused_rows"] = fused_rows
     log(f"fused plan {fused.to_dict()} ({time.time() - t0:.0f} s)")
 
-    variants: dict[str, LayerGemmPlan | None] = {"base": None}
-    variants["fused"] = LayerGemmPlan(fused.qkv, fused.o, fused.gate_up, fused.down, pdl=False)
-    if cuda and pdl_supported(dev):
-        variants["fused+pdl"] = fused
+    variants = layer_variants(fused, spec, cuda and pdl_supported(dev))
     replays: dict[str, Callable[[], None]] = {}
     graphs: list[object] = []
     outputs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    errors: dict[str, str] = {}
     for name, gp in variants.items():
         model.fused = gp
-        fn, g = replayable(step, dev)
-        fn()
+        try:
+            fn, g = replayable(step, dev)
+            fn()
+        except Exception as e:  # a variant that fails is reported, the others still run
+            errors[name] = repr(e)[:400]
+            log(f"variant {name} failed: {errors[name]}")
+            if cuda:
+                torch.cuda.synchronize()
+            continue
         outputs[name] = (step.hidden.float().clone(), step.out.clone())
         replays[name] = fn
         graphs.append(g)
     model.fused = None
+    doc["variant_plans"] = {k: (v.to_dict() if v else None) for k, v in variants.items()}
+    doc["variant_errors"] = errors
     ref_h, ref_tok = outputs["base"]
     agreement = {
         name: {
@@ -350,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     breakdown: dict[str, dict[str, float]] = {}
     if not args.no_breakdown:
         for name, gp in variants.items():
-            breakdown[name] = op_breakdown(step, name, gp or fused, dev)
+            if name in ("base", "fused", "fused+pdl") and name in outputs:
+                breakdown[name] = op_breakdown(step, name, gp or fused, dev)
         doc["breakdown_s"] = breakdown
     doc["wall_s"] = time.time() - t0
     write_json_atomic(out_dir / "verify_floor.json", doc)
@@ -363,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{GOAL_RATIO}x = {GOAL_RATIO * floor_s * 1e3:.3f} ms",
         f"{'variant':<10} {'step ms':>8} {'x floor':>8} {'vs base':>8} {'rounds ms':>28} {'rel err':>8} {'argmax=':>7}",
     ]
+    for name, err in errors.items():
+        lines.append(f"{name:<10} failed: {err[:120]}")
     for name, t in step_s.items():
         rr = " ".join(f"{x * 1e3:.3f}" for x in rounds[name])
         a = agreement[name]
@@ -376,11 +423,15 @@ def main(argv: list[str] | None = None) -> int:
         parts = per_layer * spec.layers + once
         lines.append(
             f"[{name}] ops alone, us per layer: "
-            + ", ".join(f"{k} {v * 1e6:.1f}" for k, v in ops.items() if not k.startswith("per step"))
+            + ", ".join(
+                f"{k} {v * 1e6:.1f}" for k, v in ops.items() if not k.startswith("per step")
+            )
         )
         lines.append(
             f"[{name}] per step: "
-            + ", ".join(f"{k[10:]} {v * 1e6:.1f} us" for k, v in ops.items() if k.startswith("per step"))
+            + ", ".join(
+                f"{k[10:]} {v * 1e6:.1f} us" for k, v in ops.items() if k.startswith("per step")
+            )
             + f"; sum of parts {parts * 1e3:.3f} ms vs step {step_s[name] * 1e3:.3f} ms "
             f"(boundaries {(step_s[name] - parts) * 1e3:+.3f} ms)"
         )

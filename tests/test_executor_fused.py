@@ -16,7 +16,10 @@ TARGET = ModelSpec(
     name="tiny", layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=96, vocab=300
 )
 PLANS = (
-    LayerGemmPlan(pdl=False, **dict.fromkeys(("qkv", "o", "gate_up", "down"), FusedLinearConfig(1, 32, 32, 4, 2))),
+    LayerGemmPlan(
+        pdl=False,
+        **dict.fromkeys(("qkv", "o", "gate_up", "down"), FusedLinearConfig(1, 32, 32, 4, 2)),
+    ),
     LayerGemmPlan(
         qkv=FusedLinearConfig(2, 32, 32, 4, 2),
         o=FusedLinearConfig(3, 16, 16, 4, 2),

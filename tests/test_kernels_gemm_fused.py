@@ -91,16 +91,16 @@ def test_rejects_malformed_inputs() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ["norm", "residual", "norm+gated"])
 @pytest.mark.parametrize("pdl", [False, True])
 def test_gpu_bf16_fused_linear(mode: str, pdl: bool) -> None:
-    """bf16 at a real layer's K, split and unsplit, with and without programmatic launch."""
+    """bf16 at a real layer's K, split and unsplit, with and without programmatic launch and
+    the L2 prefetch before the wait (the plain and gated-only modes differ from these only in
+    constexpr branches the interpreter tests cover)."""
     for cfg in (
         FusedLinearConfig(1),
         FusedLinearConfig(4),
-        FusedLinearConfig(3, 32, 128, 4, 3),
-        FusedLinearConfig(2, 64, 128, 4, 3, prefetch_k=4096, evict_first=True),  # whole slice
-        FusedLinearConfig(1, 64, 64, 4, 4, prefetch_k=512),
+        FusedLinearConfig(2, 64, 64, 4, 4, prefetch_k=4096, evict_first=True),  # whole slice
     ):
         x, w, g, r = make_fused_linear_inputs(64, 1024, 4096, torch.bfloat16, "cuda", seed=5)
         norm = g if "norm" in mode else None

@@ -50,10 +50,9 @@ def _fused_epilogue(
         acc_a = acc_a * rstd[:, None]
         acc_b = acc_b * rstd[:, None]
     ok = (offs_m[:, None] < M) & (offs_n[None, :] < N_OUT)
+    y = acc_a
     if EPILOGUE == 2:
         y = acc_a / (1.0 + tl.exp(-acc_a)) * acc_b
-    else:
-        y = acc_a
     if EPILOGUE == 1:
         r = tl.load(RES + offs_m[:, None] * stride_rm + offs_n[None, :], mask=ok, other=0.0)
         y = y + r.to(tl.float32)
@@ -358,7 +357,14 @@ def make_fused_linear_inputs(
 
 
 #: candidate launches the tuner times per GEMM (splits x tiles; M <= 64 uses one m block)
-CANDIDATE_TILES = ((64, 128, 4, 4), (64, 128, 4, 3), (32, 128, 4, 4), (64, 64, 4, 4), (128, 64, 4, 4))
+CANDIDATE_TILES = (
+    (64, 128, 4, 4),  # 128 KB of shared memory (bf16, M <= 64): one program per SM
+    (64, 128, 4, 3),
+    (32, 128, 4, 4),
+    (64, 64, 4, 4),  # 64 KB: three programs per SM
+    (128, 64, 4, 4),
+    (32, 64, 4, 6),
+)
 CANDIDATE_SPLITS = (1, 2, 3, 4, 6, 8)
 
 
