@@ -26,6 +26,7 @@ partials 2*S*M*W_rows*4 (L2). FLOPs: 2*M*K*W_rows.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -84,7 +85,7 @@ def _prefetch_rows(
             )  # fmt: skip
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])  # one compile serves every split count
 def _fused_linear_kernel(
     X, W, NORM_W, OUT, RES, PART, SS, TICKET,
     M, N_OUT, K, k_per_split, num_splits, prefetch_k, eps,
@@ -162,7 +163,8 @@ def _fused_linear_kernel(
             acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
             q = PART + offs_m[:, None] * stride_pm + offs_n[None, :]
-            for s in range(0, num_splits):  # fixed order: the sum is deterministic
+            # fixed order (a deterministic sum); pipelined, so the S tile loads overlap
+            for s in tl.range(0, num_splits, num_stages=3):
                 acc_a += tl.load(q + s * stride_ps, cache_modifier=".cg")
                 if EPILOGUE == 2:
                     acc_b += tl.load(q + s * stride_ps + N_OUT, cache_modifier=".cg")
@@ -356,14 +358,16 @@ def make_fused_linear_inputs(
     return tuple(t.to(device=device, dtype=dtype) for t in (x, w, g, r))  # type: ignore[return-value]
 
 
-#: candidate launches the tuner times per GEMM (splits x tiles; M <= 64 uses one m block)
+#: candidate launches the tuner times per GEMM, most likely first (M <= 64: one m block of
+#: 64 rows; each program re-reads its x rows from L2 per weight tile, 64 / BLOCK_N of the weight
+#: bytes, so wide tiles with more K splits spare L2 bandwidth). Shared memory in the comments:
+#: bf16, plain epilogue (the gated one holds two weight tiles per stage).
 CANDIDATE_TILES = (
-    (64, 128, 4, 4),  # 128 KB of shared memory (bf16, M <= 64): one program per SM
-    (64, 128, 4, 3),
-    (32, 128, 4, 4),
-    (64, 64, 4, 4),  # 64 KB: three programs per SM
-    (128, 64, 4, 4),
-    (32, 64, 4, 6),
+    (64, 128, 4, 4),  # 128 KB: one program per SM
+    (128, 64, 4, 4),  # 96 KB: two per SM
+    (64, 64, 4, 4),  # 64 KB: three per SM
+    (256, 64, 8, 3),  # 120 KB
+    (128, 128, 8, 3),  # 144 KB
 )
 CANDIDATE_SPLITS = (1, 2, 3, 4, 6, 8)
 
@@ -373,20 +377,26 @@ def tune_fused_linear(
     device: torch.device,
     splits: Sequence[int] = CANDIDATE_SPLITS,
     tiles: Sequence[tuple[int, int, int, int]] = CANDIDATE_TILES,
+    deadline_s: float | None = None,
 ) -> tuple[FusedLinearConfig, list[dict[str, object]]]:
     """Time `call(config)` (a function that runs the GEMM once, e.g. over rotating weight
-    copies) for every candidate as a CUDA-graph replay; returns the fastest config and rows of
-    {config, seconds} (or error, for a candidate that does not compile)."""
+    copies) for every candidate as a CUDA-graph replay, tile by tile (one compile each);
+    returns the fastest config and rows of {config, seconds} (or error, for a candidate that
+    does not compile). deadline_s: a time.monotonic() past which no new tile is started
+    (the first tile always runs)."""
     rows: list[dict[str, object]] = []
     best, best_t = FusedLinearConfig(), float("inf")
-    for s in splits:
-        for bn, bk, warps, stages in tiles:
+    for i, (bn, bk, warps, stages) in enumerate(tiles):
+        if i and deadline_s is not None and time.monotonic() > deadline_s:
+            rows.append({"config": f"{bn}x{bk}/{warps}w{stages}s", "error": "skipped: deadline"})
+            continue
+        for s in splits:
             cfg = FusedLinearConfig(s, bn, bk, warps, stages)
             try:
                 t = graph_time(call(cfg), device)
             except Exception as e:  # a config that does not compile or fit is skipped
                 rows.append({"config": cfg.name, "error": repr(e)[:200]})
-                continue
+                break  # the other split counts share the compile: they fail alike
             rows.append({"config": cfg.name, "seconds": t})
             if t < best_t:
                 best, best_t = cfg, t
