@@ -10,6 +10,7 @@ pytest.importorskip("triton")
 
 from spectune.kernels.gemm_fused import (  # noqa: E402
     FusedLinearConfig,
+    RopeStore,
     _tickets,
     fused_linear,
     make_fused_linear_inputs,
@@ -74,6 +75,51 @@ def test_norm_prologue_equals_add_rmsnorm_then_linear() -> None:
     torch.testing.assert_close(fused, two_step, atol=2e-4, rtol=2e-4)
 
 
+def _rope_case(
+    b: int, n: int, hq: int, hk: int, d: int, k: int, dtype: torch.dtype, device: str, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, RopeStore, RopeStore]:
+    """x [B*N, K], w [(hq + 2hk) * d, K], norm weight, and two RopeStores over equal caches."""
+    from spectune.kernels.rope import rope_tables
+
+    rows = (hq + 2 * hk) * d
+    x, w, g, _ = make_fused_linear_inputs(b * n, rows, k, dtype, device, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    pos = torch.randint(0, 40, (b * n,), generator=gen).to(device)
+    cos, sin = rope_tables(40, d, 10000.0, torch.device(device))
+    kv = torch.randn((2, b + 1, 20, hk, d), generator=gen).to(device=device, dtype=dtype)
+    stores = [RopeStore(pos, cos, sin, kv.clone(), 7, n, hq, hk) for _ in range(2)]
+    return x, w, g, stores[0], stores[1]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("norm", [False, True])
+def test_rope_epilogue_equals_rope_store(cfg: FusedLinearConfig, norm: bool) -> None:
+    """q|k|v GEMM with RoPE + K/V store in the epilogue == GEMM, then rope_store_ (reference):
+    the same q, the same cache (k rotated, v as is, at [lo, lo + N) of each sequence, nothing
+    else touched)."""
+    x, w, g, ref, got = _rope_case(2, 5, 4, 2, 32, 80, torch.float32, "cpu", seed=7)
+    gw = g if norm else None
+    want_q = reference_fused_linear(x, w, gw, rope=ref)
+    q = fused_linear(x, w, norm_weight=gw, config=cfg, rope=got, use_triton=True)
+    assert q.shape == (10, 4 * 32)
+    torch.testing.assert_close(q, want_q, atol=2e-4, rtol=2e-4)
+    torch.testing.assert_close(got.kv, ref.kv, atol=2e-4, rtol=2e-4)
+
+
+def test_rope_rejects_mismatched_shapes() -> None:
+    x, w, _, r, _ = _rope_case(1, 4, 4, 2, 32, 48, torch.float32, "cpu", seed=1)
+    with pytest.raises(ValueError, match="heads of D"):
+        fused_linear(x, w[:-32].contiguous(), rope=r, use_triton=True)
+    with pytest.raises(ValueError, match="rope.pos"):
+        fused_linear(
+            x, w, rope=RopeStore(r.pos[:3], r.cos, r.sin, r.kv, 0, 4, 4, 2), use_triton=True
+        )
+    with pytest.raises(ValueError, match="capacity"):
+        fused_linear(x, w, rope=RopeStore(r.pos, r.cos, r.sin, r.kv, 18, 4, 4, 2), use_triton=True)
+    with pytest.raises(ValueError, match="do not combine"):
+        fused_linear(x, w, rope=r, gated=True, use_triton=True)
+
+
 def test_rejects_malformed_inputs() -> None:
     x, w, g, r = make_fused_linear_inputs(4, 16, 32)
     with pytest.raises(ValueError, match="w must be"):
@@ -116,3 +162,16 @@ def test_gpu_bf16_fused_linear(mode: str, pdl: bool) -> None:
         assert err < 1e-2, (mode, cfg.name, err)
     torch.cuda.synchronize()
     assert int(_tickets(torch.device("cuda"), 1).abs().sum()) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pdl", [False, True])
+def test_gpu_bf16_rope_epilogue(pdl: bool) -> None:
+    """Llama-3.1-8B's head shape (32 q, 8 kv heads of 128) at K 4096, bf16, split and not."""
+    for cfg in (FusedLinearConfig(1), FusedLinearConfig(4, prefetch_k=256, evict_first=True)):
+        x, w, g, ref, got = _rope_case(1, 64, 32, 8, 128, 4096, torch.bfloat16, "cuda", seed=3)
+        want_q = reference_fused_linear(x, w, g, rope=ref).float()
+        q = fused_linear(x, w, norm_weight=g, config=cfg, rope=got, pdl=pdl).float()
+        assert float((q - want_q).norm() / want_q.norm()) < 1e-2, cfg.name
+        dk = (got.kv.float() - ref.kv.float()).norm() / ref.kv.float().norm()
+        assert float(dk) < 1e-2, cfg.name
