@@ -26,6 +26,13 @@ PLANS = (
         gate_up=FusedLinearConfig(2, 16, 32, 4, 2),
         down=FusedLinearConfig(4, 32, 16, 4, 2),
     ),
+    LayerGemmPlan(  # RoPE + K/V store in the q|k|v epilogue (head dim 16: tiles of 8)
+        qkv=FusedLinearConfig(3, 8, 16, 4, 2),
+        o=FusedLinearConfig(1, 16, 16, 4, 2),
+        gate_up=FusedLinearConfig(1, 16, 32, 4, 2),
+        down=FusedLinearConfig(2, 32, 16, 4, 2),
+        rope_in_qkv=True,
+    ),
 )
 
 
@@ -35,7 +42,7 @@ def _one_thread() -> None:
     torch.manual_seed(0)
 
 
-@pytest.mark.parametrize("plan", PLANS, ids=("unsplit", "split"))
+@pytest.mark.parametrize("plan", PLANS, ids=("unsplit", "split", "rope"))
 def test_fused_forward_equals_unfused(plan: LayerGemmPlan) -> None:
     """Same weights, cache and tokens: the fused layers give the unfused final hidden, the same
     captured residual streams, and write the same K/V into the cache."""
@@ -94,6 +101,7 @@ def test_gpu_fused_forward_in_a_graph_equals_unfused(pdl: bool) -> None:
         FusedLinearConfig(2, prefetch_k=256 if pdl else 0),
         FusedLinearConfig(8),
         pdl=pdl,
+        rope_in_qkv=pdl,
     )
     out = torch.zeros_like(want)
 

@@ -110,7 +110,7 @@ def test_rope_rejects_mismatched_shapes() -> None:
     x, w, _, r, _ = _rope_case(1, 4, 4, 2, 32, 48, torch.float32, "cpu", seed=1)
     with pytest.raises(ValueError, match="heads of D"):
         fused_linear(x, w[:-32].contiguous(), rope=r, use_triton=True)
-    with pytest.raises(ValueError, match="rope.pos"):
+    with pytest.raises(ValueError, match=r"rope\.pos"):
         fused_linear(
             x, w, rope=RopeStore(r.pos[:3], r.cos, r.sin, r.kv, 0, 4, 4, 2), use_triton=True
         )

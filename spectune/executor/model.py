@@ -27,7 +27,7 @@ import torch
 
 from spectune.kernels.elementwise import add_rmsnorm
 from spectune.kernels.gemm import linear, linear_gated
-from spectune.kernels.gemm_fused import LayerGemmPlan, fused_linear
+from spectune.kernels.gemm_fused import LayerGemmPlan, RopeStore, fused_linear
 from spectune.kernels.ragged_plan import RaggedBucket
 from spectune.kernels.rope import rope_store_, rope_tables
 from spectune.kernels.span_attention import span_attention
@@ -140,11 +140,15 @@ def _attend(
     rope: tuple[torch.Tensor, torch.Tensor],
     plan: AttentionPlan | None,
     pdl: bool = False,
+    stored: bool = False,
 ) -> torch.Tensor:
     """RoPE + K/V store of qkv: [B*N, (Hq+2Hk)*D], then attention of its q heads (arguments as
-    attention_block's) -> [B, N, Hq, D]. pdl: the store as a programmatic dependent launch."""
+    attention_block's) -> [B, N, Hq, D]. pdl: the store as a programmatic dependent launch;
+    stored: qkv is the rotated q [B*N, Hq*D] alone, its K/V already in the cache."""
     hq, hk, d = spec.heads, spec.kv_heads, spec.head_dim
-    if isinstance(plan, RaggedBucket):
+    if stored:
+        pass
+    elif isinstance(plan, RaggedBucket):
         plan.store(qkv, hq, hk, pos.reshape(-1), rope, kv)
     else:
         rope_store_(qkv, hq, hk, pos.reshape(-1), *rope, kv, context + slot, pdl=pdl)
@@ -238,14 +242,19 @@ def fused_layer_forward(
     """One dense layer as four fused GEMMs (spectune.kernels.gemm_fused) around attention, on
     the residual stream residual: [B, N, hidden] (updated in place; the other arguments as
     layer_forward's). Launches: q|k|v with the attention RMSNorm in its prologue, RoPE + K/V
-    store, attention, o with residual += in its epilogue, gate|up with the MLP RMSNorm and
+    store (in the q|k|v epilogue when gemm.rope_in_qkv, except for ragged buckets), attention, o with residual += in its epilogue, gate|up with the MLP RMSNorm and
     silu * up, down with residual +=; no add+norm or SwiGLU kernel and no split-K reduce
     kernel in between. Equal to layer_forward + the caller's add_rmsnorm up to rounding."""
     b, n, hid = residual.shape
     r2 = residual.view(b * n, hid)
     pdl = gemm.pdl
-    qkv = fused_linear(r2, w.wqkv, norm_weight=w.norm_attn, config=gemm.qkv, pdl=pdl)
-    attn = _attend(qkv, b, n, spec, kv, pos, context, slot, span, mask, rope, plan, pdl)
+    store = None
+    if gemm.rope_in_qkv and not isinstance(plan, RaggedBucket):  # RoPE + K/V store fused too
+        hq, hk = spec.heads, spec.kv_heads
+        store = RopeStore(pos.reshape(-1), *rope, kv, context + slot, n, hq, hk)
+    qkv = fused_linear(r2, w.wqkv, norm_weight=w.norm_attn, config=gemm.qkv, pdl=pdl, rope=store)
+    args = (spec, kv, pos, context, slot, span, mask, rope, plan, pdl, store is not None)
+    attn = _attend(qkv, b, n, *args)
     fused_linear(attn.reshape(b * n, -1), w.wo, residual=r2, config=gemm.o, pdl=pdl)
     act = fused_linear(r2, w.w_gate_up, norm_weight=w.norm_mlp, gated=True,
                        config=gemm.gate_up, pdl=pdl)  # fmt: skip

@@ -272,6 +272,7 @@ class LayerGemmPlan:
     gate_up: FusedLinearConfig = FusedLinearConfig()
     down: FusedLinearConfig = FusedLinearConfig()
     pdl: bool = True
+    rope_in_qkv: bool = False  # RoPE + K/V store as the q|k|v epilogue (RopeStore)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -280,6 +281,7 @@ class LayerGemmPlan:
             "gate_up": self.gate_up.name,
             "down": self.down.name,
             "pdl": self.pdl,
+            "rope_in_qkv": self.rope_in_qkv,
         }
 
 
