@@ -45,10 +45,12 @@ from spectune.executor.session import weight_shapes
 from spectune.kernels.elementwise import add_rmsnorm
 from spectune.kernels.gemm import autotune, linear, linear_gated, set_plan
 from spectune.kernels.gemm_fused import (
-    FusedLinearConfig,
-    LayerGemmPlan,
     RopeStore,
     fused_linear,
+)
+from spectune.kernels.gemm_fused_config import (
+    FusedLinearConfig,
+    LayerGemmPlan,
     tune_fused_linear,
 )
 from spectune.kernels.rope import rope_tables

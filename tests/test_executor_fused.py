@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from spectune.executor.model import Decoder  # noqa: E402
-from spectune.kernels.gemm_fused import FusedLinearConfig, LayerGemmPlan  # noqa: E402
+from spectune.kernels.gemm_fused_config import FusedLinearConfig, LayerGemmPlan  # noqa: E402
 from spectune.specs import ModelSpec  # noqa: E402
 
 TARGET = ModelSpec(

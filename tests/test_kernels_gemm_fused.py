@@ -9,12 +9,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from spectune.kernels.gemm_fused import (  # noqa: E402
-    FusedLinearConfig,
     RopeStore,
     _tickets,
     fused_linear,
     make_fused_linear_inputs,
     reference_fused_linear,
+)
+from spectune.kernels.gemm_fused_config import (  # noqa: E402
+    FusedLinearConfig,
 )
 
 

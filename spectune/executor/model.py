@@ -27,7 +27,8 @@ import torch
 
 from spectune.kernels.elementwise import add_rmsnorm
 from spectune.kernels.gemm import linear, linear_gated
-from spectune.kernels.gemm_fused import LayerGemmPlan, RopeStore, fused_linear
+from spectune.kernels.gemm_fused import RopeStore, fused_linear
+from spectune.kernels.gemm_fused_config import LayerGemmPlan
 from spectune.kernels.ragged_plan import RaggedBucket
 from spectune.kernels.rope import rope_store_, rope_tables
 from spectune.kernels.span_attention import span_attention
