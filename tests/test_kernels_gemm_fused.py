@@ -163,7 +163,7 @@ def test_gpu_bf16_fused_linear(mode: str, pdl: bool) -> None:
         err = float((out - ref).norm() / ref.norm())
         assert err < 1e-2, (mode, cfg.name, err)
     torch.cuda.synchronize()
-    assert int(_tickets(torch.device("cuda"), 1).abs().sum()) == 0
+    assert int(_tickets(x.device, 1).abs().sum()) == 0
 
 
 @pytest.mark.gpu
