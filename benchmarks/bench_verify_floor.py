@@ -201,12 +201,14 @@ class VerifyStep:
         self.plan = TreeAttentionPlan(1, tokens, context, self.cache.capacity, model.heads, device)
         self.plan.set_mask(self.mask)
         self.out = torch.zeros((1, tokens), dtype=torch.int64, device=device)
-        self.hidden = torch.zeros((1, tokens, model.spec.hidden), dtype=model.dtype, device=device)
+        self.hidden = self.out  # the last call's final hidden [1, N, hidden]
 
     def __call__(self) -> None:
+        """Session.verify_time's step: forward, LM head, argmax into `out`. `hidden` keeps the
+        forward's output tensor (a graph's own buffer when captured, rewritten by replays)."""
         m = self.model
         h, _ = m.forward(self.tok, self.pos, self.cache, self.context, self.mask, plan=self.plan)
-        self.hidden.copy_(h)
+        self.hidden = h
         self.out.copy_(m.lm_head(h).argmax(dim=-1))
 
 

@@ -47,6 +47,9 @@ if [[ " $PARTS " == *" bench "* ]]; then
 fi
 
 echo "== ${STATUS[*]}" | tee -a "$LOG"
+if [[ -f "$OUT/tests.log" ]]; then
+    echo "== GPU tests: $(grep -E 'passed|failed|error' "$OUT/tests.log" | tail -1)"
+fi
 if [[ -f "$OUT/summary.txt" ]]; then
     echo "== summary"
     cat "$OUT/summary.txt"
