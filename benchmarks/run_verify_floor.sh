@@ -48,7 +48,7 @@ fi
 
 echo "== ${STATUS[*]}" | tee -a "$LOG"
 if [[ -f "$OUT/tests.log" ]]; then
-    echo "== GPU tests: $(grep -E 'passed|failed|error' "$OUT/tests.log" | tail -1)"
+    echo "== GPU tests: $(grep -E 'passed|failed|error|skipped|deselected' "$OUT/tests.log" | tail -1)"
 fi
 if [[ -f "$OUT/summary.txt" ]]; then
     echo "== summary"
