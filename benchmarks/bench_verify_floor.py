@@ -61,6 +61,7 @@ from spectune.specs import ModelSpec, load_model, write_json_atomic
 
 GOAL_RATIO = 1.25  # issue 18: verify B=1 N=64 ctx 4096 at <= 1.25x the HBM floor
 L2_SAFE_BYTES = 256 << 20  # weight copies rotated per tuning call, so L2 never holds them
+CPU_MAX_WEIGHT_BYTES = 1e9  # a CPU run (interpreter) is a check of the script, at small shapes
 QUICK_SPLITS = (1, 2, 4)
 QUICK_TILES = ((64, 128, 4, 4), (128, 64, 4, 4))
 
@@ -344,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     cuda = dev.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
     spec = load_model(args.model)
+    if not cuda and spec.weight_bytes() > CPU_MAX_WEIGHT_BYTES:
+        ap.error(
+            f"{spec.name} ({spec.weight_bytes() / 1e9:.1f} GB of weights) needs a CUDA GPU; on "
+            "CPU pass a small --model file to check the script itself"
+        )
     gpu = torch.cuda.get_device_name(dev) if cuda else "cpu"
     log(
         f"{gpu}; torch {torch.__version__}; model {spec.name}; B=1 N={args.tokens} C={args.context}"
