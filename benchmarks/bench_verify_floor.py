@@ -61,6 +61,7 @@ from spectune.specs import ModelSpec, load_model, write_json_atomic
 
 GOAL_RATIO = 1.25  # issue 18: verify B=1 N=64 ctx 4096 at <= 1.25x the HBM floor
 L2_SAFE_BYTES = 256 << 20  # weight copies rotated per tuning call, so L2 never holds them
+VARIANTS = ("base", "fused", "fused+pdl", "+rope", "pf-o", "pf-all", "pf-o+rope")
 CPU_MAX_WEIGHT_BYTES = 1e9  # a CPU run (interpreter) is a check of the script, at small shapes
 QUICK_SPLITS = (1, 2, 4)
 QUICK_TILES = ((64, 128, 4, 4), (128, 64, 4, 4))
@@ -332,12 +333,19 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds for tuning the fused GEMMs (compiles included), split over the GEMM roles",
     )  # fmt: skip
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument(
+        "--variants", default="",
+        help=f"comma-separated variants besides base (default: all of {', '.join(VARIANTS)})",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     for name in ("tokens", "context", "reps", "rounds", "tune_budget_s"):
         if not getattr(args, name) >= 1:  # also rejects NaN
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.tokens > 64:
         ap.error("--tokens must be <= 64 (one mask word per row)")
+    unknown = set(filter(None, args.variants.split(","))) - set(VARIANTS)
+    if unknown:
+        ap.error(f"--variants: unknown {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -396,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(out_dir / "verify_floor.json", doc)  # a checkpoint, should a limit cut in
 
     variants = layer_variants(tuned, spec, cuda and pdl_supported(dev))
+    if args.variants:
+        keep = {"base", *args.variants.split(",")}
+        variants = {k: v for k, v in variants.items() if k in keep}
     replays: dict[str, Callable[[], None]] = {}
     graphs: list[object] = []
     outputs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}

@@ -10,7 +10,8 @@
 # each under its own time limit; the bench writes verify_floor.json at each stage, so a cut run
 # still leaves what it measured). Knobs (environment):
 #     VF_PARTS    parts to run, default "tests bench"
-#     VF_ARGS     extra bench_verify_floor.py options (e.g. "--quick", "--no-breakdown")
+#     VF_ARGS     extra bench_verify_floor.py options (e.g. "--quick", "--no-breakdown",
+#                 "--variants fused+pdl,pf-o", "--tune-budget-s 60")
 #     VF_TESTS_S / VF_BENCH_S   per-part limits in seconds (130 / 340)
 # Writes under $OUT: run.log (everything printed), tests.log, verify_floor.json (all rows) and
 # summary.txt (the table printed last).
