@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer fused GEMM candidates")
     ap.add_argument("--no-breakdown", action="store_true", help="skip the per-op breakdown")
     ap.add_argument(
-        "--tune-budget-s", type=float, default=90.0,
+        "--tune-budget-s", type=float, default=75.0,
         help="seconds for tuning the fused GEMMs (compiles included), split over the GEMM roles",
     )  # fmt: skip
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
