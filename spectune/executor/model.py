@@ -4,7 +4,9 @@ Weights are random (latency does not depend on their values) and filled on the d
 8B target costs no host time or host memory. Per layer a forward is: fused q|k|v GEMM, RoPE
 fused with the K/V store into the cache, attention, output GEMM, add+RMSNorm, fused gate|up
 GEMM, silu*up, down GEMM, add+RMSNorm: nine kernels plus attention's few (spectune.kernels),
-which keeps a CUDA-graph replay near the weight-streaming floor.
+which keeps a CUDA-graph replay near the weight-streaming floor. With `Decoder.fused` set (a
+LayerGemmPlan), a dense layer is four GEMMs that carry the norms, residual adds and SwiGLU
+(fused_layer_forward; spectune.kernels.gemm_fused) plus RoPE + store and attention.
 
 Attention is planned by the caller: a verify passes a TreeAttentionPlan (B x N tree tokens) or a
 RaggedBucket (packed pruned trees) and each layer calls its `run`; without a plan (drafting,
@@ -25,6 +27,8 @@ import torch
 
 from spectune.kernels.elementwise import add_rmsnorm
 from spectune.kernels.gemm import linear, linear_gated
+from spectune.kernels.gemm_fused import RopeStore, fused_linear
+from spectune.kernels.gemm_fused_config import LayerGemmPlan
 from spectune.kernels.ragged_plan import RaggedBucket
 from spectune.kernels.rope import rope_store_, rope_tables
 from spectune.kernels.span_attention import span_attention
@@ -123,6 +127,46 @@ LayerArgs = tuple[
 ]  # fmt: skip
 
 
+def _attend(
+    qkv: torch.Tensor,
+    b: int,
+    n: int,
+    spec: ModelSpec,
+    kv: torch.Tensor,
+    pos: torch.Tensor,
+    context: int,
+    slot: int,
+    span: int,
+    mask: torch.Tensor | None,
+    rope: tuple[torch.Tensor, torch.Tensor],
+    plan: AttentionPlan | None,
+    pdl: bool = False,
+    stored: bool = False,
+) -> torch.Tensor:
+    """RoPE + K/V store of qkv: [B*N, (Hq+2Hk)*D], then attention of its q heads (arguments as
+    attention_block's) -> [B, N, Hq, D]. pdl: the store as a programmatic dependent launch;
+    stored: qkv is the rotated q [B*N, Hq*D] alone, its K/V already in the cache."""
+    hq, hk, d = spec.heads, spec.kv_heads, spec.head_dim
+    if stored:
+        pass
+    elif isinstance(plan, RaggedBucket):
+        plan.store(qkv, hq, hk, pos.reshape(-1), rope, kv)
+    else:
+        rope_store_(qkv, hq, hk, pos.reshape(-1), *rope, kv, context + slot, pdl=pdl)
+    q = qkv[:, : hq * d].view(b, n, hq, d)
+    if plan is not None:
+        return plan.run(q, kv)
+    assert mask is not None, "span attention needs the mask over the new keys"
+    return span_attention(
+        q,
+        kv[0, :, :context].transpose(1, 2),
+        kv[1, :, :context].transpose(1, 2),
+        kv[0, :, context : context + span].transpose(1, 2),
+        kv[1, :, context : context + span].transpose(1, 2),
+        mask,
+    )
+
+
 def attention_block(
     h: torch.Tensor,
     residual: torch.Tensor,
@@ -148,26 +192,9 @@ def attention_block(
     each token's K/V in its own sequence's slot.
     """
     b, n, _ = h.shape
-    hq, hk, d = spec.heads, spec.kv_heads, spec.head_dim
     qkv = linear(h.view(b * n, -1), w.wqkv)  # [B*N, (Hq+2Hk)*D]
-    if isinstance(plan, RaggedBucket):
-        plan.store(qkv, hq, hk, pos.reshape(-1), rope, kv)
-    else:
-        rope_store_(qkv, hq, hk, pos.reshape(-1), *rope, kv, context + slot)
-    q = qkv[:, : hq * d].view(b, n, hq, d)
-    if plan is not None:
-        attn = plan.run(q, kv)
-    else:
-        assert mask is not None, "span attention needs the mask over the new keys"
-        attn = span_attention(
-            q,
-            kv[0, :, :context].transpose(1, 2),
-            kv[1, :, :context].transpose(1, 2),
-            kv[0, :, context : context + span].transpose(1, 2),
-            kv[1, :, context : context + span].transpose(1, 2),
-            mask,
-        )
-    o = linear(attn.reshape(b * n, hq * d), w.wo).view(b, n, -1)
+    attn = _attend(qkv, b, n, spec, kv, pos, context, slot, span, mask, rope, plan)
+    o = linear(attn.reshape(b * n, -1), w.wo).view(b, n, -1)
     if w.reduce is not None:
         o = w.reduce(o)
     return add_rmsnorm(o, residual, w.norm_mlp)
@@ -197,6 +224,42 @@ def layer_forward(
     if w.reduce is not None:
         mlp = w.reduce(mlp)
     return mlp, residual
+
+
+def fused_layer_forward(
+    residual: torch.Tensor,
+    w: LayerWeights,
+    spec: ModelSpec,
+    kv: torch.Tensor,
+    pos: torch.Tensor,
+    context: int,
+    slot: int,
+    span: int,
+    mask: torch.Tensor | None,
+    rope: tuple[torch.Tensor, torch.Tensor],
+    plan: AttentionPlan | None,
+    gemm: LayerGemmPlan,
+) -> None:
+    """One dense layer as four fused GEMMs (spectune.kernels.gemm_fused) around attention, on
+    the residual stream residual: [B, N, hidden] (updated in place; the other arguments as
+    layer_forward's). Launches: q|k|v with the attention RMSNorm in its prologue, RoPE + K/V
+    store (in the q|k|v epilogue when gemm.rope_in_qkv, except for ragged buckets), attention, o with residual += in its epilogue, gate|up with the MLP RMSNorm and
+    silu * up, down with residual +=; no add+norm or SwiGLU kernel and no split-K reduce
+    kernel in between. Equal to layer_forward + the caller's add_rmsnorm up to rounding."""
+    b, n, hid = residual.shape
+    r2 = residual.view(b * n, hid)
+    pdl = gemm.pdl
+    store = None
+    if gemm.rope_in_qkv and not isinstance(plan, RaggedBucket):  # RoPE + K/V store fused too
+        hq, hk = spec.heads, spec.kv_heads
+        store = RopeStore(pos.reshape(-1), *rope, kv, context + slot, n, hq, hk)
+    qkv = fused_linear(r2, w.wqkv, norm_weight=w.norm_attn, config=gemm.qkv, pdl=pdl, rope=store)
+    args = (spec, kv, pos, context, slot, span, mask, rope, plan, pdl, store is not None)
+    attn = _attend(qkv, b, n, *args)
+    fused_linear(attn.reshape(b * n, -1), w.wo, residual=r2, config=gemm.o, pdl=pdl)
+    act = fused_linear(r2, w.w_gate_up, norm_weight=w.norm_mlp, gated=True,
+                       config=gemm.gate_up, pdl=pdl)  # fmt: skip
+    fused_linear(act, w.w_down, residual=r2, config=gemm.down, pdl=pdl)
 
 
 class Decoder:
@@ -234,6 +297,9 @@ class Decoder:
             else _fill((spec.vocab, spec.hidden), self.device, dtype, gen)
         )
         self.rope = rope_tables(max_pos, spec.head_dim, ROPE_THETA, self.device)
+        # set to run each layer as fused_layer_forward (dense layers on one GPU); None: the
+        # unfused kernels (layer_forward + add_rmsnorm)
+        self.fused: LayerGemmPlan | None = None
 
     def new_cache(self, max_batch: int, capacity: int) -> KVCache:
         return KVCache(self.shard, max_batch, capacity, self.device, self.dtype)
@@ -302,8 +368,17 @@ class Decoder:
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Every layer over tokens [B', N'] (cache rows 0..rows-1) -> (hidden, captured)."""
         residual = torch.nn.functional.embedding(tokens, self.embed)  # fresh tensor: the stream
-        x = add_rmsnorm(residual, None, self.layers[0].norm_attn)
         captured: dict[int, torch.Tensor] = {}
+        fused = self._fused_plan()
+        if fused is not None:
+            for i, w in enumerate(self.layers):
+                args = (self.shard, cache.layer(i, rows), pos, context, slot, span, mask, self.rope)
+                fused_layer_forward(residual, w, *args, plan, fused)
+                if i in capture:
+                    captured[i] = residual.clone()
+            x = add_rmsnorm(residual, None, self.norm_final)
+            return x, [captured[i] for i in capture]
+        x = add_rmsnorm(residual, None, self.layers[0].norm_attn)
         for i, w in enumerate(self.layers):
             nxt = self.layers[i + 1].norm_attn if i + 1 < len(self.layers) else self.norm_final
             args = (self.shard, cache.layer(i, rows), pos, context, slot, span, mask, self.rope)
@@ -311,6 +386,13 @@ class Decoder:
             if i in capture:
                 captured[i] = residual.clone()
         return x, [captured[i] for i in capture]
+
+    def _fused_plan(self) -> LayerGemmPlan | None:
+        """The fused-layer plan where it applies: set, dense layers (a subclass that overrides
+        _layer keeps its own), and no tensor-parallel reduction between the GEMMs."""
+        if self.fused is None or type(self)._layer is not Decoder._layer:
+            return None
+        return self.fused if all(w.reduce is None for w in self.layers) else None
 
     def _layer(
         self,

@@ -6,7 +6,8 @@ per step, _reference), ragged_plan (tree attention over packed pruned trees, per
 span_attention (+ _reference: few queries over a prefix plus a masked key span, the drafter's
 attention), verify (greedy / stochastic tree walk; verify_rule: token-level recursive rejection,
 Traversal Verification, SpecTr on probability rows), sampling (fused argmax / Gumbel-max),
-kv_compact, fused_moe, gemm (split-K weight GEMMs and their per-shape plan), elementwise
+kv_compact, fused_moe, gemm (split-K weight GEMMs and their per-shape plan), gemm_fused
+(weight GEMMs carrying a layer's RMSNorm, residual add, SwiGLU or RoPE + K/V store), elementwise
 (add + RMSNorm, silu * up), rope (RoPE, fused with the K/V store), timing (CUDA-event timers).
 
 Tensor layouts are in spectune/kernels/layout.py; in short, per batch of B trees:
@@ -38,6 +39,16 @@ from spectune.kernels.gemm import (
     make_gemm_inputs,
     reference_linear,
     splitk_linear,
+)
+from spectune.kernels.gemm_fused import (
+    RopeStore,
+    fused_linear,
+    make_fused_linear_inputs,
+    reference_fused_linear,
+)
+from spectune.kernels.gemm_fused_config import (
+    FusedLinearConfig,
+    LayerGemmPlan,
 )
 from spectune.kernels.kv_compact import (
     CompactInputs,
@@ -83,11 +94,14 @@ from spectune.kernels.verify import (
 
 __all__ = [
     "CompactInputs",
+    "FusedLinearConfig",
     "GemmPlan",
     "HeadShape",
+    "LayerGemmPlan",
     "PackedTrees",
     "RaggedBucket",
     "RaggedTreePlan",
+    "RopeStore",
     "SpanAttentionInputs",
     "TreeAttentionConfig",
     "TreeAttentionInputs",
@@ -96,10 +110,12 @@ __all__ = [
     "VerifyResult",
     "add_rmsnorm",
     "compact_kv",
+    "fused_linear",
     "linear",
     "linear_gated",
     "make_compact_inputs",
     "make_elementwise_inputs",
+    "make_fused_linear_inputs",
     "make_gemm_inputs",
     "make_rope_inputs",
     "make_span_attention_inputs",
@@ -111,6 +127,7 @@ __all__ = [
     "random_trees",
     "reference_add_rmsnorm",
     "reference_compact_kv",
+    "reference_fused_linear",
     "reference_linear",
     "reference_rope_",
     "reference_sample_target",

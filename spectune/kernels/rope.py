@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from spectune.kernels.tree_attention import pdl_supported
+
 
 @triton.jit
 def _rope_kernel(x_ptr, pos_ptr, cos_ptr, sin_ptr, row_stride, HALF: tl.constexpr):
@@ -84,13 +86,17 @@ def rope_(
 @triton.jit
 def _rope_store_kernel(
     x_ptr, pos_ptr, dst_ptr, cos_ptr, sin_ptr, kv_ptr, row_stride, n_tok, lo, HQ, HK,
-    s_kv, s_b, s_pos, s_h, HALF: tl.constexpr, SCATTER: tl.constexpr,
+    s_kv, s_b, s_pos, s_h, HALF: tl.constexpr, SCATTER: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     """One (token, head) per program: RoPE on the q and k heads (q written back), k and v into
     the cache: token t of sequence t // n_tok at position lo + t % n_tok, or (SCATTER) at flat
-    slot dst[t] of a [B * cap] cache, none where dst[t] < 0 (a padding token)."""
+    slot dst[t] of a [B * cap] cache, none where dst[t] < 0 (a padding token). PDL: launched
+    early (programmatic dependent launch), it waits for the previous kernel before any access."""
     t = tl.program_id(0)
     h = tl.program_id(1)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     d = tl.arange(0, HALF)
     base = x_ptr + t * row_stride + h * 2 * HALF
     x1 = tl.load(base + d)
@@ -131,11 +137,13 @@ def rope_store_(
     kv: torch.Tensor,
     lo: int,
     use_triton: bool | None = None,
+    pdl: bool = False,
 ) -> None:
     """RoPE on the q heads of qkv: [B*N, (hq + 2*hk) * D] (in place) and on the k heads, whose
     rotated values go with the v heads into the cache kv: [2, B, cap, hk, D] at positions
     [lo, lo + N) of each sequence. One kernel instead of RoPE + two strided copies; bytes: read
-    qkv once, write q back and K/V into the cache."""
+    qkv once, write q back and K/V into the cache. pdl: a programmatic dependent launch where
+    the device supports it (spectune.kernels.tree_attention.pdl_supported)."""
     b = kv.shape[1]
     n = qkv.shape[0] // b
     d = kv.shape[-1]
@@ -145,10 +153,11 @@ def rope_store_(
         return
     if kv.stride(-1) != 1 or qkv.stride(-1) != 1:
         raise ValueError("rope_store_ needs a contiguous head dim")
+    pdl_on = pdl and pdl_supported(qkv.device)
     _rope_store_kernel[(qkv.shape[0], hq + 2 * hk)](
         qkv, pos, pos, cos, sin, kv, qkv.stride(0), n, lo, hq, hk,
         kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), HALF=cos.shape[1], SCATTER=False,
-        num_warps=1,
+        PDL=pdl_on, num_warps=1, **({"launch_pdl": True} if pdl_on else {}),
     )  # fmt: skip
 
 

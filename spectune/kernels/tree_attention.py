@@ -230,7 +230,9 @@ def _merge_splits_kernel(
         stamp = STAMPS + tl.program_id(0) * 8
         tl.store(stamp, tl.extra.cuda.globaltimer())
         tl.store(stamp + 7, tl.extra.cuda.smid().to(tl.int64))
-    if PDL:  # launched early (programmatic dependent launch): wait for the partials
+    if PDL:  # launched early (programmatic dependent launch): let a PDL successor (the fused
+        # o projection) launch and pull its weights into L2 now, then wait for the partials
+        tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
     if STAMP:
         tl.store(stamp + 1, tl.extra.cuda.globaltimer())
