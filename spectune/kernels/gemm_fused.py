@@ -403,7 +403,10 @@ def fused_linear(
         ss = torch.empty((splits, tiles * block_m), dtype=torch.float32, device=x.device)
         ticket = _tickets(x.device, tiles)
     else:
-        part = ss = ticket = out  # unused
+        # unused by an unsplit launch, but typed as the split path reads them: the split branch
+        # is a runtime branch, so Triton compiles its atomics on TICKET's element type (int32)
+        part = ss = torch.empty(1, dtype=torch.float32, device=x.device)
+        ticket = _tickets(x.device, 1)
     pdl_on = pdl and pdl_supported(x.device)
     prefetch = pdl_on and cfg.prefetch_k > 0  # inline PTX: a GPU only, never the interpreter
     if rope is not None:
