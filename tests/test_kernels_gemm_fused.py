@@ -88,7 +88,8 @@ def _rope_case(
     gen = torch.Generator().manual_seed(seed)
     pos = torch.randint(0, 40, (b * n,), generator=gen).to(device)
     cos, sin = rope_tables(40, d, 10000.0, torch.device(device))
-    kv = torch.randn((2, b + 1, 20, hk, d), generator=gen).to(device=device, dtype=dtype)
+    slots = 7 + n + 8  # the store writes [7, 7 + n) of each sequence; slots past it stay untouched
+    kv = torch.randn((2, b + 1, slots, hk, d), generator=gen).to(device=device, dtype=dtype)
     stores = [RopeStore(pos, cos, sin, kv.clone(), 7, n, hq, hk) for _ in range(2)]
     return x, w, g, stores[0], stores[1]
 
