@@ -54,7 +54,7 @@ from spectune.kernels.gemm_fused_config import (
     tune_fused_linear,
 )
 from spectune.kernels.rope import rope_tables
-from spectune.kernels.timing import PhaseTimer, graph_time
+from spectune.kernels.timing import PhaseTimer, capture_graph, graph_time
 from spectune.kernels.tree_attention import pdl_supported
 from spectune.kernels.tree_attention_plan import TreeAttentionPlan, tune_tree_attention
 from spectune.specs import ModelSpec, load_model, write_json_atomic
@@ -218,16 +218,7 @@ def replayable(fn: Callable[[], None], device: torch.device) -> tuple[Callable[[
     """fn as a CUDA-graph replay (after two warm-up calls) on CUDA, else fn itself."""
     if device.type != "cuda":
         return fn, None
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
+    g = capture_graph(fn)
     torch.cuda.synchronize()
     return g.replay, g
 

@@ -84,6 +84,16 @@ def graph_time(fn: Callable[[], object], device: torch.device, reps: int = 20) -
         timer = PhaseTimer(("g",), reps, device)
         timer.run([lambda: _discard(fn())])
         return timer.medians_s()["g"]
+    g = capture_graph(fn)
+    timer = PhaseTimer(("g",), reps, device)
+    timer.run([g.replay])
+    t = timer.medians_s()["g"]
+    del g
+    return t
+
+
+def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """fn captured in a CUDA graph, after two warm-up calls on a side stream (CUDA only)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -93,11 +103,7 @@ def graph_time(fn: Callable[[], object], device: torch.device, reps: int = 20) -
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
-    timer = PhaseTimer(("g",), reps, device)
-    timer.run([g.replay])
-    t = timer.medians_s()["g"]
-    del g
-    return t
+    return g
 
 
 def _discard(_: object) -> None:
