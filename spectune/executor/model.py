@@ -390,7 +390,7 @@ class Decoder:
     def _fused_plan(self) -> LayerGemmPlan | None:
         """The fused-layer plan where it applies: set, dense layers (a subclass that overrides
         _layer keeps its own), and no tensor-parallel reduction between the GEMMs."""
-        if self.fused is None or type(self)._layer is not Decoder._layer:
+        if type(self)._layer is not Decoder._layer or self.fused is None:
             return None
         return self.fused if all(w.reduce is None for w in self.layers) else None
 
