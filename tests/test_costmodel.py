@@ -174,11 +174,20 @@ class CostModelContract:
             assert cm.draft_time(4, 3, 4, 1000) == pytest.approx(float(cm.retrieval_time(4)))
             return
         fixed = cm.calibration.draft_step_s  # top-k / sort / pool bookkeeping of each step
+        # the selection reads each drafted row's logits: 4 rows in the first step, 4 x 4 later
+        row = float(cm.draft_select_time(1))
+        vocab_bytes = cm.drafter.lm_vocab * 2
+        assert row == pytest.approx(vocab_bytes / cm.calibration.draft_select_bytes_per_s)
         one = cm.draft_time(4, 1, 4, 1000)
         first = float(cm.draft_step_time(4, 1, 1000, from_target=True))
-        assert one == pytest.approx(first + fixed)
+        assert one == pytest.approx(first + fixed + 4 * row)
         five = cm.draft_time(4, 5, 4, 1000)
-        assert five == pytest.approx(float(one + 4 * (cm.draft_step_time(4, 4, 1000) + fixed)))
+        later = cm.draft_step_time(4, 4, 1000) + fixed + 16 * row
+        assert five == pytest.approx(float(one + 4 * later))
+        # wider steps select over more rows: the per-row cost grows with batch x top-k
+        wide = cm.draft_parts(64, 7, 10, 1000)["bookkeeping"]
+        narrow = cm.draft_parts(64, 7, 1, 1000)["bookkeeping"]
+        assert float(wide - narrow) == pytest.approx(64 * 6 * 9 * row)
         # a drafter step is cheaper than a target step of the same shape
         assert cm.draft_step_time(8, 4, 1000) < cm.verify_time(8, 4, 1000)
 

@@ -46,7 +46,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from spectune.planner.forward import CLASSES, BatchShape, ForwardPricer
-from spectune.planner.operators import F64, Rates
+from spectune.planner.operators import ACT_BYTES, F64, Rates
 from spectune.planner.step import StepBreakdown
 from spectune.specs.calibration import Calibration
 from spectune.specs.engine import NO_OVERHEADS, EngineOverheads
@@ -279,14 +279,28 @@ class CostModel:
         # each of the d steps also selects its top-k children, sorts the k*k candidates into
         # the next frontier and records them in the pool: a chain of small latency-bound
         # kernels, a fixed cost per step (Calibration.draft_step_s); a static shape skips the
-        # frontier sort and pool rerank (Calibration.static_draft_step_s)
-        bookkeeping = d * self.calibration.draft_step_cost_s(builder)
+        # frontier sort and pool rerank (Calibration.static_draft_step_s). The selection also
+        # reads every drafted row's logits: B rows in the first step, B x topk in each later
+        # one (draft_select_time)
+        b = _arr("batch", batch)
+        rows = b + np.maximum(d - 1, 0) * b * k
+        bookkeeping = d * self.calibration.draft_step_cost_s(builder) + self.draft_select_time(rows)
         on = d > 0
         return {
             "first": np.where(on, first, 0.0),
             "later": np.where(on, np.maximum(d - 1, 0) * rest, 0.0),
             "bookkeeping": np.where(on, bookkeeping, 0.0),
         }
+
+    def draft_select_time(self, rows: ArrayLike) -> F64:
+        """Seconds the draft steps' selection spends reading `rows` rows of drafter logits:
+        top-k over each row's vocabulary and the candidate sort, rows x lm_vocab x 2 bytes (bf16
+        logits) at Calibration.draft_select_bytes_per_s. Zero without a model drafter."""
+        r = _arr("rows", rows)
+        if self._drafter is None:
+            return np.zeros_like(r)
+        vocab = float(self.drafter.lm_vocab)  # type: ignore[union-attr]
+        return _f64(r * vocab * ACT_BYTES / self.calibration.draft_select_bytes_per_s)
 
     def draft_time(
         self,
@@ -461,7 +475,8 @@ class CostModel:
         first = _total(pricer.forward(self._uniform(batch, 1, context), from_target=True))
         rest = _total(pricer.forward(self._uniform(batch, policy.topk, context)))
         fixed = policy.depth * self.calibration.draft_step_cost_s(policy.builder)
-        draft = first + (policy.depth - 1) * rest + fixed
+        select = self.draft_select_time(batch * (1 + (policy.depth - 1) * policy.topk))
+        draft = first + (policy.depth - 1) * rest + fixed + select
         return _f64(draft), self.intermediate_extend_time(batch, accepted, context)
 
     def _hierarchical(

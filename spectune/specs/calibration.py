@@ -191,6 +191,16 @@ class Calibration:
         "count and durations of one draft step in the H200 profile (measurements/h200/"
         "bench-log.txt)",
     )
+    draft_select_bytes_per_s: float = help_field(
+        1.7e11,
+        help="rate at which a draft step's selection consumes the drafter's bf16 logits, "
+        "bytes/s: the top-k over each drafted row's vocabulary (torch.topk's radix select, "
+        "several passes and a histogram per row) and the candidate sort, a cost per row of "
+        "B x top-k that the fixed draft_step_s cannot carry. Default: the H100 profile of the "
+        "drafting phase (benchmarks/results/probe_draft_h100: EAGLE-3 head, 32000-token draft "
+        "vocabulary, top-k/sort kernels 0.31-0.41 us per row over batch 8-64 and top-k 4-10, "
+        "i.e. 64 KB per 0.37 us); calibrate fits it from its speculative runs",
+    )
     static_draft_step_s: float | None = help_field(
         None,
         help="draft_step_s of the static (Sequoia) builder, s: its step keeps the per-row top-k "
@@ -293,6 +303,12 @@ class Calibration:
                 raise SpecError(
                     f"field {name!r} is a time in seconds, must be in [0, {MAX_FIXED_S:g}], got {v}"
                 )
+        sel = self.draft_select_bytes_per_s
+        if not (isinstance(sel, (int, float)) and 1e9 <= sel <= 1e14):
+            raise SpecError(
+                "field 'draft_select_bytes_per_s' is a rate in bytes/s, must be in [1e9, 1e14], "
+                f"got {sel}"
+            )
         for name in (
             "gemm_tile_m",
             "gemm_tile_n",

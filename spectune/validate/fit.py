@@ -48,6 +48,9 @@ PARAMS = (
     ("gemm_emax", 0.2, 1.0, 0.8),
     ("gemm_m0", 1.0, 4096.0, 256.0),
     ("draft_step_us", 0.0, 500.0, 40.0),
+    # Calibration.draft_select_bytes_per_s in GB/s: what the draft steps' top-k and candidate
+    # sort read per drafted row (logits bytes); up to an HBM3e stream, start at the H100 profile
+    ("draft_select_gb_s", 20.0, 5000.0, 170.0),
 )
 # fitted only when static-builder runs are measured (otherwise nothing constrains it)
 STATIC_PARAM = ("static_draft_step_us", 0.0, 500.0, 20.0)
@@ -88,6 +91,7 @@ def _calibration(
         elementwise_bw_efficiency=float(p["elementwise_bw_efficiency"]),
         launch_s=float(p["launch_us"]) * 1e-6,
         draft_step_s=float(p["draft_step_us"]) * 1e-6,
+        draft_select_bytes_per_s=float(p["draft_select_gb_s"]) * 1e9,
         gemm_tokens=tuple(float(g) for g in grid),
         gemm_flops_efficiency=tuple(float(e) for e in eff),
         graph_batch_sizes=GRAPH_SIZES,
