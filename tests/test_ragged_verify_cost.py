@@ -206,3 +206,27 @@ def test_fit_determines_the_ragged_tile_from_trees_across_a_tile() -> None:
     # no shared-budget rows: nothing to fit
     rows, meas = _rows(TWIN, 128, 0.0)
     assert _fit_ragged_tile(CAL, rows, meas, np.ones(len(rows)), 1e-4, _cm) == (CAL, None)
+
+
+def test_pruned_verify_runs_at_the_token_bucket() -> None:
+    """A pruned batch's packed verify runs at the next multiple of ragged_token_bucket tokens
+    (at most B x budget): at batch 1 a 17.2-token tree verifies as 32; at batch 32, 17.4
+    tokens each (557 in all) as 560; a dense tree is untouched."""
+    cm = _cm()
+    pruned = TreePolicy("dynamic-topk", 6, 8, 32, 0.05)
+    one = float(np.asarray(cm.iteration(pruned, 1, 4096, tokens=17.2).verify_s))
+    assert one == pytest.approx(float(cm.verify_time(1, 32, 4096)))
+    many = float(np.asarray(cm.iteration(pruned, 32, 4096, tokens=17.4).verify_s))
+    assert many == pytest.approx(float(cm.verify_time(32, 560 / 32, 4096)))
+    dense = TreePolicy("dynamic-topk", 6, 8, 32)
+    assert float(np.asarray(cm.iteration(dense, 1, 4096, tokens=17.2).verify_s)) == (
+        pytest.approx(float(cm.verify_time(1, 17.2, 4096)))
+    )
+    coarse = _cm(dataclasses.replace(CAL, ragged_token_bucket=64))
+    wide = float(np.asarray(coarse.iteration(pruned, 8, 4096, tokens=9.0).verify_s))
+    assert wide == pytest.approx(float(coarse.verify_time(8, 128 / 8, 4096)))
+
+
+def test_token_bucket_default_is_the_executors() -> None:
+    ragged_plan = pytest.importorskip("spectune.kernels.ragged_plan")
+    assert Calibration().ragged_token_bucket == ragged_plan.TOKEN_BUCKET

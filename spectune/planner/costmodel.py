@@ -46,7 +46,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from spectune.planner.forward import CLASSES, BatchShape, ForwardPricer
-from spectune.planner.operators import ACT_BYTES, F64, Rates
+from spectune.planner.operators import ACT_BYTES, F64, Rates, pad_up
 from spectune.planner.step import StepBreakdown
 from spectune.specs.calibration import Calibration
 from spectune.specs.engine import NO_OVERHEADS, EngineOverheads
@@ -516,12 +516,18 @@ class CostModel:
     ) -> F64:
         """The verify of `policy`'s trees: ragged_verify_time under a shared budget above batch
         1 (ECHO: spread `cv`, default SHARED_TREE_CV; a request holds at most the batch's whole
-        budget), else verify_time at the mean tree size. A pruned tree stays priced at its mean:
-        its requests hold at most the budget, whose dense shape the launch is planned and tuned
-        for, and its measured ragged verifies (measurements/h100, h200-replan) are priced within
-        +-5% so, while padding them to ragged_tile_m overprices the H200 ones (+8.6% at batch
-        32)."""
+        budget), else verify_time at the mean tree size. A pruned tree's attention stays priced
+        at its mean (its requests hold at most the budget, whose dense shape the launch is
+        planned and tuned for; padding them to ragged_tile_m overprices the H200 runs: +8.6% at
+        batch 32), but the packed batch runs at the next multiple of
+        Calibration.ragged_token_bucket tokens (at most B x budget): at batch 1 a 17-token tree
+        verifies as 32."""
         if not policy.shared_budget:
+            if policy.prune_threshold > 0:
+                bucket = float(self.calibration.ragged_token_bucket)
+                mean = np.asarray(n, dtype=np.float64)
+                total = np.minimum(pad_up(b * mean, bucket), b * policy.budget)
+                n = np.maximum(total / np.maximum(b, 1.0), mean)
             return self.verify_time(b, n, c)
         spread = SHARED_TREE_CV if cv is None else cv
         most = 1.0 + b * (policy.budget - 1)

@@ -156,6 +156,13 @@ class Calibration:
         "at batch x KV heads > 16; ECHO rows hold 4 x budget); fitted by spectune.validate.fit "
         "from a calibration's ragged runs",
     )
+    ragged_token_bucket: int = help_field(
+        16,
+        help="a pruned tree's packed verify runs at the next multiple of this many tokens "
+        "(the whole batch's kept tokens, padded with rows that read nothing; at most B x "
+        "budget): its weight GEMMs see the padded count. Default 16: spectune's executor "
+        "(kernels/ragged_plan.py TOKEN_BUCKET); at batch 1 a 17-token pruned tree runs as 32",
+    )
     graph_batch_sizes: tuple[int, ...] = help_field(
         SGLANG_GRAPH_BATCH_SIZES,
         help="CUDA-graph capture batch sizes, ascending; a batch is padded up to the next one "
@@ -314,6 +321,7 @@ class Calibration:
             "gemm_tile_n",
             "attention_tile_m",
             "ragged_tile_m",
+            "ragged_token_bucket",
             "weight_only_tile_m",
         ):
             if not 0 < getattr(self, name) <= 4096:
