@@ -297,8 +297,9 @@ def _draft_steps(
     docs: dict[str, Any], tp_of: dict[str, int], cals: dict[str, Any], lines: list[str]
 ) -> list[dict[str, Any]]:
     """The drafter steps the TP grid timed (forward + logits + top-k over B x W tokens, with
-    and without collectives) beside the cost model's drafter forward and its collectives (two
-    all-reduces per layer and the logits all-gather, plus their launches)."""
+    and without collectives) beside the cost model's drafter forward with the top-k over its
+    B x W rows (CostModel.draft_select_time) and its collectives (two all-reduces per layer and
+    the logits all-gather, plus their launches)."""
     from spectune.planner.costmodel import CostModel
     from spectune.specs import load_hardware, load_model
 
@@ -322,7 +323,8 @@ def _draft_steps(
         n_coll = 2 * drafter.layers + 1
         for r in doc["draft"]:
             parts = cm.draft_step_breakdown(r["batch"], r["tokens"], r["context"])
-            model = sum(float(v) for v in parts.values())
+            rows_ = r["batch"] * r["tokens"]
+            model = sum(float(v) for v in parts.values()) + float(cm.draft_select_time(rows_))
             m_coll = float(parts["comm"]) + n_coll * cm.rates.launch_s
             coll = r["seconds"] - r["seconds_nocomm"]
             rows.append({"file": name, "batch": r["batch"], "width": r["tokens"],
