@@ -384,8 +384,9 @@ def test_check_prices_pruned_runs_at_the_measured_tree_size(tmp_path: Path) -> N
     cm = CostModel(load_hardware("h200"), load_model(kw["target"]), load_model(kw["drafter"]))
     got = check_folder(tmp_path)
     verify = {r.what: r.predicted for r in got.verify}
+    # 8 x 17.5 = 140 kept tokens run as the next multiple of the token bucket (16): 144
     assert verify["verify B=8 p 6/10/32/p0.05 N=17.5"] == pytest.approx(
-        float(cm.verify_time(8, 17.5, 4096))
+        float(cm.verify_time(8, 144 / 8, 4096))
     )
     assert verify["verify B=8 d 6/10/32 N=32"] == pytest.approx(float(cm.verify_time(8, 32, 4096)))
     del doc["runs"][0]["verified_mean"]
@@ -393,8 +394,9 @@ def test_check_prices_pruned_runs_at_the_measured_tree_size(tmp_path: Path) -> N
     n = closed_form_objective(kw["target"], kw["drafter"], "h200", "mt-bench").tree_tokens(pol)
     assert 1 < n < 32
     rows = {r.what: r.predicted for r in check_folder(tmp_path).verify}
+    bucketed = -(-8 * n // 16) * 16 / 8  # the kept tokens' next multiple of 16, per request
     assert rows[f"verify B=8 p 6/10/32/p0.05 N={n:g}"] == pytest.approx(
-        float(cm.verify_time(8, n, 4096))
+        float(cm.verify_time(8, max(bucketed, n), 4096))
     )
 
 
