@@ -10,7 +10,7 @@ What is measured (all medians of CUDA-event timings after warm-up):
 - fixed per-step overhead: the replay of a one-kernel CUDA graph;
 - the verify grid: whole target forwards (CUDA graph) over batch x tree tokens x context;
 - short speculative-decoding runs, one policy per tree builder (SPEC_POLICIES: dynamic top-k
-  small and large, static, pruned, pruned + grafted, shared budget) at a few batches, phase by
+  small, large and wide (EAGLE's 7/10/60), static, pruned, pruned + grafted, shared budget) at a few batches, phase by
   phase (session.measure_runs), so the fit sees this GPU's draft-step, tree-building, prune
   and graft fixed costs (`spec_runs`).
 """
@@ -38,10 +38,14 @@ L2_SAFE_BYTES = 256 * 1024 * 1024  # rotate weight copies until this many bytes 
 # and shared-budget variants of 6/8/32 their own fixed costs). The shared budget's trees
 # straddle a 128-row attention tile (Llama-3.1-8B: 4 query heads per KV head x 32 tokens), so
 # its ragged verify against the dense 6/8/32 also fixes Calibration.ragged_tile_m (a 5/4/8
-# shared budget, every tree inside one tile, could not: measurements/h100's fit left it weak)
+# shared budget, every tree inside one tile, could not: measurements/h100's fit left it weak).
+# EAGLE's 7/10/60 selects over B x 10 rows per step: beside the top-k 4 and 8 runs it tells the
+# per-row selection cost (Calibration.draft_select_bytes_per_s) from the fixed cost per step
+# (runs reaching only B x topk = 256 left it weak, rel. s.e. 0.4)
 SPEC_POLICIES = (
     TreePolicy("dynamic-topk", 5, 4, 8),
     TreePolicy("dynamic-topk", 6, 8, 32),
+    TreePolicy("dynamic-topk", 7, 10, 60),
     TreePolicy("static", 5, 4, 8),
     TreePolicy("dynamic-topk", 6, 8, 32, 0.05),
     TreePolicy("dynamic-topk", 6, 8, 32, 0.05, 8),
