@@ -24,6 +24,8 @@ choice). rank 0 times the phases; the others run the same graphs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -293,14 +295,21 @@ class TPSession(Session):
         forward, logits and top-`width` per token, as a draft level runs them; the same shard
         compute without its collectives). Their difference is what the drafter's collectives
         (two all-reduces per layer, the logits all-gather) cost in place per draft step."""
+        return self._with_and_without_comm(
+            self.tp_drafter, lambda: self._draft_step_time(batch, width, context, reps)
+        )
+
+    def _with_and_without_comm(self, model: Any, time: Callable[[], float]) -> tuple[float, float]:
+        """(time() with `model`'s collectives, time() with them switched off), each after
+        seeding, so both see the same inputs; the collectives are back on afterwards."""
         torch.manual_seed(self.seed)
-        with_comm = self._draft_step_time(batch, width, context, reps)
-        self.tp_drafter.set_comm(False)
+        with_comm = time()
+        model.set_comm(False)
         try:
             torch.manual_seed(self.seed)
-            without = self._draft_step_time(batch, width, context, reps)
+            without = time()
         finally:
-            self.tp_drafter.set_comm(True)
+            model.set_comm(True)
         return with_comm, without
 
     def _draft_step_time(self, batch: int, width: int, context: int, reps: int) -> float:
@@ -346,12 +355,6 @@ class TPSession(Session):
     ) -> tuple[float, float]:
         """(seconds of a TP verify forward, seconds of the same shard compute without its
         collectives): their difference is what the collectives cost in place."""
-        torch.manual_seed(self.seed)
-        with_comm = self.verify_time(batch, tokens, context, reps)
-        self.target.set_comm(False)
-        try:
-            torch.manual_seed(self.seed)
-            without = self.verify_time(batch, tokens, context, reps)
-        finally:
-            self.target.set_comm(True)
-        return with_comm, without
+        return self._with_and_without_comm(
+            self.target, lambda: self.verify_time(batch, tokens, context, reps)
+        )

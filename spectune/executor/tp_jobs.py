@@ -7,6 +7,7 @@ the same calls in the same order (their collectives must pair up); rank 0 writes
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,32 +161,28 @@ def _grid(
     from spectune.executor.calibrate import RUN_SCHEMA
 
     assert job.target is not None and job.drafter is not None
-    grid = []
-    for c in job.contexts:
-        for b in job.batches:
-            for n in job.tokens:
-                t, t0 = session.verify_time_comm(b, n, c, job.reps)
-                grid.append(
-                    {"batch": b, "tokens": n, "context": c, "seconds": t, "seconds_nocomm": t0}
-                )
-                print(
-                    f"  verify tp{group.world} B={b:<3} N={n:<4} C={c:<5} {t * 1e3:8.3f} ms "
-                    f"(no collectives {t0 * 1e3:8.3f} ms)",
-                    flush=True,
-                )
-    draft = []
-    for c in job.contexts:
-        for b in job.batches:
-            for w in job.draft_widths:
-                t, t0 = session.draft_step_time_comm(b, w, c, job.reps)
-                draft.append(
-                    {"batch": b, "tokens": w, "context": c, "seconds": t, "seconds_nocomm": t0}
-                )
-                print(
-                    f"  draft step tp{group.world} B={b:<3} W={w:<4} C={c:<5} {t * 1e3:8.3f} ms "
-                    f"(no collectives {t0 * 1e3:8.3f} ms)",
-                    flush=True,
-                )
+
+    def timed_grid(label: str, key: str, widths: Sequence[int], time: Any) -> list[dict[str, Any]]:
+        """time(batch, width, context, reps) -> (with, without collectives) over the job's
+        contexts x batches x `widths`, as rows {batch, tokens, context, seconds,
+        seconds_nocomm}."""
+        rows = []
+        for c in job.contexts:
+            for b in job.batches:
+                for n in widths:
+                    t, t0 = time(b, n, c, job.reps)
+                    rows.append(
+                        {"batch": b, "tokens": n, "context": c, "seconds": t, "seconds_nocomm": t0}
+                    )
+                    print(
+                        f"  {label} tp{group.world} B={b:<3} {key}={n:<4} C={c:<5} {t * 1e3:8.3f} ms "
+                        f"(no collectives {t0 * 1e3:8.3f} ms)",
+                        flush=True,
+                    )
+        return rows
+
+    grid = timed_grid("verify", "N", job.tokens, session.verify_time_comm)
+    draft = timed_grid("draft step", "W", job.draft_widths, session.draft_step_time_comm)
     if group.rank == 0:
         doc = {
             "schema": RUN_SCHEMA,

@@ -64,6 +64,13 @@ at batch 8-64 on the mt-bench acceptance model: CV 0.15-0.24 for dynamic-topk 5/
 and 7/10/60). The objective and check pass the acceptance model's own spread instead."""
 
 
+def drafted_rows(batch: ArrayLike, depth: ArrayLike, topk: ArrayLike) -> F64:
+    """Rows of drafter logits a drafting phase selects over: `batch` in its first step,
+    batch x topk in each of the depth - 1 later ones (none without steps)."""
+    b, d = np.asarray(batch, dtype=np.float64), np.asarray(depth, dtype=np.float64)
+    return np.where(d > 0, b + np.maximum(d - 1, 0) * b * np.asarray(topk, dtype=np.float64), 0.0)
+
+
 def _arr(name: str, value: ArrayLike) -> F64:
     """A float64 array of non-negative finite values (SpecError naming the argument otherwise)."""
     try:
@@ -282,8 +289,7 @@ class CostModel:
         # frontier sort and pool rerank (Calibration.static_draft_step_s). The selection also
         # reads every drafted row's logits: B rows in the first step, B x topk in each later
         # one (draft_select_time)
-        b = _arr("batch", batch)
-        rows = b + np.maximum(d - 1, 0) * b * k
+        rows = drafted_rows(_arr("batch", batch), d, k)
         bookkeeping = d * self.calibration.draft_step_cost_s(builder) + self.draft_select_time(rows)
         on = d > 0
         return {
@@ -475,7 +481,7 @@ class CostModel:
         first = _total(pricer.forward(self._uniform(batch, 1, context), from_target=True))
         rest = _total(pricer.forward(self._uniform(batch, policy.topk, context)))
         fixed = policy.depth * self.calibration.draft_step_cost_s(policy.builder)
-        select = self.draft_select_time(batch * (1 + (policy.depth - 1) * policy.topk))
+        select = self.draft_select_time(drafted_rows(batch, policy.depth, policy.topk))
         draft = first + (policy.depth - 1) * rest + fixed + select
         return _f64(draft), self.intermediate_extend_time(batch, accepted, context)
 
