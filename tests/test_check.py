@@ -277,7 +277,7 @@ def test_fit_recovers_a_known_static_draft_step_cost() -> None:
     assert over["tree_build_s"] == pytest.approx(150e-6, rel=1e-6)
     assert "static_tree_build_s" not in _overheads(docs[:1])  # nothing measured: default stays
     run = _calibration_run(cm, (1, 64))
-    cal, report = fit_calibration(run, docs, max_nfev=40)
+    cal, report = fit_calibration(run, docs, max_nfev=100)
     assert cal.static_draft_step_s == pytest.approx(35e-6, rel=0.05)
     assert cal.draft_step_s == pytest.approx(80e-6, rel=0.05)
     assert report["mape_step_after"] < 0.01

@@ -230,3 +230,36 @@ def test_pruned_verify_runs_at_the_token_bucket() -> None:
 def test_token_bucket_default_is_the_executors() -> None:
     ragged_plan = pytest.importorskip("spectune.kernels.ragged_plan")
     assert Calibration().ragged_token_bucket == ragged_plan.TOKEN_BUCKET
+
+
+def test_dense_attention_tile_is_the_executors() -> None:
+    """operators.attention_row_tile picks the row tile that the executor's tree attention
+    launch (kernels/tree_attention_config.default_config) runs, over rows and group counts."""
+    torch = pytest.importorskip("torch")
+    cfg = pytest.importorskip("spectune.kernels.tree_attention_config")
+    from spectune.planner.operators import Rates, attention_row_tile
+
+    rates = Rates.resolve(load_hardware(HW), Calibration())
+    cuda = torch.device("cuda")  # only its type is read: the GPU configs, no GPU needed
+    for rows in (1, 4, 16, 17, 32, 33, 64, 65, 128, 192, 240, 256, 512):
+        for groups in (8, 16, 17, 512):
+            want = cfg.default_config(rows, cuda, groups).block_m
+            assert attention_row_tile(rates, rows, groups) == want, (rows, groups)
+
+
+def test_dense_verify_pays_its_padded_attention_rows() -> None:
+    """60 tree tokens x 4 query heads per KV head = 240 rows run as 256 at batch 64 (128-row
+    tiles): the attention costs the FLOPs of 64 tokens' rows, and shrinking the largest tile
+    to 16 removes that padding."""
+    cm = _cm()
+    fine = _cm(dataclasses.replace(CAL, attention_tile_max_m=16))
+    padded = cm.iteration(TreePolicy("dynamic-topk", 7, 10, 60), 64, 4096)
+    exact = fine.iteration(TreePolicy("dynamic-topk", 7, 10, 60), 64, 4096)
+    assert float(np.asarray(padded.verify_s)) > float(np.asarray(exact.verify_s))
+    # a tree whose rows fill the tiles (64 tokens: 256 rows) pays the same under both
+    full = TreePolicy("dynamic-topk", 7, 10, 64)
+    assert float(np.asarray(cm.iteration(full, 64, 4096).verify_s)) == pytest.approx(
+        float(np.asarray(fine.iteration(full, 64, 4096).verify_s))
+    )
+    with pytest.raises(SpecError, match="attention_tile_max_m"):
+        Calibration(attention_tile_m=32, attention_tile_max_m=16)

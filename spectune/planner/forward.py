@@ -23,6 +23,7 @@ from spectune.planner.operators import (
     Rates,
     allgather_time,
     allreduce_time,
+    attention_row_tile,
     attention_time,
     elementwise_time,
     gemm_time,
@@ -71,8 +72,12 @@ class BatchShape:
     new_cv: F64 | float = 0.0
     new_max: F64 | float = np.inf
     ragged_tile: float = 0.0
+    # A packed batch of pruned trees (kernels/ragged_plan.py): `new` is the mean kept tokens
+    # per request, whose attention rows are padded to the smallest tile only (see
+    # CostModel._tree_verify_time).
+    packed: bool = False
 
-    def rows_x_keys(self, rows_per_token: int, tile: int) -> F64:
+    def rows_x_keys(self, rows_per_token: int, tile: F64 | int) -> F64:
         """sum_i pad(rows_per_token * n_i, tile) * (c_i + n_i): query rows of one KV-head
         group, padded to the attention tile, times the keys they score. With a ragged_tile,
         the tile is the smaller of it and the padded rows of the largest request (new_max: a
@@ -226,7 +231,7 @@ class ForwardPricer:
         attn = attention_time(
             r,
             b.kv_tokens * 2 * kv_w * self.kvb,
-            4 * m.head_dim * self.kv_heads * b.rows_x_keys(group, r.attention_tile_m),
+            4 * m.head_dim * self.kv_heads * b.rows_x_keys(group, self._attention_tile(b, group)),
             2 * b.tokens * q_w * ACT_BYTES,
         )
         o = self._linear(tg, m.hidden, q_w)  # [T, q_w] x [q_w, hidden]
@@ -238,6 +243,18 @@ class ForwardPricer:
         if self.tp > 1:
             parts[COMM] = (allreduce_time(r, tg * m.hidden * ACT_BYTES, self.tp), 1)
         return parts
+
+    def _attention_tile(self, b: BatchShape, group: int) -> F64 | int:
+        """The row tile one GQA tree attention launch pads each (sequence, KV head) group's
+        G x n query rows to (operators.attention_row_tile; a ragged batch's launch is planned
+        for its largest sequence). A verify of unequal trees (b.ragged_tile) pads per request
+        inside BatchShape.rows_x_keys, from the smallest tile; a packed batch of pruned trees
+        pads its mean rows to the smallest tile."""
+        if b.ragged_tile or b.packed:
+            return self.r.attention_tile_m
+        if b.ragged:
+            return attention_row_tile(self.r, group * np.max(b.new), b.new.size * self.kv_heads)
+        return attention_row_tile(self.r, group * b.new, b.seqs * self.kv_heads)
 
     def _mla_layer(self, b: BatchShape) -> dict[str, tuple[F64, int]]:
         """Multi-head latent attention, weight-absorbed (decode/verify form, as SGLang runs it).

@@ -91,6 +91,7 @@ class Rates:
     gemm_tile_m: int
     gemm_tile_n: int
     attention_tile_m: int
+    attention_tile_max_m: int
     ragged_tile_m: int  # query-row tile of a ragged verify's attention (Calibration)
 
     @classmethod
@@ -140,6 +141,7 @@ class Rates:
             gemm_tile_m=cal.gemm_tile_m,
             gemm_tile_n=cal.gemm_tile_n,
             attention_tile_m=cal.attention_tile_m,
+            attention_tile_max_m=cal.attention_tile_max_m,
             ragged_tile_m=cal.ragged_tile_m,
         )
 
@@ -222,6 +224,23 @@ def pad_up(x: ArrayLike, tile: ArrayLike) -> F64:
     """Round up to a multiple of `tile` (tile quantization)."""
     t = np.asarray(tile, dtype=np.float64)
     return np.ceil(np.asarray(x, dtype=np.float64) / t) * t
+
+
+#: (sequence, KV head) groups up to which a tree attention launch caps its row tile at 64
+FEW_GROUPS = 16
+
+
+def attention_row_tile(r: Rates, rows_per_group: ArrayLike, groups: ArrayLike) -> F64:
+    """Query-row tile of one tree attention launch over `groups` (sequence, KV head) groups of
+    `rows_per_group` packed (token, head) rows each: the next power of two from
+    r.attention_tile_m up to r.attention_tile_max_m, at most 64 over FEW_GROUPS groups or
+    fewer (spectune's executor: kernels/tree_attention_config.py default_config, where few
+    groups prefer 64-row tiles that give the KV splits more programs)."""
+    rows = np.maximum(np.asarray(rows_per_group, dtype=np.float64), 1.0)
+    t = np.exp2(np.ceil(np.log2(rows)))
+    top = np.where(np.asarray(groups) <= FEW_GROUPS, min(64, r.attention_tile_max_m),
+                   r.attention_tile_max_m)  # fmt: skip
+    return np.clip(t, r.attention_tile_m, np.maximum(top, r.attention_tile_m))
 
 
 #: standard deviations past the mean up to which spread_padded_rows sums its tiles

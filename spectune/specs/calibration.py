@@ -143,8 +143,17 @@ class Calibration:
     )
     attention_tile_m: int = help_field(
         16,
-        help="query rows per KV-head group are padded to this (16: the mma.sync M that "
-        "tensor-core decode/tree attention kernels use)",
+        help="smallest query-row tile of a tree attention launch: the query rows per KV-head "
+        "group are padded to the next power of two from this up to attention_tile_max_m "
+        "(16: the mma.sync M that tensor-core decode/tree attention kernels use)",
+    )
+    attention_tile_max_m: int = help_field(
+        128,
+        help="largest query-row tile of a tree attention launch (rows beyond it are padded to "
+        "its multiples; launches over at most 16 (sequence, KV head) groups stop at 64). "
+        "Default 128: spectune's executor (kernels/tree_attention_config.py default_config: "
+        "16/32/64-row tiles up to 64 rows, then 128 x 128 tiles, 64 over few groups); "
+        "operators.attention_row_tile applies it",
     )
     ragged_tile_m: int = help_field(
         128,
@@ -320,12 +329,18 @@ class Calibration:
             "gemm_tile_m",
             "gemm_tile_n",
             "attention_tile_m",
+            "attention_tile_max_m",
             "ragged_tile_m",
             "ragged_token_bucket",
             "weight_only_tile_m",
         ):
             if not 0 < getattr(self, name) <= 4096:
                 raise SpecError(f"field {name!r} must be in 1..4096, got {getattr(self, name)}")
+        if self.attention_tile_max_m < self.attention_tile_m:
+            raise SpecError(
+                f"field 'attention_tile_max_m' ({self.attention_tile_max_m}) must be >= "
+                f"'attention_tile_m' ({self.attention_tile_m})"
+            )
         self._check_gemm_curve()
         for name in ("allreduce_law", "allgather_law"):
             check_link_law(getattr(self, name), name)
