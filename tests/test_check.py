@@ -302,48 +302,21 @@ def _scalar(x: object) -> float:
     return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])
 
 
-def test_fit_recovers_kernel_fixed_costs_and_the_slot_cost() -> None:
-    """A run with GEMM and attention micro-benchmarks and drafting phases of several top-k,
-    made under gemm_fixed_s 3 us, attention_fixed_s 10 us and draft_slot_s 12 us, is fitted
-    back to them from starts of 2 us; without those rows the three keep the base's values."""
-    from spectune.validate.fit import _calibration, fit_calibration, predict_row
+def test_fit_recovers_the_slot_cost() -> None:
+    """Drafting phases of several top-k made under draft_slot_s 12 us are fitted back to it
+    from a start of 2 us; without speculative runs it keeps the base's value."""
+    from spectune.validate.fit import _calibration, fit_calibration
 
     truth = _calibration([0.7, 0.5, 0.3, 0.4, 2.0, 0.75, 300.0, 60.0, 170.0], HW, Calibration())
     truth = dataclasses.replace(
-        truth,
-        tree_build_s=150e-6,
-        tree_build_per_node_s=0.05e-6,
-        gemm_fixed_s=3e-6,
-        attention_fixed_s=10e-6,
-        draft_slot_s=12e-6,
+        truth, tree_build_s=150e-6, tree_build_per_node_s=0.05e-6, draft_slot_s=12e-6
     )
     cm = _cm(truth)
-    run = _calibration_run(cm, (1, 64))
-    shapes = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
-              "down": (4096, 14336), "lm_head": (128256, 4096)}  # fmt: skip
-    run["gemm"] = [
-        {
-            "op": op,
-            "m": m,
-            "n": n,
-            "k": k,
-            "seconds": predict_row(cm, "gemm", {"m": m, "n": n, "k": k}),
-        }
-        for op, (n, k) in shapes.items()
-        for m in (1, 16, 64)
-    ]
-    run["attention_rows"] = [
-        {"batch": b, "tokens": t, "context": 4096,
-         "seconds": predict_row(cm, "attention", {"batch": b, "tokens": t, "context": 4096})}
-        for b in (1, 8, 64)
-        for t in (1, 64)
-    ]  # fmt: skip
-    cal, report = fit_calibration(run, [_phase_doc(cm, SHAPES)], max_nfev=60)
-    assert cal.gemm_fixed_s == pytest.approx(3e-6, rel=0.1)
-    assert cal.attention_fixed_s == pytest.approx(10e-6, rel=0.1)
+    cal, report = fit_calibration(_calibration_run(cm, (1, 64)), [_phase_doc(cm, SHAPES)],
+                                  max_nfev=60)  # fmt: skip
     assert cal.draft_slot_s == pytest.approx(12e-6, rel=0.15)
-    assert {"gemm_fixed_us", "attention_fixed_us"} <= set(report["identified"]["determined"])
-    base = Calibration(gemm_fixed_s=1e-6, attention_fixed_s=2e-6, draft_slot_s=4e-6)
+    assert "draft_slot_us" in report["params"]
+    base = Calibration(draft_slot_s=4e-6)
     bare, report = fit_calibration(_calibration_run(cm, (1, 64)), base=base, max_nfev=5)
-    assert (bare.gemm_fixed_s, bare.attention_fixed_s, bare.draft_slot_s) == (1e-6, 2e-6, 4e-6)
+    assert bare.draft_slot_s == 4e-6
     assert "draft_slot_us" not in report["params"]

@@ -216,8 +216,8 @@ class Calibration:
         "not widen (top-k over k rows, the k x k child sort, the drafter's attention over the "
         "earlier draft slots); draft_step_s alone prices a top-1 chain and a top-10 tree "
         "alike. Default 0 (calibrations fitted without it); calibrate fits it from speculative "
-        "runs of two top-k or more: 12 us on H100 SXM (benchmarks/results/tp_h100_rerun: "
-        "measurement-tp1.json's 5/4/8 and 3/1/4 at batch 1-64)",
+        "runs of two top-k or more: 11.9 us on H100 SXM, weak (benchmarks/results/"
+        "tp_h100_rerun: measurement-tp1.json's 5/4/8 and 3/1/4 at batch 1-64)",
     )
     static_draft_step_s: float | None = help_field(
         None,
