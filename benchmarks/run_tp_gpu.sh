@@ -18,9 +18,12 @@
 #   sweep   all-reduce / reduce-scatter+all-gather / all-gather / broadcast by message size on
 #           2 and 4 GPUs (graph-captured NCCL)                              -> $OUT/sweep.json
 #   one     in parallel on separate GPUs: the one-GPU micro-benchmarks of `spectune calibrate`
-#           (Llama-3.1-8B, GPU 0) and one-GPU spec decoding (SGLang 5/4/8 and a vLLM-style chain
-#           3/1/4 at B 1/8/32/64, GPU 1)       -> tp/calibrate-run.json, tp/measurement-tp1.json
-#   fit     `spectune calibrate --from-run` over both + the sweep (interconnect terms)
+#           (Llama-3.1-8B, GPU 0) and one-GPU spec decoding (SGLang 5/4/8, a vLLM-style chain
+#           3/1/4 and EAGLE's 7/10/60 at B 1/8/32/64, GPU 1: three top-k for the fit's cost per
+#           frontier slot, Calibration.draft_slot_s)
+#                                               -> tp/calibrate-run.json, tp/measurement-tp1.json
+#   fit     `spectune calibrate --from-run` over both + the sweep (interconnect terms; the GEMM
+#           and attention micro-benchmarks give gemm_fixed_s and attention_fixed_s)
 #                                                                  -> tp/calibration-<gpu>.json
 #   plan    planned tables for Llama-3.1-70B at tp 4 and Llama-3.1-8B at tp 2 (calibrated)
 #   tp4     Llama-3.1-70B + its EAGLE-3 head at real shape, random bf16 weights, split over 4
@@ -91,7 +94,7 @@ else
     esac
     T70=llama-3.1-70b H70=eagle3-llama-3.1-70b T8=llama-3.1-8b H8=eagle3-llama-3.1-8b
     CTX=4096 BATCH=1,8,32,64 GRID=(--grid-batch 1,8,32,64 --grid-tokens 1,16,64)
-    FIT_LIMIT=60
+    FIT_LIMIT=50
 fi
 TP4_LIMIT=200 TP2_LIMIT=110
 case "${TP2_TARGET:-8b}" in
@@ -120,12 +123,13 @@ has sweep && part sweep "$SWEEP_LIMIT" "$PY" benchmarks/bench_tp.py sweep --out 
 
 if has one; then
     if [[ ${#DRY[@]} -eq 0 ]]; then
-        echo "== one ($(date -u +%T), limit 120s)" | tee -a "$LOG"
-        CUDA_VISIBLE_DEVICES=1 timeout -k 10 120 "$PY" -m spectune execute \
-            --policy dynamic-topk:5,4,8 --also dynamic-topk:3,1,4 --batch "$BATCH" \
+        echo "== one ($(date -u +%T), limit 130s)" | tee -a "$LOG"
+        CUDA_VISIBLE_DEVICES=1 timeout -k 10 130 "$PY" -m spectune execute \
+            --policy dynamic-topk:5,4,8 --also dynamic-topk:3,1,4 \
+            --also dynamic-topk:7,10,60 --batch "$BATCH" \
             --context "$CTX" --steps 20 --warmup 3 --out "$D/measurement-tp1.json" \
             >"$OUT/one-execute.log" 2>&1 &
-        CUDA_VISIBLE_DEVICES=0 timeout -k 10 120 "$PY" benchmarks/bench_tp.py micro \
+        CUDA_VISIBLE_DEVICES=0 timeout -k 10 130 "$PY" benchmarks/bench_tp.py micro \
             --out "$D/calibrate-run.json" --hardware "$HW" 2>&1 | tee -a "$LOG"
         status "one-micro rc=${PIPESTATUS[0]}"
         wait $!
@@ -181,7 +185,7 @@ every document here at its own "tp" with the calibration beside it.
 | file | what |
 | --- | --- |
 | calibrate-run.json | one-GPU micro-benchmarks (Llama-3.1-8B, GPU 0; verify grid B{$BATCH} x N{1,16,64}) + the collectives sweep on 2$( ((GPUS >= 4)) && echo " and 4") GPUs (rows "collectives") |
-| measurement-tp1.json | one GPU (GPU 1, run beside the micro-benchmarks on GPU 0): SGLang 5/4/8 and the chain 3/1/4 at B{$BATCH} |
+| measurement-tp1.json | one GPU (GPU 1, run beside the micro-benchmarks on GPU 0): SGLang 5/4/8, the chain 3/1/4 and 7/10/60 at B{$BATCH} |
 | calibration-$HW.json | \`spectune calibrate --from-run calibrate-run.json --measurements measurement-tp1.json\`: efficiencies and fixed costs from one GPU, interconnect terms (validate.fit.fit_interconnect: per tp, the all-reduce and all-gather laws by message-size regime) from the sweep |
 | policy-tp4.json, policy-tp2.json | planned tables (validate.planned.plan_table, calibrated, tp 4 / tp 2) |
 | verify-tp4.json, verify-tp2.json | verify grid of the split target ($T70 at tp 4 where run, $T8 at tp 2); "seconds_nocomm": the same shard compute without its collectives |

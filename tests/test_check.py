@@ -300,3 +300,23 @@ def _scalar(x: object) -> float:
     import numpy as np
 
     return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])
+
+
+def test_fit_recovers_the_slot_cost() -> None:
+    """Drafting phases of several top-k made under draft_slot_s 12 us are fitted back to it
+    from a start of 2 us; without speculative runs it keeps the base's value."""
+    from spectune.validate.fit import _calibration, fit_calibration
+
+    truth = _calibration([0.7, 0.5, 0.3, 0.4, 2.0, 0.75, 300.0, 60.0, 170.0], HW, Calibration())
+    truth = dataclasses.replace(
+        truth, tree_build_s=150e-6, tree_build_per_node_s=0.05e-6, draft_slot_s=12e-6
+    )
+    cm = _cm(truth)
+    cal, report = fit_calibration(_calibration_run(cm, (1, 64)), [_phase_doc(cm, SHAPES)],
+                                  max_nfev=60)  # fmt: skip
+    assert cal.draft_slot_s == pytest.approx(12e-6, rel=0.15)
+    assert "draft_slot_us" in report["params"]
+    base = Calibration(draft_slot_s=4e-6)
+    bare, report = fit_calibration(_calibration_run(cm, (1, 64)), base=base, max_nfev=5)
+    assert bare.draft_slot_s == 4e-6
+    assert "draft_slot_us" not in report["params"]

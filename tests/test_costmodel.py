@@ -646,3 +646,40 @@ def test_w4a16_tree_verify_grows_faster_than_bf16() -> None:
     ratio_q = float(q.verify_time(1, 64, 1024)) / float(q.verify_time(1, 1, 1024))
     ratio_b = float(b.verify_time(1, 64, 1024)) / float(b.verify_time(1, 1, 1024))
     assert ratio_q > 1.5 > 1.1 > ratio_b
+
+
+def test_draft_slot_cost_by_hand() -> None:
+    """Calibration.draft_slot_s: each later draft step costs draft_slot_s per frontier slot,
+    whatever the batch; the first step and a depth-1 phase add none."""
+    us = 1e-6
+    target, head = model_preset("llama-3.1-8b"), model_preset("eagle3-llama-3.1-8b")
+    cal = Calibration(draft_slot_s=12 * us)
+    cm = CostModel(H100, target, head, calibration=cal)
+    bare = CostModel(H100, target, head, calibration=replace(cal, draft_slot_s=0.0))
+    for b in (1, 64):
+        # 7/10: 6 later steps x 10 slots x 12 us = 720 us; 3/1: 2 x 1 x 12 = 24 us
+        extra = cm.draft_time(b, 7, 10, 4096) - bare.draft_time(b, 7, 10, 4096)
+        assert float(extra) == pytest.approx(720 * us)
+        extra = cm.draft_time(b, 3, 1, 4096) - bare.draft_time(b, 3, 1, 4096)
+        assert float(extra) == pytest.approx(24 * us)
+    assert float(cm.draft_time(8, 1, 10, 4096)) == pytest.approx(
+        float(bare.draft_time(8, 1, 10, 4096))
+    )
+    policy = TreePolicy("dynamic-topk", 5, 4, 16)
+    step = cm.iteration(policy, 8, 4096).draft_s - bare.iteration(policy, 8, 4096).draft_s
+    assert float(step) == pytest.approx(4 * 4 * 12 * us)
+
+
+def test_kernel_fixed_costs_do_not_shrink_with_tp() -> None:
+    """gemm_fixed_s and attention_fixed_s add the same time per kernel at tp 1 and tp 2: a
+    target forward at tp 2 runs the same kernels on half the bytes, so the fixed part of its
+    price is the tp-1 one (4 weight GEMMs + 1 attention per layer, and the LM head's GEMM)."""
+    us = 1e-6
+    target = model_preset("llama-3.1-8b")
+    fixed = Calibration(gemm_fixed_s=3 * us, attention_fixed_s=10 * us)
+    for tp in (1, 2):
+        cm = CostModel(H100, target, tp=tp, calibration=fixed)
+        bare = CostModel(H100, target, tp=tp, calibration=Calibration())
+        extra = cm.verify_time(1, 16, 4096) - bare.verify_time(1, 16, 4096)
+        # 32 layers x (4 x 3 + 10) us + the LM head's 3 us = 707 us
+        assert float(extra) == pytest.approx((32 * (4 * 3 + 10) + 3) * us)

@@ -13,7 +13,8 @@ defaulting to the HardwareSpec's public figures.
 StepBreakdown (spectune.planner.step), the one price every consumer reads:
 
     draft      first step over 1 token/seq, then depth-1 steps over topk tokens/seq, + a fixed
-               top-k/sort/pool cost per step, per tree builder          (draft_time)
+               top-k/sort/pool cost per step, per tree builder, and per frontier slot
+               of the later steps                                       (draft_time)
     verify     target over the tree tokens/seq, logits at every node    (verify_time)
     extend     drafter over the accepted tokens                         (draft_extend_time)
     overhead   scheduler, sampling, tree building: fixed + per node     (step_overhead_time)
@@ -271,8 +272,8 @@ class CostModel:
     ) -> dict[str, F64]:
         """Seconds of the drafting phase by part (draft_time is their sum): 'first' (one step
         over 1 token/seq, fed by the target), 'later' (depth-1 steps over topk tokens/seq) and
-        'bookkeeping' (the `builder`'s fixed cost per step, Calibration.draft_step_cost_s), each
-        zero where depth is 0; without a model drafter (retrieval drafting) one part,
+        'bookkeeping' (draft_fixed_time: the `builder`'s fixed cost per step, the selection
+        over the drafted rows, a cost per frontier slot), each zero where depth is 0; without a model drafter (retrieval drafting) one part,
         'retrieval', the lookup cost."""
         d = _arr("depth", depth)
         k = _arr("topk", topk)
@@ -288,15 +289,26 @@ class CostModel:
         # kernels, a fixed cost per step (Calibration.draft_step_s); a static shape skips the
         # frontier sort and pool rerank (Calibration.static_draft_step_s). The selection also
         # reads every drafted row's logits: B rows in the first step, B x topk in each later
-        # one (draft_select_time)
-        rows = drafted_rows(_arr("batch", batch), d, k)
-        bookkeeping = d * self.calibration.draft_step_cost_s(builder) + self.draft_select_time(rows)
+        # one (draft_select_time); each later step's frontier work adds a fixed cost per slot
+        # (draft_fixed_time)
+        bookkeeping = self.draft_fixed_time(_arr("batch", batch), d, k, builder)
         on = d > 0
         return {
             "first": np.where(on, first, 0.0),
             "later": np.where(on, np.maximum(d - 1, 0) * rest, 0.0),
             "bookkeeping": np.where(on, bookkeeping, 0.0),
         }
+
+    def draft_fixed_time(self, batch: F64, depth: ArrayLike, topk: ArrayLike, builder: str) -> F64:
+        """Seconds a drafting phase of `depth` steps spends beyond its drafter forwards: the
+        builder's fixed cost per step (Calibration.draft_step_cost_s), the selection over the
+        drafted rows (draft_select_time) and, in each of the depth - 1 later steps, a fixed
+        cost per frontier slot (Calibration.draft_slot_s x topk)."""
+        cal = self.calibration
+        d, k = np.asarray(depth, dtype=np.float64), np.asarray(topk, dtype=np.float64)
+        rows = drafted_rows(batch, d, k)
+        later = np.maximum(d - 1, 0) * k * cal.draft_slot_s
+        return _f64(d * cal.draft_step_cost_s(builder) + self.draft_select_time(rows) + later)
 
     def draft_select_time(self, rows: ArrayLike) -> F64:
         """Seconds the draft steps' selection spends reading `rows` rows of drafter logits:
@@ -480,9 +492,8 @@ class CostModel:
             return z, z
         first = _total(pricer.forward(self._uniform(batch, 1, context), from_target=True))
         rest = _total(pricer.forward(self._uniform(batch, policy.topk, context)))
-        fixed = policy.depth * self.calibration.draft_step_cost_s(policy.builder)
-        select = self.draft_select_time(drafted_rows(batch, policy.depth, policy.topk))
-        draft = first + (policy.depth - 1) * rest + fixed + select
+        fixed = self.draft_fixed_time(batch, policy.depth, policy.topk, policy.builder)
+        draft = first + (policy.depth - 1) * rest + fixed
         return _f64(draft), self.intermediate_extend_time(batch, accepted, context)
 
     def _hierarchical(

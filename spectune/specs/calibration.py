@@ -217,6 +217,17 @@ class Calibration:
         "vocabulary, top-k/sort kernels 0.31-0.41 us per row over batch 8-64 and top-k 4-10, "
         "i.e. 64 KB per 0.37 us); calibrate fits it from its speculative runs",
     )
+    draft_slot_s: float = help_field(
+        0.0,
+        help="time of each frontier slot in each draft step after the first, s, whatever the "
+        "batch: a drafting phase of depth d and top-k k adds (d - 1) x k x draft_slot_s. The "
+        "steps' work on the frontier grows with k in latency-bound kernels that the batch does "
+        "not widen (top-k over k rows, the k x k child sort, the drafter's attention over the "
+        "earlier draft slots); draft_step_s alone prices a top-1 chain and a top-10 tree "
+        "alike. Default 0 (calibrations fitted without it); calibrate fits it from speculative "
+        "runs of two top-k or more: 11.9 us on H100 SXM, weak (benchmarks/results/"
+        "tp_h100_rerun: measurement-tp1.json's 5/4/8 and 3/1/4 at batch 1-64)",
+    )
     static_draft_step_s: float | None = help_field(
         None,
         help="draft_step_s of the static (Sequoia) builder, s: its step keeps the per-row top-k "
@@ -307,6 +318,7 @@ class Calibration:
             "tree_build_s",
             "tree_build_per_node_s",
             "draft_step_s",
+            "draft_slot_s",
             "static_draft_step_s",
             "static_tree_build_s",
             "retrieval_per_request_s",

@@ -14,7 +14,8 @@ them beside those ceilings and says which parameters the data determined.
 Parameters: weight/attention/elementwise bandwidth efficiencies, attention FLOP efficiency,
 the per-kernel launch cost inside a graph, the fixed cost of each draft step beyond the
 drafter's forward (top-k, frontier sort, pool bookkeeping: draft_step_s; and
-static_draft_step_s when static-builder runs are among the measurements), and the GEMM
+static_draft_step_s when static-builder runs are among the measurements; draft_slot_s, a
+cost per frontier slot of each later step, when runs of two top-k or more are), and the GEMM
 efficiency curve
 eff(M) = e_max * (1 - exp(-M / m0)) tabulated on a grid (M / eff grows with M, as Calibration
 requires). The fixed per-step costs (step overhead, per-request cost, tree building: fixed and
@@ -54,6 +55,9 @@ PARAMS = (
 )
 # fitted only when static-builder runs are measured (otherwise nothing constrains it)
 STATIC_PARAM = ("static_draft_step_us", 0.0, 500.0, 20.0)
+# Calibration.draft_slot_s in us: each later draft step's cost per frontier slot, fitted only
+# from speculative runs of two top-k or more (else the base calibration's value stands)
+DRAFT_SLOT_PARAM = ("draft_slot_us", 0.0, 100.0, 2.0)
 # Calibration.ragged_tile_m: a tile, so chosen among the M tiles of tensor-core attention
 # kernels (mma.sync 16 .. two 128-row warpgroups), and only from shared-budget runs above batch 1
 # (ECHO's ragged verifies): the candidate of least weighted squared log error, `determined` when
@@ -81,6 +85,11 @@ def _calibration(
     per = np.maximum.accumulate(grid / eff)  # enforce M/eff non-decreasing exactly
     eff = grid / per
     static = p.get("static_draft_step_us")
+
+    def us(name: str, field: str) -> float:
+        v = p.get(name)
+        return float(getattr(base, field)) if v is None else float(v) * 1e-6
+
     return dataclasses.replace(
         base,
         hardware=hardware,
@@ -92,6 +101,7 @@ def _calibration(
         launch_s=float(p["launch_us"]) * 1e-6,
         draft_step_s=float(p["draft_step_us"]) * 1e-6,
         draft_select_bytes_per_s=float(p["draft_select_gb_s"]) * 1e9,
+        draft_slot_s=us("draft_slot_us", "draft_slot_s"),
         gemm_tokens=tuple(float(g) for g in grid),
         gemm_flops_efficiency=tuple(float(e) for e in eff),
         graph_batch_sizes=GRAPH_SIZES,
@@ -183,7 +193,11 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 # passes share the target's efficiencies: weighted as much as verify, it pulls them off, e.g.
 # worst H200 speedup error 5.7% at 1.0 vs 5.5% at 0.3); draft extend little (its padded
 # (depth+1)-token pass is priced ~10% off whatever the weight); GEMM micro-benchmarks are
-# reported but not fitted (one efficiency curve serves every weight shape).
+# reported but not fitted (one efficiency curve serves every weight shape; isolated kernels
+# also run slower than the same kernels inside a forward's CUDA graph: fitting per-kernel
+# fixed costs to them, gemm_fixed_s and attention_fixed_s, raised `spectune check`'s verify
+# MAPE of measurements/h100-newuser from 1.9% to 2.2% and its worst speedup error from 4.9%
+# to 7.5%).
 WEIGHTS = {"verify": 1.0, "step": 2.0, "ar": 1.0, "gemm": 0.0, "draft": 0.3, "extend": 0.1}
 
 
@@ -237,9 +251,8 @@ def fit_calibration(
     rows = [rows[i] for i in keep]
     meas = meas[keep]
     w = np.sqrt(np.array([WEIGHTS[k] for k, _, _ in rows]))
-    static = any(a["policy"].builder == "static" for _, a, _ in rows if "policy" in a)
     ceiling = ceilings(run, hw)  # efficiencies <= measured copy bandwidth / matmul rate
-    params = bounded((*PARAMS, STATIC_PARAM) if static else PARAMS, ceiling)
+    params = bounded((*PARAMS, *_optional_params(rows)), ceiling)
 
     def model(x: Sequence[float] | np.ndarray) -> np.ndarray:
         cal = _calibration(x, hw.name, base, params)
@@ -287,6 +300,21 @@ def fit_calibration(
         cal, link = fit_interconnect(run["collectives"], hw.name, cal)
         report.update({f"link_{k}": v for k, v in link.items()})
     return cal, report
+
+
+def _optional_params(
+    rows: Sequence[tuple[str, dict[str, Any], float]],
+) -> tuple[tuple[str, float, float, float], ...]:
+    """The parameters beyond PARAMS that `rows` constrain: the static builder's step cost
+    (static-builder runs) and the cost per frontier slot (drafting phases of two top-k or
+    more, depth > 1)."""
+    runs = [a["policy"] for k, a, _ in rows if k == "draft"]
+    out = []
+    if any(p.builder == "static" for p in runs):
+        out.append(STATIC_PARAM)
+    if len({p.topk for p in runs if p.depth > 1}) > 1:
+        out.append(DRAFT_SLOT_PARAM)
+    return tuple(out)
 
 
 def dof(sol: Any) -> int:
