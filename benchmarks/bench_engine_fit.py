@@ -20,7 +20,7 @@ a stricter pass holds out every document of one URL together (leave-one-publicat
 prints its MAPE per publication.
 
 A speculative figure without a published accept length is predicted but left out of the fit
-(`fittable`) wherever figures of its drafter kind with a published accept length exist: its step
+(validate.engine_fit.fittable) wherever figures of its drafter kind with a published accept length exist: its step
 time is the throughput times the workload's guessed accept length, so fitting it would move the
 drafter's terms by the acceptance model's error (the Qwen3-8B EAGLE-3 figures of the vLLM gist,
 whose head is not named, pulled drafter_step_s.eagle3 away from the six EAGLE-3 figures of vLLM
@@ -47,7 +47,13 @@ import re
 from pathlib import Path
 
 from spectune.specs.engine import ENGINE_DATA_DIR, EngineOverheads, EngineProfile, engine_preset
-from spectune.validate.engine_fit import OverheadFit, fit_overheads, overheads_table, predict
+from spectune.validate.engine_fit import (
+    OverheadFit,
+    fit_overheads,
+    fittable,
+    overheads_table,
+    predict,
+)
 from spectune.validate.engine_measure import load_engine_measurement
 from spectune.validate.engine_points import EnginePoint, GpuPricer, Skipped, points_from_document
 
@@ -81,7 +87,14 @@ DRAFTER_TERM_SOURCES = {
             "an argmax over the draft vocabulary instead; PR #53458 measures the scatter at 5x "
             "a plain copy (H20). At ~10 us of host dispatch each these ops account for ~0.05 ms "
             "a step; the fitted value holds every per-step cost of that EAGLE-3 path beyond the "
-            "cost model's price of the head, the rest of it not traced to a source line"
+            "cost model's price of the head, the rest of it not traced to a source line. "
+            "EagleProposer.propose (v1/spec_decode/eagle.py) runs the head once over the "
+            "verified tokens, then num_speculative_tokens - 1 one-token steps, so the cost is "
+            "linear in K and one per-step term is the structure; the EAGLE-3-only work done once "
+            "per iteration (the eager concat of the target's 3 auxiliary hidden states in "
+            "gpu_model_runner, combine_hidden_states' fc in propose) would be "
+            "drafter_iteration_s.eagle3, which issue #20780's K=2..7 figures leave undetermined "
+            "(0.57 +/- 0.74 ms when fitted), so it is not"
         ),
     },
 }
@@ -119,13 +132,6 @@ def leave_one_publication_out(
 def _key(p: EnginePoint) -> tuple[object, ...]:
     """One published figure: documents of one source repeat their shared baseline."""
     return (p.gpu, p.target, p.tp, p.batch, p.steps, p.topk, p.tokens_per_s)
-
-
-def fittable(points: list[EnginePoint]) -> list[EnginePoint]:
-    """`points` less the speculative figures without a published accept length whose drafter
-    kind has figures with one: their step time rests on the workload's acceptance model."""
-    kinds = {p.drafter_kind for p in points if p.speculative and p.accept_measured}
-    return [p for p in points if p.accept_measured or p.drafter_kind not in kinds]
 
 
 def unique(points: list[EnginePoint]) -> list[EnginePoint]:
@@ -284,8 +290,9 @@ def main() -> int:
     if args.refit:
         for engine, pts in points.items():
             subset = [p for p in pts if p.source not in known]
-            fit = fit_overheads(fittable(unique(subset)), FIRST_ESTIMATES[engine], pricer=pricer)
-            refit(engine, fit, sorted({p.source for p in subset}))
+            fit_points = fittable(unique(subset))
+            fit = fit_overheads(fit_points, FIRST_ESTIMATES[engine], pricer=pricer)
+            refit(engine, fit, sorted({p.source for p in fit_points}))
         import importlib
 
         import spectune.specs.engine as eng
