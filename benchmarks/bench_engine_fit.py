@@ -20,12 +20,13 @@ a stricter pass holds out every document of one URL together (leave-one-publicat
 prints its MAPE per publication.
 
 A speculative figure without a published accept length is predicted but left out of the fit
-(validate.engine_fit.fittable) wherever figures of its drafter kind with a published accept length exist: its step
-time is the throughput times the workload's guessed accept length, so fitting it would move the
+(validate.engine_fit.fittable) wherever figures of its drafter kind publish one: its step time
+is the throughput times the workload's guessed accept length, so fitting it would move the
 drafter's terms by the acceptance model's error (the Qwen3-8B EAGLE-3 figures of the vLLM gist,
 whose head is not named, pulled drafter_step_s.eagle3 away from the six EAGLE-3 figures of vLLM
 issue #20780 that publish theirs). A miss of such a figure prints the accept length at which
-the prediction would match (a diagnostic, not a figure).
+the prediction would match (a diagnostic, not a figure). The goal's own figures (accept length
+published, or speculation off) get a line of their own.
 
 Drafter-kind terms (EngineOverheads.drafter_step_s / drafter_iteration_s) are fitted only for
 the kinds FIRST_ESTIMATES lists, each with the engine-source reading in DRAFTER_TERM_SOURCES
