@@ -224,12 +224,13 @@ def test_check_predicts_engine_measurements_and_gates(tmp_path: Path) -> None:
     from spectune.validate.check import check_folder
 
     src = Path(__file__).parent.parent / "measurements" / "engines"
-    doc = json.loads((src / "vllm-qwen3-8b-eagle3-k5-h100.json").read_text())
+    # batch 1, K=2, a published accept length and a speculation-off baseline (vLLM #20780)
+    doc = json.loads((src / "vllm-llama31-8b-eagle3-k2-h100.json").read_text())
     (tmp_path / "v.json").write_text(json.dumps(doc))
     res = check_folder(tmp_path)
     tps = [r for r in res.engine if r.quantity == "tokens_per_s"]
-    assert len(tps) == 4 and res.passed(0.1, 0.1)
-    doc["points"][0]["tokens_per_s"] *= 2  # an engine twice as fast as published
+    assert len(tps) == 2 and res.passed(0.1, 0.1)
+    doc["points"][0]["tokens_per_s_per_user"] *= 2  # an engine twice as fast as published
     (tmp_path / "v.json").write_text(json.dumps(doc))
     res = check_folder(tmp_path)
     assert res.engine_mape()[("vllm", "tokens_per_s")][0] > 0.1
@@ -492,6 +493,50 @@ def test_vllm_preset_prices_the_eagle3_issue_figures_only_with_its_eagle3_term()
                 assert without.error > 0.15, (name, without.error)
             else:
                 assert without.error == with_term.error
+
+
+def test_fittable_drops_a_guessed_accept_length_only_beside_a_measured_one() -> None:
+    from spectune.validate.engine_fit import fittable
+
+    pts = _kind_points()
+    e3 = [p for p in pts if p.drafter_kind == "eagle3"]
+    guess = dataclasses.replace(e3[0], accept_measured=False, where="guessed")
+    off = [p for p in pts if not p.speculative]
+    # beside measured EAGLE-3 points, the guessed one is left out; the rest all stay
+    assert fittable([*pts, guess]) == pts
+    # no measured point of its kind: it is the only information and stays
+    alone = [*off, guess]
+    assert fittable(alone) == alone
+    # a guessed EAGLE-1 point stays beside measured EAGLE-3 points (another kind)
+    g1 = dataclasses.replace(
+        next(p for p in pts if p.drafter_kind == "eagle"), accept_measured=False
+    )
+    assert fittable([*off, *e3, g1]) == [*off, *e3, g1]
+
+
+def test_guessed_accept_lengths_bias_the_eagle3_term_of_the_published_vllm_figures() -> None:
+    """vLLM issue #20780 publishes the accept length of every figure; the Qwen3 gist figures do
+    not. Fitted with the gist's speculative figures (their accept length the workload's guess),
+    drafter_step_s.eagle3 comes out low and every issue EAGLE-3 figure is predicted too fast;
+    fitted without them (fittable), each is within 5%."""
+    from spectune.validate.engine_fit import fittable, predict
+    from spectune.validate.engine_measure import load_engine_measurement
+    from spectune.validate.engine_points import points_from_document
+
+    src = Path(__file__).parent.parent / "measurements" / "engines"
+    prof = load_engine("vllm")
+    pts = []
+    for path in sorted(src.glob("vllm-*.json")):
+        pts += points_from_document(load_engine_measurement(path), path.name, prof)[0]
+    assert any(p.speculative and not p.accept_measured for p in pts)
+    base = EngineOverheads(3e-4, 3e-6, 4e-4, 6e-5, 0.0, 0.3, 0.1, drafter_step_s={"eagle3": 5e-5})
+    issue = [p for p in pts if p.source.startswith("vllm-llama31-8b-eagle3") and p.speculative]
+    assert len(issue) == 6
+    guessed = fit_overheads(pts, base, pricer=PRICER).overheads
+    clean = fit_overheads(fittable(pts), base, pricer=PRICER).overheads
+    assert guessed.drafter_step_s["eagle3"] < clean.drafter_step_s["eagle3"]
+    assert min(r.error for r in predict(issue, guessed, PRICER)) > 0.02
+    assert max(abs(r.error) for r in predict(issue, clean, PRICER)) < 0.05
 
 
 def test_trtllm_b200_figures_are_priced_on_the_b200_preset() -> None:

@@ -165,6 +165,21 @@ class OverheadFit:
         return float(np.mean([abs(r.error) for r in self.residuals])) if self.residuals else 0.0
 
 
+def fittable(points: Sequence[EnginePoint]) -> list[EnginePoint]:
+    """`points` less the speculative ones whose accept length was predicted (not measured)
+    while points of the same drafter kind have a measured one. Such a point's step time is
+    its throughput times the workload's guessed accept length (m_i above), so fitting it moves
+    that kind's terms by the acceptance model's error; it is still predicted and reported. A
+    drafter kind with no measured accept length keeps its points (nothing better determines
+    it)."""
+    measured = {p.drafter_kind for p in points if p.speculative and p.accept_measured}
+    return [
+        p
+        for p in points
+        if not p.speculative or p.accept_measured or p.drafter_kind not in measured
+    ]
+
+
 def features(
     points: Sequence[EnginePoint], base: EngineOverheads, params: Sequence[str] | None = None
 ) -> np.ndarray:
