@@ -322,6 +322,7 @@ def test_size_fit_figure_needs_its_series_and_a_size(tmp_path, monkeypatch) -> N
                 aps.published_figures()
         finally:
             aps.published_figures.cache_clear()
+    monkeypatch.undo()
     one_size = [
         dataclasses.replace(f, target_params_b=7.0)
         for f in aps.published_figures()
