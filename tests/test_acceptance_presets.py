@@ -222,6 +222,11 @@ def test_cli_presets_lists_pairs_and_strict_turns_warnings_into_errors(
     listing = json.loads(capsys.readouterr().out)
     pairs = {(p["target"], p["drafter"]): p for p in listing["pairs"]}
     assert pairs[("llama-3.1-8b", "eagle3-llama-3.1-8b")]["keys_fitted"] == 10
+    assert pairs[("llama-3.1-8b", "eagle3-llama-3.1-8b")]["size_factor"] == 1.0
+    big = pairs[("llama-3.1-70b", "eagle3-llama-3.1-70b")]["size_factor"]
+    assert big == pytest.approx((70.55 / 8) ** aps.size_rule().exponent, rel=1e-3) and big < 1
+    assert pairs[("llama-3.1-70b", "llama-3.2-1b")]["size_factor"] == 1.0
+    assert listing["size_rule"]["exponent"] == pytest.approx(aps.size_rule().exponent, abs=1e-6)
     assert pairs[("deepseek-v3", "deepseek-v3-mtp")]["covered"]
     assert not pairs[("smollm2-135m", "none")]["covered"]
     assert len(listing["acceptance"]) == len(aps.acceptance_presets())

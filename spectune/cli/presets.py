@@ -93,8 +93,9 @@ def _print_acceptance(listing: dict[str, Any]) -> None:
             if p["covered"]
             else f"{p['keys_with_preset']}/{p['keys']} keys"
             + (f", nearest preset used: {p['nearest']}" if p["nearest"] else "")
-            + (f", size rule x{p['size_factor']:.3f}" if p["size_factor"] != 1.0 else "")
         )
+        if p["size_factor"] != 1.0:
+            cover += f", scaled to its size by the size rule (x{p['size_factor']:.3f})"
         print(f"  {p['target']:<16} + {p['drafter']:<20} {p['kind']:<12} {cover}")
 
 

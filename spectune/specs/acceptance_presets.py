@@ -368,6 +368,9 @@ def size_rule() -> SizeRule:
 def size_rule_to_dict(rule: SizeRule) -> dict[str, Any]:
     """The presets.json `size_rule` document of a rule."""
     return {
+        "rule": "scale(N) = scale(N_ref) * (N / N_ref) ** exponent for drafter kinds "
+        f"{', '.join(SIZE_RULE_KINDS)}; N: the target's parameters in billions, N_ref: the "
+        "preset's target_params_b (specs.acceptance_presets.for_target_size)",
         "exponent": round(rule.exponent, 6),
         "stderr": round(rule.stderr, 6),
         "series_log_scale_1b": {k: round(v, 6) for k, v in rule.series_log_scale_1b.items()},
