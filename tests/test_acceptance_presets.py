@@ -9,6 +9,8 @@ import json
 import warnings
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spectune.cli import main
 from spectune.planner.acceptance import PositionalAcceptance, acceptance_model
@@ -339,3 +341,41 @@ def test_size_fit_figure_needs_its_series_and_a_size(tmp_path, monkeypatch) -> N
     ]
     with pytest.raises(SpecError, match="two or more target sizes"):
         fit_size_rule(one_size, samples=100)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    exponent=st.floats(-0.2, 0.2),
+    n_ref=st.floats(0.5, 1000.0),
+    n_a=st.floats(0.5, 1000.0),
+    n_b=st.floats(0.5, 1000.0),
+)
+def test_size_rule_is_a_power_law_in_target_size(
+    exponent: float, n_ref: float, n_a: float, n_b: float
+) -> None:
+    """Rescaling is multiplicative and path-independent: n_ref -> a -> b equals n_ref -> b; a
+    negative exponent never raises the scale of a larger target; sizes within the tolerance
+    keep the preset."""
+    rule = dataclasses.replace(aps.size_rule(), exponent=exponent)
+    key = aps.PresetKey("eagle3", "llama-3", "mt-bench", 0.0)
+    p = aps.AcceptancePreset(key, 0.7, ("x",), "fitted", n_ref)
+    pa = aps.for_target_size(p, n_a, rule)
+    pb = aps.for_target_size(p, n_b, rule)
+    if max(n_a, n_ref) > aps.SIZE_RULE_TOLERANCE * min(n_a, n_ref):
+        assert pa.scale == pytest.approx(0.7 * (n_a / n_ref) ** exponent, rel=1e-12)
+        assert pa.target_params_b == n_a and pa.derived
+    else:
+        assert pa is p
+    pab = aps.for_target_size(pa, n_b, rule)
+    if pa is not p and pab is not pa and pb is not p:
+        assert pab.scale == pytest.approx(pb.scale, rel=1e-9)
+    if exponent <= 0 and n_b >= n_a and pa is not p and pb is not p:
+        assert pb.scale <= pa.scale * (1 + 1e-12)
+    ngram = aps.AcceptancePreset(dataclasses.replace(key, drafter="ngram"), 0.7, (), "x", n_ref)
+    assert aps.for_target_size(ngram, n_a, rule) is ngram
+
+
+@pytest.mark.parametrize("bad", [0.0, -8.0, float("nan"), float("inf")])
+def test_size_rule_refuses_a_size_that_is_not_one(bad: float) -> None:
+    with pytest.raises(SpecError, match="positive finite parameter count"):
+        aps.lookup("eagle3", "llama-3", "mt-bench", 0.0, target_params_b=bad)

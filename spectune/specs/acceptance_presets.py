@@ -383,9 +383,15 @@ def for_target_size(
 ) -> AcceptancePreset:
     """`p` for a target of `target_params_b` billion parameters: rescaled by the size rule when
     p's kind follows it (SIZE_RULE_KINDS) and the size differs from p's by more than
-    SIZE_RULE_TOLERANCE; otherwise p itself."""
+    SIZE_RULE_TOLERANCE; otherwise p itself. None: no size (p itself); a size that is not a
+    positive finite number is a SpecError."""
+    if target_params_b is not None and not (math.isfinite(target_params_b) and target_params_b > 0):
+        raise SpecError(
+            f"target size {target_params_b!r} billion parameters for {p.key.label}: give a "
+            "positive finite parameter count"
+        )
     if (
-        not target_params_b
+        target_params_b is None
         or p.key.drafter not in SIZE_RULE_KINDS
         or max(target_params_b, p.target_params_b)
         <= SIZE_RULE_TOLERANCE * min(target_params_b, p.target_params_b)
