@@ -1,18 +1,21 @@
 """Acceptance presets against the published accept lengths they rest on.
 
 For every figure of spectune/specs/workload_data/published/figures.toml: the tokens per step
-its key's preset predicts for the figure's own tree, the published value and the error. Gates:
-within 5% on every figure used in the fit, within 10% on every held-out figure (the EAGLE-2 and
-EAGLE-3 rows of Llama-3.3-70B at T=0, predicted by presets fitted to Llama-3.1-8B at a larger
-verify budget; EAGLE-1's static tree on Vicuna-13B, predicted at T=0 by the preset fitted to
+its key's preset predicts for the figure's own tree and target size, the published value and the
+error. Gates: within 5% on every figure used in a fit (a preset's scale, or the size rule's
+exponent: "size-fit" figures, predicted on their series' line), within 10% on every held-out
+figure (the EAGLE-2 and EAGLE-3 rows of Llama-3.3-70B at T=0, predicted by presets fitted to
+Llama-3.1-8B at a larger verify budget and rescaled from 8B to 70B by the size rule; Vicuna
+7B's EAGLE-2 rows, from the Vicuna-13B presets through the size rule; EAGLE-1's
+static tree on Vicuna-13B, predicted at T=0 by the preset fitted to
 EAGLE-2's dynamic tree with the same head, and at T=1, where EAGLE-1 samples its drafts, by the
 sampled-drafts temperature rule from that T=0 preset: spectune.traces.published). "reported"
 figures (Llama-3.3-70B at T=1) are shown with their error and not gated (figures.toml says why).
 
     python benchmarks/bench_acceptance.py [--refit] [--samples N]
 
---refit fits every preset again (spectune.traces.published.fit_presets, a few minutes) and
-rewrites presets.json before measuring. Prints a table, then one JSON document on the last line;
+--refit fits every preset and the size rule again (spectune.traces.published.fit_presets and
+fit_size_rule, a few minutes) and rewrites presets.json before measuring. Prints a table, then one JSON document on the last line;
 exits 1 when a gate fails.
 """
 
@@ -25,12 +28,13 @@ import time
 
 from spectune.specs import acceptance_presets as registry
 from spectune.specs.io import write_json_atomic
-from spectune.traces.published import SAMPLES, check_figures, fit_presets
+from spectune.traces.published import SAMPLES, check_figures, fit_presets, fit_size_rule
 
 
 def refit(samples: int) -> None:
     t0 = time.monotonic()
     presets = fit_presets(samples=samples, progress=lambda s: print("  fit", s, flush=True))
+    rule = fit_size_rule(samples=samples, progress=lambda s: print("  size", s, flush=True))
     rows = [registry.preset_to_dict(p) for p in presets]
     rows.sort(key=lambda r: (r["drafter"], r["family"], r["dataset"], r["temperature"]))
     doc = {
@@ -38,10 +42,12 @@ def refit(samples: int) -> None:
         "about": "scales of specs.acceptance_presets shapes, fitted to figures.toml or derived; "
         "written by benchmarks/bench_acceptance.py --refit",
         "samples": samples,
+        "size_rule": registry.size_rule_to_dict(rule),
         "presets": rows,
     }
     write_json_atomic(registry.PRESETS_FILE, doc)
     registry.acceptance_presets.cache_clear()
+    registry.size_rule.cache_clear()
     print(f"wrote {registry.PRESETS_FILE} ({len(rows)} presets, {time.monotonic() - t0:.0f} s)")
 
 
@@ -53,7 +59,7 @@ def main() -> int:
     if args.refit:
         refit(args.samples)
     checks = check_figures(samples=args.samples)
-    head = f"{'drafter':<12}{'target':<17}{'dataset':<10}{'T':>2} {'tree':<20}{'published':>10}"
+    head = f"{'drafter':<12}{'target':<21}{'dataset':<10}{'T':>2} {'tree':<20}{'published':>10}"
     head += f"{'predicted':>10}{'error':>8}  {'role':<9} ok"
     print(head)
     print("-" * len(head))
@@ -62,12 +68,12 @@ def main() -> int:
         tree = f"{t.builder[:7]} d{t.depth} k{t.topk} n{t.budget}"
         mark = "-" if c.tolerance is None else ("yes" if c.ok else "NO")
         print(
-            f"{f.method:<12}{f.target:<17}{f.key.dataset:<10}{f.key.temperature:>2g} {tree:<20}"
+            f"{f.method[:11]:<12}{f.target[:20]:<21}{f.key.dataset:<10}{f.key.temperature:>2g} {tree:<20}"
             f"{f.tokens_per_step:>10.2f}{c.predicted:>10.2f}{100 * c.error:>+7.1f}%  "
             f"{f.role:<9} {mark}"
         )
     summary = {}
-    for role in ("fit", "held-out", "reported"):
+    for role in registry.ROLES:
         errs = [abs(c.error) for c in checks if c.figure.role == role]
         if errs:
             summary[role] = {
@@ -79,8 +85,16 @@ def main() -> int:
                 summary[role]["within_gate"] = sum(c.ok for c in checks if c.figure.role == role)
     presets = registry.acceptance_presets()
     derived = sum(p.derived for p in presets.values())
+    rule = registry.size_rule()
     print(
-        f"\n{len(presets)} presets ({len(presets) - derived} fitted, {derived} derived); "
+        f"\nsize rule ({', '.join(registry.SIZE_RULE_KINDS)}): scale x (N / N_ref) ** "
+        f"{rule.exponent:+.4f} (standard error {rule.stderr:.4f}; 8B -> 70B x "
+        f"{rule.factor(8, 70):.3f}, [{(70 / 8) ** (rule.exponent - rule.stderr):.3f}, "
+        f"{(70 / 8) ** (rule.exponent + rule.stderr):.3f}] at one standard error; "
+        f"{len(rule.fitted_to)} size-fit figures)"
+    )
+    print(
+        f"{len(presets)} presets ({len(presets) - derived} fitted, {derived} derived); "
         + "; ".join(
             f"{r}: "
             + (
@@ -100,6 +114,7 @@ def main() -> int:
         "bench": "acceptance",
         "samples": args.samples,
         "ok": ok,
+        "size_rule": registry.size_rule_to_dict(rule),
         "summary": summary,
         "figures": [
             {

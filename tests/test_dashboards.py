@@ -546,8 +546,9 @@ def test_planner_and_load_pages_take_a_loaded_plans_scenario() -> None:
     cfg = SimConfig(
         hardware=load_hardware("h200"), target=load_model(big.target),
         drafter=load_model(big.drafter), arrivals=Poisson(2.0), policy=table,
-        workload=load_workload("mt-bench"), requests=20, tp=4, seed=0, tree_pool=256,
-        keep_iterations=True,
+        workload=load_workload(
+            "mt-bench", target=load_model(big.target), drafter=load_model(big.drafter)
+        ), requests=20, tp=4, seed=0, tree_pool=256, keep_iterations=True,
     )  # fmt: skip
     res = simulate(cfg)
     rows = _frame(at, "load.table")

@@ -25,7 +25,8 @@ def acceptance_listing() -> dict[str, Any]:
     """The acceptance presets and the model pairs they cover (compatible preset pairs only).
 
     A pair is covered when its (drafter kind, target family) has a preset on every dataset at
-    both temperatures; otherwise the nearest preset is used, with a warning."""
+    both temperatures; otherwise the nearest preset is used, with a warning. `size_factor` is
+    the size rule's factor on the pair's MT-Bench T=0 scale for the target's size (1: none)."""
     from spectune.specs import acceptance_presets as aps
     from spectune.specs.compat import compatible, drafter_kind
 
@@ -47,7 +48,9 @@ def acceptance_listing() -> dict[str, Any]:
             ]
             have = [k for k in keys if k in presets]
             fitted = [k for k in have if not presets[k].derived]
-            nearest = "" if have else aps.lookup(kind, t.family, "mt-bench", 0.0)[0].key.label
+            base = aps.lookup(kind, t.family, "mt-bench", 0.0)[0]
+            sized = aps.for_target_size(base, t.total_params() / 1e9)
+            nearest = "" if have else base.key.label
             pairs.append(
                 {
                     "target": t.name,
@@ -59,9 +62,15 @@ def acceptance_listing() -> dict[str, Any]:
                     "keys_fitted": len(fitted),
                     "keys": len(keys),
                     "nearest": nearest,
+                    "size_factor": round(sized.scale / base.scale, 4),
                 }
             )
-    return {"acceptance": rows, "pairs": pairs}
+    return {
+        "acceptance": rows,
+        "size_rule": aps.size_rule_to_dict(aps.size_rule()),
+        "size_rule_kinds": list(aps.SIZE_RULE_KINDS),
+        "pairs": pairs,
+    }
 
 
 def _print_acceptance(listing: dict[str, Any]) -> None:
@@ -72,6 +81,11 @@ def _print_acceptance(listing: dict[str, Any]) -> None:
     for (kind, fam), rs in sorted(groups.items()):
         fitted = sum(bool(r["fitted_to"]) for r in rs)
         print(f"  {kind:<12} {fam:<12} {fitted:2d} fitted + {len(rs) - fitted:2d} derived")
+    rule = listing["size_rule"]
+    print(
+        f"size rule ({', '.join(listing['size_rule_kinds'])}): scale x (target params / preset's) "
+        f"** {rule['exponent']:+.4f} (standard error {rule['stderr']:.4f})"
+    )
     print("pairs of model presets (target + drafter): acceptance presets over 5 datasets x 2 T")
     for p in listing["pairs"]:
         cover = (
@@ -80,6 +94,8 @@ def _print_acceptance(listing: dict[str, Any]) -> None:
             else f"{p['keys_with_preset']}/{p['keys']} keys"
             + (f", nearest preset used: {p['nearest']}" if p["nearest"] else "")
         )
+        if p["size_factor"] != 1.0:
+            cover += f", scaled to its size by the size rule (x{p['size_factor']:.3f})"
         print(f"  {p['target']:<16} + {p['drafter']:<20} {p['kind']:<12} {cover}")
 
 

@@ -34,6 +34,15 @@ draws without replacement and evaluate_posterior accepts with p/q, commit 2320d5
 assisted generation, the SpS figures). A kind's T = 1 presets describe the drafting of the figures
 they rest on (`KIND_DRAFTING`).
 
+Within a family, acceptance also depends on the target's size (`SizeRule`): a head-kind preset
+(`SIZE_RULE_KINDS`) describes the target size of the figures it rests on (`target_params_b`), and
+a target of N billion parameters takes scale * (N / N_ref) ** exponent, one exponent shared by the
+head kinds, fitted to the published figures of one EAGLE head at several target sizes of one
+family (figures.toml role "size-fit": EAGLE and EAGLE-2 papers, LLaMA2-Chat 7B/13B/70B, Vicuna
+7B/13B/33B, LLaMA3-Instruct 8B/70B). Draft models, prompt lookup, MTP and intermediates have no
+size term (no figure measures one; prompt lookup copies the text; MTP runs with its own target;
+an intermediate's preset is already a tenth-size model on a 70B).
+
 The published figures (workload_data/published/figures.toml) and the fitted or derived scales
 (workload_data/published/presets.json, written by `python benchmarks/bench_acceptance.py
 --refit` with spectune.traces.published) are data; this module only reads them. A preset with no
@@ -44,6 +53,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +87,15 @@ MTP_LEVELS = 8
 NGRAM_SHAPE = (0.81, 0.74 / 0.81, 0.70 / 0.74, 0.68 / 0.70, 0.66 / 0.68)
 NGRAM_LENGTH = 10
 DRAFTING = ("top-k", "sampled")
+#: figure roles: "fit" fixes a preset's scale, "size-fit" the size rule's exponent (with the other
+#: figures of its size_series), "held-out" is predicted without being fitted, "reported" is shown
+ROLES = ("fit", "size-fit", "held-out", "reported")
+#: kinds whose acceptance follows the target size (SizeRule): heads trained on the target's own
+#: features. The exponent is fitted to EAGLE heads and shared by EAGLE-3 and Medusa heads (no
+#: figure measures their size dependence apart from the held-out Llama-3.3-70B EAGLE-3 rows)
+SIZE_RULE_KINDS = ("eagle", "eagle3", "medusa")
+#: sizes within this factor of a preset's own count as its size (no rescaling)
+SIZE_RULE_TOLERANCE = 1.1
 #: drafting of the figures each kind's T = 1 presets rest on (fitted or derived): SpS for draft
 #: models; EAGLE-2/EAGLE-3 for the heads, whose top-k ratio also derives medusa, mtp and ngram
 KIND_DRAFTING = {"draft-model": "sampled"}
@@ -126,9 +145,11 @@ class PublishedFigure:
     target: str
     tokens_per_step: float
     tree: FigureTree
-    role: str  # "fit" | "held-out" | "reported"
+    role: str  # ROLES
     source: str
+    target_params_b: float  # the target's nominal parameter count, billions
     note: str = ""
+    size_series: str = ""  # "size-fit" figures: one head at several sizes of one family
     across_datasets: bool = False  # one figure given across prompt sets (not per dataset)
     drafting: str = ""  # "top-k" | "sampled" (DRAFTING); "" = its kind's (kind_drafting)
 
@@ -146,6 +167,7 @@ class AcceptancePreset:
     scale: float
     fitted_to: tuple[str, ...]  # figure ids this scale was fitted to ((): derived)
     rule: str  # how the scale was obtained
+    target_params_b: float  # target size (billions) the scale describes (SizeRule)
 
     @property
     def derived(self) -> bool:
@@ -153,7 +175,28 @@ class AcceptancePreset:
 
     def describe(self) -> str:
         how = "fitted to " + ", ".join(self.fitted_to) if self.fitted_to else self.rule
-        return f"acceptance preset {self.key.label} (scale {self.scale:.4f}; {how})"
+        return (
+            f"acceptance preset {self.key.label} at {self.target_params_b:g}B (scale "
+            f"{self.scale:.4f}; {how})"
+        )
+
+
+@dataclass(frozen=True)
+class SizeRule:
+    """scale(N) = scale(N_ref) * (N / N_ref) ** exponent within a family, for SIZE_RULE_KINDS.
+
+    Fitted (spectune.traces.published.fit_size_rule) by least squares on log(scale) against
+    log(target parameters) over the "size-fit" figures, one intercept per size_series (one head
+    kind, tree, dataset and temperature at several target sizes of one family)."""
+
+    exponent: float
+    stderr: float  # standard error of the exponent (least squares)
+    series_log_scale_1b: Mapping[str, float]  # per size_series: fitted log(scale) at 1B
+    fitted_to: tuple[str, ...]  # the "size-fit" figure ids
+
+    def factor(self, from_params_b: float, to_params_b: float) -> float:
+        """The scale factor from a from_params_b-billion target to a to_params_b one."""
+        return float((to_params_b / from_params_b) ** self.exponent)
 
 
 # ---- shapes ------------------------------------------------------------------------------------
@@ -257,13 +300,25 @@ def published_figures() -> tuple[PublishedFigure, ...]:
                     tree=tree,
                     role=f["role"],
                     source=f["source"],
+                    target_params_b=float(f["target_params_b"]),
                     note=f.get("note", ""),
+                    size_series=str(f.get("size_series", "")),
                     across_datasets=bool(f.get("across_datasets", False)),
                     drafting=str(f.get("drafting", "")),
                 )
             )
-            if out[-1].drafting not in ("", *DRAFTING):
-                raise ValueError(f"drafting must be one of {DRAFTING}, got {out[-1].drafting!r}")
+            fig = out[-1]
+            if fig.drafting not in ("", *DRAFTING):
+                raise ValueError(f"drafting must be one of {DRAFTING}, got {fig.drafting!r}")
+            if fig.role not in ROLES:
+                raise ValueError(f"role must be one of {ROLES}, got {fig.role!r}")
+            if not 0.01 <= fig.target_params_b <= 1e5:
+                raise ValueError(
+                    f"target_params_b must be a parameter count in billions in [0.01, 1e5], "
+                    f"got {fig.target_params_b!r}"
+                )
+            if (fig.role == "size-fit") != bool(fig.size_series):
+                raise ValueError('a "size-fit" figure, and only one, names its size_series')
         except (KeyError, TypeError, ValueError) as e:
             raise SpecError(f"{where}: {e!r}") from e
     return tuple(out)
@@ -278,9 +333,82 @@ def acceptance_presets() -> Mapping[PresetKey, AcceptancePreset]:
         raise SpecError(f"{PRESETS_FILE}: {e!r}") from e
     out: dict[PresetKey, AcceptancePreset] = {}
     for r in rows:
-        key = PresetKey(r["drafter"], r["family"], r["dataset"], float(r["temperature"]))
-        out[key] = AcceptancePreset(key, float(r["scale"]), tuple(r["fitted_to"]), r["rule"])
+        try:
+            key = PresetKey(r["drafter"], r["family"], r["dataset"], float(r["temperature"]))
+            out[key] = AcceptancePreset(
+                key,
+                float(r["scale"]),
+                tuple(r["fitted_to"]),
+                r["rule"],
+                float(r["target_params_b"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise SpecError(f"{PRESETS_FILE}: preset row {r!r}: {e!r}") from e
     return out
+
+
+@functools.cache
+def size_rule() -> SizeRule:
+    """The size rule of presets.json (written by benchmarks/bench_acceptance.py --refit)."""
+    try:
+        r = json.loads(PRESETS_FILE.read_text(encoding="utf-8"))["size_rule"]
+        rule = SizeRule(
+            float(r["exponent"]),
+            float(r["stderr"]),
+            {str(k): float(v) for k, v in r["series_log_scale_1b"].items()},
+            tuple(r["fitted_to"]),
+        )
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+        raise SpecError(f"{PRESETS_FILE}: size_rule: {e!r} (rerun --refit)") from e
+    if not (math.isfinite(rule.exponent) and abs(rule.exponent) < 1.0):
+        raise SpecError(f"{PRESETS_FILE}: size_rule exponent {rule.exponent!r} outside (-1, 1)")
+    return rule
+
+
+def size_rule_to_dict(rule: SizeRule) -> dict[str, Any]:
+    """The presets.json `size_rule` document of a rule."""
+    return {
+        "rule": "scale(N) = scale(N_ref) * (N / N_ref) ** exponent for drafter kinds "
+        f"{', '.join(SIZE_RULE_KINDS)}; N: the target's parameters in billions, N_ref: the "
+        "preset's target_params_b (specs.acceptance_presets.for_target_size)",
+        "exponent": round(rule.exponent, 6),
+        "stderr": round(rule.stderr, 6),
+        "series_log_scale_1b": {k: round(v, 6) for k, v in rule.series_log_scale_1b.items()},
+        "fitted_to": list(rule.fitted_to),
+    }
+
+
+def for_target_size(
+    p: AcceptancePreset, target_params_b: float | None, rule: SizeRule | None = None
+) -> AcceptancePreset:
+    """`p` for a target of `target_params_b` billion parameters: rescaled by the size rule when
+    p's kind follows it (SIZE_RULE_KINDS) and the size differs from p's by more than
+    SIZE_RULE_TOLERANCE; otherwise p itself. None: no size (p itself); a size that is not a
+    positive finite number is a SpecError."""
+    if target_params_b is not None and not (math.isfinite(target_params_b) and target_params_b > 0):
+        raise SpecError(
+            f"target size {target_params_b!r} billion parameters for {p.key.label}: give a "
+            "positive finite parameter count"
+        )
+    if (
+        target_params_b is None
+        or p.key.drafter not in SIZE_RULE_KINDS
+        or max(target_params_b, p.target_params_b)
+        <= SIZE_RULE_TOLERANCE * min(target_params_b, p.target_params_b)
+    ):
+        return p
+    rule = size_rule() if rule is None else rule
+    f = rule.factor(p.target_params_b, target_params_b)
+    return AcceptancePreset(
+        p.key,
+        p.scale * f,
+        (),
+        f"derived (size rule): {p.key.label} at {p.target_params_b:g}B x "
+        f"({target_params_b:g} / {p.target_params_b:g}) ** {rule.exponent:+.4f} = "
+        f"{p.scale:.4f} x {f:.4f} (exponent fitted to {len(rule.fitted_to)} size-fit figures, "
+        f"standard error {rule.stderr:.4f})",
+        target_params_b,
+    )
 
 
 def preset_to_dict(p: AcceptancePreset) -> dict[str, Any]:
@@ -294,13 +422,19 @@ def preset_to_dict(p: AcceptancePreset) -> dict[str, Any]:
         "scale": round(p.scale, 6),
         "fitted_to": list(p.fitted_to),
         "rule": p.rule,
+        "target_params_b": p.target_params_b,
     }
 
 
 def lookup(
-    drafter: str, family: str, dataset: str, temperature: float
+    drafter: str,
+    family: str,
+    dataset: str,
+    temperature: float,
+    target_params_b: float | None = None,
 ) -> tuple[AcceptancePreset, str]:
-    """(preset, note): the preset for the key, or the nearest one and a note naming it.
+    """(preset, note): the preset for the key, or the nearest one and a note naming it; with
+    `target_params_b`, rescaled to that target size by the size rule (`for_target_size`).
 
     Nearest, in order: the nearest covered temperature; the same kind, dataset and temperature
     in another family (FAMILY_ORDER first); the same kind and family on mt-bench; the same kind
@@ -320,9 +454,8 @@ def lookup(
     candidates.append(PresetKey(*DEFAULT_KEY[:3], temp))
     for c in candidates:
         if c in presets:
-            if c == want:
-                return presets[c], ""
-            return presets[c], _nearest_note(want, c)
+            p = for_target_size(presets[c], target_params_b)
+            return p, ("" if c == want else _nearest_note(want, c))
     raise SpecError(f"{PRESETS_FILE}: no acceptance preset at all for {want.label}")
 
 

@@ -237,13 +237,16 @@ def workload_for_pair(
     """`wl` with the acceptance of the (target, drafter) pair.
 
     acceptance_by_pair workloads take the preset of (drafter kind, target family, dataset,
-    temperature), or the nearest one with a PairWarning naming it. Other workloads keep their
+    temperature), or the nearest one with a PairWarning naming it, at the target's size (the
+    size rule of specs.acceptance_presets). Other workloads keep their
     acceptance; if they record another drafter or target, a PairWarning says so. strict=True
     raises those warnings as SpecErrors instead."""
     kind = drafter_kind(drafter)
     dname = drafter.name if drafter is not None else "no drafter (n-gram)"
     if wl.acceptance_by_pair:
-        fields, note = pair_acceptance(kind, target.family, wl.dataset, wl.temperature)
+        fields, note = pair_acceptance(
+            kind, target.family, wl.dataset, wl.temperature, target.total_params() / 1e9
+        )
         if note:
             _pair_warning(f"workload {wl.name!r} for {target.name} + {dname}: {note}", strict)
         return dataclasses.replace(wl, **fields)  # type: ignore[arg-type]
@@ -348,12 +351,17 @@ _DEFAULT_DRAFTER, _DEFAULT_FAMILY = aps.DEFAULT_KEY[:2]
 
 
 def pair_acceptance(
-    drafter: str, family: str, dataset: str, temperature: float
+    drafter: str,
+    family: str,
+    dataset: str,
+    temperature: float,
+    target_params_b: float | None = None,
 ) -> tuple[dict[str, object], str]:
-    """(Workload fields, note) of the acceptance preset nearest the key: the drafter kind's
+    """(Workload fields, note) of the acceptance preset nearest the key, at a target of
+    `target_params_b` billion parameters (None: the preset's own size): the drafter kind's
     acceptance, the n-gram preset's retrieval profile, and where they come from. `note` is ''
     when both keys have presets of their own, else says which nearest presets were used."""
-    model, note = aps.lookup(drafter, family, dataset, temperature)
+    model, note = aps.lookup(drafter, family, dataset, temperature, target_params_b)
     retr, rnote = aps.lookup("ngram", family, dataset, temperature)
     fields: dict[str, object] = {
         **aps.acceptance_fields(model.key.drafter, model.scale),

@@ -22,15 +22,25 @@ figure (benchmarks/bench_acceptance.py, tests/test_acceptance_presets.py).
     r = s(eagle, F, D, T) / s(eagle, G, D, T) when both families have EAGLE fits, else 1
     (copied: no figure ties the two families together);
   * dataset: a figure given across topics (DeepSeek-V3's MTP) carries to every dataset.
+  Every preset records the target size its scale describes (its figure's, or its source's).
+- size rule (fit_size_rule): each "size-fit" figure's scale is fitted on its own tree; then
+  log(scale) = c_series + exponent * log(target_params_b), least squares with one intercept per
+  size_series (one head, tree, dataset and temperature at several sizes of one family) and one
+  shared exponent, whose standard error comes from the residuals. Fitting scales rather than
+  tokens per step takes the trees' different budgets (EAGLE-2: 60 / 50 / 48 tokens for 7B / 13B
+  / 70B) out of the comparison.
 - check: predicted tokens per step of every figure's tree under its key's preset; a T > 0
   figure drafted otherwise than its kind's presets assume (EAGLE-1's sampled drafts, against
   the EAGLE head's top-k presets) is predicted from the key's T = 0 preset by the temperature
-  rule of its own drafting.
+  rule of its own drafting; a preset of a size-rule kind is then rescaled to the figure's target
+  size (specs.acceptance_presets.for_target_size); a "size-fit" figure is predicted on its
+  series' fitted line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -41,10 +51,13 @@ from spectune.specs.acceptance_presets import (
     AcceptancePreset,
     PresetKey,
     PublishedFigure,
+    SizeRule,
     acceptance_fields,
     acceptance_presets,
+    for_target_size,
     kind_drafting,
     published_figures,
+    size_rule,
 )
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import TreePolicy
@@ -141,7 +154,9 @@ def fit_presets(
                 f"presets assume {kind_drafting(fig.key.drafter)} (KIND_DRAFTING): hold it out"
             )
         s = fit_figure(fig, samples)
-        fitted[fig.key] = AcceptancePreset(fig.key, s, (fig.id,), f"fitted to {fig.method}")
+        fitted[fig.key] = AcceptancePreset(
+            fig.key, s, (fig.id,), f"fitted to {fig.method}", fig.target_params_b
+        )
         if progress:
             progress(f"{fig.key.label}: scale {s:.4f} ({fig.id})")
     return [*fitted.values(), *derive_presets(fitted)]
@@ -160,6 +175,9 @@ def derive_presets(fitted: dict[PresetKey, AcceptancePreset]) -> list[Acceptance
         p = have.get(k)
         return None if p is None else p.scale
 
+    def size_of(k: PresetKey) -> float:
+        return have[k].target_params_b
+
     # dataset rule first (figures given across topics), then temperature, then family
     for fam, kinds in COVERAGE.items():
         for kind in kinds:
@@ -176,6 +194,7 @@ def derive_presets(fitted: dict[PresetKey, AcceptancePreset]) -> list[Acceptance
                                 (),
                                 f"derived (dataset rule): {src.label}'s figure is given across "
                                 "generation topics, so every dataset takes its scale",
+                                fitted[src].target_params_b,
                             )
                         )
     for _ in range(2):  # temperature then family; a family copy may enable a temperature
@@ -185,7 +204,7 @@ def derive_presets(fitted: dict[PresetKey, AcceptancePreset]) -> list[Acceptance
                     k0 = PresetKey(kind, fam, d, 0.0)
                     k1 = PresetKey(kind, fam, d, 1.0)
                     if k1 not in have and k0 in have:
-                        p = _temperature_rule(k0, k1, scale, kind_drafting(kind))
+                        p = _temperature_rule(k0, k1, scale, kind_drafting(kind), size_of)
                         if p is not None:
                             add(p)
         for fam, kinds in COVERAGE.items():
@@ -194,7 +213,7 @@ def derive_presets(fitted: dict[PresetKey, AcceptancePreset]) -> list[Acceptance
                     for t in TEMPERATURES:
                         k = PresetKey(kind, fam, d, t)
                         if k not in have:
-                            p = _family_rule(k, scale)
+                            p = _family_rule(k, scale, size_of)
                             if p is not None:
                                 add(p)
     return out
@@ -205,7 +224,11 @@ def _figure(p: AcceptancePreset) -> PublishedFigure:
 
 
 def _temperature_rule(
-    k0: PresetKey, k1: PresetKey, scale: Callable[[PresetKey], float | None], drafting: str
+    k0: PresetKey,
+    k1: PresetKey,
+    scale: Callable[[PresetKey], float | None],
+    drafting: str,
+    size_of: Callable[[PresetKey], float],
 ) -> AcceptancePreset | None:
     """k1 (T > 0) from k0 (T = 0) by the T=1/T=0 ratio of `drafting`'s reference kind."""
     ref_kind, ref_family = TEMPERATURE_REFERENCE[drafting]
@@ -223,12 +246,13 @@ def _temperature_rule(
                 f"{dataclasses.replace(ref, temperature=0.0).label} = {s0:.4f} x {e1 / e0:.4f} "
                 f"(no T=1 figure; the T=1/T=0 ratio of {ref_kind}, drafting {drafting}, on the "
                 "same dataset)",
+                size_of(k0),
             )
     return None
 
 
 def _family_rule(
-    k: PresetKey, scale: Callable[[PresetKey], float | None]
+    k: PresetKey, scale: Callable[[PresetKey], float | None], size_of: Callable[[PresetKey], float]
 ) -> AcceptancePreset | None:
     for g in FAMILY_SOURCES:
         if g == k.family:
@@ -247,6 +271,7 @@ def _family_rule(
                 f"derived (family rule): {src.label} x eagle/{k.family} / eagle/{g} "
                 f"= {s:.4f} x {ef / eg:.4f} (no figure for this family; the EAGLE head's "
                 "ratio between the two families on the same dataset and temperature)",
+                size_of(dataclasses.replace(k, drafter="eagle")),
             )
         why = (
             "prompt lookup depends on the text, not the model"
@@ -254,7 +279,11 @@ def _family_rule(
             else "no figure ties the two families together"
         )
         return AcceptancePreset(
-            k, s, (), f"derived (family rule): copied from {src.label} ({why}; no figure)"
+            k,
+            s,
+            (),
+            f"derived (family rule): copied from {src.label} ({why}; no figure)",
+            size_of(src),
         )
     return None
 
@@ -274,8 +303,8 @@ class FigureCheck:
 
     @property
     def tolerance(self) -> float | None:
-        """Allowed |error|: 5% on fit figures, 10% held out, none for reported ones."""
-        return {"fit": 0.05, "held-out": 0.10}.get(self.figure.role)
+        """Allowed |error|: 5% on fit and size-fit figures, 10% held out, none for reported ones."""
+        return {"fit": 0.05, "size-fit": 0.05, "held-out": 0.10}.get(self.figure.role)
 
     @property
     def ok(self) -> bool:
@@ -284,15 +313,85 @@ class FigureCheck:
 
 
 def check_figures(
-    figures: Iterable[PublishedFigure] | None = None, samples: int = SAMPLES
+    figures: Iterable[PublishedFigure] | None = None,
+    samples: int = SAMPLES,
+    rule: SizeRule | None = None,
 ) -> list[FigureCheck]:
-    """Every figure predicted by its key's stored preset (specs.acceptance_presets)."""
+    """Every figure predicted by its key's stored preset at the figure's target size
+    (specs.acceptance_presets), a "size-fit" figure by its series' line; `rule` replaces the
+    stored size rule."""
     presets = acceptance_presets()
+    rule = size_rule() if rule is None else rule
     out = []
     for fig in published_figures() if figures is None else figures:
-        p = figure_preset(fig, presets)
+        if fig.role == "size-fit":
+            p = _size_line_preset(fig, rule)
+        else:
+            p = for_target_size(figure_preset(fig, presets), fig.target_params_b, rule)
         out.append(FigureCheck(fig, p, predicted_tokens(fig, p.scale, samples)))
     return out
+
+
+def _size_line_preset(fig: PublishedFigure, rule: SizeRule) -> AcceptancePreset:
+    c = rule.series_log_scale_1b.get(fig.size_series)
+    if c is None:
+        raise SpecError(
+            f"size series {fig.size_series!r} of figure {fig.id} is not in the stored size rule: "
+            "rerun benchmarks/bench_acceptance.py --refit"
+        )
+    scale = math.exp(c + rule.exponent * math.log(fig.target_params_b))
+    return AcceptancePreset(
+        fig.key, scale, (), f"size rule line of series {fig.size_series}", fig.target_params_b
+    )
+
+
+# ---- the size rule -----------------------------------------------------------------------------
+def fit_size_rule(
+    figures: Sequence[PublishedFigure] | None = None,
+    samples: int = SAMPLES,
+    progress: Callable[[str], None] | None = None,
+) -> SizeRule:
+    """The size rule's exponent (and its standard error) from the "size-fit" figures (module
+    docstring). SpecError when a series mixes keys or has one size, or there are too few
+    figures to estimate the error."""
+    import numpy as np
+
+    figures = published_figures() if figures is None else figures
+    series: dict[str, list[PublishedFigure]] = {}
+    for f in figures:
+        if f.role == "size-fit":
+            series.setdefault(f.size_series, []).append(f)
+    for name, fs in series.items():
+        keys = {(f.key.drafter, f.key.family, f.key.dataset, f.key.temperature) for f in fs}
+        if len(keys) > 1 or len({f.target_params_b for f in fs}) < 2:
+            raise SpecError(
+                f"size series {name!r} must be one (drafter, family, dataset, temperature) at "
+                f"two or more target sizes; got {sorted(keys)} at "
+                f"{sorted(f.target_params_b for f in fs)}B"
+            )
+    names = sorted(series)
+    rows, y, ids = [], [], []
+    for i, name in enumerate(names):
+        for f in series[name]:
+            s = fit_figure(f, samples)
+            if progress:
+                progress(f"{f.id}: scale {s:.4f} at {f.target_params_b:g}B")
+            rows.append([float(j == i) for j in range(len(names))] + [math.log(f.target_params_b)])
+            y.append(math.log(s))
+            ids.append(f.id)
+    dof = len(y) - len(names) - 1
+    if dof < 1:
+        raise SpecError(f"{len(y)} size-fit figures in {len(names)} series: too few for a fit")
+    x, yv = np.array(rows), np.array(y)
+    coef, *_ = np.linalg.lstsq(x, yv, rcond=None)
+    resid = yv - x @ coef
+    cov = float(resid @ resid) / dof * np.linalg.inv(x.T @ x)
+    return SizeRule(
+        float(coef[-1]),
+        float(math.sqrt(cov[-1, -1])),
+        {n: float(coef[i]) for i, n in enumerate(names)},
+        tuple(ids),
+    )
 
 
 def figure_preset(
@@ -312,7 +411,10 @@ def figure_preset(
         q = presets.get(k)
         return None if q is None else q.scale
 
-    q = _temperature_rule(k0, fig.key, scale, fig.drafted) if k0 in presets else None
+    def size_of(k: PresetKey) -> float:
+        return presets[k].target_params_b
+
+    q = _temperature_rule(k0, fig.key, scale, fig.drafted, size_of) if k0 in presets else None
     if q is None:
         raise SpecError(
             f"no preset for {fig.key.label} with {fig.drafted} drafts, which figure {fig.id} needs"
