@@ -207,3 +207,28 @@ def test_simulator_loads_the_intermediate_stage_only_for_hierarchical_policies()
     kv_flat, mb_flat = resolve_capacity(flat, reqs)
     kv_hier, mb_hier = resolve_capacity(hier, reqs)
     assert kv_hier.blocks < kv_flat.blocks and mb_hier <= mb_flat
+
+
+def test_plan_table_columns_stay_aligned_with_long_labels() -> None:
+    """A prune + graft + hierarchical label (> 30 characters) widens the policy column: every
+    row's tokens/s ends where the header's 'served tok/s' does."""
+    import io
+
+    from spectune.cli.plan import print_table
+    from spectune.planner.search import BucketResult
+    from spectune.specs.policy import policy_label
+
+    refs = {"off": (100.0,), "sglang": (150.0,)}
+    long = TreePolicy("dynamic-topk", 6, 10, 48, prune_threshold=0.0125, graft_budget=16, chain=12)
+    short = TreePolicy("dynamic-topk", 3, 4, 12)
+    assert len(policy_label(long)) > 30
+    rows = [
+        BucketResult(BucketSpec((1, 1), (1024, 1024)), long, 220.0, (220.0,), refs, 10, 0),
+        BucketResult(BucketSpec((2, 8), (1024, 1024)), short, 200.0, (200.0,), refs, 10, 0),
+    ]
+    buf = io.StringIO()
+    print_table(rows, out=buf)
+    head, _, *body = buf.getvalue().splitlines()
+    end = head.index("served tok/s") + len("served tok/s")
+    for line, tps in zip(body[:2], ("220", "200"), strict=True):
+        assert line[end - len(tps) : end] == tps, line

@@ -146,8 +146,11 @@ def print_table(
     for, whose default config the "vs default" column compares with. Notes follow their rows
     with `verbose`, else one line per kind of note under the table (plan_report)."""
     out = out or sys.stdout
+    # the policy column fits the table's longest label (prune + graft + hierarchical: > 30)
+    labels = [policy_label(q.policy) for r in results for q in (r, *r.pareto)]
+    w = max([30, *map(len, labels)])
     head = (
-        f"{'batch':>8} {'context':>12}  {'policy':<30} {'served tok/s':>12} {'vs off':>7} "
+        f"{'batch':>8} {'context':>12}  {'policy':<{w}} {'served tok/s':>12} {'vs off':>7} "
         f"{'vs default':>16}  {'chain':>5}"
     )
     print(head, file=out)
@@ -158,7 +161,7 @@ def print_table(
         chain = "-" if r.chain is None else str(r.chain.draft_tokens)
         print(
             f"{format_range(r.bucket.batch):>8} {format_range(r.bucket.context):>12}  "
-            f"{policy_label(r.policy):<30} {r.tokens_per_s:12.0f} {r.speedup:6.2f}x "
+            f"{policy_label(r.policy):<{w}} {r.tokens_per_s:12.0f} {r.speedup:6.2f}x "
             f"{r.tokens_per_s / dflt:7.2f}x {name:<8}  {chain:>5}",
             file=out,
         )
@@ -176,7 +179,7 @@ def print_table(
                     print(f"{'':>8} note: {kv_notes[i]}", file=out)
         for q in r.pareto:
             print(
-                f"{'':>23}pareto  {policy_label(q.policy):<30} {q.tokens_per_s:9.0f} "
+                f"{'':>23}pareto  {policy_label(q.policy):<{w}} {q.tokens_per_s:9.0f} "
                 f"{SERVED.label} {q.latency_s * 1e3:7.2f} ms/step",
                 file=out,
             )
