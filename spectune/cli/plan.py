@@ -147,7 +147,8 @@ def print_table(
     with `verbose`, else one line per kind of note under the table (plan_report)."""
     out = out or sys.stdout
     # the policy column fits the table's longest label (prune + graft + hierarchical: > 30)
-    labels = [policy_label(q.policy) for r in results for q in (r, *r.pareto)]
+    labels = [policy_label(r.policy) for r in results]
+    labels += [policy_label(q.policy) for r in results for q in r.pareto]
     w = max([30, *map(len, labels)])
     head = (
         f"{'batch':>8} {'context':>12}  {'policy':<{w}} {'served tok/s':>12} {'vs off':>7} "
