@@ -1,9 +1,9 @@
 """A streaming read of HBM: the read-only bandwidth ceiling for calibration.
 
 `calibrate` bounds the weight and attention efficiencies by the larger of the measured copy
-and read rates. torch's sum reads at about the copy rate on an H100 (3.02 vs 3.00 TB/s), while
-the tree attention kernel's KV stream inside a verify runs faster than that; a read kernel with
-many loads in flight per SM shows what a read-only stream reaches.
+and read rates, the read rate being the faster of torch's sum and this kernel: a persistent
+read with many loads in flight per SM. On an H100 SXM both read 3.01-3.02 TB/s, a copy 3.005
+(benchmarks/probe_read.py; benchmarks/results/probe_read_h100.json).
 
 Each program sums BLOCK-element tiles of x, strided over the grid (a persistent loop), and
 writes one float32 partial: bytes read = x.numel() * x.element_size(), written = 4 * programs.

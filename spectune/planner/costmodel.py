@@ -273,8 +273,8 @@ class CostModel:
         """Seconds of the drafting phase by part (draft_time is their sum): 'first' (one step
         over 1 token/seq, fed by the target), 'later' (depth-1 steps over topk tokens/seq) and
         'bookkeeping' (draft_fixed_time: the `builder`'s fixed cost per step, the selection
-        over the drafted rows, a cost per frontier slot), each zero where depth is 0; without a model drafter (retrieval drafting) one part,
-        'retrieval', the lookup cost."""
+        over the drafted rows, a cost per frontier slot), each zero where depth is 0; without a
+        model drafter (retrieval drafting) one part, 'retrieval', the lookup cost."""
         d = _arr("depth", depth)
         k = _arr("topk", topk)
         if self._drafter is None:
@@ -537,8 +537,8 @@ class CostModel:
         at its mean on the smallest attention tile (its requests hold at most the budget, whose
         dense shape the launch is planned and tuned for; padding them to ragged_tile_m
         overprices the H200 runs: +8.6% at batch 32, and padding the mean to the dense launch's
-        tile, operators.attention_row_tile, +4% at batch 32 on measurements/h200-newuser), but the packed batch runs at the next multiple of
-        Calibration.ragged_token_bucket tokens (at most B x budget): at batch 1 a 17-token tree
+        tile, operators.attention_row_tile, +4% at batch 32 on measurements/h200-newuser), but
+        the packed batch runs at the next multiple of Calibration.ragged_token_bucket tokens (at most B x budget): at batch 1 a 17-token tree
         verifies as 32."""
         if not policy.shared_budget:
             if policy.prune_threshold > 0:

@@ -225,8 +225,9 @@ class Calibration:
         "not widen (top-k over k rows, the k x k child sort, the drafter's attention over the "
         "earlier draft slots); draft_step_s alone prices a top-1 chain and a top-10 tree "
         "alike. Default 0 (calibrations fitted without it); calibrate fits it from speculative "
-        "runs of two top-k or more: 11.9 us on H100 SXM, weak (benchmarks/results/"
-        "tp_h100_rerun: measurement-tp1.json's 5/4/8 and 3/1/4 at batch 1-64)",
+        "runs of two top-k or more: 4-12 us on H100 SXM and weak in every fit so far (rel. "
+        "s.e. 0.6-1.1: benchmarks/results/tp_h100_rerun's 5/4/8 and 3/1/4, 11.9 us; "
+        "measurements/h100-newuser2's 5/4/8, 6/8/32 and 7/10/60, 4.1 us)",
     )
     static_draft_step_s: float | None = help_field(
         None,

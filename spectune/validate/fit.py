@@ -85,11 +85,7 @@ def _calibration(
     per = np.maximum.accumulate(grid / eff)  # enforce M/eff non-decreasing exactly
     eff = grid / per
     static = p.get("static_draft_step_us")
-
-    def us(name: str, field: str) -> float:
-        v = p.get(name)
-        return float(getattr(base, field)) if v is None else float(v) * 1e-6
-
+    slot = p.get("draft_slot_us")
     return dataclasses.replace(
         base,
         hardware=hardware,
@@ -101,7 +97,7 @@ def _calibration(
         launch_s=float(p["launch_us"]) * 1e-6,
         draft_step_s=float(p["draft_step_us"]) * 1e-6,
         draft_select_bytes_per_s=float(p["draft_select_gb_s"]) * 1e9,
-        draft_slot_s=us("draft_slot_us", "draft_slot_s"),
+        draft_slot_s=base.draft_slot_s if slot is None else float(slot) * 1e-6,
         gemm_tokens=tuple(float(g) for g in grid),
         gemm_flops_efficiency=tuple(float(e) for e in eff),
         graph_batch_sizes=GRAPH_SIZES,
