@@ -263,3 +263,78 @@ def test_dense_verify_pays_its_padded_attention_rows() -> None:
     )
     with pytest.raises(SpecError, match="attention_tile_max_m"):
         Calibration(attention_tile_m=32, attention_tile_max_m=16)
+
+
+def test_attention_slots_are_the_kernels_resident_programs() -> None:
+    """operators.attention_slots counts the programs per SM that the split chooser assumes
+    (kernels/tree_attention_config.resident_programs of default_config's GPU configs)."""
+    torch = pytest.importorskip("torch")
+    cfg = pytest.importorskip("spectune.kernels.tree_attention_config")
+    from spectune.planner.operators import Rates, attention_row_tile, attention_slots
+
+    rates = Rates.resolve(load_hardware(HW), Calibration())
+    cuda = torch.device("cuda")  # only its type is read
+    for rows in (1, 16, 32, 64, 128, 256):
+        for groups in (8, 512):
+            c = cfg.default_config(rows, cuda, groups)
+            tile = attention_row_tile(rates, rows, groups)
+            for head_dim, kv_bytes in ((64, 2), (128, 2), (128, 1), (256, 2)):
+                want = rates.sm_count * cfg.resident_programs(c, head_dim, kv_bytes)
+                got = attention_slots(rates, tile, rows, head_dim, kv_bytes)
+                assert got == want, (rows, groups, head_dim, kv_bytes)
+
+
+def test_attention_splits_only_where_the_kernels_chooser_splits() -> None:
+    """Every launch operators.attention_splits calls split, the kernels' chooser splits
+    (choose_splits over the same slots and partial costs as plan_launch), over batch 1-64,
+    1-64 tree tokens and five GQA shapes."""
+    torch = pytest.importorskip("torch")
+    cfg = pytest.importorskip("spectune.kernels.tree_attention_config")
+    from spectune.planner.operators import (
+        Rates,
+        attention_row_tile,
+        attention_slots,
+        attention_splits,
+    )
+
+    rates = Rates.resolve(load_hardware(HW), Calibration())
+    cuda = torch.device("cuda")
+    split_seen = 0
+    shapes = ((4, 8, 128), (8, 8, 128), (4, 2, 128), (8, 1, 128), (2, 8, 64))
+    for group, kv_heads, head_dim in shapes:
+        for batch in (1, 2, 3, 4, 8, 9, 16, 32, 64):
+            for n in (1, 8, 16, 32, 60, 64):
+                for prefix in (100, 1024, 2048, 4096):
+                    rows = group * n
+                    c = cfg.default_config(rows, cuda, batch * kv_heads)
+                    slots = int(attention_slots(rates, c.block_m, rows, head_dim, 2))
+                    blocks = -(-rows // c.block_m)
+                    partial_bytes = 2 if c.half_partials else 4
+                    partial = (cfg.PARTIAL_COST_SCALE * 2 * partial_bytes * batch * n * group
+                               * kv_heads * head_dim / (2 * head_dim * 2 * slots))  # fmt: skip
+                    splits, _ = cfg.choose_splits(
+                        batch, kv_heads, blocks, prefix, n, c, slots, partial
+                    )
+                    tile = attention_row_tile(rates, rows, batch * kv_heads)
+                    ours = attention_splits(
+                        rates, batch * kv_heads * blocks, prefix, tile, rows, head_dim, 2
+                    )
+                    if ours:
+                        split_seen += 1
+                        assert splits > 1, (group, kv_heads, batch, n, prefix)
+    assert split_seen > 0
+
+
+def test_small_batches_pay_the_split_attention_launch() -> None:
+    """Calibration.attention_split_s is paid per layer where the launch splits (batch 1 and 8
+    over a 4096-token prefix) and not where the programs fill the GPU (batch 64)."""
+    cal = dataclasses.replace(CAL, attention_split_s=10e-6)
+    cm, base = _cm(cal), _cm(dataclasses.replace(CAL, attention_split_s=0.0))
+    layers = load_model("llama-3.1-8b").layers
+    for batch, paid in ((1, True), (8, True), (64, False)):
+        extra = float(cm.verify_time(batch, 1, 4096) - base.verify_time(batch, 1, 4096))
+        assert extra == pytest.approx(layers * 10e-6 if paid else 0.0, abs=1e-9), batch
+    # a prefix too short for two splits of MIN_SPLIT_KEYS runs whole
+    assert float(cm.verify_time(1, 1, 100)) == pytest.approx(float(base.verify_time(1, 1, 100)))
+    with pytest.raises(SpecError, match="attention_split_s"):
+        Calibration(attention_split_s=-1e-6)

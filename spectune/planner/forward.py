@@ -24,6 +24,7 @@ from spectune.planner.operators import (
     allgather_time,
     allreduce_time,
     attention_row_tile,
+    attention_splits,
     attention_time,
     elementwise_time,
     gemm_time,
@@ -228,12 +229,13 @@ class ForwardPricer:
         #   bytes = sum_i (c_i + n_i) * 2 * kv_w * kv_bytes; Q read + O write = 2 * T * q_w * 2
         #   FLOPs = 4 * head_dim * kv_heads * sum_i pad(group*n_i) * (c_i + n_i)   (QK^T and PV)
         # the tree part (n_i x n_i, masked) is computed densely inside the same tiles.
+        tile = self._attention_tile(b, group)
         attn = attention_time(
             r,
             b.kv_tokens * 2 * kv_w * self.kvb,
-            4 * m.head_dim * self.kv_heads * b.rows_x_keys(group, self._attention_tile(b, group)),
+            4 * m.head_dim * self.kv_heads * b.rows_x_keys(group, tile),
             2 * b.tokens * q_w * ACT_BYTES,
-        )
+        ) + np.where(self._attention_split(b, group, tile), r.attention_split_s, 0.0)
         o = self._linear(tg, m.hidden, q_w)  # [T, q_w] x [q_w, hidden]
         parts: dict[str, tuple[F64, int]] = {
             QKV_O: (qkv + o, 2 * self.kpg),
@@ -255,6 +257,22 @@ class ForwardPricer:
         if b.ragged:
             return attention_row_tile(self.r, group * np.max(b.new), b.new.size * self.kv_heads)
         return attention_row_tile(self.r, group * b.new, b.seqs * self.kv_heads)
+
+    def _attention_split(self, b: BatchShape, group: int, tile: F64 | int) -> np.ndarray:
+        """Whether the layer's tree attention launch splits each prefix (operators.
+        attention_splits): its programs are (sequence, KV head, row tile) triples, each
+        request's G x n rows cut into tiles of its own where the verify pads per request
+        (b.ragged_tile), over the longest prefix of a ragged batch."""
+        t = b.ragged_tile or tile
+        rows = group * b.new
+        blocks = np.ceil(rows / t)
+        prefix: F64 = b.cached
+        if b.ragged:
+            blocks = np.asarray(np.sum(blocks), dtype=np.float64)
+            prefix = np.asarray(np.max(prefix), dtype=np.float64)
+            rows = np.asarray(np.max(rows), dtype=np.float64)
+        programs = b.seqs * self.kv_heads * blocks
+        return attention_splits(self.r, programs, prefix, t, rows, self.model.head_dim, self.kvb)
 
     def _mla_layer(self, b: BatchShape) -> dict[str, tuple[F64, int]]:
         """Multi-head latent attention, weight-absorbed (decode/verify form, as SGLang runs it).

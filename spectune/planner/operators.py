@@ -85,6 +85,7 @@ class Rates:
     launch_s: float  # one kernel inside a CUDA graph
     gemm_fixed_s: float  # one weight GEMM's fixed time beyond its launch
     attention_fixed_s: float  # one attention kernel's fixed time beyond its launch
+    attention_split_s: float  # what a split (flash-decoding) attention launch adds
     eager_launch_s: float  # one kernel without a graph
     gemm_tokens: F64  # [P] M grid of the GEMM efficiency curve (P may be 1)
     gemm_efficiency: F64  # [P] fraction of peak FLOP/s at each grid point
@@ -135,6 +136,7 @@ class Rates:
             launch_s=launch,
             gemm_fixed_s=cal.gemm_fixed_s,
             attention_fixed_s=cal.attention_fixed_s,
+            attention_split_s=cal.attention_split_s,
             eager_launch_s=eager,
             gemm_tokens=grid,
             gemm_efficiency=eff,
@@ -241,6 +243,57 @@ def attention_row_tile(r: Rates, rows_per_group: ArrayLike, groups: ArrayLike) -
     top = np.where(np.asarray(groups) <= FEW_GROUPS, min(64, r.attention_tile_max_m),
                    r.attention_tile_max_m)  # fmt: skip
     return np.clip(t, r.attention_tile_m, np.maximum(top, r.attention_tile_m))
+
+
+#: shared memory per SM that tree attention programs may take, bytes (Hopper's 228 KiB less
+#: the 1 KiB reserved per block: kernels/tree_attention_config.py SM_SMEM_BYTES)
+SM_SMEM_BYTES = 233472
+#: prefix keys from which attention_splits prices a split launch: from here on the kernels'
+#: split chooser splits every launch of at most half the resident slots (checked over batch
+#: 1-64, 1-64 tree tokens, 1-8 KV heads of 1-8 query heads each by
+#: tests/test_ragged_verify_cost.py); over shorter prefixes it weighs the merge and the partials
+#: against the shorter chunks, and 45 of 758 such launches run whole at 1024 keys
+SPLIT_MIN_PREFIX = 2048
+
+
+def attention_slots(
+    r: Rates, tile: ArrayLike, rows_per_group: ArrayLike, head_dim: int, kv_bytes: float
+) -> F64:
+    """Tree attention programs resident on the whole GPU at once for a launch of `tile`-row
+    tiles over groups of `rows_per_group` rows: sm_count x min(by shared memory, by registers,
+    4). Groups of up to 64 rows run 64-key blocks in 4 pipeline stages on 4 warps; larger ones 3
+    stages, in 64-row tiles of 64-key blocks on 4 warps or 128-row tiles of 128-key blocks on 8
+    warps; a program holds its stages' K and V blocks and its Q tile, (stages * 2 * block_n + tile) *
+    head_dim * kv_bytes + 1 KiB, and 128 registers per thread of a 64K-register file
+    (kernels/tree_attention_config.py default_config, resident_programs)."""
+    t = np.asarray(tile, dtype=np.float64)
+    big = t > 64
+    stages = np.where(np.asarray(rows_per_group) > 64, 3, 4)
+    block_n = np.where(big, 128, 64)
+    warps = np.where(big, 8, 4)
+    smem = (stages * 2 * block_n + t) * head_dim * kv_bytes + 1024
+    by_smem = np.maximum(1, np.floor(SM_SMEM_BYTES / smem))
+    by_regs = np.maximum(1, np.floor(65536 / (warps * 32 * 128)))
+    return r.sm_count * np.minimum(np.minimum(by_smem, by_regs), 4)
+
+
+def attention_splits(
+    r: Rates,
+    programs: ArrayLike,
+    prefix: ArrayLike,
+    tile: ArrayLike,
+    rows_per_group: ArrayLike,
+    head_dim: int,
+    kv_bytes: float,
+) -> np.ndarray:
+    """Whether a tree attention launch of `programs` (sequence, KV head, row tile) programs over
+    `prefix` cached keys each cuts the prefix into splits: where the programs fill at most half
+    the resident slots (attention_slots) over a prefix of SPLIT_MIN_PREFIX keys or more. There
+    two splits still run in one round, so the kernels' split chooser
+    (kernels/tree_attention_config.py choose_splits) always splits; above half it splits only
+    where that evens out the rounds, which the bandwidth price already assumes full."""
+    slots = attention_slots(r, tile, rows_per_group, head_dim, kv_bytes)
+    return (2 * np.asarray(programs) <= slots) & (np.asarray(prefix) >= SPLIT_MIN_PREFIX)
 
 
 #: standard deviations past the mean up to which spread_padded_rows sums its tiles

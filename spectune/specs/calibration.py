@@ -129,6 +129,16 @@ class Calibration:
         help="fixed time of one attention kernel beyond its launch (ramp, split-KV merge), s: "
         "the intercept of time vs KV bytes of decode attention; default 0 (see gemm_fixed_s)",
     )
+    attention_split_s: float = help_field(
+        0.0,
+        help="time a tree attention launch adds when it cuts each sequence's prefix into "
+        "splits (flash-decoding) because its programs fill at most half the GPU's resident "
+        "slots (operators.attention_splits): the partials' writes, the merge launch and its "
+        "reads, s. Default 0 (calibrations fitted without it); calibrate fits it from the "
+        "verify grid and the speculative runs: 4.9-6.6 us on H100 SXM (measurements/"
+        "h100-newuser, -newuser2, -newuser3, benchmarks/results/new_gpu_h100_repeat), 5.9-8.2 "
+        "us on H200 (measurements/h200-newuser, benchmarks/results/new_gpu_h200_rerun)",
+    )
     eager_launch_s: float = help_field(
         10.0 * US,
         help="cost of one kernel launched eagerly (no CUDA graph: batch above the largest "
@@ -313,6 +323,7 @@ class Calibration:
             "launch_s",
             "gemm_fixed_s",
             "attention_fixed_s",
+            "attention_split_s",
             "eager_launch_s",
             "step_overhead_s",
             "per_request_overhead_s",

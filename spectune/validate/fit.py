@@ -46,6 +46,9 @@ PARAMS = (
     ("attention_flops_efficiency", 0.02, 1.0, 0.3),
     ("elementwise_bw_efficiency", 0.02, 1.0, 0.5),
     ("launch_us", 0.0, 30.0, 3.0),
+    # Calibration.attention_split_s in us: what a split (flash-decoding) attention launch adds
+    # (small batches: operators.attention_splits)
+    ("attention_split_us", 0.0, 50.0, 5.0),
     ("gemm_emax", 0.2, 1.0, 0.8),
     ("gemm_m0", 1.0, 4096.0, 256.0),
     ("draft_step_us", 0.0, 500.0, 40.0),
@@ -95,6 +98,7 @@ def _calibration(
         attention_flops_efficiency=float(p["attention_flops_efficiency"]),
         elementwise_bw_efficiency=float(p["elementwise_bw_efficiency"]),
         launch_s=float(p["launch_us"]) * 1e-6,
+        attention_split_s=float(p["attention_split_us"]) * 1e-6,
         draft_step_s=float(p["draft_step_us"]) * 1e-6,
         draft_select_bytes_per_s=float(p["draft_select_gb_s"]) * 1e9,
         draft_slot_s=base.draft_slot_s if slot is None else float(slot) * 1e-6,

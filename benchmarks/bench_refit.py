@@ -1,0 +1,125 @@
+"""Refit every committed raw calibration run with the current fit and re-check its folder.
+
+    python -m benchmarks.bench_refit                    # the folders below
+    python -m benchmarks.bench_refit measurements/h100-newuser3 ...
+
+A change to the cost model or to `spectune calibrate`'s fit (spectune.validate.fit) is judged
+here the way a new user meets it: each folder's `calibrate-run.json` (the device's raw
+micro-benchmarks, verify grid and short speculative runs) is refitted on CPU, with the
+one-GPU measurement documents its README names as fit input (the TP folders'
+measurement-tp1.json), and every document of the folder is re-predicted with that calibration
+by `spectune check`'s code (spectune.validate.check.check_folder). The executions of the new-user
+folders (execute-*.json) and every tp > 1 document stay out of the fit, so their errors are
+out of sample. Each line gives the committed calibration's figures (as the folder was
+checked when it was made) beside the refit's: verify MAPE per file and the worst and mean
+speedup error per file. Nothing in the folders is written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from spectune.specs.io import loads_json, read_bytes_bounded
+from spectune.validate.check import CALIBRATION_SCHEMA, CheckResult, check_folder
+from spectune.validate.fit import fit_calibration
+
+ROOT = Path(__file__).resolve().parent.parent
+#: folder -> measurement documents that join calibrate-run.json in the fit
+FOLDERS: dict[str, tuple[str, ...]] = {
+    "measurements/h100-newuser": (),
+    "measurements/h100-newuser2": (),
+    "measurements/h100-newuser3": (),
+    "measurements/h200-newuser": (),
+    "benchmarks/results/new_gpu_h100_repeat": (),
+    "benchmarks/results/new_gpu_h200_rerun": (),
+    "benchmarks/results/tp_h100x2": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h100_rerun": ("measurement-tp1.json",),
+}
+
+
+def _load(p: Path) -> Any:
+    return loads_json(read_bytes_bounded(p), str(p))
+
+
+def _per_file(res: CheckResult) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for r in res.verify:
+        out.setdefault(r.file, {}).setdefault("verify_sum", 0.0)
+        out[r.file]["verify_sum"] += abs(r.error)
+        out[r.file]["verify_n"] = out[r.file].get("verify_n", 0) + 1
+    for r in res.speedup:
+        f = out.setdefault(r.file, {})
+        f["speedup_worst"] = max(f.get("speedup_worst", 0.0), abs(r.error))
+        f["speedup_sum"] = f.get("speedup_sum", 0.0) + abs(r.error)
+        f["speedup_n"] = f.get("speedup_n", 0) + 1
+    return out
+
+
+def refit(folder: str, extra: tuple[str, ...]) -> dict[str, Any]:
+    """The committed and refitted check of one folder, and the refit's parameters."""
+    src = ROOT / folder
+    run = _load(src / "calibrate-run.json")
+    docs = [_load(src / name) for name in extra]
+    cal, report = fit_calibration(run, docs)
+    before = check_folder(src)
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in src.glob("*.json"):
+            data = _load(p)
+            if isinstance(data, dict) and data.get("schema") == CALIBRATION_SCHEMA:
+                continue
+            shutil.copy(p, Path(tmp) / p.name)
+        cal.save(Path(tmp) / f"calibration-{cal.hardware}.json")
+        after = check_folder(tmp)
+    return {
+        "folder": folder,
+        "params": report["params"],
+        "determined": report["identified"].get("determined", []),
+        "before": {"verify_mape": before.verify_mape, "worst": before.worst_speedup_error,
+                   "files": _per_file(before)},
+        "after": {"verify_mape": after.verify_mape, "worst": after.worst_speedup_error,
+                  "files": _per_file(after)},
+    }  # fmt: skip
+
+
+def _cell(f: dict[str, float]) -> str:
+    v = f"{100 * f['verify_sum'] / f['verify_n']:5.2f}%" if f.get("verify_n") else "     -"
+    s = (
+        f"{100 * f['speedup_worst']:4.1f}% ({100 * f['speedup_sum'] / f['speedup_n']:3.1f}%)"
+        if f.get("speedup_n")
+        else "          -"
+    )
+    return f"{v} {s:>13}"
+
+
+def main(argv: list[str]) -> int:
+    folders = {f: FOLDERS.get(f, ()) for f in argv} if argv else FOLDERS
+    results = []
+    print("per file: verify MAPE, worst (mean) |speedup error|; committed calibration -> refit")
+    for folder, extra in folders.items():
+        if not (ROOT / folder / "calibrate-run.json").is_file():
+            print(f"{folder}: no calibrate-run.json, skipped")
+            continue
+        r = refit(folder, extra)
+        results.append(r)
+        b, a = r["before"], r["after"]
+        print(
+            f"{folder}: verify MAPE {100 * b['verify_mape']:.2f}% -> {100 * a['verify_mape']:.2f}%"
+            f", worst speedup error {100 * b['worst']:.1f}% -> {100 * a['worst']:.1f}%"
+        )
+        for name in sorted(a["files"]):
+            print(f"  {name:<32} {_cell(b['files'].get(name, {}))}  ->  {_cell(a['files'][name])}")
+        split = r["params"].get("attention_split_us")
+        print(
+            f"  fitted attention_split_s {split:.1f} us; determined: {', '.join(r['determined'])}"
+        )
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
