@@ -6,7 +6,8 @@ error. Gates: within 5% on every figure used in a fit (a preset's scale, or the 
 exponent: "size-fit" figures, predicted on their series' line), within 10% on every held-out
 figure (the EAGLE-2 and EAGLE-3 rows of Llama-3.3-70B at T=0, predicted by presets fitted to
 Llama-3.1-8B at a larger verify budget and rescaled from 8B to 70B by the size rule; Vicuna
-7B's EAGLE-2 rows, from the Vicuna-13B presets through the size rule; EAGLE-1's
+7B's EAGLE-2 rows, from the Vicuna-13B presets through the size rule; LLaMA2-Chat-7B's EAGLE-1
+row, on its size series' line through the 13B and 70B rows; EAGLE-1's
 static tree on Vicuna-13B, predicted at T=0 by the preset fitted to
 EAGLE-2's dynamic tree with the same head, and at T=1, where EAGLE-1 samples its drafts, by the
 sampled-drafts temperature rule from that T=0 preset: spectune.traces.published). "reported"

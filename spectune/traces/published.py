@@ -33,8 +33,9 @@ figure (benchmarks/bench_acceptance.py, tests/test_acceptance_presets.py).
   figure drafted otherwise than its kind's presets assume (EAGLE-1's sampled drafts, against
   the EAGLE head's top-k presets) is predicted from the key's T = 0 preset by the temperature
   rule of its own drafting; a preset of a size-rule kind is then rescaled to the figure's target
-  size (specs.acceptance_presets.for_target_size); a "size-fit" figure is predicted on its
-  series' fitted line.
+  size (specs.acceptance_presets.for_target_size); a figure that names a size_series is
+  predicted on its series' fitted line: a "size-fit" one in sample, a "held-out" one (left out
+  of the fit) out of sample, from its series' other sizes.
 """
 
 from __future__ import annotations
@@ -318,13 +319,13 @@ def check_figures(
     rule: SizeRule | None = None,
 ) -> list[FigureCheck]:
     """Every figure predicted by its key's stored preset at the figure's target size
-    (specs.acceptance_presets), a "size-fit" figure by its series' line; `rule` replaces the
-    stored size rule."""
+    (specs.acceptance_presets), a figure that names a size_series ("size-fit", or "held-out" of
+    the size fit) by its series' line; `rule` replaces the stored size rule."""
     presets = acceptance_presets()
     rule = size_rule() if rule is None else rule
     out = []
     for fig in published_figures() if figures is None else figures:
-        if fig.role == "size-fit":
+        if fig.size_series:
             p = _size_line_preset(fig, rule)
         else:
             p = for_target_size(figure_preset(fig, presets), fig.target_params_b, rule)
@@ -352,7 +353,8 @@ def fit_size_rule(
     progress: Callable[[str], None] | None = None,
 ) -> SizeRule:
     """The size rule's exponent (and its standard error) from the "size-fit" figures (module
-    docstring). SpecError when a series mixes keys or has one size, or there are too few
+    docstring); a "held-out" figure of a series is left out. SpecError when a series mixes keys
+    or has one size, a held-out figure's series has no size-fit line, or there are too few
     figures to estimate the error."""
     import numpy as np
 
@@ -361,6 +363,12 @@ def fit_size_rule(
     for f in figures:
         if f.role == "size-fit":
             series.setdefault(f.size_series, []).append(f)
+    for f in figures:
+        if f.role == "held-out" and f.size_series and f.size_series not in series:
+            raise SpecError(
+                f"held-out figure {f.id} names size series {f.size_series!r}, which has no "
+                '"size-fit" figure: its line needs two or more sizes fitted'
+            )
     for name, fs in series.items():
         keys = {(f.key.drafter, f.key.family, f.key.dataset, f.key.temperature) for f in fs}
         if len(keys) > 1 or len({f.target_params_b for f in fs}) < 2:
