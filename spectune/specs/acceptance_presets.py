@@ -40,9 +40,10 @@ a target of N billion parameters takes scale * (N / N_ref) ** exponent, one expo
 head kinds, fitted to the published figures of one EAGLE head at several target sizes of one
 family (figures.toml role "size-fit": EAGLE and EAGLE-2 papers, LLaMA2-Chat 7B/13B/70B, Vicuna
 7B/13B/33B, LLaMA3-Instruct 8B/70B; LLaMA2-Chat-7B's EAGLE-1 row is held out), at every
-temperature (no fitted temperature x size term: workload_data/README.md says why). Draft models, prompt lookup, MTP and intermediates have no
-size term (no figure measures one; prompt lookup copies the text; MTP runs with its own target;
-an intermediate's preset is already a tenth-size model on a 70B).
+temperature (a temperature x size slope is fitted and tested, not applied: see
+workload_data/README.md). Draft models, prompt lookup, MTP and intermediates have no size term
+(no figure measures one; prompt lookup copies the text; MTP runs with its own target; an
+intermediate's preset is already a tenth-size model on a 70B).
 
 The published figures (workload_data/published/figures.toml) and the fitted or derived scales
 (workload_data/published/presets.json, written by `python benchmarks/bench_acceptance.py
@@ -154,6 +155,9 @@ class PublishedFigure:
     size_series: str = ""  # "size-fit" (or held-out) figures: one head at several sizes of a family
     across_datasets: bool = False  # one figure given across prompt sets (not per dataset)
     drafting: str = ""  # "top-k" | "sampled" (DRAFTING); "" = its kind's (kind_drafting)
+    #: T > 0 figures: the series (one head and target line at several sizes) whose T=1/T=0
+    #: scale ratios test for a temperature x size term (traces.published.fit_temperature_size)
+    temperature_series: str = ""
 
     @property
     def drafted(self) -> str:
@@ -307,11 +311,14 @@ def published_figures() -> tuple[PublishedFigure, ...]:
                     size_series=str(f.get("size_series", "")),
                     across_datasets=bool(f.get("across_datasets", False)),
                     drafting=str(f.get("drafting", "")),
+                    temperature_series=str(f.get("temperature_series", "")),
                 )
             )
             fig = out[-1]
             if fig.drafting not in ("", *DRAFTING):
                 raise ValueError(f"drafting must be one of {DRAFTING}, got {fig.drafting!r}")
+            if fig.temperature_series and fig.key.temperature == 0.0:
+                raise ValueError("temperature_series is for T > 0 figures (paired with T = 0)")
             if fig.role not in ROLES:
                 raise ValueError(f"role must be one of {ROLES}, got {fig.role!r}")
             if not 0.01 <= fig.target_params_b <= 1e5:
