@@ -6,13 +6,17 @@ error. Gates: within 5% on every figure used in a fit (a preset's scale, or the 
 exponent: "size-fit" figures, predicted on their series' line), within 10% on every held-out
 figure (the EAGLE-2 and EAGLE-3 rows of Llama-3.3-70B at T=0, predicted by presets fitted to
 Llama-3.1-8B at a larger verify budget and rescaled from 8B to 70B by the size rule; Vicuna
-7B's EAGLE-2 rows, from the Vicuna-13B presets through the size rule; EAGLE-1's
+7B's EAGLE-2 rows, from the Vicuna-13B presets through the size rule; LLaMA2-Chat-7B's EAGLE-1
+row, on its size series' line through the 13B and 70B rows; EAGLE-1's
 static tree on Vicuna-13B, predicted at T=0 by the preset fitted to
 EAGLE-2's dynamic tree with the same head, and at T=1, where EAGLE-1 samples its drafts, by the
 sampled-drafts temperature rule from that T=0 preset: spectune.traces.published). "reported"
 figures (Llama-3.3-70B at T=1) are shown with their error and not gated (figures.toml says why).
 
     python benchmarks/bench_acceptance.py [--refit] [--samples N]
+
+Also fits the T=1 x size slope (spectune.traces.published.fit_temperature_size; not applied)
+and prints what the Llama-3.3-70B T=1 rows would miss by with it.
 
 --refit fits every preset and the size rule again (spectune.traces.published.fit_presets and
 fit_size_rule, a few minutes) and rewrites presets.json before measuring. Prints a table, then one JSON document on the last line;
@@ -28,7 +32,14 @@ import time
 
 from spectune.specs import acceptance_presets as registry
 from spectune.specs.io import write_json_atomic
-from spectune.traces.published import SAMPLES, check_figures, fit_presets, fit_size_rule
+from spectune.traces.published import (
+    SAMPLES,
+    check_figures,
+    checks_with_temperature_slope,
+    fit_presets,
+    fit_size_rule,
+    fit_temperature_size,
+)
 
 
 def refit(samples: int) -> None:
@@ -106,6 +117,17 @@ def main() -> int:
             for r, s in summary.items()
         )
     )
+    slope = fit_temperature_size(samples=args.samples)
+    what_if = checks_with_temperature_slope(slope, samples=args.samples)
+    errs = [c.error for c in what_if]
+    print(
+        f"T=1 x size (not applied): T=1/T=0 scale ratio x (N / N_ref) ** {slope.slope:+.4f} "
+        f"(standard error {slope.stderr:.4f}; {len(slope.fitted_to)} T=1/T=0 pairs); applied, "
+        f"the {len(what_if)} reported T=1 head rows outside its fit would miss by "
+        f"{100 * min(errs):+.1f}% to {100 * max(errs):+.1f}% ("
+        + ", ".join(f"{c.figure.id} {100 * c.error:+.1f}%" for c in what_if if abs(c.error) > 0.1)
+        + ")"
+    )
     ok = all(c.ok for c in checks)
     for c in checks:
         if not c.ok:
@@ -116,6 +138,13 @@ def main() -> int:
         "ok": ok,
         "size_rule": registry.size_rule_to_dict(rule),
         "summary": summary,
+        "temperature_size": {
+            "slope": round(slope.slope, 6),
+            "stderr": round(slope.stderr, 6),
+            "applied": False,
+            "fitted_to": [list(p) for p in slope.fitted_to],
+            "what_if": {c.figure.id: round(c.error, 4) for c in what_if},
+        },
         "figures": [
             {
                 "id": c.figure.id,

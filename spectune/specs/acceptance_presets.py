@@ -39,9 +39,11 @@ Within a family, acceptance also depends on the target's size (`SizeRule`): a he
 a target of N billion parameters takes scale * (N / N_ref) ** exponent, one exponent shared by the
 head kinds, fitted to the published figures of one EAGLE head at several target sizes of one
 family (figures.toml role "size-fit": EAGLE and EAGLE-2 papers, LLaMA2-Chat 7B/13B/70B, Vicuna
-7B/13B/33B, LLaMA3-Instruct 8B/70B). Draft models, prompt lookup, MTP and intermediates have no
-size term (no figure measures one; prompt lookup copies the text; MTP runs with its own target;
-an intermediate's preset is already a tenth-size model on a 70B).
+7B/13B/33B, LLaMA3-Instruct 8B/70B; LLaMA2-Chat-7B's EAGLE-1 row is held out), at every
+temperature (a temperature x size slope is fitted and tested, not applied: see
+workload_data/README.md). Draft models, prompt lookup, MTP and intermediates have no size term
+(no figure measures one; prompt lookup copies the text; MTP runs with its own target; an
+intermediate's preset is already a tenth-size model on a 70B).
 
 The published figures (workload_data/published/figures.toml) and the fitted or derived scales
 (workload_data/published/presets.json, written by `python benchmarks/bench_acceptance.py
@@ -88,7 +90,8 @@ NGRAM_SHAPE = (0.81, 0.74 / 0.81, 0.70 / 0.74, 0.68 / 0.70, 0.66 / 0.68)
 NGRAM_LENGTH = 10
 DRAFTING = ("top-k", "sampled")
 #: figure roles: "fit" fixes a preset's scale, "size-fit" the size rule's exponent (with the other
-#: figures of its size_series), "held-out" is predicted without being fitted, "reported" is shown
+#: figures of its size_series), "held-out" is predicted without being fitted (one that names a
+#: size_series on its series' line, fitted without it), "reported" is shown
 ROLES = ("fit", "size-fit", "held-out", "reported")
 #: kinds whose acceptance follows the target size (SizeRule): heads trained on the target's own
 #: features. The exponent is fitted to EAGLE heads and shared by EAGLE-3 and Medusa heads (no
@@ -149,9 +152,12 @@ class PublishedFigure:
     source: str
     target_params_b: float  # the target's nominal parameter count, billions
     note: str = ""
-    size_series: str = ""  # "size-fit" figures: one head at several sizes of one family
+    size_series: str = ""  # "size-fit" (or held-out) figures: one head at several sizes of a family
     across_datasets: bool = False  # one figure given across prompt sets (not per dataset)
     drafting: str = ""  # "top-k" | "sampled" (DRAFTING); "" = its kind's (kind_drafting)
+    #: T > 0 figures: the series (one head and target line at several sizes) whose T=1/T=0
+    #: scale ratios test for a temperature x size term (traces.published.fit_temperature_size)
+    temperature_series: str = ""
 
     @property
     def drafted(self) -> str:
@@ -305,11 +311,14 @@ def published_figures() -> tuple[PublishedFigure, ...]:
                     size_series=str(f.get("size_series", "")),
                     across_datasets=bool(f.get("across_datasets", False)),
                     drafting=str(f.get("drafting", "")),
+                    temperature_series=str(f.get("temperature_series", "")),
                 )
             )
             fig = out[-1]
             if fig.drafting not in ("", *DRAFTING):
                 raise ValueError(f"drafting must be one of {DRAFTING}, got {fig.drafting!r}")
+            if fig.temperature_series and fig.key.temperature == 0.0:
+                raise ValueError("temperature_series is for T > 0 figures (paired with T = 0)")
             if fig.role not in ROLES:
                 raise ValueError(f"role must be one of {ROLES}, got {fig.role!r}")
             if not 0.01 <= fig.target_params_b <= 1e5:
@@ -317,8 +326,13 @@ def published_figures() -> tuple[PublishedFigure, ...]:
                     f"target_params_b must be a parameter count in billions in [0.01, 1e5], "
                     f"got {fig.target_params_b!r}"
                 )
-            if (fig.role == "size-fit") != bool(fig.size_series):
-                raise ValueError('a "size-fit" figure, and only one, names its size_series')
+            if (fig.role == "size-fit" and not fig.size_series) or (
+                fig.size_series and fig.role not in ("size-fit", "held-out")
+            ):
+                raise ValueError(
+                    'a "size-fit" figure names its size_series; a "held-out" one may (held out '
+                    "of its series' fit); no other role names one"
+                )
         except (KeyError, TypeError, ValueError) as e:
             raise SpecError(f"{where}: {e!r}") from e
     return tuple(out)
