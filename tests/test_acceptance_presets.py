@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import warnings
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -26,11 +27,13 @@ from spectune.traces.fit import LoadedTraces, fit_workload
 from spectune.traces.published import (
     COVERAGE,
     check_figures,
-    checks_with_temperature_slope,
     derive_presets,
     figure_preset,
     fit_figure,
     fit_presets,
+)
+from spectune.traces.size_fits import (
+    checks_with_temperature_slope,
     fit_size_rule,
     fit_temperature_size,
     temperature_partner,
@@ -160,17 +163,30 @@ def test_fit_figure_with_other_drafting_than_its_kind_is_refused() -> None:
     assert aps.kind_drafting("draft-model") == "sampled" and aps.kind_drafting("EAGLE-2") == "top-k"
 
 
-def test_malformed_drafting_names_the_file_and_figure(tmp_path, monkeypatch) -> None:
-    text = aps.FIGURES_FILE.read_text(encoding="utf-8")
+def _assert_figures_file_refused(
+    bad_text: str, match: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """published_figures() read from a figures.toml holding `bad_text` raises a SpecError
+    matching `match`; the figures cache is cleared before and after."""
     bad = tmp_path / "figures.toml"
-    bad.write_text(text.replace('drafting = "sampled"', 'drafting = "greedy"', 1), "utf-8")
+    bad.write_text(bad_text, "utf-8")
     monkeypatch.setattr(aps, "FIGURES_FILE", bad)
     aps.published_figures.cache_clear()
     try:
-        with pytest.raises(SpecError, match=r"figures.toml: figure \d+ .*drafting"):
+        with pytest.raises(SpecError, match=match):
             aps.published_figures()
     finally:
         aps.published_figures.cache_clear()
+
+
+def test_malformed_drafting_names_the_file_and_figure(tmp_path, monkeypatch) -> None:
+    text = aps.FIGURES_FILE.read_text(encoding="utf-8")
+    _assert_figures_file_refused(
+        text.replace('drafting = "sampled"', 'drafting = "greedy"', 1),
+        r"figures.toml: figure \d+ .*drafting",
+        tmp_path,
+        monkeypatch,
+    )
 
 
 def test_dataset_preset_is_the_default_pair() -> None:
@@ -332,15 +348,9 @@ def test_size_fit_figure_needs_its_series_and_a_size(tmp_path, monkeypatch) -> N
         ),
     ]
     for bad_text, match in cases:
-        bad = tmp_path / "figures.toml"
-        bad.write_text(bad_text, "utf-8")
-        monkeypatch.setattr(aps, "FIGURES_FILE", bad)
-        aps.published_figures.cache_clear()
-        try:
-            with pytest.raises(SpecError, match=rf"figures.toml: figure \d+ .*{match}"):
-                aps.published_figures()
-        finally:
-            aps.published_figures.cache_clear()
+        _assert_figures_file_refused(
+            bad_text, rf"figures.toml: figure \d+ .*{match}", tmp_path, monkeypatch
+        )
     monkeypatch.undo()
     one_size = [
         dataclasses.replace(f, target_params_b=7.0)
@@ -437,14 +447,9 @@ def test_temperature_series_needs_t1_and_one_t0_partner(tmp_path, monkeypatch) -
     with pytest.raises(SpecError, match="needs one T = 0 figure"):
         temperature_partner(f1, [f for f in figures if f.key.temperature > 0])
     text = aps.FIGURES_FILE.read_text(encoding="utf-8")
-    bad = tmp_path / "figures.toml"
-    bad.write_text(
-        text.replace('role = "fit"\n', 'role = "fit"\ntemperature_series = "x"\n', 1), "utf-8"
+    _assert_figures_file_refused(
+        text.replace('role = "fit"\n', 'role = "fit"\ntemperature_series = "x"\n', 1),
+        r"figures.toml: figure 0 .*temperature_series",
+        tmp_path,
+        monkeypatch,
     )
-    monkeypatch.setattr(aps, "FIGURES_FILE", bad)
-    aps.published_figures.cache_clear()
-    try:
-        with pytest.raises(SpecError, match=r"figures.toml: figure 0 .*temperature_series"):
-            aps.published_figures()
-    finally:
-        aps.published_figures.cache_clear()
