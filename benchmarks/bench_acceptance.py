@@ -15,11 +15,11 @@ figures (Llama-3.3-70B at T=1) are shown with their error and not gated (figures
 
     python benchmarks/bench_acceptance.py [--refit] [--samples N]
 
-Also fits the T=1 x size slope (spectune.traces.published.fit_temperature_size; not applied)
+Also fits the T=1 x size slope (spectune.traces.size_fits.fit_temperature_size; not applied)
 and prints what the Llama-3.3-70B T=1 rows would miss by with it.
 
 --refit fits every preset and the size rule again (spectune.traces.published.fit_presets and
-fit_size_rule, a few minutes) and rewrites presets.json before measuring. Prints a table, then one JSON document on the last line;
+spectune.traces.size_fits.fit_size_rule, a few minutes) and rewrites presets.json before measuring. Prints a table, then one JSON document on the last line;
 exits 1 when a gate fails.
 """
 
@@ -32,11 +32,9 @@ import time
 
 from spectune.specs import acceptance_presets as registry
 from spectune.specs.io import write_json_atomic
-from spectune.traces.published import (
-    SAMPLES,
-    check_figures,
+from spectune.traces.published import SAMPLES, check_figures, fit_presets
+from spectune.traces.size_fits import (
     checks_with_temperature_slope,
-    fit_presets,
     fit_size_rule,
     fit_temperature_size,
 )

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import warnings
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -26,11 +27,13 @@ from spectune.traces.fit import LoadedTraces, fit_workload
 from spectune.traces.published import (
     COVERAGE,
     check_figures,
-    checks_with_temperature_slope,
     derive_presets,
     figure_preset,
     fit_figure,
     fit_presets,
+)
+from spectune.traces.size_fits import (
+    checks_with_temperature_slope,
     fit_size_rule,
     fit_temperature_size,
     temperature_partner,
@@ -160,14 +163,48 @@ def test_fit_figure_with_other_drafting_than_its_kind_is_refused() -> None:
     assert aps.kind_drafting("draft-model") == "sampled" and aps.kind_drafting("EAGLE-2") == "top-k"
 
 
-def test_malformed_drafting_names_the_file_and_figure(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "match"),
+    [
+        pytest.param(
+            'drafting = "sampled"', 'drafting = "greedy"', r"\d+ .*drafting", id="drafting"
+        ),
+        pytest.param(
+            'size_series = "llama3instruct-eagle2"\n', "", r"\d+ .*size_series", id="no-series"
+        ),
+        pytest.param(
+            "target_params_b = 70\n", "target_params_b = 0\n", r"\d+ .*target_params_b", id="size"
+        ),
+        pytest.param(
+            'role = "held-out"', 'role = "hold-out"', r"\d+ .*role must be one of", id="role"
+        ),
+        pytest.param(
+            'role = "held-out"\nsize_series',
+            'role = "reported"\nsize_series',
+            r"\d+ .*no other role names one",
+            id="series-on-reported",
+        ),
+        pytest.param(
+            'role = "fit"\n',
+            'role = "fit"\ntemperature_series = "x"\n',
+            r"0 .*temperature_series",
+            id="temperature-series-at-t0",
+        ),
+    ],
+)
+def test_malformed_figure_names_the_file_and_figure(
+    old: str, new: str, match: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """figures.toml with the first `old` replaced by `new` is refused by a SpecError naming the
+    file, the figure's index and what is wrong."""
     text = aps.FIGURES_FILE.read_text(encoding="utf-8")
+    assert old in text
     bad = tmp_path / "figures.toml"
-    bad.write_text(text.replace('drafting = "sampled"', 'drafting = "greedy"', 1), "utf-8")
+    bad.write_text(text.replace(old, new, 1), "utf-8")
     monkeypatch.setattr(aps, "FIGURES_FILE", bad)
     aps.published_figures.cache_clear()
     try:
-        with pytest.raises(SpecError, match=r"figures.toml: figure \d+ .*drafting"):
+        with pytest.raises(SpecError, match=rf"figures.toml: figure {match}"):
             aps.published_figures()
     finally:
         aps.published_figures.cache_clear()
@@ -320,28 +357,7 @@ def test_a_70b_target_takes_the_size_rule_through_its_workload() -> None:
     assert t70 < t8
 
 
-def test_size_fit_figure_needs_its_series_and_a_size(tmp_path, monkeypatch) -> None:
-    text = aps.FIGURES_FILE.read_text(encoding="utf-8")
-    cases = [
-        (text.replace('size_series = "llama3instruct-eagle2"\n', "", 1), "size_series"),
-        (text.replace("target_params_b = 70\n", "target_params_b = 0\n", 1), "target_params_b"),
-        (text.replace('role = "held-out"', 'role = "hold-out"', 1), "role must be one of"),
-        (
-            text.replace('role = "held-out"\nsize_series', 'role = "reported"\nsize_series', 1),
-            "no other role names one",
-        ),
-    ]
-    for bad_text, match in cases:
-        bad = tmp_path / "figures.toml"
-        bad.write_text(bad_text, "utf-8")
-        monkeypatch.setattr(aps, "FIGURES_FILE", bad)
-        aps.published_figures.cache_clear()
-        try:
-            with pytest.raises(SpecError, match=rf"figures.toml: figure \d+ .*{match}"):
-                aps.published_figures()
-        finally:
-            aps.published_figures.cache_clear()
-    monkeypatch.undo()
+def test_size_fit_needs_two_sizes_per_series_and_a_line_per_held_out_figure() -> None:
     one_size = [
         dataclasses.replace(f, target_params_b=7.0)
         for f in aps.published_figures()
@@ -431,20 +447,8 @@ def test_temperature_size_slope_is_fitted_to_tagged_pairs_and_too_weak_to_apply(
     assert max(abs(what_if[i].error) for i in HELD_OUT_70B_T1) > 0.2
 
 
-def test_temperature_series_needs_t1_and_one_t0_partner(tmp_path, monkeypatch) -> None:
+def test_temperature_series_needs_one_t0_partner() -> None:
     figures = aps.published_figures()
     f1 = next(f for f in figures if f.temperature_series)
     with pytest.raises(SpecError, match="needs one T = 0 figure"):
         temperature_partner(f1, [f for f in figures if f.key.temperature > 0])
-    text = aps.FIGURES_FILE.read_text(encoding="utf-8")
-    bad = tmp_path / "figures.toml"
-    bad.write_text(
-        text.replace('role = "fit"\n', 'role = "fit"\ntemperature_series = "x"\n', 1), "utf-8"
-    )
-    monkeypatch.setattr(aps, "FIGURES_FILE", bad)
-    aps.published_figures.cache_clear()
-    try:
-        with pytest.raises(SpecError, match=r"figures.toml: figure 0 .*temperature_series"):
-            aps.published_figures()
-    finally:
-        aps.published_figures.cache_clear()

@@ -156,7 +156,7 @@ class PublishedFigure:
     across_datasets: bool = False  # one figure given across prompt sets (not per dataset)
     drafting: str = ""  # "top-k" | "sampled" (DRAFTING); "" = its kind's (kind_drafting)
     #: T > 0 figures: the series (one head and target line at several sizes) whose T=1/T=0
-    #: scale ratios test for a temperature x size term (traces.published.fit_temperature_size)
+    #: scale ratios test for a temperature x size term (traces.size_fits.fit_temperature_size)
     temperature_series: str = ""
 
     @property
@@ -191,7 +191,7 @@ class AcceptancePreset:
 class SizeRule:
     """scale(N) = scale(N_ref) * (N / N_ref) ** exponent within a family, for SIZE_RULE_KINDS.
 
-    Fitted (spectune.traces.published.fit_size_rule) by least squares on log(scale) against
+    Fitted (spectune.traces.size_fits.fit_size_rule) by least squares on log(scale) against
     log(target parameters) over the "size-fit" figures, one intercept per size_series (one head
     kind, tree, dataset and temperature at several target sizes of one family)."""
 

@@ -23,17 +23,6 @@ figure (benchmarks/bench_acceptance.py, tests/test_acceptance_presets.py).
     (copied: no figure ties the two families together);
   * dataset: a figure given across topics (DeepSeek-V3's MTP) carries to every dataset.
   Every preset records the target size its scale describes (its figure's, or its source's).
-- size rule (fit_size_rule): each "size-fit" figure's scale is fitted on its own tree; then
-  log(scale) = c_series + exponent * log(target_params_b), least squares with one intercept per
-  size_series (one head, tree, dataset and temperature at several sizes of one family) and one
-  shared exponent, whose standard error comes from the residuals. Fitting scales rather than
-  tokens per step takes the trees' different budgets (EAGLE-2: 60 / 50 / 48 tokens for 7B / 13B
-  / 70B) out of the comparison.
-- temperature x size (fit_temperature_size; tested, not applied): over the T > 0 figures that
-  name a temperature_series, each with its T = 0 partner (same method, target and dataset),
-  log(scale at T=1 / scale at T=0) = c_series + slope * log(target_params_b), least squares with
-  one intercept per series; checks_with_temperature_slope predicts the reported T > 0 head
-  figures as if the slope were added to the size rule's exponent.
 - check: predicted tokens per step of every figure's tree under its key's preset; a T > 0
   figure drafted otherwise than its kind's presets assume (EAGLE-1's sampled drafts, against
   the EAGLE head's top-k presets) is predicted from the key's T = 0 preset by the temperature
@@ -41,6 +30,9 @@ figure (benchmarks/bench_acceptance.py, tests/test_acceptance_presets.py).
   size (specs.acceptance_presets.for_target_size); a figure that names a size_series is
   predicted on its series' fitted line: a "size-fit" one in sample, a "held-out" one (left out
   of the fit) out of sample, from its series' other sizes.
+
+The size rule (its exponent and the series' lines) and the temperature x size slope are fitted
+in spectune.traces.size_fits.
 """
 
 from __future__ import annotations
@@ -53,7 +45,6 @@ from dataclasses import dataclass
 from spectune.specs.acceptance_presets import (
     DATASETS,
     DRAFTING,
-    SIZE_RULE_KINDS,
     TEMPERATURES,
     AcceptancePreset,
     PresetKey,
@@ -349,152 +340,6 @@ def _size_line_preset(fig: PublishedFigure, rule: SizeRule) -> AcceptancePreset:
     scale = math.exp(c + rule.exponent * math.log(fig.target_params_b))
     return AcceptancePreset(
         fig.key, scale, (), f"size rule line of series {fig.size_series}", fig.target_params_b
-    )
-
-
-# ---- the size rule -----------------------------------------------------------------------------
-def fit_size_rule(
-    figures: Sequence[PublishedFigure] | None = None,
-    samples: int = SAMPLES,
-    progress: Callable[[str], None] | None = None,
-) -> SizeRule:
-    """The size rule's exponent (and its standard error) from the "size-fit" figures (module
-    docstring); a "held-out" figure of a series is left out. SpecError when a series mixes keys
-    or has one size, a held-out figure's series has no size-fit line, or there are too few
-    figures to estimate the error."""
-    import numpy as np
-
-    figures = published_figures() if figures is None else figures
-    series: dict[str, list[PublishedFigure]] = {}
-    for f in figures:
-        if f.role == "size-fit":
-            series.setdefault(f.size_series, []).append(f)
-    for f in figures:
-        if f.role == "held-out" and f.size_series and f.size_series not in series:
-            raise SpecError(
-                f"held-out figure {f.id} names size series {f.size_series!r}, which has no "
-                '"size-fit" figure: its line needs two or more sizes fitted'
-            )
-    for name, fs in series.items():
-        keys = {(f.key.drafter, f.key.family, f.key.dataset, f.key.temperature) for f in fs}
-        if len(keys) > 1 or len({f.target_params_b for f in fs}) < 2:
-            raise SpecError(
-                f"size series {name!r} must be one (drafter, family, dataset, temperature) at "
-                f"two or more target sizes; got {sorted(keys)} at "
-                f"{sorted(f.target_params_b for f in fs)}B"
-            )
-    names = sorted(series)
-    rows, y, ids = [], [], []
-    for i, name in enumerate(names):
-        for f in series[name]:
-            s = fit_figure(f, samples)
-            if progress:
-                progress(f"{f.id}: scale {s:.4f} at {f.target_params_b:g}B")
-            rows.append([float(j == i) for j in range(len(names))] + [math.log(f.target_params_b)])
-            y.append(math.log(s))
-            ids.append(f.id)
-    dof = len(y) - len(names) - 1
-    if dof < 1:
-        raise SpecError(f"{len(y)} size-fit figures in {len(names)} series: too few for a fit")
-    x, yv = np.array(rows), np.array(y)
-    coef, *_ = np.linalg.lstsq(x, yv, rcond=None)
-    resid = yv - x @ coef
-    cov = float(resid @ resid) / dof * np.linalg.inv(x.T @ x)
-    return SizeRule(
-        float(coef[-1]),
-        float(math.sqrt(cov[-1, -1])),
-        {n: float(coef[i]) for i, n in enumerate(names)},
-        tuple(ids),
-    )
-
-
-# ---- temperature x target size (tested, not applied) -------------------------------------------
-@dataclass(frozen=True)
-class TemperatureSizeSlope:
-    """log(scale at T=1 / scale at T=0) = c_series + slope * log(target params), least squares
-    with one intercept per temperature_series: does the T=1 loss of a head shrink as its target
-    grows? The size rule applies one exponent at both temperatures; this fit is the test of that
-    choice (workload_data/README.md, "Temperature and target size")."""
-
-    slope: float
-    stderr: float  # standard error of the slope (least squares)
-    fitted_to: tuple[tuple[str, str], ...]  # (T = 1 figure id, its T = 0 partner's id)
-
-
-def temperature_partner(
-    fig: PublishedFigure, figures: Sequence[PublishedFigure]
-) -> PublishedFigure:
-    """The T = 0 figure of the same method, target and dataset as T > 0 figure `fig` (SpecError
-    unless exactly one)."""
-    found = [
-        f
-        for f in figures
-        if f.key.temperature == 0.0
-        and (f.method, f.target, f.key.dataset) == (fig.method, fig.target, fig.key.dataset)
-    ]
-    if len(found) != 1:
-        raise SpecError(
-            f"figure {fig.id} (temperature_series {fig.temperature_series!r}) needs one T = 0 "
-            f"figure of method {fig.method!r}, target {fig.target!r} and dataset "
-            f"{fig.key.dataset!r}; found {[f.id for f in found]}"
-        )
-    return found[0]
-
-
-def fit_temperature_size(
-    figures: Sequence[PublishedFigure] | None = None,
-    samples: int = SAMPLES,
-    progress: Callable[[str], None] | None = None,
-) -> TemperatureSizeSlope:
-    """The slope of log(T=1/T=0 scale ratio) in log(target size) over the figures that name a
-    temperature_series, each with its T = 0 partner (temperature_partner). SpecError when a
-    series has one size or there are too few ratios to estimate the error."""
-    import numpy as np
-
-    figures = published_figures() if figures is None else figures
-    series: dict[str, list[PublishedFigure]] = {}
-    for f in figures:
-        if f.temperature_series:
-            series.setdefault(f.temperature_series, []).append(f)
-    names = sorted(series)
-    rows, y, pairs = [], [], []
-    for i, name in enumerate(names):
-        if len({f.target_params_b for f in series[name]}) < 2:
-            raise SpecError(f"temperature series {name!r} must span two or more target sizes")
-        for f in series[name]:
-            f0 = temperature_partner(f, figures)
-            ratio = fit_figure(f, samples) / fit_figure(f0, samples)
-            if progress:
-                progress(f"{f.id}: T=1/T=0 scale ratio {ratio:.4f} at {f.target_params_b:g}B")
-            rows.append([float(j == i) for j in range(len(names))] + [math.log(f.target_params_b)])
-            y.append(math.log(ratio))
-            pairs.append((f.id, f0.id))
-    dof = len(y) - len(names) - 1
-    if dof < 1:
-        raise SpecError(f"{len(y)} T=1/T=0 ratios in {len(names)} series: too few for a fit")
-    x, yv = np.array(rows), np.array(y)
-    coef, *_ = np.linalg.lstsq(x, yv, rcond=None)
-    resid = yv - x @ coef
-    cov = float(resid @ resid) / dof * np.linalg.inv(x.T @ x)
-    return TemperatureSizeSlope(float(coef[-1]), float(math.sqrt(cov[-1, -1])), tuple(pairs))
-
-
-def checks_with_temperature_slope(
-    slope: TemperatureSizeSlope, samples: int = SAMPLES
-) -> list[FigureCheck]:
-    """The "reported" T > 0 figures of size-rule kinds outside the slope's fit (the Llama-3.3-70B
-    T=1 rows) predicted as if the slope were applied: the size rule's exponent plus the slope."""
-    figures = [
-        f
-        for f in published_figures()
-        if f.key.temperature > 0
-        and f.key.drafter in SIZE_RULE_KINDS
-        and not f.temperature_series
-        and f.role == "reported"
-    ]
-    rule = size_rule()
-    return check_figures(
-        figures, samples, dataclasses.replace(rule, exponent=rule.exponent + slope.slope)
     )
 
 

@@ -1,0 +1,200 @@
+"""Fitting how acceptance scales with target size, at T = 0 and as a T=1/T=0 ratio.
+
+Why this exists: a head's preset scale is fitted at one target size (spectune.traces.published),
+but the same head kind drafts for targets of other sizes; these two fits say how its scale moves
+with the target's parameter count, from the figures of workload_data/published/figures.toml
+that give one method at several sizes of one family.
+
+- size rule (fit_size_rule; applied through specs.acceptance_presets.for_target_size to the
+  SIZE_RULE_KINDS): each "size-fit" figure's scale is fitted on its own tree
+  (published.fit_figure); then
+  log(scale) = c_series + exponent * log(target_params_b), least squares with one intercept per
+  size_series (one head, tree, dataset and temperature at several sizes of one family) and one
+  shared exponent, whose standard error comes from the residuals. A "held-out" figure of a
+  series is left out of the fit and checked on its series' line (published.check_figures).
+  Fitting scales rather than tokens per step takes the trees' different budgets (EAGLE-2: 60 /
+  50 / 48 tokens for 7B / 13B / 70B) out of the comparison.
+- temperature x size (fit_temperature_size; tested, not applied): over the T > 0 figures that
+  name a temperature_series, each with its T = 0 partner (same method, target and dataset),
+  log(scale at T=1 / scale at T=0) = c_series + slope * log(target_params_b), least squares with
+  one intercept per series; checks_with_temperature_slope predicts the reported T > 0 head
+  figures as if the slope were added to the size rule's exponent (workload_data/README.md,
+  "Temperature and target size", says why it is not applied).
+
+Both fits are one least-squares problem, parallel lines in log(target_params_b) with one
+intercept per series and a shared slope (_fit_series_lines).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from spectune.specs.acceptance_presets import (
+    SIZE_RULE_KINDS,
+    PublishedFigure,
+    SizeRule,
+    published_figures,
+    size_rule,
+)
+from spectune.specs.errors import SpecError
+from spectune.traces.published import SAMPLES, FigureCheck, check_figures, fit_figure
+
+
+@dataclass(frozen=True)
+class _SeriesLines:
+    """log(value) = intercepts[series] + slope * log(target_params_b), fitted by least squares."""
+
+    slope: float
+    stderr: float  # standard error of the slope, from the residuals
+    intercepts: dict[str, float]  # per series: the fitted log(value) at 1B parameters
+
+
+def _fit_series_lines(
+    points: Sequence[tuple[str, float, float]], names: Sequence[str], what: str
+) -> _SeriesLines:
+    """Parallel lines through points (series name, target_params_b, value > 0): one intercept per
+    name of `names` (distinct) and one shared slope, least squares on log(value). SpecError
+    naming `what` (the points, e.g. "size-fit figures") when fewer than len(names) + 2."""
+    import numpy as np
+
+    # design matrix [P, S + 1]: one-hot series columns, then log(target_params_b)
+    rows = [[float(n == s) for n in names] + [math.log(size_b)] for s, size_b, _ in points]
+    y = [math.log(v) for _, _, v in points]
+    dof = len(y) - len(names) - 1
+    if dof < 1:
+        raise SpecError(f"{len(y)} {what} in {len(names)} series: too few for a fit")
+    x, yv = np.array(rows), np.array(y)
+    coef, *_ = np.linalg.lstsq(x, yv, rcond=None)
+    resid = yv - x @ coef
+    cov = float(resid @ resid) / dof * np.linalg.inv(x.T @ x)
+    return _SeriesLines(
+        float(coef[-1]),
+        float(math.sqrt(cov[-1, -1])),
+        {n: float(coef[i]) for i, n in enumerate(names)},
+    )
+
+
+# ---- the size rule -----------------------------------------------------------------------------
+def fit_size_rule(
+    figures: Sequence[PublishedFigure] | None = None,
+    samples: int = SAMPLES,
+    progress: Callable[[str], None] | None = None,
+) -> SizeRule:
+    """The size rule's exponent (and its standard error) from the "size-fit" figures (module
+    docstring); a "held-out" figure of a series is left out. SpecError when a series mixes keys
+    or has one size, a held-out figure's series has no size-fit line, or there are too few
+    figures to estimate the error."""
+    figures = published_figures() if figures is None else figures
+    series: dict[str, list[PublishedFigure]] = {}
+    for f in figures:
+        if f.role == "size-fit":
+            series.setdefault(f.size_series, []).append(f)
+    for f in figures:
+        if f.role == "held-out" and f.size_series and f.size_series not in series:
+            raise SpecError(
+                f"held-out figure {f.id} names size series {f.size_series!r}, which has no "
+                '"size-fit" figure: its line needs two or more sizes fitted'
+            )
+    for name, fs in series.items():
+        keys = {(f.key.drafter, f.key.family, f.key.dataset, f.key.temperature) for f in fs}
+        if len(keys) > 1 or len({f.target_params_b for f in fs}) < 2:
+            raise SpecError(
+                f"size series {name!r} must be one (drafter, family, dataset, temperature) at "
+                f"two or more target sizes; got {sorted(keys)} at "
+                f"{sorted(f.target_params_b for f in fs)}B"
+            )
+    names = sorted(series)
+    points, ids = [], []
+    for name in names:
+        for f in series[name]:
+            s = fit_figure(f, samples)
+            if progress:
+                progress(f"{f.id}: scale {s:.4f} at {f.target_params_b:g}B")
+            points.append((name, f.target_params_b, s))
+            ids.append(f.id)
+    lines = _fit_series_lines(points, names, "size-fit figures")
+    return SizeRule(lines.slope, lines.stderr, lines.intercepts, tuple(ids))
+
+
+# ---- temperature x target size (tested, not applied) -------------------------------------------
+@dataclass(frozen=True)
+class TemperatureSizeSlope:
+    """log(scale at T=1 / scale at T=0) = c_series + slope * log(target params), least squares
+    with one intercept per temperature_series: does the T=1 loss of a head shrink as its target
+    grows? The size rule applies one exponent at both temperatures; this fit is the test of that
+    choice (workload_data/README.md, "Temperature and target size")."""
+
+    slope: float
+    stderr: float  # standard error of the slope (least squares)
+    fitted_to: tuple[tuple[str, str], ...]  # (T = 1 figure id, its T = 0 partner's id)
+
+
+def temperature_partner(
+    fig: PublishedFigure, figures: Sequence[PublishedFigure]
+) -> PublishedFigure:
+    """The T = 0 figure of the same method, target and dataset as T > 0 figure `fig` (SpecError
+    unless exactly one)."""
+    found = [
+        f
+        for f in figures
+        if f.key.temperature == 0.0
+        and (f.method, f.target, f.key.dataset) == (fig.method, fig.target, fig.key.dataset)
+    ]
+    if len(found) != 1:
+        raise SpecError(
+            f"figure {fig.id} (temperature_series {fig.temperature_series!r}) needs one T = 0 "
+            f"figure of method {fig.method!r}, target {fig.target!r} and dataset "
+            f"{fig.key.dataset!r}; found {[f.id for f in found]}"
+        )
+    return found[0]
+
+
+def fit_temperature_size(
+    figures: Sequence[PublishedFigure] | None = None,
+    samples: int = SAMPLES,
+    progress: Callable[[str], None] | None = None,
+) -> TemperatureSizeSlope:
+    """The slope of log(T=1/T=0 scale ratio) in log(target size) over the figures that name a
+    temperature_series, each with its T = 0 partner (temperature_partner). SpecError when a
+    series has one size or there are too few ratios to estimate the error."""
+    figures = published_figures() if figures is None else figures
+    series: dict[str, list[PublishedFigure]] = {}
+    for f in figures:
+        if f.temperature_series:
+            series.setdefault(f.temperature_series, []).append(f)
+    names = sorted(series)
+    points, pairs = [], []
+    for name in names:
+        if len({f.target_params_b for f in series[name]}) < 2:
+            raise SpecError(f"temperature series {name!r} must span two or more target sizes")
+        for f in series[name]:
+            f0 = temperature_partner(f, figures)
+            ratio = fit_figure(f, samples) / fit_figure(f0, samples)
+            if progress:
+                progress(f"{f.id}: T=1/T=0 scale ratio {ratio:.4f} at {f.target_params_b:g}B")
+            points.append((name, f.target_params_b, ratio))
+            pairs.append((f.id, f0.id))
+    lines = _fit_series_lines(points, names, "T=1/T=0 ratios")
+    return TemperatureSizeSlope(lines.slope, lines.stderr, tuple(pairs))
+
+
+def checks_with_temperature_slope(
+    slope: TemperatureSizeSlope, samples: int = SAMPLES
+) -> list[FigureCheck]:
+    """The "reported" T > 0 figures of size-rule kinds outside the slope's fit (the Llama-3.3-70B
+    T=1 rows) predicted as if the slope were applied: the size rule's exponent plus the slope."""
+    figures = [
+        f
+        for f in published_figures()
+        if f.key.temperature > 0
+        and f.key.drafter in SIZE_RULE_KINDS
+        and not f.temperature_series
+        and f.role == "reported"
+    ]
+    rule = size_rule()
+    return check_figures(
+        figures, samples, dataclasses.replace(rule, exponent=rule.exponent + slope.slope)
+    )
