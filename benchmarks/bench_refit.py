@@ -34,6 +34,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h100-newuser": (),
     "measurements/h100-newuser2": (),
     "measurements/h100-newuser3": (),
+    "measurements/h100-newuser4": (),
     "measurements/h200-newuser": (),
     "benchmarks/results/new_gpu_h100_repeat": (),
     "benchmarks/results/new_gpu_h200_rerun": (),
