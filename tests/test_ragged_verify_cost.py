@@ -326,15 +326,20 @@ def test_attention_splits_only_where_the_kernels_chooser_splits() -> None:
 
 
 def test_small_batches_pay_the_split_attention_launch() -> None:
-    """Calibration.attention_split_s is paid per layer where the launch splits (batch 1 and 8
-    over a 4096-token prefix) and not where the programs fill the GPU (batch 64)."""
+    """Calibration.attention_split_s is paid per layer where the target's tree attention
+    launch splits (batch 1 and 8 over a 4096-token prefix) and not where the programs fill the
+    GPU (batch 64); the drafter pays it at every batch."""
     cal = dataclasses.replace(CAL, attention_split_s=10e-6)
     cm, base = _cm(cal), _cm(dataclasses.replace(CAL, attention_split_s=0.0))
     layers = load_model("llama-3.1-8b").layers
     for batch, paid in ((1, True), (8, True), (64, False)):
         extra = float(cm.verify_time(batch, 1, 4096) - base.verify_time(batch, 1, 4096))
         assert extra == pytest.approx(layers * 10e-6 if paid else 0.0, abs=1e-9), batch
-    # a prefix too short for two splits of MIN_SPLIT_KEYS runs whole
+    # the drafter attends through span_attention, which splits every prefix at any batch
+    for batch in (1, 64):
+        extra = float(cm.draft_step_time(batch, 4, 4096) - base.draft_step_time(batch, 4, 4096))
+        assert extra == pytest.approx(load_model(DRAFTER).layers * 10e-6, abs=1e-9), batch
+    # a prefix too short for the split chooser to split for sure runs whole
     assert float(cm.verify_time(1, 1, 100)) == pytest.approx(float(base.verify_time(1, 1, 100)))
     with pytest.raises(SpecError, match="attention_split_s"):
         Calibration(attention_split_s=-1e-6)

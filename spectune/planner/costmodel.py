@@ -124,7 +124,9 @@ class CostModel:
         self._engine_free = self.engine == NO_OVERHEADS
         self.rates = Rates.resolve(hardware, cal)
         self._target = ForwardPricer(target, self.rates, self.tp)
-        self._drafter = ForwardPricer(drafter, self.rates, self.tp) if drafter else None
+        self._drafter = (
+            ForwardPricer(drafter, self.rates, self.tp, drafting=True) if drafter else None
+        )
         self.intermediate = intermediate
         self.intermediate_drafter = intermediate_drafter or drafter
         if intermediate is not None and intermediate.is_draft_head:
@@ -133,7 +135,7 @@ class CostModel:
             ForwardPricer(intermediate, self.rates, self.tp) if intermediate else None
         )
         self._hier_drafter = (
-            ForwardPricer(self.intermediate_drafter, self.rates, self.tp)
+            ForwardPricer(self.intermediate_drafter, self.rates, self.tp, drafting=True)
             if self.intermediate_drafter
             else None
         )

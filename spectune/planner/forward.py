@@ -97,7 +97,7 @@ class BatchShape:
 class ForwardPricer:
     """Prices forward passes of one model on one GPU at tensor-parallel degree `tp`."""
 
-    def __init__(self, model: ModelSpec, rates: Rates, tp: int) -> None:
+    def __init__(self, model: ModelSpec, rates: Rates, tp: int, *, drafting: bool = False) -> None:
         if model.heads % tp:
             raise SpecError(
                 f"tp={tp} must divide the attention heads of {model.name} ({model.heads})"
@@ -112,6 +112,9 @@ class ForwardPricer:
                 raise SpecError(f"tp={tp} must divide {name}={width} of {model.name}")
         self.model = model
         self.r = rates
+        # a drafter's passes attend through span_attention, which runs every prefix in splits
+        # and merges them with the span in a second launch (kernels/span_attention.py)
+        self.drafting = drafting
         self.tp = tp
         self.heads = model.heads // tp  # query heads per rank
         self.kv_heads = 1 if model.is_mla else max(1, model.kv_heads // tp)
@@ -259,10 +262,13 @@ class ForwardPricer:
         return attention_row_tile(self.r, group * b.new, b.seqs * self.kv_heads)
 
     def _attention_split(self, b: BatchShape, group: int, tile: F64 | int) -> np.ndarray:
-        """Whether the layer's tree attention launch splits each prefix (operators.
-        attention_splits): its programs are (sequence, KV head, row tile) triples, each
+        """Whether the layer's attention launch splits each prefix: a drafter's always, over
+        any prefix (span_attention); the target's tree attention where operators.
+        attention_splits says, its programs being (sequence, KV head, row tile) triples, each
         request's G x n rows cut into tiles of its own where the verify pads per request
         (b.ragged_tile), over the longest prefix of a ragged batch."""
+        if self.drafting:
+            return np.asarray(b.cached) > 0
         t = b.ragged_tile or tile
         rows = group * b.new
         blocks = np.ceil(rows / t)

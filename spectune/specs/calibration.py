@@ -135,10 +135,10 @@ class Calibration:
         "splits (flash-decoding) because its programs fill at most half the GPU's resident "
         "slots (operators.attention_splits): the partials' writes, the merge launch and its "
         "reads, s. Default 0 (calibrations fitted without it); calibrate fits it from the "
-        "verify grid and the speculative runs: 3.1-5.0 us on H100 SXM (measurements/"
-        "h100-newuser, -newuser2, -newuser3, benchmarks/results/new_gpu_h100_repeat), 3.6-5.8 "
-        "us on H200 (measurements/h200-newuser, benchmarks/results/new_gpu_h200_rerun), "
-        "determined in one of those six fits (benchmarks/bench_refit.py)",
+        "verify grid and the speculative runs: 2.6-4.6 us on H100 SXM (measurements/"
+        "h100-newuser to -newuser4, benchmarks/results/new_gpu_h100_repeat), 3.3-5.6 us on "
+        "H200 (measurements/h200-newuser, benchmarks/results/new_gpu_h200_rerun), determined "
+        "in one of those seven fits (benchmarks/bench_refit.py)",
     )
     eager_launch_s: float = help_field(
         10.0 * US,
