@@ -49,16 +49,16 @@ def _load(p: Path) -> Any:
 
 
 def _per_file(res: CheckResult) -> dict[str, dict[str, float]]:
+    """file -> verify_sum/verify_n (|error| of its verify rows), speedup_sum/speedup_n/
+    speedup_worst (|error| of its speedup rows)."""
     out: dict[str, dict[str, float]] = {}
-    for r in res.verify:
-        out.setdefault(r.file, {}).setdefault("verify_sum", 0.0)
-        out[r.file]["verify_sum"] += abs(r.error)
-        out[r.file]["verify_n"] = out[r.file].get("verify_n", 0) + 1
-    for r in res.speedup:
-        f = out.setdefault(r.file, {})
-        f["speedup_worst"] = max(f.get("speedup_worst", 0.0), abs(r.error))
-        f["speedup_sum"] = f.get("speedup_sum", 0.0) + abs(r.error)
-        f["speedup_n"] = f.get("speedup_n", 0) + 1
+    for kind, rows in (("verify", res.verify), ("speedup", res.speedup)):
+        for r in rows:
+            f = out.setdefault(r.file, {})
+            f[f"{kind}_sum"] = f.get(f"{kind}_sum", 0.0) + abs(r.error)
+            f[f"{kind}_n"] = f.get(f"{kind}_n", 0) + 1
+            if kind == "speedup":
+                f["speedup_worst"] = max(f.get("speedup_worst", 0.0), abs(r.error))
     return out
 
 

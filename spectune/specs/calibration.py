@@ -126,15 +126,17 @@ class Calibration:
     )
     attention_fixed_s: float = help_field(
         0.0,
-        help="fixed time of one attention kernel beyond its launch (ramp, split-KV merge), s: "
-        "the intercept of time vs KV bytes of decode attention; default 0 (see gemm_fixed_s)",
+        help="fixed time of every attention kernel beyond its launch (ramp), s: the intercept "
+        "of time vs KV bytes of decode attention; default 0 (see gemm_fixed_s; the merge of a "
+        "split launch is attention_split_s)",
     )
     attention_split_s: float = help_field(
         0.0,
-        help="time a tree attention launch adds when it cuts each sequence's prefix into "
-        "splits (flash-decoding) because its programs fill at most half the GPU's resident "
-        "slots (operators.attention_splits): the partials' writes, the merge launch and its "
-        "reads, s. Default 0 (calibrations fitted without it); calibrate fits it from the "
+        help="time an attention launch adds when it cuts each sequence's prefix into splits "
+        "(flash-decoding): the partials' writes, the merge launch and its reads, s; paid by "
+        "the target's tree attention where its programs fill at most half the GPU's resident "
+        "slots (operators.attention_splits) and by every drafter pass (span_attention always "
+        "splits). Default 0 (calibrations fitted without it); calibrate fits it from the "
         "verify grid and the speculative runs: 2.6-4.6 us on H100 SXM (measurements/"
         "h100-newuser to -newuser4, benchmarks/results/new_gpu_h100_repeat), 3.3-5.6 us on "
         "H200 (measurements/h200-newuser, benchmarks/results/new_gpu_h200_rerun), determined "
