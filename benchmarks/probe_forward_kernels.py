@@ -1,0 +1,176 @@
+"""Where a target forward's time goes, kernel by kernel: are decode forwards (one token per
+sequence) faster than the sum of their priced parts because kernels overlap?
+
+Every fitted calibration prices the no-speculation step (N = 1) 1-4.5% high at batch 4-64 while
+N = 16 rows of the same verify grid fit (measurements/*newuser*, benchmarks/results/new_gpu_*),
+and the fitted attention bandwidth sits at its ceiling (the measured read rate). This probe
+replays the executor's real-shape Llama-3.1-8B forward (Session.verify_time's graph: forward,
+LM head, argmax) under torch.profiler and reports, per (batch, tokens) at context 4096:
+
+- wall: the graph replay's median time (the number the verify grid records);
+- kernel sum: the sum of the kernels' own durations; span: first kernel start to last end;
+  sum > span means kernels overlapped (programmatic dependent launch lets a kernel start while
+  its predecessor drains); span - sum > 0 is launch gaps;
+- per class (tree attention + its merge, weight GEMMs, everything else): time, count, and for
+  attention the KV bytes per second it streamed (B x (context + N) x 2 x kv_width x 2 bytes
+  per layer), beside the copy and read rates the calibration measures.
+
+    PYTHONPATH=. python benchmarks/probe_forward_kernels.py --out $OUT/forward_kernels.json
+
+One GPU (H100 or H200), about a minute after the GEMM autotune. Prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+from collections import defaultdict
+from typing import Any
+
+import torch
+
+from spectune.executor.calibrate import copy_bandwidth, read_bandwidth
+from spectune.executor.graphs import PhaseGraphs
+from spectune.executor.session import Session, SessionConfig
+from spectune.kernels.timing import PhaseTimer
+from spectune.kernels.tree_attention_plan import TreeAttentionPlan
+from spectune.specs import load_model
+
+SHAPES = ((1, 1), (8, 1), (64, 1), (8, 16), (64, 16))
+CONTEXT = 4096
+
+
+def _klass(name: str) -> str:
+    n = name.lower()
+    if "attention" in n or "merge" in n or "attn" in n:
+        return "attention"
+    if any(k in n for k in ("gemm", "splitk", "linear", "sm90", "cutlass", "matmul", "gemv")):
+        return "gemm"
+    return "other"
+
+
+def _forward(s: Session, batch: int, tokens: int) -> Any:
+    dev = s.device
+    s.tune(batch, tokens, CONTEXT)
+    tok = torch.randint(0, s.target.spec.vocab, (batch, tokens), device=dev)
+    pos = CONTEXT + torch.arange(tokens, device=dev).expand(batch, tokens)
+    mask = torch.ones((tokens, tokens), dtype=torch.bool, device=dev).tril()
+    mask = mask.expand(batch, tokens, tokens).contiguous()
+    plan = TreeAttentionPlan(batch, tokens, CONTEXT, s.tcache.capacity, s.target.heads, dev)
+    plan.set_mask(mask)
+    out = torch.zeros((batch, tokens), dtype=torch.int64, device=dev)
+
+    def fwd() -> None:
+        h, _ = s.target.forward(tok, pos, s.tcache, CONTEXT, mask, plan=plan)
+        out.copy_(s.target.lm_head(h).argmax(dim=-1))
+
+    return fwd
+
+
+def _profile(fn: Any, reps: int) -> list[list[tuple[str, float, float]]]:
+    """Kernels (name, start us, duration us) of each of `reps` calls of fn, split by call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+            torch.cuda.synchronize()
+    ev = sorted(
+        (e.name, float(e.time_range.start), float(e.time_range.end - e.time_range.start))
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
+    )
+    ev.sort(key=lambda x: x[1])
+    if not ev:
+        return []
+    # calls are separated by a host sync: split at the largest gaps
+    gaps = sorted(
+        range(1, len(ev)), key=lambda i: ev[i][1] - (ev[i - 1][1] + ev[i - 1][2]), reverse=True
+    )[: reps - 1]
+    cuts = [0, *sorted(gaps), len(ev)]
+    return [ev[a:b] for a, b in itertools.pairwise(cuts)]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", default=None)
+    p.add_argument("--reps", type=int, default=5)
+    args = p.parse_args()
+    dev = torch.device("cuda")
+    target, drafter = load_model("llama-3.1-8b"), load_model("eagle3-llama-3.1-8b")
+    s = Session(target, drafter, SessionConfig(max_batch=64, max_context=CONTEXT, max_tree=16), dev)
+    kv_w = target.kv_heads * target.head_dim
+    res: dict[str, Any] = {
+        "gpu": torch.cuda.get_device_name(0),
+        "copy_bytes_per_s": copy_bandwidth(dev),
+        "read_bytes_per_s": read_bandwidth(dev),
+        "shapes": [],
+    }
+    for b, n in SHAPES:
+        fwd = _forward(s, b, n)
+        row: dict[str, Any] = {"batch": b, "tokens": n, "context": CONTEXT}
+        for mode, graphs in (("graph", True), ("eager", False)):
+            g = PhaseGraphs([fwd], dev, graphs)
+            fn = g.phases()[0]
+            for _ in range(3):
+                fn()
+            timer = PhaseTimer(("x",), 10, dev)
+            timer.run([fn])
+            wall = timer.medians_s()["x"] * 1e6
+            calls = _profile(fn, args.reps)
+            per: dict[str, list[float]] = defaultdict(list)
+            counts: dict[str, int] = {}
+            sums, spans = [], []
+            for call in calls:
+                by: dict[str, float] = defaultdict(float)
+                for name, _, dur in call:
+                    by[_klass(name)] += dur
+                for k, v in by.items():
+                    per[k].append(v)
+                counts = {k: sum(1 for x in call if _klass(x[0]) == k) for k in by}
+                sums.append(sum(d for _, _, d in call))
+                spans.append(call[-1][1] + call[-1][2] - call[0][1])
+            row[mode] = {
+                "wall_us": wall,
+                "kernel_sum_us": statistics.median(sums) if sums else None,
+                "span_us": statistics.median(spans) if spans else None,
+                "by_class_us": {k: statistics.median(v) for k, v in per.items()},
+                "kernels": counts,
+                "top": sorted(
+                    {nm: d for nm, _, d in (calls[0] if calls else [])}.items(),
+                    key=lambda x: -x[1],
+                )[:8],
+            }
+            del g
+        kv_bytes = target.layers * b * (CONTEXT + n) * 2 * kv_w * 2
+        att = row["graph"]["by_class_us"].get("attention")
+        row["attention_kv_tb_s"] = kv_bytes / (att * 1e-6) / 1e12 if att else None
+        res["shapes"].append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "eager"})[:400], flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+    print(
+        f"{res['gpu']}: copy {res['copy_bytes_per_s'] / 1e12:.3f} TB/s, "
+        f"read {res['read_bytes_per_s'] / 1e12:.3f} TB/s"
+    )
+    print(f"{'B':>3} {'N':>3} {'mode':>5} {'wall':>8} {'ksum':>8} {'span':>8} {'attn':>8} "
+          f"{'gemm':>8} {'other':>8} {'attn TB/s':>9}")  # fmt: skip
+    for r in res["shapes"]:
+        for mode in ("graph", "eager"):
+            m = r[mode]
+            c = m["by_class_us"]
+            print(
+                f"{r['batch']:>3} {r['tokens']:>3} {mode:>5} {m['wall_us']:>8.1f} "
+                f"{m['kernel_sum_us'] or 0:>8.1f} {m['span_us'] or 0:>8.1f} "
+                f"{c.get('attention', 0):>8.1f} {c.get('gemm', 0):>8.1f} {c.get('other', 0):>8.1f} "
+                f"{(r['attention_kv_tb_s'] or 0) if mode == 'graph' else 0:>9.3f}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
