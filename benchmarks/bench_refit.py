@@ -36,6 +36,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h100-newuser3": (),
     "measurements/h100-newuser4": (),
     "measurements/h200-newuser": (),
+    "measurements/h200-newuser2": (),
     "benchmarks/results/new_gpu_h100_repeat": (),
     "benchmarks/results/new_gpu_h200_rerun": (),
     "benchmarks/results/tp_h100x2": ("measurement-tp1.json",),
