@@ -11,8 +11,9 @@ LM head, argmax) under torch.profiler and reports, per (batch, tokens) at contex
 - kernel sum: the sum of the kernels' own durations; span: first kernel start to last end;
   sum > span means kernels overlapped (programmatic dependent launch lets a kernel start while
   its predecessor drains); span - sum > 0 is launch gaps;
-- per class (tree attention + its merge, weight GEMMs, everything else): time, count, and for
-  attention the KV bytes per second it streamed (B x (context + N) x 2 x kv_width x 2 bytes
+- per class (executor.calibrate.kernel_class: "linear" = weight GEMMs and the logits argmax,
+  "attention" = tree attention and its merge, "other"): time, count, and for attention the KV
+  bytes per second it streamed (B x (context + N) x 2 x kv_width x 2 bytes
   per layer), beside the copy and read rates the calibration measures.
 
     PYTHONPATH=. python benchmarks/probe_forward_kernels.py --out $OUT/forward_kernels.json
@@ -31,7 +32,7 @@ from typing import Any
 
 import torch
 
-from spectune.executor.calibrate import copy_bandwidth, read_bandwidth
+from spectune.executor.calibrate import copy_bandwidth, kernel_class, read_bandwidth
 from spectune.executor.graphs import PhaseGraphs
 from spectune.executor.session import Session, SessionConfig
 from spectune.kernels.timing import PhaseTimer
@@ -40,15 +41,6 @@ from spectune.specs import load_model
 
 SHAPES = ((1, 1), (8, 1), (64, 1), (8, 16), (64, 16))
 CONTEXT = 4096
-
-
-def _klass(name: str) -> str:
-    n = name.lower()
-    if "attention" in n or "merge" in n or "attn" in n:
-        return "attention"
-    if any(k in n for k in ("gemm", "splitk", "linear", "sm90", "cutlass", "matmul", "gemv")):
-        return "gemm"
-    return "other"
 
 
 def _forward(s: Session, batch: int, tokens: int) -> Any:
@@ -112,7 +104,7 @@ def main() -> int:
     for b, n in SHAPES:
         fwd = _forward(s, b, n)
         row: dict[str, Any] = {"batch": b, "tokens": n, "context": CONTEXT}
-        for mode, graphs in (("graph", True), ("eager", False)):
+        for mode, graphs in (("graph", True),):
             g = PhaseGraphs([fwd], dev, graphs)
             fn = g.phases()[0]
             for _ in range(3):
@@ -127,10 +119,10 @@ def main() -> int:
             for call in calls:
                 by: dict[str, float] = defaultdict(float)
                 for name, _, dur in call:
-                    by[_klass(name)] += dur
+                    by[kernel_class(name)] += dur
                 for k, v in by.items():
                     per[k].append(v)
-                counts = {k: sum(1 for x in call if _klass(x[0]) == k) for k in by}
+                counts = {k: sum(1 for x in call if kernel_class(x[0]) == k) for k in by}
                 sums.append(sum(d for _, _, d in call))
                 spans.append(call[-1][1] + call[-1][2] - call[0][1])
             row[mode] = {
@@ -158,16 +150,16 @@ def main() -> int:
         f"read {res['read_bytes_per_s'] / 1e12:.3f} TB/s"
     )
     print(f"{'B':>3} {'N':>3} {'mode':>5} {'wall':>8} {'ksum':>8} {'span':>8} {'attn':>8} "
-          f"{'gemm':>8} {'other':>8} {'attn TB/s':>9}")  # fmt: skip
+          f"{'linear':>8} {'other':>8} {'attn TB/s':>9}")  # fmt: skip
     for r in res["shapes"]:
-        for mode in ("graph", "eager"):
+        for mode in ("graph",):
             m = r[mode]
             c = m["by_class_us"]
             print(
                 f"{r['batch']:>3} {r['tokens']:>3} {mode:>5} {m['wall_us']:>8.1f} "
                 f"{m['kernel_sum_us'] or 0:>8.1f} {m['span_us'] or 0:>8.1f} "
-                f"{c.get('attention', 0):>8.1f} {c.get('gemm', 0):>8.1f} {c.get('other', 0):>8.1f} "
-                f"{(r['attention_kv_tb_s'] or 0) if mode == 'graph' else 0:>9.3f}"
+                f"{c.get('attention', 0):>8.1f} {c.get('linear', 0):>8.1f} {c.get('other', 0):>8.1f} "
+                f"{r['attention_kv_tb_s'] or 0:>9.3f}"
             )
     return 0
 

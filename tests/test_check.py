@@ -330,3 +330,54 @@ def test_fit_recovers_the_slot_cost() -> None:
     bare, report = fit_calibration(_calibration_run(cm, (1, 64)), base=base, max_nfev=5)
     assert bare.draft_slot_s == 4e-6
     assert "draft_slot_us" not in report["params"]
+
+
+def _class_rows(cm: CostModel, run: dict[str, Any]) -> dict[str, Any]:
+    """`run` with each verify row's kernel time by class as the cost model prices it (what
+    executor.calibrate.kernel_classes measures on a GPU)."""
+    rows = []
+    for r in run["verify"]:
+        parts = cm.verify_breakdown(r["batch"], r["tokens"], r["context"])
+        linear = sum(_scalar(parts[k]) for k in ("qkv_o", "mlp", "lm_head"))
+        rows.append({**r, "linear_s": linear, "attention_s": _scalar(parts["attention"])})
+    return {**run, "verify": rows}
+
+
+def test_fit_uses_kernel_time_by_class() -> None:
+    """Verify rows with their kernel time by class join the fit as three more rows each, and
+    the fit recovers the weight bandwidth and the per-kernel launch cost they were made with."""
+    from spectune.validate.fit import _calibration, _rows, fit_calibration
+
+    truth = _calibration(
+        [0.88, 0.6, 0.35, 0.4, 2.5, 4.0, 0.8, 120.0, 60.0, 170.0], HW, Calibration()
+    )
+    cm = _cm(truth)
+    run = _class_rows(cm, _calibration_run(cm, (1, 4, 16, 64)))
+    kinds = [k for k, _, _ in _rows(run, [])]
+    n = len(run["verify"])
+    assert kinds.count("verify_linear") == kinds.count("verify_attention") == n
+    assert kinds.count("verify_other") == n  # elementwise + launches: above OTHER_FLOOR
+    cal, report = fit_calibration(run)
+    assert report["mape_verify_linear_after"] < 0.01
+    assert report["mape_verify_other_after"] < 0.02
+    assert cal.weight_bw_efficiency == pytest.approx(0.88, rel=0.02)
+    assert cal.launch_s is not None and cal.launch_s == pytest.approx(2.5e-6, rel=0.1)
+
+
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        ({"linear_s": float("nan"), "attention_s": 0.001}, "linear_s"),
+        ({"linear_s": -0.001, "attention_s": 0.001}, "linear_s"),
+        ({"linear_s": 0.001}, "attention_s"),
+        ({"linear_s": 0.006, "attention_s": 0.006}, "exceed the forward"),
+    ],
+)
+def test_calibration_run_refuses_bad_kernel_classes(fields: dict[str, float], match: str) -> None:
+    from spectune.validate.measure import RUN_SCHEMA, validate_calibration_run
+
+    row = {"batch": 1, "tokens": 1, "context": 512, "seconds": 0.01, **fields}
+    doc = {"schema": RUN_SCHEMA, "hardware": HW, "target": TARGET, "drafter": DRAFTER,
+           "verify": [row]}  # fmt: skip
+    with pytest.raises(SpecError, match=match):
+        validate_calibration_run(doc, "run.json")

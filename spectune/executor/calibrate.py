@@ -8,7 +8,8 @@ What is measured (all medians of CUDA-event timings after warm-up):
   LM head), weights rotated across copies so that L2 never holds them;
 - attention time by batch x context x tree size for one layer (the executor's backend);
 - fixed per-step overhead: the replay of a one-kernel CUDA graph;
-- the verify grid: whole target forwards (CUDA graph) over batch x tree tokens x context;
+- the verify grid: whole target forwards (CUDA graph) over batch x tree tokens x context, each
+  also profiled once by kernel class (kernel_classes: weight GEMMs + logits, attention);
 - short speculative-decoding runs, one policy per tree builder (SPEC_POLICIES: dynamic top-k
   small, large and wide (EAGLE's 7/10/60), static, pruned, pruned + grafted, shared budget) at a few batches, phase by
   phase (session.measure_runs), so the fit sees this GPU's draft-step, tree-building, prune
@@ -18,7 +19,7 @@ What is measured (all medians of CUDA-event timings after warm-up):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -213,16 +214,83 @@ def graph_step_overhead(device: torch.device) -> float:
     return _time(g.replay, 50, device)
 
 
+#: kernel name fragments (lower case) -> the cost model's operator class they belong to
+#: (planner.forward): "linear" = weight GEMMs and the LM head's logits pass (qkv_o + mlp +
+#: lm_head), "attention" = tree / span attention and their split merges. Every other kernel
+#: (norms, RoPE + KV store, residuals, SiLU, the embedding gather) is "other", priced as
+#: elementwise work plus one launch each. Names: the executor's Triton kernels
+#: (spectune/kernels), cuBLAS (nvjet_*, sm90_xmma*, cutlass*, splitKreduce) and torch's argmax.
+KERNEL_CLASS_NAMES = {
+    "linear": ("_splitk_kernel", "_fused_linear_kernel", "_moe_gemm_kernel", "nvjet", "xmma",
+               "cutlass", "gemm", "splitkreduce", "argmax"),
+    "attention": ("_tree_attention_kernel", "_merge_splits_kernel", "_prefix_split_kernel",
+                  "_span_merge_kernel", "attention", "flash"),
+}  # fmt: skip
+
+
+def kernel_class(name: str) -> str:
+    """'linear', 'attention' or 'other' for a CUDA kernel's name (KERNEL_CLASS_NAMES)."""
+    low = name.lower()
+    for cls, frags in KERNEL_CLASS_NAMES.items():
+        if any(f.lower() in low for f in frags):
+            return cls
+    return "other"
+
+
+def kernel_classes(fn: Callable[[], None], reps: int = 3) -> dict[str, float]:
+    """Seconds per call of fn's CUDA kernels by class ({'linear_s', 'attention_s'}: the kernels'
+    own durations, mean over `reps` calls under torch.profiler; 'kernels': kernels per call),
+    or {} where the profiler sees no kernels (e.g. a tracer that cannot see inside graphs)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    sums = {"linear": 0.0, "attention": 0.0, "other": 0.0}
+    count = 0
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        dur_us = float(e.time_range.end - e.time_range.start)
+        if dur_us <= 0:
+            continue
+        sums[kernel_class(e.name)] += dur_us * 1e-6
+        count += 1
+    if count == 0:
+        return {}
+    return {
+        "linear_s": sums["linear"] / reps,
+        "attention_s": sums["attention"] / reps,
+        "kernels": count / reps,
+    }
+
+
 def verify_grid(
-    session: Session, batches: Sequence[int], tokens: Sequence[int], contexts: Sequence[int]
+    session: Session,
+    batches: Sequence[int],
+    tokens: Sequence[int],
+    contexts: Sequence[int],
+    classes: bool = True,
 ) -> list[dict[str, Any]]:
+    """Rows {batch, tokens, context, seconds} of Session.verify_time, and with `classes` (on a
+    GPU) the same graph's kernel time by class (kernel_classes: linear_s, attention_s,
+    kernels), which lets the fit tell the weight bandwidth, attention and per-kernel costs
+    apart: every grid point runs the same kernels, so whole-forward times alone cannot."""
+    prof = kernel_classes if classes and session.device.type == "cuda" else None
     rows = []
     for c in contexts:
         for b in batches:
             for n in tokens:
-                t = session.verify_time(b, n, c)
-                rows.append({"batch": b, "tokens": n, "context": c, "seconds": t})
-                print(f"  verify B={b:<3} N={n:<4} C={c:<5} {t * 1e3:8.3f} ms", flush=True)
+                t, cls = session.verify_timing(b, n, c, profile=prof)
+                rows.append({"batch": b, "tokens": n, "context": c, "seconds": t, **cls})
+                extra = (
+                    f"  (linear {cls['linear_s'] * 1e3:.3f}, attention {cls['attention_s'] * 1e3:.3f})"
+                    if cls
+                    else ""
+                )
+                print(f"  verify B={b:<3} N={n:<4} C={c:<5} {t * 1e3:8.3f} ms{extra}", flush=True)
     return rows
 
 

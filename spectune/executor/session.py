@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -187,6 +188,19 @@ class Session:
     ) -> float:
         """Median seconds of one target forward (+ LM head and argmax on every token) over
         `batch` sequences x `tokens` chain tokens at `context`, replayed from a CUDA graph."""
+        return self.verify_timing(batch, tokens, context, reps, use_kernels)[0]
+
+    def verify_timing(
+        self,
+        batch: int,
+        tokens: int,
+        context: int,
+        reps: int = 10,
+        use_kernels: bool | None = None,
+        profile: Callable[[Callable[[], None]], dict[str, float]] | None = None,
+    ) -> tuple[float, dict[str, float]]:
+        """verify_time's median seconds, and what `profile` (given the replay; e.g.
+        executor.calibrate.kernel_classes) reports of the same graph ({} without one)."""
         self._check(batch, context, tokens)
         dev = self.device
         kern = self.use_kernels if use_kernels is None else use_kernels
@@ -220,9 +234,10 @@ class Session:
         timer = PhaseTimer(("verify",), reps, dev)
         timer.run([fn])
         t = timer.medians_s()["verify"]
+        classes = profile(fn) if profile is not None else {}
         del g
         _free()
-        return t
+        return t, classes
 
 
 def _free() -> None:

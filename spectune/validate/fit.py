@@ -114,13 +114,16 @@ def _rows(
     """(kind, arguments, measured seconds) for every fitted observation."""
     rows: list[tuple[str, dict[str, Any], float]] = []
     for r in run.get("verify", []):
-        rows.append(
-            (
-                "verify",
-                {"batch": r["batch"], "tokens": r["tokens"], "context": r["context"]},
-                r["seconds"],
-            )
-        )
+        args = {"batch": r["batch"], "tokens": r["tokens"], "context": r["context"]}
+        rows.append(("verify", args, r["seconds"]))
+        if "linear_s" in r and "attention_s" in r:
+            # the same forward by kernel class (executor.calibrate.kernel_classes); the rest of
+            # its time (small kernels and the gaps between kernels) is "other"
+            rows.append(("verify_linear", args, r["linear_s"]))
+            rows.append(("verify_attention", args, r["attention_s"]))
+            other = r["seconds"] - r["linear_s"] - r["attention_s"]
+            if other > OTHER_FLOOR * r["seconds"]:
+                rows.append(("verify_other", args, other))
     for g in run.get("gemm", []):
         rows.append(("gemm", {"m": g["m"], "n": g["n"], "k": g["k"]}, g["seconds"]))
     for doc in measurements:
@@ -164,6 +167,9 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 
     if kind == "verify" and "policy" not in a:
         return _scalar(cm.verify_time(a["batch"], a["tokens"], a["context"]))
+    if kind in CLASS_PARTS:
+        parts = cm.verify_breakdown(a["batch"], a["tokens"], a["context"])
+        return _scalar(sum(np.asarray(parts[c], dtype=np.float64) for c in CLASS_PARTS[kind]))
     if kind == "gemm":
         fmt = cm.rates.dense_format(float(cm.target.dtype_bytes))
         return _scalar(gemm_time(cm.rates, a["m"], a["n"], a["k"], fmt))
@@ -198,7 +204,32 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 # fixed costs to them, gemm_fixed_s and attention_fixed_s, raised `spectune check`'s verify
 # MAPE of measurements/h100-newuser from 1.9% to 2.2% and its worst speedup error from 4.9%
 # to 7.5%).
-WEIGHTS = {"verify": 1.0, "step": 2.0, "ar": 1.0, "gemm": 0.0, "draft": 0.3, "extend": 0.1}
+# A verify row's kernel time by class (calibrate's profiled replay) weighs as much as the
+# row: whole-forward times leave the weight bandwidth and the per-kernel costs confounded
+# (every grid point runs the same kernels), and a fit to them alone priced an H100's decode
+# weight GEMMs 10-13% slow and its ~130 small kernels nearly free
+# (benchmarks/results/forward_kernels_h100.md).
+WEIGHTS = {
+    "verify": 1.0,
+    "verify_linear": 1.0,
+    "verify_attention": 1.0,
+    "verify_other": 1.0,
+    "step": 2.0,
+    "ar": 1.0,
+    "gemm": 0.0,
+    "draft": 0.3,
+    "extend": 0.1,
+}
+#: kernel class of a profiled verify row -> the cost model's operator classes
+#: (planner.forward.CLASSES) that price it; "other" takes the launches (one per kernel)
+CLASS_PARTS = {
+    "verify_linear": ("qkv_o", "mlp", "lm_head"),
+    "verify_attention": ("attention",),
+    "verify_other": ("elementwise", "launch", "comm"),
+}
+#: a verify row's "other" time (seconds - linear - attention) below this fraction of the row
+#: is within the profile's noise, not a measurement of the small kernels: no row
+OTHER_FLOOR = 0.005
 
 
 def fit_calibration(

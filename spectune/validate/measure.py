@@ -35,6 +35,9 @@ from spectune.specs import SpecError, TreePolicy
 from spectune.specs.io import from_mapping
 
 SCHEMA = "spectune.measurement/v1"
+#: how far a verify row's kernel time by class (linear_s + attention_s, a mean over profiled
+#: calls) may exceed its timed median seconds before the row is refused
+CLASS_SLACK = 1.1
 PHASE_KEYS = ("draft", "tree", "verify", "accept", "compact", "extend", "overhead", "step")
 
 
@@ -366,6 +369,20 @@ def validate_calibration_run(doc: Any, where: str = "calibration run") -> None:
             _number(r, "seconds", w, hi=1e6)
             if kind in ("verify", "draft") and "seconds_nocomm" in r:
                 _number(r, "seconds_nocomm", w, hi=1e6)
+            if kind == "verify" and ("linear_s" in r or "attention_s" in r):
+                # kernel time by class (executor.calibrate.kernel_classes): both or neither,
+                # together at most the forward's own time (kernels do not overlap in the graph;
+                # CLASS_SLACK allows for the profiled calls' spread about the timed median)
+                cap = CLASS_SLACK * r["seconds"]
+                for key in ("linear_s", "attention_s"):
+                    _number(r, key, w, lo=0, lo_open=False, hi=cap)
+                if r["linear_s"] + r["attention_s"] > cap:
+                    raise SpecError(
+                        f"{w}: linear_s + attention_s ({r['linear_s']:.6g} + "
+                        f"{r['attention_s']:.6g} s) exceed the forward's seconds "
+                        f"({r['seconds']:.6g}) by more than {CLASS_SLACK - 1:.0%}: kernel time "
+                        "by class is part of the forward"
+                    )
     doc_tp(doc, where)
     _collectives(doc, where)
     if not doc.get("verify") and not doc.get("gemm"):
