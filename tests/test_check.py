@@ -343,25 +343,31 @@ def _class_rows(cm: CostModel, run: dict[str, Any]) -> dict[str, Any]:
     return {**run, "verify": rows}
 
 
-def test_fit_uses_kernel_time_by_class() -> None:
-    """Verify rows with their kernel time by class join the fit as three more rows each, and
-    the fit recovers the weight bandwidth and the per-kernel launch cost they were made with."""
+def test_kernel_time_by_class_is_reported_not_fitted() -> None:
+    """Verify rows with their kernel time by class give three more rows each (linear,
+    attention, other), which the report prices before and after the fit while the fit itself
+    is the same as without them (validate.fit.WEIGHTS: a diagnostic until the cost model's
+    operator classes match the executor's kernels)."""
     from spectune.validate.fit import _calibration, _rows, fit_calibration
 
     truth = _calibration(
         [0.88, 0.6, 0.35, 0.4, 2.5, 4.0, 0.8, 120.0, 60.0, 170.0], HW, Calibration()
     )
     cm = _cm(truth)
-    run = _class_rows(cm, _calibration_run(cm, (1, 4, 16, 64)))
+    plain = _calibration_run(cm, (1, 4, 16, 64))
+    run = _class_rows(cm, plain)
     kinds = [k for k, _, _ in _rows(run, [])]
     n = len(run["verify"])
     assert kinds.count("verify_linear") == kinds.count("verify_attention") == n
     assert kinds.count("verify_other") == n  # elementwise + launches: above OTHER_FLOOR
     cal, report = fit_calibration(run)
-    assert report["mape_verify_linear_after"] < 0.01
-    assert report["mape_verify_other_after"] < 0.02
-    assert cal.weight_bw_efficiency == pytest.approx(0.88, rel=0.02)
-    assert cal.launch_s is not None and cal.launch_s == pytest.approx(2.5e-6, rel=0.1)
+    cal_plain, _ = fit_calibration(plain)
+    assert cal == cal_plain
+    assert report["mape_verify_after"] < 0.01
+    for kind in ("linear", "attention", "other"):
+        # priced both ways; a whole-forward fit need not split the forward as the truth does
+        assert 0 <= report[f"mape_verify_{kind}_after"] < 1
+        assert 0 < report[f"mape_verify_{kind}_before"] < 1
 
 
 @pytest.mark.parametrize(
