@@ -114,6 +114,7 @@ def _one_gpu_run(args: argparse.Namespace) -> dict[str, Any]:
         workload=args.workload,
         spec_batches=spec_batches,
         spec_steps=args.spec_steps,
+        kernel_classes=args.kernel_classes,
     )
     if rows:
         raw["collectives"] = rows
@@ -298,6 +299,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--no-spec-runs",
         action="store_true",
         help="skip the speculative runs per tree builder (the fixed costs keep their defaults)",
+    )
+    p.add_argument(
+        "--kernel-classes",
+        action="store_true",
+        help="also profile each verify-grid forward by kernel class (weight GEMMs + logits, "
+        "attention; about 1.7 s per grid point): reported beside the fit, not fitted",
     )
     p.add_argument("--target", default="llama-3.1-8b", help="target model preset/file")
     p.add_argument("--drafter", default="eagle3-llama-3.1-8b", help="drafter preset/file")

@@ -8,8 +8,9 @@ What is measured (all medians of CUDA-event timings after warm-up):
   LM head), weights rotated across copies so that L2 never holds them;
 - attention time by batch x context x tree size for one layer (the executor's backend);
 - fixed per-step overhead: the replay of a one-kernel CUDA graph;
-- the verify grid: whole target forwards (CUDA graph) over batch x tree tokens x context, each
-  also profiled once by kernel class (kernel_classes: weight GEMMs + logits, attention);
+- the verify grid: whole target forwards (CUDA graph) over batch x tree tokens x context, with
+  `--kernel-classes` each also profiled by kernel class (kernel_classes: weight GEMMs + logits,
+  attention), reported beside the fit;
 - short speculative-decoding runs, one policy per tree builder (SPEC_POLICIES: dynamic top-k
   small, large and wide (EAGLE's 7/10/60), static, pruned, pruned + grafted, shared budget) at a few batches, phase by
   phase (session.measure_runs), so the fit sees this GPU's draft-step, tree-building, prune
@@ -272,7 +273,7 @@ def verify_grid(
     batches: Sequence[int],
     tokens: Sequence[int],
     contexts: Sequence[int],
-    classes: bool = True,
+    classes: bool = False,
 ) -> list[dict[str, Any]]:
     """Rows {batch, tokens, context, seconds} of Session.verify_time, and with `classes` (on a
     GPU) the same graph's kernel time by class (kernel_classes: linear_s, attention_s,
@@ -308,9 +309,11 @@ def calibration_run(
     spec_batches: Sequence[int] = SPEC_BATCHES,
     spec_context: int | None = None,
     spec_steps: int = 20,
+    kernel_classes: bool = False,
 ) -> dict[str, Any]:
     """Every micro-benchmark above as one calibration-run document (the speculative runs only
-    when an `acceptance` model is given; at `spec_context`, default the largest context)."""
+    when an `acceptance` model is given; at `spec_context`, default the largest context; the
+    verify grid's kernel time by class with `kernel_classes`)."""
     dev = session.device
     doc: dict[str, Any] = {
         "schema": RUN_SCHEMA,
@@ -332,7 +335,7 @@ def calibration_run(
     doc["gemm"] = gemm_sweep(session)
     if attention_grid:
         doc["attention_rows"] = attention_sweep(session, batches, contexts, tokens)
-    doc["verify"] = verify_grid(session, batches, tokens, contexts)
+    doc["verify"] = verify_grid(session, batches, tokens, contexts, classes=kernel_classes)
     if acceptance is not None:
         c = spec_context or max(contexts)
         doc["spec_runs"] = spec_runs(session, acceptance, workload, spec_batches, c, spec_steps)
