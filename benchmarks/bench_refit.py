@@ -39,6 +39,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h200-newuser": (),
     "measurements/h200-newuser2": (),
     "benchmarks/results/new_gpu_h100_repeat": (),
+    "benchmarks/results/new_gpu_h100_calonly": (),
     "benchmarks/results/new_gpu_h200_rerun": (),
     "benchmarks/results/tp_h100x2": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100x2_b": ("measurement-tp1.json",),
