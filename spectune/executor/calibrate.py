@@ -277,8 +277,9 @@ def verify_grid(
 ) -> list[dict[str, Any]]:
     """Rows {batch, tokens, context, seconds} of Session.verify_time, and with `classes` (on a
     GPU) the same graph's kernel time by class (kernel_classes: linear_s, attention_s,
-    kernels), which lets the fit tell the weight bandwidth, attention and per-kernel costs
-    apart: every grid point runs the same kernels, so whole-forward times alone cannot."""
+    kernels). Whole-forward times alone cannot tell the weight bandwidth from the per-kernel
+    costs (every grid point runs the same kernels); the classes can, and the fit reports them
+    (validate.fit.WEIGHTS says why it does not fit them yet)."""
     prof = kernel_classes if classes and session.device.type == "cuda" else None
     rows = []
     for c in contexts:

@@ -208,12 +208,14 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 # attention, the rest) is reported, not fitted. Whole-forward times leave the weight bandwidth
 # and the per-kernel costs confounded (every grid point runs the same kernels: the fits price
 # an H100's decode GEMMs 10-13% slow and its ~130 small kernels nearly free,
-# benchmarks/results/forward_kernels_h100.md), but the cost model's operator classes are not
-# yet the executor's kernels: the executor fuses norms, RoPE, residuals and SiLU into GEMM
-# epilogues at some shapes (293-422 kernels per forward), the cost model prices them as
-# elementwise kernels at every shape. Fitted at weight 1 on a fresh H100's run
-# (measurements/h100-newuser5), the class rows took its verify MAPE from 1.9% to 9.5% (2.3-2.5%
-# with an attention fixed cost added), so they stay a diagnostic until the classes match.
+# benchmarks/results/forward_kernels_h100.md), but the cost model's operator classes do not
+# yet price the executor's kernels class by class: the executor runs 293-422 kernels per
+# forward (split-K reduces where the autotuned GEMM variant has them) where the cost model
+# counts 292, its attention is priced 24% low at context 512 and 12-22% high at 4096 for 64+
+# tree tokens, and its elementwise kernels about 2x high at large M. Fitted at weight 1 on a
+# fresh H100's run (measurements/h100-newuser5), the class rows took its verify MAPE from 1.9%
+# to 9.5% (2.3-2.5% with an attention fixed cost added), so they stay a diagnostic until the
+# classes match.
 WEIGHTS = {
     "verify": 1.0,
     "verify_linear": 0.0,
