@@ -98,3 +98,22 @@ def test_calibrate_from_run_reports_bounds_and_what_the_data_determined(
     rep = json.loads(report.read_text())
     assert rep["bounds"]["gemm_emax"]["of_ceiling"] <= 1.0 + 1e-9
     assert set(rep["identified"]) >= {"determined", "at_bound", "weak", "rel_se"}
+
+
+def test_calibrate_reports_the_kernel_classes_of_a_profiled_run(tmp_path: Path) -> None:
+    """measurements/h100-newuser5's run carries each verify forward's kernel time by class
+    (`spectune calibrate --kernel-classes`): the report prices them, the fit does not use them."""
+    import json
+
+    root = Path(__file__).resolve().parent.parent / "measurements" / "h100-newuser5"
+    run = json.loads((root / "calibrate-run.json").read_text())
+    assert all("linear_s" in r and "attention_s" in r for r in run["verify"])
+    out, report = tmp_path / "cal.json", tmp_path / "report.json"
+    argv = ["calibrate", "--from-run", str(root / "calibrate-run.json"), "--out", str(out)]
+    assert main([*argv, "--report", str(report)]) == 0
+    rep = json.loads(report.read_text())
+    for kind in ("linear", "attention", "other"):
+        assert rep[f"mape_verify_{kind}_after"] > 0
+    committed = json.loads((root / "calibration-h100-sxm.json").read_text())
+    fitted = json.loads(out.read_text())
+    assert fitted["weight_bw_efficiency"] == pytest.approx(committed["weight_bw_efficiency"])
