@@ -45,14 +45,22 @@ workload_data/README.md). Draft models, prompt lookup, MTP and intermediates hav
 (no figure measures one; prompt lookup copies the text; MTP runs with its own target; an
 intermediate's preset is already a tenth-size model on a 70B).
 
+At T > 0 a target with T=1 figures of its own (figures.toml `t1_factor`: one method's T=1 figure
+beside its T = 0 partner on that target) takes its own T=1 loss instead of its family's
+(`TargetT1Factor`, `for_target_t1`): each kind drafting as that method did takes its T = 0 preset
+at the target's size times the target's T=1/T=0 scale ratio on the dataset. The loss at T = 1
+follows the target's own entropy (Llama-3.3-70B loses far less than the Llama-3.1-8B the llama-3
+T = 1 presets are fitted to). Other targets and kinds keep their family's T = 1 preset.
+
 The published figures (workload_data/published/figures.toml) and the fitted or derived scales
-(workload_data/published/presets.json, written by `python benchmarks/bench_acceptance.py
---refit` with spectune.traces.published) are data; this module only reads them. A preset with no
+and target T=1 factors (workload_data/published/presets.json, written by `python -m
+benchmarks.bench_acceptance --refit` with spectune.traces.published and .size_fits) are data; this module only reads them. A preset with no
 figure of its own is derived from named presets by a stated rule (its `rule`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -158,6 +166,9 @@ class PublishedFigure:
     #: T > 0 figures: the series (one head and target line at several sizes) whose T=1/T=0
     #: scale ratios test for a temperature x size term (traces.size_fits.fit_temperature_size)
     temperature_series: str = ""
+    #: T > 0 "fit" figures: fixes its target's own T=1 factor on its dataset (TargetT1Factor,
+    #: with its T = 0 partner) instead of its key's scale
+    t1_factor: bool = False
 
     @property
     def drafted(self) -> str:
@@ -203,6 +214,26 @@ class SizeRule:
     def factor(self, from_params_b: float, to_params_b: float) -> float:
         """The scale factor from a from_params_b-billion target to a to_params_b one."""
         return float((to_params_b / from_params_b) ** self.exponent)
+
+
+@dataclass(frozen=True)
+class TargetT1Factor:
+    """One target's own T = 1 loss on one dataset: scale_t1 / scale_t0, the scales fitted to one
+    method's published T = 1 figure and its T = 0 partner on that target (each on its own tree;
+    figures.toml `t1_factor`, fitted by spectune.traces.size_fits.fit_target_t1_factors). At
+    T > 0, every drafter kind whose drafting matches takes, on a target that `target_matches`,
+    its T = 0 preset at the target's size times this factor (`for_target_t1`), instead of its
+    family's T = 1 preset: the loss follows the target's own entropy at T = 1, which the
+    family's presets, fitted at another size, do not carry (workload_data/README.md)."""
+
+    target: str  # the figures' target name (lower case)
+    dataset: str
+    factor: float  # scale_t1 / scale_t0
+    drafting: str  # DRAFTING of the T = 1 figure: the factor applies to kinds drafting alike
+    method: str  # the method whose pair it is fitted to (e.g. EAGLE-2)
+    fitted_to: tuple[str, str]  # (T = 1 figure id, its T = 0 partner's id)
+    scale_t1: float
+    scale_t0: float
 
 
 # ---- shapes ------------------------------------------------------------------------------------
@@ -312,9 +343,17 @@ def published_figures() -> tuple[PublishedFigure, ...]:
                     across_datasets=bool(f.get("across_datasets", False)),
                     drafting=str(f.get("drafting", "")),
                     temperature_series=str(f.get("temperature_series", "")),
+                    t1_factor=f.get("t1_factor", False),
                 )
             )
             fig = out[-1]
+            if not isinstance(fig.t1_factor, bool):
+                raise ValueError(f"t1_factor must be true or false, got {fig.t1_factor!r}")
+            if fig.t1_factor and (fig.role != "fit" or fig.key.temperature == 0.0):
+                raise ValueError(
+                    'a t1_factor figure is a "fit" figure at T > 0 (it fixes its target\'s T=1 '
+                    "factor with its T = 0 partner)"
+                )
             if fig.drafting not in ("", *DRAFTING):
                 raise ValueError(f"drafting must be one of {DRAFTING}, got {fig.drafting!r}")
             if fig.temperature_series and fig.key.temperature == 0.0:
@@ -377,6 +416,100 @@ def size_rule() -> SizeRule:
     if not (math.isfinite(rule.exponent) and abs(rule.exponent) < 1.0):
         raise SpecError(f"{PRESETS_FILE}: size_rule exponent {rule.exponent!r} outside (-1, 1)")
     return rule
+
+
+@functools.cache
+def target_t1_factors() -> tuple[TargetT1Factor, ...]:
+    """The target T=1 factors of presets.json (written by benchmarks/bench_acceptance.py
+    --refit); SpecError naming the file and the row when one is malformed or repeated."""
+    try:
+        rows = json.loads(PRESETS_FILE.read_text(encoding="utf-8"))["target_t1_factors"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise SpecError(f"{PRESETS_FILE}: target_t1_factors: {e!r} (rerun --refit)") from e
+    out: list[TargetT1Factor] = []
+    for r in rows:
+        try:
+            f = TargetT1Factor(
+                str(r["target"]).lower(),
+                str(r["dataset"]),
+                float(r["factor"]),
+                str(r["drafting"]),
+                str(r["method"]),
+                (str(r["fitted_to"][0]), str(r["fitted_to"][1])),
+                float(r["scale_t1"]),
+                float(r["scale_t0"]),
+            )
+            if len(r["fitted_to"]) != 2:
+                raise ValueError("fitted_to names the T = 1 figure and its T = 0 partner")
+            if f.dataset not in DATASETS or f.drafting not in DRAFTING:
+                raise ValueError(f"dataset must be one of {DATASETS}, drafting one of {DRAFTING}")
+            scales_ok = all(math.isfinite(v) and v > 0.0 for v in (f.scale_t0, f.scale_t1))
+            if not (0.0 < f.factor <= 2.0 and scales_ok):
+                raise ValueError("factor must be in (0, 2] and the scales positive and finite")
+            if not math.isclose(f.factor, f.scale_t1 / f.scale_t0, rel_tol=1e-4):
+                raise ValueError("factor must be scale_t1 / scale_t0")
+            if any(
+                (g.target, g.dataset, g.drafting) == (f.target, f.dataset, f.drafting) for g in out
+            ):
+                raise ValueError("one factor per (target, dataset, drafting)")
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise SpecError(f"{PRESETS_FILE}: target_t1_factors row {r!r}: {e!r}") from e
+        out.append(f)
+    return tuple(out)
+
+
+def target_t1_factor_to_dict(f: TargetT1Factor) -> dict[str, Any]:
+    """The presets.json `target_t1_factors` row of a factor."""
+    return {
+        "target": f.target,
+        "dataset": f.dataset,
+        "factor": round(f.factor, 6),
+        "drafting": f.drafting,
+        "method": f.method,
+        "fitted_to": list(f.fitted_to),
+        "scale_t1": round(f.scale_t1, 6),
+        "scale_t0": round(f.scale_t0, 6),
+    }
+
+
+def target_matches(model_name: str, target: str) -> bool:
+    """Is a model called `model_name` the figures' `target`: the same name, or the name followed
+    by '-' and a variant (llama-3.3-70b-instruct, llama-3.3-70b-awq), case-insensitive."""
+    n, t = model_name.lower(), target.lower()
+    return bool(t) and (n == t or n.startswith(t + "-"))
+
+
+def target_t1_factor(target: str, dataset: str, drafting: str) -> TargetT1Factor | None:
+    """The T=1 factor of the model called `target` on `dataset` for drafts drawn as `drafting`
+    (target_matches), or None when its figures fix none."""
+    for f in target_t1_factors():
+        if (f.dataset, f.drafting) == (dataset, drafting) and target_matches(target, f.target):
+            return f
+    return None
+
+
+def for_target_t1(p0: AcceptancePreset, target: str, temperature: float) -> AcceptancePreset | None:
+    """The preset at `temperature` > 0 of the model called `target`, from p0 (its kind's T = 0
+    preset on the dataset, already at the target's size: for_target_size) times the target's own
+    T=1 factor for p0's kind's drafting (TargetT1Factor); None when the target has no factor
+    there (the family's T = 1 preset then applies) or `temperature` is 0."""
+    if p0.key.temperature != 0.0:
+        raise SpecError(f"for_target_t1 takes a T = 0 preset, got {p0.key.label}")
+    if temperature <= 0.0 or not target:
+        return None
+    f = target_t1_factor(target, p0.key.dataset, kind_drafting(p0.key.drafter))
+    if f is None:
+        return None
+    return AcceptancePreset(
+        dataclasses.replace(p0.key, temperature=float(temperature)),
+        p0.scale * f.factor,
+        (),
+        f"derived (target T=1 factor): {p0.key.label} at {p0.target_params_b:g}B x {f.target}'s "
+        f"T=1/T=0 scale ratio on {f.dataset} = {p0.scale:.4f} x {f.factor:.4f} (the target's own "
+        f"T=1 loss, fitted to its {f.method} pair {f.fitted_to[0]} / {f.fitted_to[1]}; the T=0 "
+        f"preset: {p0.rule})",
+        p0.target_params_b,
+    )
 
 
 def size_rule_to_dict(rule: SizeRule) -> dict[str, Any]:
@@ -446,9 +579,12 @@ def lookup(
     dataset: str,
     temperature: float,
     target_params_b: float | None = None,
+    target: str = "",
 ) -> tuple[AcceptancePreset, str]:
     """(preset, note): the preset for the key, or the nearest one and a note naming it; with
-    `target_params_b`, rescaled to that target size by the size rule (`for_target_size`).
+    `target_params_b`, rescaled to that target size by the size rule (`for_target_size`); at
+    T > 0 for a model called `target` with a T=1 factor of its own (TargetT1Factor), the T = 0
+    preset at its size times that factor (`for_target_t1`).
 
     Nearest, in order: the nearest covered temperature; the same kind, dataset and temperature
     in another family (FAMILY_ORDER first); the same kind and family on mt-bench; the same kind
@@ -457,6 +593,11 @@ def lookup(
     kind = normalize_kind(drafter)
     temp = min(TEMPERATURES, key=lambda t: (abs(t - temperature), t))
     want = PresetKey(kind, family, dataset, float(temperature))
+    if temp > 0.0 and target:
+        p0, _ = lookup(drafter, family, dataset, 0.0, target_params_b)
+        own = for_target_t1(p0, target, temp) if p0.key.temperature == 0.0 else None
+        if own is not None:
+            return own, ("" if own.key == want else _nearest_note(want, own.key))
     families = [family, *(f for f in FAMILY_ORDER if f != family)]
     families += sorted({k.family for k in presets} - set(families))
     candidates = [PresetKey(kind, f, dataset, temp) for f in families]

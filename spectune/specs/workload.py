@@ -238,14 +238,20 @@ def workload_for_pair(
 
     acceptance_by_pair workloads take the preset of (drafter kind, target family, dataset,
     temperature), or the nearest one with a PairWarning naming it, at the target's size (the
-    size rule of specs.acceptance_presets). Other workloads keep their
+    size rule of specs.acceptance_presets) and, at T > 0, with the target's own T=1 factor
+    where its figures fix one (specs.acceptance_presets.for_target_t1). Other workloads keep their
     acceptance; if they record another drafter or target, a PairWarning says so. strict=True
     raises those warnings as SpecErrors instead."""
     kind = drafter_kind(drafter)
     dname = drafter.name if drafter is not None else "no drafter (n-gram)"
     if wl.acceptance_by_pair:
         fields, note = pair_acceptance(
-            kind, target.family, wl.dataset, wl.temperature, target.total_params() / 1e9
+            kind,
+            target.family,
+            wl.dataset,
+            wl.temperature,
+            target.total_params() / 1e9,
+            target=target.name,
         )
         if note:
             _pair_warning(f"workload {wl.name!r} for {target.name} + {dname}: {note}", strict)
@@ -280,7 +286,9 @@ def intermediate_workload(
     PairWarning, as does a preset key without a preset of its own and an intermediate far
     from a tenth of its target's size (INTERMEDIATE_SIZE_RANGE)."""
     dataset = wl.dataset or "mt-bench"
-    fields, note = pair_acceptance("intermediate", target.family, dataset, wl.temperature)
+    fields, note = pair_acceptance(
+        "intermediate", target.family, dataset, wl.temperature, target=target.name
+    )
     notes = [note] if note else []
     if not wl.dataset:
         notes.append(f"it names no dataset, so the intermediate's chains take {dataset}'s preset")
@@ -356,13 +364,15 @@ def pair_acceptance(
     dataset: str,
     temperature: float,
     target_params_b: float | None = None,
+    target: str = "",
 ) -> tuple[dict[str, object], str]:
     """(Workload fields, note) of the acceptance preset nearest the key, at a target of
-    `target_params_b` billion parameters (None: the preset's own size): the drafter kind's
+    `target_params_b` billion parameters (None: the preset's own size) called `target` (its own
+    T=1 factor, if any, applies at T > 0: specs.acceptance_presets.lookup): the drafter kind's
     acceptance, the n-gram preset's retrieval profile, and where they come from. `note` is ''
     when both keys have presets of their own, else says which nearest presets were used."""
-    model, note = aps.lookup(drafter, family, dataset, temperature, target_params_b)
-    retr, rnote = aps.lookup("ngram", family, dataset, temperature)
+    model, note = aps.lookup(drafter, family, dataset, temperature, target_params_b, target)
+    retr, rnote = aps.lookup("ngram", family, dataset, temperature, target=target)
     fields: dict[str, object] = {
         **aps.acceptance_fields(model.key.drafter, model.scale),
         **aps.retrieval_fields(retr.scale),

@@ -21,8 +21,16 @@ that give one method at several sizes of one family.
   figures as if the slope were added to the size rule's exponent (workload_data/README.md,
   "Temperature and target size", says why it is not applied).
 
-Both fits are one least-squares problem, parallel lines in log(target_params_b) with one
-intercept per series and a shared slope (_fit_series_lines).
+- a target's own T=1 factor (fit_target_t1_factors; applied through
+  specs.acceptance_presets.for_target_t1): for each figure marked `t1_factor`, the scale fitted
+  to it over the scale fitted to its T = 0 partner, both on their own (shared) tree. It replaces
+  the family's T = 1 preset on that target for every kind drafting alike.
+  target_t1_factor_transfers checks it across methods: each method's T=1/T=0 ratio on the
+  target applied to every method's T = 0 preset at the target's size, predicting that method's
+  T = 1 figure (the fitted direction and its reverse, printed by the benchmark).
+
+The first two fits are one least-squares problem, parallel lines in log(target_params_b) with
+one intercept per series and a shared slope (_fit_series_lines).
 """
 
 from __future__ import annotations
@@ -36,11 +44,22 @@ from spectune.specs.acceptance_presets import (
     SIZE_RULE_KINDS,
     PublishedFigure,
     SizeRule,
+    TargetT1Factor,
+    acceptance_presets,
+    for_target_size,
+    kind_drafting,
     published_figures,
     size_rule,
+    target_t1_factors,
 )
 from spectune.specs.errors import SpecError
-from spectune.traces.published import SAMPLES, FigureCheck, check_figures, fit_figure
+from spectune.traces.published import (
+    SAMPLES,
+    FigureCheck,
+    check_figures,
+    fit_figure,
+    predicted_tokens,
+)
 
 
 @dataclass(frozen=True)
@@ -145,9 +164,8 @@ def temperature_partner(
     ]
     if len(found) != 1:
         raise SpecError(
-            f"figure {fig.id} (temperature_series {fig.temperature_series!r}) needs one T = 0 "
-            f"figure of method {fig.method!r}, target {fig.target!r} and dataset "
-            f"{fig.key.dataset!r}; found {[f.id for f in found]}"
+            f"figure {fig.id} needs one T = 0 figure of method {fig.method!r}, target "
+            f"{fig.target!r} and dataset {fig.key.dataset!r}; found {[f.id for f in found]}"
         )
     return found[0]
 
@@ -184,17 +202,113 @@ def fit_temperature_size(
 def checks_with_temperature_slope(
     slope: TemperatureSizeSlope, samples: int = SAMPLES
 ) -> list[FigureCheck]:
-    """The "reported" T > 0 figures of size-rule kinds outside the slope's fit (the Llama-3.3-70B
-    T=1 rows) predicted as if the slope were applied: the size rule's exponent plus the slope."""
+    """The T > 0 figures of size-rule kinds outside the slope's fit that are "reported" or on a
+    target with a T=1 factor of its own (the Llama-3.3-70B T=1 rows) predicted as if the slope
+    were applied instead of any target factor: the family's T = 1 preset, rescaled by the size
+    rule's exponent plus the slope."""
+    own = {f.target for f in target_t1_factors()}
     figures = [
         f
         for f in published_figures()
         if f.key.temperature > 0
         and f.key.drafter in SIZE_RULE_KINDS
         and not f.temperature_series
-        and f.role == "reported"
+        and (f.role == "reported" or f.target in own)
     ]
     rule = size_rule()
     return check_figures(
-        figures, samples, dataclasses.replace(rule, exponent=rule.exponent + slope.slope)
+        figures,
+        samples,
+        dataclasses.replace(rule, exponent=rule.exponent + slope.slope),
+        target_factors=False,
     )
+
+
+# ---- a target's own T=1 factor ------------------------------------------------------------------
+def fit_target_t1_factors(
+    figures: Sequence[PublishedFigure] | None = None,
+    samples: int = SAMPLES,
+    progress: Callable[[str], None] | None = None,
+) -> list[TargetT1Factor]:
+    """One TargetT1Factor per figure marked `t1_factor`: its fitted scale over its T = 0
+    partner's (temperature_partner), both on the same tree. SpecError when the partner is
+    missing or measured on another tree, or two figures fix one (target, dataset, drafting)."""
+    figures = published_figures() if figures is None else figures
+    out: list[TargetT1Factor] = []
+    for f in figures:
+        if not f.t1_factor:
+            continue
+        f0 = temperature_partner(f, figures)
+        if f0.tree != f.tree or f0.target_params_b != f.target_params_b:
+            raise SpecError(
+                f"t1_factor figure {f.id} and its T = 0 partner {f0.id} must share the tree and "
+                "the target size (the factor is a ratio of one setting at two temperatures)"
+            )
+        key = (f.target.lower(), f.key.dataset, f.drafted)
+        if any((g.target, g.dataset, g.drafting) == key for g in out):
+            raise SpecError(f"two t1_factor figures for target/dataset/drafting {key}: keep one")
+        s1, s0 = fit_figure(f, samples), fit_figure(f0, samples)
+        out.append(TargetT1Factor(*key[:2], s1 / s0, f.drafted, f.method, (f.id, f0.id), s1, s0))
+        if progress:
+            progress(f"{f.target}/{f.key.dataset}: T=1 factor {s1 / s0:.4f} ({f.id} / {f0.id})")
+    return out
+
+
+@dataclass(frozen=True)
+class FactorTransfer:
+    """A method's T = 1 figure on a target predicted from its T = 0 preset at the target's size
+    times the T=1/T=0 scale ratio of `from_method`'s pair on that target and dataset."""
+
+    check: FigureCheck
+    from_method: str
+    factor: float
+    stored: bool  # the factor is the target's stored TargetT1Factor (else fitted here)
+
+
+def target_t1_factor_transfers(samples: int = SAMPLES) -> list[FactorTransfer]:
+    """For every target with a stored T=1 factor and each of its datasets: every method's T = 1
+    figure (drafted as its kind's presets assume, with a T = 0 partner) predicted with every
+    such method's T=1/T=0 scale ratio (the stored factor's own pair, or fitted here), from its
+    kind's T = 0 preset at the target's size. The stored factor's method predicting another is
+    the held-out direction of check_figures; the others, the reverse, show the rule is not one
+    direction's."""
+    figures = published_figures()
+    presets, rule = acceptance_presets(), size_rule()
+    stored = {(f.target, f.dataset): f for f in target_t1_factors()}
+    pairs: dict[tuple[str, str], list[tuple[PublishedFigure, PublishedFigure]]] = {}
+    for f in figures:
+        k = (f.target.lower(), f.key.dataset)
+        if k not in stored or f.key.temperature == 0 or f.drafted != stored[k].drafting:
+            continue
+        if f.drafted != kind_drafting(f.key.drafter):
+            continue
+        partners = [
+            g
+            for g in figures
+            if g.key.temperature == 0
+            and (g.method, g.target, g.key.dataset) == (f.method, f.target, f.key.dataset)
+        ]
+        if len(partners) == 1:
+            pairs.setdefault(k, []).append((f, partners[0]))
+    out = []
+    for k, fs in pairs.items():
+        own = stored[k]
+        ratios = {
+            f1.method: (own.factor, True)
+            if f1.id == own.fitted_to[0]
+            else (fit_figure(f1, samples) / fit_figure(f0, samples), False)
+            for f1, f0 in fs
+        }
+        for method, (r, is_stored) in ratios.items():
+            for f1, f0 in fs:
+                p0 = for_target_size(presets[f0.key], f0.target_params_b, rule)
+                p = dataclasses.replace(
+                    p0,
+                    key=f1.key,
+                    scale=p0.scale * r,
+                    rule=f"{p0.key.label} at {p0.target_params_b:g}B x {method}'s T=1/T=0 "
+                    f"ratio on {f1.target}",
+                )
+                check = FigureCheck(f1, p, predicted_tokens(f1, p.scale, samples))
+                out.append(FactorTransfer(check, method, r, is_stored))
+    return out
