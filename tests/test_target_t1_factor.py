@@ -28,6 +28,7 @@ L33 = "llama-3.3-70b"
 #: the EAGLE-3 paper's Table 1 rows L33 70B at T=1: EAGLE-2's fix the factor, EAGLE-3's are held out
 FACTOR_FIT = [f"eagle3paper-llama-3.3-70b-eagle-2-{d}-t1" for d in aps.DATASETS]
 HELD_OUT_E3 = [f"eagle3paper-llama-3.3-70b-eagle-3-{d}-t1" for d in aps.DATASETS]
+L33_T1_SOURCE = 'source = "EAGLE-3 paper (arXiv 2503.01840v3) Table 1, T=1, row L33 70B'
 
 
 def _figures() -> dict[str, aps.PublishedFigure]:
@@ -195,8 +196,8 @@ def test_malformed_factor_rows_name_the_file(
     [
         pytest.param("t1_factor = true", "t1_factor = 1", "t1_factor must be true", id="type"),
         pytest.param(
-            'role = "fit"\nsource = "EAGLE-3 paper (arXiv 2503.01840v3) Table 1, T=1, row L33 70B',
-            'role = "reported"\nsource = "EAGLE-3 paper (arXiv 2503.01840v3) Table 1, T=1, row L33 70B',
+            f'role = "fit"\n{L33_T1_SOURCE}',
+            f'role = "reported"\n{L33_T1_SOURCE}',
             "a t1_factor figure is a",
             id="role",
         ),

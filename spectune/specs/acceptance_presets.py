@@ -54,8 +54,9 @@ T = 1 presets are fitted to). Other targets and kinds keep their family's T = 1 
 
 The published figures (workload_data/published/figures.toml) and the fitted or derived scales
 and target T=1 factors (workload_data/published/presets.json, written by `python -m
-benchmarks.bench_acceptance --refit` with spectune.traces.published and .size_fits) are data; this module only reads them. A preset with no
-figure of its own is derived from named presets by a stated rule (its `rule`).
+benchmarks.bench_acceptance --refit` with spectune.traces.published and .size_fits) are data;
+this module only reads them. A preset with no figure of its own is derived from named presets
+by a stated rule (its `rule`).
 """
 
 from __future__ import annotations

@@ -239,9 +239,9 @@ def workload_for_pair(
     acceptance_by_pair workloads take the preset of (drafter kind, target family, dataset,
     temperature), or the nearest one with a PairWarning naming it, at the target's size (the
     size rule of specs.acceptance_presets) and, at T > 0, with the target's own T=1 factor
-    where its figures fix one (specs.acceptance_presets.for_target_t1). Other workloads keep their
-    acceptance; if they record another drafter or target, a PairWarning says so. strict=True
-    raises those warnings as SpecErrors instead."""
+    where its figures fix one (specs.acceptance_presets.for_target_t1). Other workloads keep
+    their acceptance; if they record another drafter or target, a PairWarning says so.
+    strict=True raises those warnings as SpecErrors instead."""
     kind = drafter_kind(drafter)
     dname = drafter.name if drafter is not None else "no drafter (n-gram)"
     if wl.acceptance_by_pair:
