@@ -29,13 +29,13 @@ figure (benchmarks/bench_acceptance.py, tests/test_acceptance_presets.py).
   rule of its own drafting; a preset of a size-rule kind is then rescaled to the figure's target
   size (specs.acceptance_presets.for_target_size); a figure that names a size_series is
   predicted on its series' fitted line: a "size-fit" one in sample, a "held-out" one (left out
-  of the fit) out of sample, from its series' other sizes; a T > 0 figure on a target with a
-  T=1 factor of its own takes its kind's T = 0 preset at its size times that factor
-  (specs.acceptance_presets.for_target_t1), and the `t1_factor` figure that fixes the factor
-  is predicted by its fitted scale (its T = 0 partner's times the factor).
+  of the fit) out of sample, from its series' other sizes; a T > 0 figure whose drafter kind
+  has a T=1 factor of its own on the figure's target takes the kind's T = 0 preset at its size
+  times that factor (specs.acceptance_presets.for_target_t1), and the `t1_factor` figure that
+  fixes the factor is predicted by its fitted scale (its T = 0 partner's times the factor).
 
 The size rule (its exponent and the series' lines), the temperature x size slope and the
-targets' own T=1 factors are fitted in spectune.traces.size_fits.
+drafters' own T=1 factors on their targets are fitted in spectune.traces.size_fits.
 """
 
 from __future__ import annotations
@@ -324,11 +324,11 @@ def check_figures(
 ) -> list[FigureCheck]:
     """Every figure predicted by its key's stored preset at the figure's target size
     (specs.acceptance_presets), a figure that names a size_series ("size-fit", or "held-out" of
-    the size fit) by its series' line; `rule` replaces the stored size rule. A T > 0 figure on a
-    target with a T=1 factor of its own for the figure's drafting is predicted from its kind's
+    the size fit) by its series' line; `rule` replaces the stored size rule. A T > 0 figure whose
+    drafter kind has a T=1 factor of its own on the figure's target is predicted from the kind's
     T = 0 preset at its size times that factor (specs.acceptance_presets.for_target_t1), a
     `t1_factor` figure by the scale fitted to it (the factor times its T = 0 partner's scale);
-    target_factors=False predicts both as if no target had a factor."""
+    target_factors=False predicts both as if no drafter had a factor on any target."""
     presets = acceptance_presets()
     rule = size_rule() if rule is None else rule
     out = []
@@ -357,7 +357,7 @@ def _t0_preset(
     fig: PublishedFigure, presets: Mapping[PresetKey, AcceptancePreset]
 ) -> AcceptancePreset | None:
     """The T = 0 preset of a T > 0 figure drafted as its kind's presets assume (None otherwise):
-    the one a target's own T=1 factor multiplies."""
+    the one a drafter's own T=1 factor on its target multiplies."""
     if fig.key.temperature == 0.0 or fig.drafted != kind_drafting(fig.key.drafter):
         return None
     return presets.get(dataclasses.replace(fig.key, temperature=0.0))
@@ -367,14 +367,14 @@ def _t1_factor_fit_preset(fig: PublishedFigure) -> AcceptancePreset:
     f = next((f for f in target_t1_factors() if f.fitted_to[0] == fig.id), None)
     if f is None:
         raise SpecError(
-            f"t1_factor figure {fig.id} has no target T=1 factor in {PRESETS_FILE}: rerun "
+            f"t1_factor figure {fig.id} has no T=1 factor in {PRESETS_FILE}: rerun "
             "benchmarks/bench_acceptance.py --refit"
         )
     return AcceptancePreset(
         fig.key,
         f.scale_t1,
         (fig.id,),
-        f"target T=1 factor fit: {f.scale_t0:.4f} ({f.fitted_to[1]}) x {f.factor:.4f}",
+        f"own T=1 factor fit: {f.scale_t0:.4f} ({f.fitted_to[1]}) x {f.factor:.4f}",
         fig.target_params_b,
     )
 
