@@ -56,7 +56,7 @@ family's T = 1 preset (at the target's size by the size rule); when the size rul
 note says the T=1 loss there is extrapolated (`T1_EXTRAPOLATED_ERROR`).
 
 The published figures (workload_data/published/figures.toml) and the fitted or derived scales
-and target T=1 factors (workload_data/published/presets.json, written by `python -m
+and the drafters' own T=1 factors (workload_data/published/presets.json, written by `python -m
 benchmarks.bench_acceptance --refit` with spectune.traces.published and .size_fits) are data;
 this module only reads them. A preset with no figure of its own is derived from named presets
 by a stated rule (its `rule`).
@@ -107,7 +107,7 @@ DRAFTING = ("top-k", "sampled")
 ROLES = ("fit", "size-fit", "held-out", "reported")
 #: kinds whose acceptance follows the target size (SizeRule): heads trained on the target's own
 #: features. The exponent is fitted to EAGLE heads and shared by EAGLE-3 and Medusa heads (no
-#: figure measures their size dependence apart from the held-out Llama-3.3-70B EAGLE-3 rows)
+#: figure measures their size dependence apart from the held-out Llama-3.3-70B EAGLE-3 T=0 rows)
 SIZE_RULE_KINDS = ("eagle", "eagle3", "medusa")
 #: sizes within this factor of a preset's own count as its size (no rescaling)
 SIZE_RULE_TOLERANCE = 1.1
