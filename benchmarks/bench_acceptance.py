@@ -10,17 +10,26 @@ Llama-3.1-8B at a larger verify budget and rescaled from 8B to 70B by the size r
 row, on its size series' line through the 13B and 70B rows; EAGLE-1's
 static tree on Vicuna-13B, predicted at T=0 by the preset fitted to
 EAGLE-2's dynamic tree with the same head, and at T=1, where EAGLE-1 samples its drafts, by the
-sampled-drafts temperature rule from that T=0 preset: spectune.traces.published). "reported"
-figures (Llama-3.3-70B at T=1) are shown with their error and not gated (figures.toml says why).
+sampled-drafts temperature rule from that T=0 preset: spectune.traces.published). The
+EAGLE-2 and EAGLE-3 rows of Llama-3.3-70B at T=1 are "fit" figures: each fixes its own
+drafter's T=1 factor on that target (`t1_factor`) and is reproduced by construction. "reported"
+figures are shown with their error and not gated (figures.toml says why).
 
-    python benchmarks/bench_acceptance.py [--refit] [--samples N]
+    python -m benchmarks.bench_acceptance [--refit] [--samples N]
 
 Also fits the T=1 x size slope (spectune.traces.size_fits.fit_temperature_size; not applied)
-and prints what the Llama-3.3-70B T=1 rows would miss by with it.
+and prints what the Llama-3.3-70B T=1 rows would miss by with it; then the drafters' own T=1
+factors, each factor's T=1 figure predicted as lookup gives it (its kind's T=0 preset at the
+target's size times the factor) and with every other drafter's factor on that target (the rule
+keyed by target only, pre-registered in commit 2f75d47, tested and rejected:
+spectune.traces.size_fits.target_t1_factor_transfers), and the same figures without any factor
+(the extrapolation error a T > 0 lookup without a factor of its own quotes:
+specs.acceptance_presets.T1_EXTRAPOLATED_ERROR, which must match).
 
---refit fits every preset and the size rule again (spectune.traces.published.fit_presets and
-spectune.traces.size_fits.fit_size_rule, a few minutes) and rewrites presets.json before measuring. Prints a table, then one JSON document on the last line;
-exits 1 when a gate fails.
+--refit fits every preset, the size rule and the T=1 factors again
+(spectune.traces.published.fit_presets, spectune.traces.size_fits.fit_size_rule and
+fit_target_t1_factors, a few minutes) and rewrites presets.json before measuring. Prints a
+table, then one JSON document on the last line; exits 1 when a gate fails.
 """
 
 from __future__ import annotations
@@ -29,14 +38,20 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 
 from spectune.specs import acceptance_presets as registry
 from spectune.specs.io import write_json_atomic
 from spectune.traces.published import SAMPLES, check_figures, fit_presets
 from spectune.traces.size_fits import (
+    FactorTransfer,
     checks_with_temperature_slope,
+    checks_without_own_factors,
     fit_size_rule,
+    fit_target_t1_factors,
     fit_temperature_size,
+    target_t1_factor_to_dict,
+    target_t1_factor_transfers,
 )
 
 
@@ -44,6 +59,9 @@ def refit(samples: int) -> None:
     t0 = time.monotonic()
     presets = fit_presets(samples=samples, progress=lambda s: print("  fit", s, flush=True))
     rule = fit_size_rule(samples=samples, progress=lambda s: print("  size", s, flush=True))
+    factors = fit_target_t1_factors(
+        samples=samples, progress=lambda s: print("  target", s, flush=True)
+    )
     rows = [registry.preset_to_dict(p) for p in presets]
     rows.sort(key=lambda r: (r["drafter"], r["family"], r["dataset"], r["temperature"]))
     doc = {
@@ -52,12 +70,63 @@ def refit(samples: int) -> None:
         "written by benchmarks/bench_acceptance.py --refit",
         "samples": samples,
         "size_rule": registry.size_rule_to_dict(rule),
+        "target_t1_factors": [target_t1_factor_to_dict(f) for f in factors],
         "presets": rows,
     }
     write_json_atomic(registry.PRESETS_FILE, doc)
     registry.acceptance_presets.cache_clear()
     registry.size_rule.cache_clear()
+    registry.target_t1_factors.cache_clear()
     print(f"wrote {registry.PRESETS_FILE} ({len(rows)} presets, {time.monotonic() - t0:.0f} s)")
+
+
+def _print_target_factors(
+    factors: Sequence[registry.TargetT1Factor], transfers: Sequence[FactorTransfer]
+) -> None:
+    """The stored T=1 factors, then each factor's T=1 figure predicted with each factor of its
+    target and dataset (* = its own drafter's: what lookup gives)."""
+    print(
+        "drafters' own T=1 factors (T=1/T=0 scale ratio of the drafter's pair on the target; at "
+        "T=1 that kind on that target takes its T=0 preset at the target's size times it):"
+    )
+    for f in factors:
+        print(
+            f"  {f.method:<8} {f.target:<14} {f.dataset:<10} x{f.factor:.4f} (fitted to "
+            f"{f.fitted_to[0]} / {f.fitted_to[1]})"
+        )
+    methods = list(dict.fromkeys(t.from_method for t in transfers))
+    print(
+        "each T=1 figure from its kind's T=0 preset at the target's size x the column's factor "
+        "(* = its own, as lookup gives it; the others: the rule keyed by target only, "
+        "pre-registered in commit 2f75d47, tested and rejected):"
+    )
+    head = f"  {'target':<14} {'dataset':<10} {'figure':<9}{'role':<9}{'published':>9}"
+    print(head + "".join(f"  {'factor of ' + m:>20}" for m in methods))
+    rows: dict[str, dict[str, FactorTransfer]] = {}
+    for t in transfers:
+        rows.setdefault(t.check.figure.id, {})[t.from_method] = t
+    for by_method in rows.values():
+        f = next(iter(by_method.values())).check.figure
+        cells = []
+        for m in methods:
+            t = by_method.get(m)
+            cells.append(
+                f"{'-':>20}"
+                if t is None
+                else f"{t.check.predicted:>7.2f} {100 * t.check.error:+6.1f}% x{t.factor:.3f}"
+                + ("*" if t.own else " ")
+            )
+        print(
+            f"  {f.target:<14} {f.key.dataset:<10} {f.method:<9}{f.role:<9}"
+            f"{f.tokens_per_step:>9.2f}" + "".join(f"  {c:>20}" for c in cells)
+        )
+    cross = [t.check.error for t in transfers if not t.own]
+    if cross:
+        print(
+            f"  cross-drafter (tested, not applied): {len(cross)} rows, "
+            f"{100 * min(cross):+.1f}% to {100 * max(cross):+.1f}%, "
+            f"{sum(abs(e) > 0.10 for e in cross)} outside 10%"
+        )
 
 
 def main() -> int:
@@ -120,13 +189,27 @@ def main() -> int:
     errs = [c.error for c in what_if]
     print(
         f"T=1 x size (not applied): T=1/T=0 scale ratio x (N / N_ref) ** {slope.slope:+.4f} "
-        f"(standard error {slope.stderr:.4f}; {len(slope.fitted_to)} T=1/T=0 pairs); applied, "
-        f"the {len(what_if)} reported T=1 head rows outside its fit would miss by "
+        f"(standard error {slope.stderr:.4f}; {len(slope.fitted_to)} T=1/T=0 pairs); applied "
+        f"instead of the drafters' own T=1 factors, the {len(what_if)} T=1 head rows outside its "
+        "fit on a target with a factor or reported would miss by "
         f"{100 * min(errs):+.1f}% to {100 * max(errs):+.1f}% ("
         + ", ".join(f"{c.figure.id} {100 * c.error:+.1f}%" for c in what_if if abs(c.error) > 0.1)
         + ")"
     )
+    transfers = target_t1_factor_transfers(samples=args.samples)
+    _print_target_factors(registry.target_t1_factors(), transfers)
+    bare = [c.error for c in checks_without_own_factors(samples=args.samples)]
+    extrapolated = (round(min(bare), 3), round(max(bare), 3))
+    print(
+        f"without their own factors (the family's T=1 preset moved by the size rule, as a "
+        f"drafter and target without one are) those {len(bare)} rows miss by "
+        f"{100 * extrapolated[0]:+.1f}%..{100 * extrapolated[1]:+.1f}% (the range lookup's "
+        f"extrapolation note quotes: {registry.T1_EXTRAPOLATED_ERROR})"
+    )
     ok = all(c.ok for c in checks)
+    if extrapolated != registry.T1_EXTRAPOLATED_ERROR:
+        ok = False
+        print("specs.acceptance_presets.T1_EXTRAPOLATED_ERROR differs from the range above")
     for c in checks:
         if not c.ok:
             print(f"outside its gate: {c.figure.id} ({100 * c.error:+.1f}%)")
@@ -143,6 +226,20 @@ def main() -> int:
             "fitted_to": [list(p) for p in slope.fitted_to],
             "what_if": {c.figure.id: round(c.error, 4) for c in what_if},
         },
+        "target_t1_factors": [target_t1_factor_to_dict(f) for f in registry.target_t1_factors()],
+        "t1_extrapolated": list(extrapolated),
+        "target_t1_factor_transfers": [
+            {
+                "figure": t.check.figure.id,
+                "role": t.check.figure.role,
+                "from_method": t.from_method,
+                "factor": round(t.factor, 6),
+                "own": t.own,
+                "predicted": round(t.check.predicted, 4),
+                "error": round(t.check.error, 4),
+            }
+            for t in transfers
+        ],
         "figures": [
             {
                 "id": c.figure.id,

@@ -178,8 +178,9 @@ def scenario_with_flags(
 
 
 STRICT_HELP = (
-    "a (drafter, target) pair without an acceptance preset of its own, or a workload fitted for "
-    "another pair, is an error instead of a warning"
+    "a (drafter, target) pair without an acceptance preset of its own, a T=1 preset extrapolated "
+    "to the target's size, or a workload fitted for another pair, is an error instead of a "
+    "warning"
 )
 
 

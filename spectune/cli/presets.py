@@ -26,9 +26,14 @@ def acceptance_listing() -> dict[str, Any]:
 
     A pair is covered when its (drafter kind, target family) has a preset on every dataset at
     both temperatures; otherwise the nearest preset is used, with a warning. `size_factor` is
-    the size rule's factor on the pair's MT-Bench T=0 scale for the target's size (1: none)."""
+    the size rule's factor on the pair's MT-Bench T=0 scale for the target's size (1: none);
+    `t1_factor_datasets` the datasets on which the drafter kind's own T=1 factor on the target
+    replaces the family's T=1 preset (aps.TargetT1Factor); `t1_extrapolated` whether, on some
+    dataset, the family's T=1 preset is moved to the target's size by the size rule instead
+    (lookup warns there)."""
     from spectune.specs import acceptance_presets as aps
     from spectune.specs.compat import compatible, drafter_kind
+    from spectune.traces.size_fits import target_t1_factor_to_dict
 
     presets = aps.acceptance_presets()
     rows = [aps.preset_to_dict(presets[k]) for k in aps.covered_keys()]
@@ -51,6 +56,9 @@ def acceptance_listing() -> dict[str, Any]:
             base = aps.lookup(kind, t.family, "mt-bench", 0.0)[0]
             sized = aps.for_target_size(base, t.total_params() / 1e9)
             nearest = "" if have else base.key.label
+            own_t1 = [
+                ds for ds in aps.DATASETS if aps.target_t1_factor(kind, t.name, ds) is not None
+            ]
             pairs.append(
                 {
                     "target": t.name,
@@ -63,11 +71,14 @@ def acceptance_listing() -> dict[str, Any]:
                     "keys": len(keys),
                     "nearest": nearest,
                     "size_factor": round(sized.scale / base.scale, 4),
+                    "t1_factor_datasets": own_t1,
+                    "t1_extrapolated": sized is not base and len(own_t1) < len(aps.DATASETS),
                 }
             )
     return {
         "acceptance": rows,
         "size_rule": aps.size_rule_to_dict(aps.size_rule()),
+        "target_t1_factors": [target_t1_factor_to_dict(f) for f in aps.target_t1_factors()],
         "size_rule_kinds": list(aps.SIZE_RULE_KINDS),
         "pairs": pairs,
     }
@@ -86,6 +97,16 @@ def _print_acceptance(listing: dict[str, Any]) -> None:
         f"size rule ({', '.join(listing['size_rule_kinds'])}): scale x (target params / preset's) "
         f"** {rule['exponent']:+.4f} (standard error {rule['stderr']:.4f})"
     )
+    if listing["target_t1_factors"]:
+        print(
+            "drafters' own T=1 factors on a target (the drafter's T=1/T=0 scale ratio there: at "
+            "T=1 that kind on that target takes its T=0 preset at the target's size times it)"
+        )
+    for f in listing["target_t1_factors"]:
+        print(
+            f"  {f['drafter']:<8} {f['target']:<16} {f['dataset']:<10} x{f['factor']:.4f}  "
+            f"fitted to {f['method']}: {' / '.join(f['fitted_to'])}"
+        )
     print("pairs of model presets (target + drafter): acceptance presets over 5 datasets x 2 T")
     for p in listing["pairs"]:
         cover = (
@@ -96,6 +117,10 @@ def _print_acceptance(listing: dict[str, Any]) -> None:
         )
         if p["size_factor"] != 1.0:
             cover += f", scaled to its size by the size rule (x{p['size_factor']:.3f})"
+        if p["t1_factor_datasets"]:
+            cover += f", T=1 by its own factor on {len(p['t1_factor_datasets'])} datasets"
+        if p["t1_extrapolated"]:
+            cover += ", T=1 extrapolated by the size rule (warns)"
         print(f"  {p['target']:<16} + {p['drafter']:<20} {p['kind']:<12} {cover}")
 
 

@@ -45,14 +45,26 @@ workload_data/README.md). Draft models, prompt lookup, MTP and intermediates hav
 (no figure measures one; prompt lookup copies the text; MTP runs with its own target; an
 intermediate's preset is already a tenth-size model on a 70B).
 
+At T > 0 a (drafter kind, target) with T=1 figures of its own (figures.toml `t1_factor`: that
+kind's T=1 figure beside its T = 0 partner on that target) takes its own T=1 loss instead of its
+family's (`TargetT1Factor`, `for_target_t1`): the kind's T = 0 preset at the target's size times
+its T=1/T=0 scale ratio there on the dataset. The loss is keyed by drafter as well as target:
+on Llama-3.3-70B EAGLE-3 keeps 0.97-0.98 of its T = 0 scale and EAGLE-2 0.88-0.94, so one
+drafter's ratio does not carry to another (tested and rejected: workload_data/README.md, "A
+drafter's own T=1 factor on its target"). A T > 0 lookup without such a factor keeps the
+family's T = 1 preset (at the target's size by the size rule); when the size rule moved it, the
+note says the T=1 loss there is extrapolated (`T1_EXTRAPOLATED_ERROR`).
+
 The published figures (workload_data/published/figures.toml) and the fitted or derived scales
-(workload_data/published/presets.json, written by `python benchmarks/bench_acceptance.py
---refit` with spectune.traces.published) are data; this module only reads them. A preset with no
-figure of its own is derived from named presets by a stated rule (its `rule`).
+and the drafters' own T=1 factors (workload_data/published/presets.json, written by `python -m
+benchmarks.bench_acceptance --refit` with spectune.traces.published and .size_fits) are data;
+this module only reads them. A preset with no figure of its own is derived from named presets
+by a stated rule (its `rule`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -95,7 +107,7 @@ DRAFTING = ("top-k", "sampled")
 ROLES = ("fit", "size-fit", "held-out", "reported")
 #: kinds whose acceptance follows the target size (SizeRule): heads trained on the target's own
 #: features. The exponent is fitted to EAGLE heads and shared by EAGLE-3 and Medusa heads (no
-#: figure measures their size dependence apart from the held-out Llama-3.3-70B EAGLE-3 rows)
+#: figure measures their size dependence apart from the held-out Llama-3.3-70B EAGLE-3 T=0 rows)
 SIZE_RULE_KINDS = ("eagle", "eagle3", "medusa")
 #: sizes within this factor of a preset's own count as its size (no rescaling)
 SIZE_RULE_TOLERANCE = 1.1
@@ -158,6 +170,9 @@ class PublishedFigure:
     #: T > 0 figures: the series (one head and target line at several sizes) whose T=1/T=0
     #: scale ratios test for a temperature x size term (traces.size_fits.fit_temperature_size)
     temperature_series: str = ""
+    #: T > 0 "fit" figures: fixes its drafter kind's own T=1 factor on its target and dataset
+    #: (TargetT1Factor, with its T = 0 partner) instead of its key's scale
+    t1_factor: bool = False
 
     @property
     def drafted(self) -> str:
@@ -203,6 +218,32 @@ class SizeRule:
     def factor(self, from_params_b: float, to_params_b: float) -> float:
         """The scale factor from a from_params_b-billion target to a to_params_b one."""
         return float((to_params_b / from_params_b) ** self.exponent)
+
+
+@dataclass(frozen=True)
+class TargetT1Factor:
+    """One drafter kind's own T = 1 loss on one target and dataset: scale_t1 / scale_t0, the
+    scales fitted to that kind's published T = 1 figure and its T = 0 partner on the target (one
+    tree; figures.toml `t1_factor`, fitted by spectune.traces.size_fits.fit_target_t1_factors).
+    At T > 0 the kind, on a target that `target_matches`, takes its T = 0 preset at the target's
+    size times this factor (`for_target_t1`) instead of its family's T = 1 preset. Other kinds on
+    that target do not: the ratio depends on the drafter (workload_data/README.md)."""
+
+    drafter: str  # DRAFTER_KINDS: the kind the figures measure, the only one it applies to
+    target: str  # the figures' target name (lower case)
+    dataset: str
+    factor: float  # scale_t1 / scale_t0
+    method: str  # the figures' method (EAGLE-2 is kind eagle)
+    fitted_to: tuple[str, str]  # (T = 1 figure id, its T = 0 partner's id)
+    scale_t1: float
+    scale_t0: float
+
+
+#: error range of the EAGLE-2 and EAGLE-3 T=1 rows of Llama-3.3-70B (EAGLE-3 paper Table 1)
+#: predicted by the family's T = 1 preset and the size rule, as a target without a factor of its
+#: own is (benchmarks/bench_acceptance.py prints it as `t1_extrapolated`; a test compares): the
+#: note a T > 0 lookup carries where the size rule moved the family's T = 1 preset
+T1_EXTRAPOLATED_ERROR = (-0.289, 0.077)
 
 
 # ---- shapes ------------------------------------------------------------------------------------
@@ -312,9 +353,17 @@ def published_figures() -> tuple[PublishedFigure, ...]:
                     across_datasets=bool(f.get("across_datasets", False)),
                     drafting=str(f.get("drafting", "")),
                     temperature_series=str(f.get("temperature_series", "")),
+                    t1_factor=f.get("t1_factor", False),
                 )
             )
             fig = out[-1]
+            if not isinstance(fig.t1_factor, bool):
+                raise ValueError(f"t1_factor must be true or false, got {fig.t1_factor!r}")
+            if fig.t1_factor and (fig.role != "fit" or fig.key.temperature == 0.0):
+                raise ValueError(
+                    'a t1_factor figure is a "fit" figure at T > 0 (it fixes its drafter\'s T=1 '
+                    "factor on its target with its T = 0 partner)"
+                )
             if fig.drafting not in ("", *DRAFTING):
                 raise ValueError(f"drafting must be one of {DRAFTING}, got {fig.drafting!r}")
             if fig.temperature_series and fig.key.temperature == 0.0:
@@ -377,6 +426,89 @@ def size_rule() -> SizeRule:
     if not (math.isfinite(rule.exponent) and abs(rule.exponent) < 1.0):
         raise SpecError(f"{PRESETS_FILE}: size_rule exponent {rule.exponent!r} outside (-1, 1)")
     return rule
+
+
+@functools.cache
+def target_t1_factors() -> tuple[TargetT1Factor, ...]:
+    """The drafter-and-target T=1 factors of presets.json (written by benchmarks/bench_acceptance
+    --refit); SpecError naming the file and the row when one is malformed or repeated."""
+    try:
+        rows = json.loads(PRESETS_FILE.read_text(encoding="utf-8"))["target_t1_factors"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise SpecError(f"{PRESETS_FILE}: target_t1_factors: {e!r} (rerun --refit)") from e
+    out: list[TargetT1Factor] = []
+    for r in rows:
+        try:
+            if len(r["fitted_to"]) != 2:
+                raise ValueError("fitted_to names the T = 1 figure and its T = 0 partner")
+            f = TargetT1Factor(
+                normalize_kind(str(r["drafter"])),
+                str(r["target"]).lower(),
+                str(r["dataset"]),
+                float(r["factor"]),
+                str(r["method"]),
+                (str(r["fitted_to"][0]), str(r["fitted_to"][1])),
+                float(r["scale_t1"]),
+                float(r["scale_t0"]),
+            )
+            if f.dataset not in DATASETS or f.drafter not in DRAFTER_KINDS:
+                raise ValueError(f"dataset must be one of {DATASETS}, drafter of {DRAFTER_KINDS}")
+            scales_ok = all(math.isfinite(v) and v > 0.0 for v in (f.scale_t0, f.scale_t1))
+            if not (0.0 < f.factor <= 2.0 and scales_ok):
+                raise ValueError("factor must be in (0, 2] and the scales positive and finite")
+            if not math.isclose(f.factor, f.scale_t1 / f.scale_t0, rel_tol=1e-4):
+                raise ValueError("factor must be scale_t1 / scale_t0")
+            if any(_factor_key(g) == _factor_key(f) for g in out):
+                raise ValueError("one factor per (drafter, target, dataset)")
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise SpecError(f"{PRESETS_FILE}: target_t1_factors row {r!r}: {e!r}") from e
+        out.append(f)
+    return tuple(out)
+
+
+def _factor_key(f: TargetT1Factor) -> tuple[str, str, str]:
+    return (f.drafter, f.target, f.dataset)
+
+
+def target_matches(model_name: str, target: str) -> bool:
+    """Is a model called `model_name` the figures' `target`: the same name, or the name followed
+    by '-' and a variant (llama-3.3-70b-instruct, llama-3.3-70b-awq), case-insensitive."""
+    n, t = model_name.lower(), target.lower()
+    return bool(t) and (n == t or n.startswith(t + "-"))
+
+
+def target_t1_factor(drafter: str, target: str, dataset: str) -> TargetT1Factor | None:
+    """The T=1 factor of drafter kind `drafter` on the model called `target` (target_matches) and
+    `dataset`, or None when no figures of that kind on that target fix one."""
+    kind = normalize_kind(drafter)
+    for f in target_t1_factors():
+        if (f.drafter, f.dataset) == (kind, dataset) and target_matches(target, f.target):
+            return f
+    return None
+
+
+def for_target_t1(p0: AcceptancePreset, target: str, temperature: float) -> AcceptancePreset | None:
+    """The preset at `temperature` > 0 of p0's kind on the model called `target`, from p0 (the
+    kind's T = 0 preset on the dataset, already at the target's size: for_target_size) times the
+    kind's own T=1 factor on that target (TargetT1Factor); None when it has none there (the
+    family's T = 1 preset then applies) or `temperature` is 0."""
+    if p0.key.temperature != 0.0:
+        raise SpecError(f"for_target_t1 takes a T = 0 preset, got {p0.key.label}")
+    if temperature <= 0.0 or not target:
+        return None
+    f = target_t1_factor(p0.key.drafter, target, p0.key.dataset)
+    if f is None:
+        return None
+    return AcceptancePreset(
+        dataclasses.replace(p0.key, temperature=float(temperature)),
+        p0.scale * f.factor,
+        (),
+        f"derived (drafter's T=1 factor on its target): {p0.key.label} at "
+        f"{p0.target_params_b:g}B x {f.method}'s T=1/T=0 scale ratio on {f.target}/{f.dataset} "
+        f"= {p0.scale:.4f} x {f.factor:.4f} (fitted to {f.fitted_to[0]} / {f.fitted_to[1]}; "
+        f"the T=0 preset: {p0.rule})",
+        p0.target_params_b,
+    )
 
 
 def size_rule_to_dict(rule: SizeRule) -> dict[str, Any]:
@@ -446,9 +578,14 @@ def lookup(
     dataset: str,
     temperature: float,
     target_params_b: float | None = None,
+    target: str = "",
 ) -> tuple[AcceptancePreset, str]:
     """(preset, note): the preset for the key, or the nearest one and a note naming it; with
-    `target_params_b`, rescaled to that target size by the size rule (`for_target_size`).
+    `target_params_b`, rescaled to that target size by the size rule (`for_target_size`); at
+    T > 0 for a model called `target` on which the drafter kind has a T=1 factor of its own
+    (TargetT1Factor), the kind's T = 0 preset at its size times that factor (`for_target_t1`).
+    At T > 0 without one, a family T = 1 preset that the size rule moved to another size comes
+    with a note that its T=1 loss is extrapolated (T1_EXTRAPOLATED_ERROR).
 
     Nearest, in order: the nearest covered temperature; the same kind, dataset and temperature
     in another family (FAMILY_ORDER first); the same kind and family on mt-bench; the same kind
@@ -457,6 +594,11 @@ def lookup(
     kind = normalize_kind(drafter)
     temp = min(TEMPERATURES, key=lambda t: (abs(t - temperature), t))
     want = PresetKey(kind, family, dataset, float(temperature))
+    if temp > 0.0 and target:
+        p0, _ = lookup(drafter, family, dataset, 0.0, target_params_b)
+        own = for_target_t1(p0, target, temp) if p0.key.temperature == 0.0 else None
+        if own is not None:
+            return own, ("" if own.key == want else _nearest_note(want, own.key))
     families = [family, *(f for f in FAMILY_ORDER if f != family)]
     families += sorted({k.family for k in presets} - set(families))
     candidates = [PresetKey(kind, f, dataset, temp) for f in families]
@@ -469,8 +611,23 @@ def lookup(
     for c in candidates:
         if c in presets:
             p = for_target_size(presets[c], target_params_b)
-            return p, ("" if c == want else _nearest_note(want, c))
+            notes = [] if c == want else [_nearest_note(want, c)]
+            if c.temperature > 0.0 and p is not presets[c]:
+                notes.append(_t1_extrapolated_note(presets[c], p, target))
+            return p, "; ".join(notes)
     raise SpecError(f"{PRESETS_FILE}: no acceptance preset at all for {want.label}")
+
+
+def _t1_extrapolated_note(family: AcceptancePreset, sized: AcceptancePreset, target: str) -> str:
+    lo, hi = T1_EXTRAPOLATED_ERROR
+    return (
+        f"T=1 acceptance of {family.key.drafter} on {target or 'a target'} at "
+        f"{sized.target_params_b:g}B is extrapolated: no T=1 figure of this drafter on this target "
+        f"fixes its own T=1 loss, so the family's T=1 preset ({family.key.label}, fitted at "
+        f"{family.target_params_b:g}B) is moved by the size rule; on Llama-3.3-70B that missed the "
+        f"published EAGLE-2/EAGLE-3 T=1 rows by {100 * lo:+.1f}%..{100 * hi:+.1f}% before their "
+        "own figures were fitted"
+    )
 
 
 def _nearest_note(want: PresetKey, got: PresetKey) -> str:

@@ -311,6 +311,24 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             hf_repo="meta-llama/Llama-3.1-70B-Instruct",
             source=_hf("meta-llama/Llama-3.1-70B-Instruct"),
         ),
+        ModelSpec(  # Llama-3.1-70B's shape (same values: oumi-ai/oumi configs/recipes/
+            # llama3_3/README.md "Model Info", commit bd18cd6), post-trained again
+            name="llama-3.3-70b",
+            layers=80,
+            hidden=8192,
+            heads=64,
+            kv_heads=8,
+            head_dim=128,
+            ffn=28672,
+            vocab=128256,
+            family="llama-3",
+            hf_repo="meta-llama/Llama-3.3-70B-Instruct",
+            source=_hf("meta-llama/Llama-3.3-70B-Instruct")
+            + " (hidden 8192, 80 layers, 64 heads, 8 KV heads, ffn 28672, vocab 128256: "
+            "Llama-3.1-70B's values, as oumi-ai/oumi configs/recipes/llama3_3/README.md lists "
+            "them; Meta's model card, meta-llama/llama-models models/llama3_3/MODEL_CARD.md, "
+            "gives 70B parameters with GQA)",
+        ),
         ModelSpec(
             name="llama-3.2-1b",
             layers=16,

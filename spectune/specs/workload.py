@@ -20,9 +20,11 @@ Acceptance parameters, by model:
 Acceptance belongs to a (drafter, target) pair. A dataset preset (mt-bench, humaneval, gsm8k,
 alpaca, cnn-dm; "-t1" at temperature 1) takes it from specs.acceptance_presets for the pair it runs
 with (`workload_for_pair`, or `load_workload(..., target=, drafter=)`): a pair without a preset of
-its own gets the nearest one and a PairWarning naming it. A workload fitted for one pair (traces,
-or a named preset like medusa-vicuna-7b) records that pair in `drafter`/`target`; applying it to
-another pair raises a PairWarning. With strict=True (the CLI's --strict) both are SpecErrors.
+its own gets the nearest one and a PairWarning naming it, as does a T=1 preset moved to the
+target's size by the size rule where the drafter has no T=1 figure of its own on that target
+(extrapolated). A workload fitted for one pair (traces, or a named preset like medusa-vicuna-7b)
+records that pair in `drafter`/`target`; applying it to another pair raises a PairWarning. With
+strict=True (the CLI's --strict) these are SpecErrors.
 """
 
 from __future__ import annotations
@@ -238,14 +240,22 @@ def workload_for_pair(
 
     acceptance_by_pair workloads take the preset of (drafter kind, target family, dataset,
     temperature), or the nearest one with a PairWarning naming it, at the target's size (the
-    size rule of specs.acceptance_presets). Other workloads keep their
-    acceptance; if they record another drafter or target, a PairWarning says so. strict=True
-    raises those warnings as SpecErrors instead."""
+    size rule of specs.acceptance_presets) and, at T > 0, with the drafter kind's own T=1 factor
+    on the target where its figures fix one (specs.acceptance_presets.for_target_t1), else with
+    a PairWarning when the size rule moved the family's T=1 preset (extrapolated). Other
+    workloads keep their acceptance; if they record another drafter or target, a PairWarning
+    says so.
+    strict=True raises those warnings as SpecErrors instead."""
     kind = drafter_kind(drafter)
     dname = drafter.name if drafter is not None else "no drafter (n-gram)"
     if wl.acceptance_by_pair:
         fields, note = pair_acceptance(
-            kind, target.family, wl.dataset, wl.temperature, target.total_params() / 1e9
+            kind,
+            target.family,
+            wl.dataset,
+            wl.temperature,
+            target.total_params() / 1e9,
+            target=target.name,
         )
         if note:
             _pair_warning(f"workload {wl.name!r} for {target.name} + {dname}: {note}", strict)
@@ -280,7 +290,9 @@ def intermediate_workload(
     PairWarning, as does a preset key without a preset of its own and an intermediate far
     from a tenth of its target's size (INTERMEDIATE_SIZE_RANGE)."""
     dataset = wl.dataset or "mt-bench"
-    fields, note = pair_acceptance("intermediate", target.family, dataset, wl.temperature)
+    fields, note = pair_acceptance(
+        "intermediate", target.family, dataset, wl.temperature, target=target.name
+    )
     notes = [note] if note else []
     if not wl.dataset:
         notes.append(f"it names no dataset, so the intermediate's chains take {dataset}'s preset")
@@ -356,13 +368,17 @@ def pair_acceptance(
     dataset: str,
     temperature: float,
     target_params_b: float | None = None,
+    target: str = "",
 ) -> tuple[dict[str, object], str]:
     """(Workload fields, note) of the acceptance preset nearest the key, at a target of
-    `target_params_b` billion parameters (None: the preset's own size): the drafter kind's
-    acceptance, the n-gram preset's retrieval profile, and where they come from. `note` is ''
-    when both keys have presets of their own, else says which nearest presets were used."""
-    model, note = aps.lookup(drafter, family, dataset, temperature, target_params_b)
-    retr, rnote = aps.lookup("ngram", family, dataset, temperature)
+    `target_params_b` billion parameters (None: the preset's own size) called `target` (the
+    drafter kind's own T=1 factor on it, if any, applies at T > 0:
+    specs.acceptance_presets.lookup): the drafter kind's acceptance, the n-gram preset's
+    retrieval profile, and where they come from. `note` is '' when both keys have presets of
+    their own and no T=1 preset was extrapolated to another size, else says which nearest
+    presets were used and what was extrapolated."""
+    model, note = aps.lookup(drafter, family, dataset, temperature, target_params_b, target)
+    retr, rnote = aps.lookup("ngram", family, dataset, temperature, target=target)
     fields: dict[str, object] = {
         **aps.acceptance_fields(model.key.drafter, model.scale),
         **aps.retrieval_fields(retr.scale),

@@ -29,10 +29,13 @@ figure (benchmarks/bench_acceptance.py, tests/test_acceptance_presets.py).
   rule of its own drafting; a preset of a size-rule kind is then rescaled to the figure's target
   size (specs.acceptance_presets.for_target_size); a figure that names a size_series is
   predicted on its series' fitted line: a "size-fit" one in sample, a "held-out" one (left out
-  of the fit) out of sample, from its series' other sizes.
+  of the fit) out of sample, from its series' other sizes; a T > 0 figure whose drafter kind
+  has a T=1 factor of its own on the figure's target takes the kind's T = 0 preset at its size
+  times that factor (specs.acceptance_presets.for_target_t1), and the `t1_factor` figure that
+  fixes the factor is predicted by its fitted scale (its T = 0 partner's times the factor).
 
-The size rule (its exponent and the series' lines) and the temperature x size slope are fitted
-in spectune.traces.size_fits.
+The size rule (its exponent and the series' lines), the temperature x size slope and the
+drafters' own T=1 factors on their targets are fitted in spectune.traces.size_fits.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from dataclasses import dataclass
 from spectune.specs.acceptance_presets import (
     DATASETS,
     DRAFTING,
+    PRESETS_FILE,
     TEMPERATURES,
     AcceptancePreset,
     PresetKey,
@@ -53,9 +57,11 @@ from spectune.specs.acceptance_presets import (
     acceptance_fields,
     acceptance_presets,
     for_target_size,
+    for_target_t1,
     kind_drafting,
     published_figures,
     size_rule,
+    target_t1_factors,
 )
 from spectune.specs.errors import SpecError
 from spectune.specs.policy import TreePolicy
@@ -142,7 +148,7 @@ def fit_presets(
     figures = published_figures() if figures is None else figures
     fitted: dict[PresetKey, AcceptancePreset] = {}
     for fig in figures:
-        if fig.role != "fit":
+        if fig.role != "fit" or fig.t1_factor:  # t1_factor: traces.size_fits
             continue
         if fig.key in fitted:
             raise SpecError(f"two fit figures for {fig.key.label}: keep one, hold out the other")
@@ -314,20 +320,63 @@ def check_figures(
     figures: Iterable[PublishedFigure] | None = None,
     samples: int = SAMPLES,
     rule: SizeRule | None = None,
+    target_factors: bool = True,
 ) -> list[FigureCheck]:
     """Every figure predicted by its key's stored preset at the figure's target size
     (specs.acceptance_presets), a figure that names a size_series ("size-fit", or "held-out" of
-    the size fit) by its series' line; `rule` replaces the stored size rule."""
+    the size fit) by its series' line; `rule` replaces the stored size rule. A T > 0 figure whose
+    drafter kind has a T=1 factor of its own on the figure's target is predicted from the kind's
+    T = 0 preset at its size times that factor (specs.acceptance_presets.for_target_t1), a
+    `t1_factor` figure by the scale fitted to it (the factor times its T = 0 partner's scale);
+    target_factors=False predicts both as if no drafter had a factor on any target."""
     presets = acceptance_presets()
     rule = size_rule() if rule is None else rule
     out = []
     for fig in published_figures() if figures is None else figures:
         if fig.size_series:
             p = _size_line_preset(fig, rule)
+        elif fig.t1_factor and target_factors:
+            p = _t1_factor_fit_preset(fig)
         else:
-            p = for_target_size(figure_preset(fig, presets), fig.target_params_b, rule)
+            p0 = _t0_preset(fig, presets) if target_factors else None
+            own = (
+                None
+                if p0 is None
+                else for_target_t1(
+                    for_target_size(p0, fig.target_params_b, rule),
+                    fig.target,
+                    fig.key.temperature,
+                )
+            )
+            p = own or for_target_size(figure_preset(fig, presets), fig.target_params_b, rule)
         out.append(FigureCheck(fig, p, predicted_tokens(fig, p.scale, samples)))
     return out
+
+
+def _t0_preset(
+    fig: PublishedFigure, presets: Mapping[PresetKey, AcceptancePreset]
+) -> AcceptancePreset | None:
+    """The T = 0 preset of a T > 0 figure drafted as its kind's presets assume (None otherwise):
+    the one a drafter's own T=1 factor on its target multiplies."""
+    if fig.key.temperature == 0.0 or fig.drafted != kind_drafting(fig.key.drafter):
+        return None
+    return presets.get(dataclasses.replace(fig.key, temperature=0.0))
+
+
+def _t1_factor_fit_preset(fig: PublishedFigure) -> AcceptancePreset:
+    f = next((f for f in target_t1_factors() if f.fitted_to[0] == fig.id), None)
+    if f is None:
+        raise SpecError(
+            f"t1_factor figure {fig.id} has no T=1 factor in {PRESETS_FILE}: rerun "
+            "benchmarks/bench_acceptance.py --refit"
+        )
+    return AcceptancePreset(
+        fig.key,
+        f.scale_t1,
+        (fig.id,),
+        f"own T=1 factor fit: {f.scale_t0:.4f} ({f.fitted_to[1]}) x {f.factor:.4f}",
+        fig.target_params_b,
+    )
 
 
 def _size_line_preset(fig: PublishedFigure, rule: SizeRule) -> AcceptancePreset:

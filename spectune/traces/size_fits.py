@@ -21,8 +21,17 @@ that give one method at several sizes of one family.
   figures as if the slope were added to the size rule's exponent (workload_data/README.md,
   "Temperature and target size", says why it is not applied).
 
-Both fits are one least-squares problem, parallel lines in log(target_params_b) with one
-intercept per series and a shared slope (_fit_series_lines).
+- a drafter's own T=1 factor on a target (fit_target_t1_factors; applied through
+  specs.acceptance_presets.for_target_t1): for each figure marked `t1_factor`, the scale fitted
+  to it over the scale fitted to its T = 0 partner, both on their own (shared) tree. It replaces
+  the family's T = 1 preset for that drafter kind on that target only.
+  target_t1_factor_transfers applies every stored factor of a target to every drafter's T = 0
+  preset there: the own-drafter column is what lookup gives, the cross-drafter ones the rule
+  keyed by target only, tested and rejected (printed by the benchmark);
+  checks_without_own_factors, the same figures without any factor (the extrapolation error).
+
+The first two fits are one least-squares problem, parallel lines in log(target_params_b) with
+one intercept per series and a shared slope (_fit_series_lines).
 """
 
 from __future__ import annotations
@@ -31,16 +40,28 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from spectune.specs.acceptance_presets import (
     SIZE_RULE_KINDS,
     PublishedFigure,
     SizeRule,
+    TargetT1Factor,
+    acceptance_presets,
+    for_target_size,
+    kind_drafting,
     published_figures,
     size_rule,
+    target_t1_factors,
 )
 from spectune.specs.errors import SpecError
-from spectune.traces.published import SAMPLES, FigureCheck, check_figures, fit_figure
+from spectune.traces.published import (
+    SAMPLES,
+    FigureCheck,
+    check_figures,
+    fit_figure,
+    predicted_tokens,
+)
 
 
 @dataclass(frozen=True)
@@ -145,9 +166,8 @@ def temperature_partner(
     ]
     if len(found) != 1:
         raise SpecError(
-            f"figure {fig.id} (temperature_series {fig.temperature_series!r}) needs one T = 0 "
-            f"figure of method {fig.method!r}, target {fig.target!r} and dataset "
-            f"{fig.key.dataset!r}; found {[f.id for f in found]}"
+            f"figure {fig.id} needs one T = 0 figure of method {fig.method!r}, target "
+            f"{fig.target!r} and dataset {fig.key.dataset!r}; found {[f.id for f in found]}"
         )
     return found[0]
 
@@ -184,17 +204,122 @@ def fit_temperature_size(
 def checks_with_temperature_slope(
     slope: TemperatureSizeSlope, samples: int = SAMPLES
 ) -> list[FigureCheck]:
-    """The "reported" T > 0 figures of size-rule kinds outside the slope's fit (the Llama-3.3-70B
-    T=1 rows) predicted as if the slope were applied: the size rule's exponent plus the slope."""
+    """The T > 0 figures of size-rule kinds outside the slope's fit that are "reported" or on a
+    target with a T=1 factor of its own (the Llama-3.3-70B T=1 rows) predicted as if the slope
+    were applied instead of any target factor: the family's T = 1 preset, rescaled by the size
+    rule's exponent plus the slope."""
+    own = {f.target for f in target_t1_factors()}
     figures = [
         f
         for f in published_figures()
         if f.key.temperature > 0
         and f.key.drafter in SIZE_RULE_KINDS
         and not f.temperature_series
-        and f.role == "reported"
+        and (f.role == "reported" or f.target in own)
     ]
     rule = size_rule()
     return check_figures(
-        figures, samples, dataclasses.replace(rule, exponent=rule.exponent + slope.slope)
+        figures,
+        samples,
+        dataclasses.replace(rule, exponent=rule.exponent + slope.slope),
+        target_factors=False,
     )
+
+
+# ---- a drafter's own T=1 factor on its target -------------------------------------------------
+def target_t1_factor_to_dict(f: TargetT1Factor) -> dict[str, Any]:
+    """The presets.json `target_t1_factors` row of a factor."""
+    return {
+        "drafter": f.drafter,
+        "target": f.target,
+        "dataset": f.dataset,
+        "factor": round(f.factor, 6),
+        "method": f.method,
+        "fitted_to": list(f.fitted_to),
+        "scale_t1": round(f.scale_t1, 6),
+        "scale_t0": round(f.scale_t0, 6),
+    }
+
+
+def fit_target_t1_factors(
+    figures: Sequence[PublishedFigure] | None = None,
+    samples: int = SAMPLES,
+    progress: Callable[[str], None] | None = None,
+) -> list[TargetT1Factor]:
+    """One TargetT1Factor per figure marked `t1_factor`: its fitted scale over its T = 0
+    partner's (temperature_partner), both on the same tree, for the figure's drafter kind on its
+    target and dataset. SpecError when the partner is missing or measured on another tree, the
+    figure drafts otherwise than its kind's presets assume, or two figures fix one (drafter,
+    target, dataset)."""
+    figures = published_figures() if figures is None else figures
+    out: list[TargetT1Factor] = []
+    for f in figures:
+        if not f.t1_factor:
+            continue
+        f0 = temperature_partner(f, figures)
+        if f0.tree != f.tree or f0.target_params_b != f.target_params_b:
+            raise SpecError(
+                f"t1_factor figure {f.id} and its T = 0 partner {f0.id} must share the tree and "
+                "the target size (the factor is a ratio of one setting at two temperatures)"
+            )
+        if f.drafted != kind_drafting(f.key.drafter):
+            raise SpecError(
+                f"t1_factor figure {f.id} drafts {f.drafted}, its kind's presets assume "
+                f"{kind_drafting(f.key.drafter)}: the factor would multiply the wrong T = 0 preset"
+            )
+        key = (f.key.drafter, f.target.lower(), f.key.dataset)
+        if any((g.drafter, g.target, g.dataset) == key for g in out):
+            raise SpecError(f"two t1_factor figures for drafter/target/dataset {key}: keep one")
+        s1, s0 = fit_figure(f, samples), fit_figure(f0, samples)
+        out.append(TargetT1Factor(*key, s1 / s0, f.method, (f.id, f0.id), s1, s0))
+        if progress:
+            progress(f"{f.method} on {f.target}/{f.key.dataset}: T=1 factor {s1 / s0:.4f}")
+    return out
+
+
+@dataclass(frozen=True)
+class FactorTransfer:
+    """A drafter's T = 1 figure on a target predicted from its kind's T = 0 preset at the
+    target's size times the T=1 factor of `from_method` on that target and dataset: its own
+    (what lookup applies) or another drafter's (the cross-drafter rule, tested and rejected)."""
+
+    check: FigureCheck
+    from_method: str
+    factor: float
+    own: bool  # the factor is the figure's own drafter's
+
+
+def target_t1_factor_transfers(samples: int = SAMPLES) -> list[FactorTransfer]:
+    """Every `t1_factor` figure predicted from its kind's T = 0 preset at its target's size
+    times each stored factor of the same target and dataset: its own drafter's (the prediction
+    lookup gives, whose error is the T = 0 preset's at that size) and every other drafter's
+    (the rule keyed by target only, pre-registered in commit 2f75d47 and rejected: the ratio
+    depends on the drafter)."""
+    figures = {f.id: f for f in published_figures()}
+    presets, rule = acceptance_presets(), size_rule()
+    factors = target_t1_factors()
+    out = []
+    for own in factors:
+        f1, f0 = figures[own.fitted_to[0]], figures[own.fitted_to[1]]
+        p0 = for_target_size(presets[f0.key], f0.target_params_b, rule)
+        for by in factors:
+            if (by.target, by.dataset) != (own.target, own.dataset):
+                continue
+            p = dataclasses.replace(
+                p0,
+                key=f1.key,
+                scale=p0.scale * by.factor,
+                rule=f"{p0.key.label} at {p0.target_params_b:g}B x {by.method}'s T=1 factor on "
+                f"{by.target}/{by.dataset}",
+            )
+            check = FigureCheck(f1, p, predicted_tokens(f1, p.scale, samples))
+            out.append(FactorTransfer(check, by.method, by.factor, by is own))
+    return out
+
+
+def checks_without_own_factors(samples: int = SAMPLES) -> list[FigureCheck]:
+    """The `t1_factor` figures predicted as a (drafter, target) without a factor of its own is:
+    the family's T = 1 preset moved to the target's size by the size rule. Their error range is
+    the extrapolation error a T > 0 lookup's note quotes (T1_EXTRAPOLATED_ERROR)."""
+    figures = [f for f in published_figures() if f.t1_factor]
+    return check_figures(figures, samples, target_factors=False)
