@@ -103,8 +103,9 @@ def check_pair(target: ModelSpec, drafter: ModelSpec | None) -> None:
     if drafter.base_model.lower() != target.name.lower():
         warnings.warn(
             f"drafter {drafter.name!r} is a {drafter.drafter_kind} head trained for "
-            f"{drafter.base_model!r}; it fits {target.name!r} in shape, but its acceptance there "
-            "is that of its own target's presets, not a measured one",
+            f"{drafter.base_model!r}; it fits {target.name!r} in shape, but not that target's "
+            f"hidden states: the acceptance presets price a {drafter.drafter_kind} head trained "
+            f"for {target.name!r}, not this one",
             PairWarning,
             stacklevel=2,
         )
