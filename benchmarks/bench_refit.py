@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from spectune.specs.calibration import Calibration
 from spectune.specs.io import loads_json, read_bytes_bounded
 from spectune.validate.check import CALIBRATION_SCHEMA, CheckResult, check_folder
 from spectune.validate.fit import fit_calibration
@@ -65,13 +66,9 @@ def _per_file(res: CheckResult) -> dict[str, dict[str, float]]:
     return out
 
 
-def refit(folder: str, extra: tuple[str, ...]) -> dict[str, Any]:
-    """The committed and refitted check of one folder, and the refit's parameters."""
-    src = ROOT / folder
-    run = _load(src / "calibrate-run.json")
-    docs = [_load(src / name) for name in extra]
-    cal, report = fit_calibration(run, docs)
-    before = check_folder(src)
+def check_with(src: Path, cal: Calibration) -> CheckResult:
+    """`spectune check` of folder `src` with `cal` in place of its committed calibration (the
+    folder is copied; nothing in it is written)."""
     with tempfile.TemporaryDirectory() as tmp:
         for p in src.glob("*.json"):
             data = _load(p)
@@ -79,7 +76,17 @@ def refit(folder: str, extra: tuple[str, ...]) -> dict[str, Any]:
                 continue
             shutil.copy(p, Path(tmp) / p.name)
         cal.save(Path(tmp) / f"calibration-{cal.hardware}.json")
-        after = check_folder(tmp)
+        return check_folder(tmp)
+
+
+def refit(folder: str, extra: tuple[str, ...]) -> dict[str, Any]:
+    """The committed and refitted check of one folder, and the refit's parameters."""
+    src = ROOT / folder
+    run = _load(src / "calibrate-run.json")
+    docs = [_load(src / name) for name in extra]
+    cal, report = fit_calibration(run, docs)
+    before = check_folder(src)
+    after = check_with(src, cal)
     return {
         "folder": folder,
         "params": report["params"],

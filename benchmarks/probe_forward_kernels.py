@@ -86,6 +86,43 @@ def _profile(fn: Any, reps: int) -> list[list[tuple[str, float, float]]]:
     return [ev[a:b] for a, b in itertools.pairwise(cuts)]
 
 
+def _graph_profile(fwd: Any, dev: torch.device, reps: int) -> dict[str, Any]:
+    """The forward replayed from a CUDA graph: median wall time (us) and, over `reps` profiled
+    calls, the kernels' summed durations and span (medians), time and count by class
+    (executor.calibrate.kernel_class), and the 8 longest kernels of the first call."""
+    g = PhaseGraphs([fwd], dev, True)
+    fn = g.phases()[0]
+    for _ in range(3):
+        fn()
+    timer = PhaseTimer(("x",), 10, dev)
+    timer.run([fn])
+    wall = timer.medians_s()["x"] * 1e6
+    calls = _profile(fn, reps)
+    del g
+    per: dict[str, list[float]] = defaultdict(list)
+    counts: dict[str, int] = {}
+    sums, spans = [], []
+    for call in calls:
+        by: dict[str, float] = defaultdict(float)
+        for name, _, dur in call:
+            by[kernel_class(name)] += dur
+        for k, v in by.items():
+            per[k].append(v)
+        counts = {k: sum(1 for x in call if kernel_class(x[0]) == k) for k in by}
+        sums.append(sum(d for _, _, d in call))
+        spans.append(call[-1][1] + call[-1][2] - call[0][1])
+    return {
+        "wall_us": wall,
+        "kernel_sum_us": statistics.median(sums) if sums else None,
+        "span_us": statistics.median(spans) if spans else None,
+        "by_class_us": {k: statistics.median(v) for k, v in per.items()},
+        "kernels": counts,
+        "top": sorted(
+            {nm: d for nm, _, d in (calls[0] if calls else [])}.items(), key=lambda x: -x[1]
+        )[:8],
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", default=None)
@@ -104,44 +141,12 @@ def main() -> int:
     for b, n in SHAPES:
         fwd = _forward(s, b, n)
         row: dict[str, Any] = {"batch": b, "tokens": n, "context": CONTEXT}
-        for mode, graphs in (("graph", True),):
-            g = PhaseGraphs([fwd], dev, graphs)
-            fn = g.phases()[0]
-            for _ in range(3):
-                fn()
-            timer = PhaseTimer(("x",), 10, dev)
-            timer.run([fn])
-            wall = timer.medians_s()["x"] * 1e6
-            calls = _profile(fn, args.reps)
-            per: dict[str, list[float]] = defaultdict(list)
-            counts: dict[str, int] = {}
-            sums, spans = [], []
-            for call in calls:
-                by: dict[str, float] = defaultdict(float)
-                for name, _, dur in call:
-                    by[kernel_class(name)] += dur
-                for k, v in by.items():
-                    per[k].append(v)
-                counts = {k: sum(1 for x in call if kernel_class(x[0]) == k) for k in by}
-                sums.append(sum(d for _, _, d in call))
-                spans.append(call[-1][1] + call[-1][2] - call[0][1])
-            row[mode] = {
-                "wall_us": wall,
-                "kernel_sum_us": statistics.median(sums) if sums else None,
-                "span_us": statistics.median(spans) if spans else None,
-                "by_class_us": {k: statistics.median(v) for k, v in per.items()},
-                "kernels": counts,
-                "top": sorted(
-                    {nm: d for nm, _, d in (calls[0] if calls else [])}.items(),
-                    key=lambda x: -x[1],
-                )[:8],
-            }
-            del g
+        row["graph"] = _graph_profile(fwd, dev, args.reps)
         kv_bytes = target.layers * b * (CONTEXT + n) * 2 * kv_w * 2
         att = row["graph"]["by_class_us"].get("attention")
         row["attention_kv_tb_s"] = kv_bytes / (att * 1e-6) / 1e12 if att else None
         res["shapes"].append(row)
-        print(json.dumps({k: v for k, v in row.items() if k != "eager"})[:400], flush=True)
+        print(json.dumps(row)[:400], flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
@@ -149,18 +154,17 @@ def main() -> int:
         f"{res['gpu']}: copy {res['copy_bytes_per_s'] / 1e12:.3f} TB/s, "
         f"read {res['read_bytes_per_s'] / 1e12:.3f} TB/s"
     )
-    print(f"{'B':>3} {'N':>3} {'mode':>5} {'wall':>8} {'ksum':>8} {'span':>8} {'attn':>8} "
+    print(f"{'B':>3} {'N':>3} {'wall':>8} {'ksum':>8} {'span':>8} {'attn':>8} "
           f"{'linear':>8} {'other':>8} {'attn TB/s':>9}")  # fmt: skip
     for r in res["shapes"]:
-        for mode in ("graph",):
-            m = r[mode]
-            c = m["by_class_us"]
-            print(
-                f"{r['batch']:>3} {r['tokens']:>3} {mode:>5} {m['wall_us']:>8.1f} "
-                f"{m['kernel_sum_us'] or 0:>8.1f} {m['span_us'] or 0:>8.1f} "
-                f"{c.get('attention', 0):>8.1f} {c.get('linear', 0):>8.1f} {c.get('other', 0):>8.1f} "
-                f"{r['attention_kv_tb_s'] or 0:>9.3f}"
-            )
+        m = r["graph"]
+        c = m["by_class_us"]
+        print(
+            f"{r['batch']:>3} {r['tokens']:>3} {m['wall_us']:>8.1f} "
+            f"{m['kernel_sum_us'] or 0:>8.1f} {m['span_us'] or 0:>8.1f} "
+            f"{c.get('attention', 0):>8.1f} {c.get('linear', 0):>8.1f} {c.get('other', 0):>8.1f} "
+            f"{r['attention_kv_tb_s'] or 0:>9.3f}"
+        )
     return 0
 
 

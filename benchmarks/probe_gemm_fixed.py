@@ -28,22 +28,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_refit import FOLDERS, ROOT, _cell, _load, _per_file
+from benchmarks.bench_refit import FOLDERS, ROOT, _cell, _load, _per_file, check_with
 from spectune.planner import forward, operators
 from spectune.planner.costmodel import CostModel
 from spectune.planner.operators import ACT_BYTES, LOGIT_BYTES, elementwise_time
 from spectune.specs import load_hardware, load_model
 from spectune.specs.calibration import Calibration
-from spectune.validate.check import CALIBRATION_SCHEMA, check_folder
 from spectune.validate.fit import fit_calibration
 
 #: largest M whose micro-benchmark rows stream weights (below the ridge on H100/H200)
@@ -91,17 +88,6 @@ def stream_form() -> Iterator[None]:
         forward.gemm_time = orig  # type: ignore[assignment]
 
 
-def _check(src: Path, cal: Calibration) -> Any:
-    with tempfile.TemporaryDirectory() as tmp:
-        for p in src.glob("*.json"):
-            data = _load(p)
-            if isinstance(data, dict) and data.get("schema") == CALIBRATION_SCHEMA:
-                continue
-            shutil.copy(p, Path(tmp) / p.name)
-        cal.save(Path(tmp) / f"calibration-{cal.hardware}.json")
-        return check_folder(tmp)
-
-
 def shard_errors(src: Path, cal: Calibration) -> dict[str, list[float]]:
     """verify-tp*.json -> the relative error of each row's shard compute: the tp forward's
     price less its collectives ('comm'), their launches (2 per layer + the gather), the
@@ -138,7 +124,7 @@ def variant(folder: str, extra: tuple[str, ...], form: str) -> dict[str, Any]:
     ctx = stream_form() if form == "stream" else contextlib.nullcontext()
     with ctx:
         cal, report = fit_calibration(run, docs, base=Calibration(gemm_fixed_s=fixed))
-        res = _check(src, cal)
+        res = check_with(src, cal)
         shard = shard_errors(src, cal)
     return {
         "folder": folder,

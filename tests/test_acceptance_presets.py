@@ -9,6 +9,7 @@ import json
 import math
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -200,17 +201,33 @@ def test_malformed_figure_names_the_file_and_figure(
 ) -> None:
     """figures.toml with the first `old` replaced by `new` is refused by a SpecError naming the
     file, the figure's index and what is wrong."""
+    refused_with_figures(old, new, rf"figures.toml: figure {match}", tmp_path, monkeypatch)
+
+
+def refused_with_figures(
+    old: str, new: str, match: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """figures.toml with its first `old` replaced by `new` makes published_figures raise a
+    SpecError matching `match` (the cache is cleared before and after)."""
     text = aps.FIGURES_FILE.read_text(encoding="utf-8")
     assert old in text
     bad = tmp_path / "figures.toml"
     bad.write_text(text.replace(old, new, 1), "utf-8")
-    monkeypatch.setattr(aps, "FIGURES_FILE", bad)
-    aps.published_figures.cache_clear()
+    refused_with_file(monkeypatch, "FIGURES_FILE", bad, aps.published_figures, match)
+
+
+def refused_with_file(
+    monkeypatch: pytest.MonkeyPatch, attr: str, path: Path, loader: Any, match: str
+) -> None:
+    """`loader` (a cached reader of specs.acceptance_presets) raises a SpecError matching
+    `match` once the module's `attr` file is `path`; its cache is cleared before and after."""
+    monkeypatch.setattr(aps, attr, path)
+    loader.cache_clear()
     try:
-        with pytest.raises(SpecError, match=rf"figures.toml: figure {match}"):
-            aps.published_figures()
+        with pytest.raises(SpecError, match=match):
+            loader()
     finally:
-        aps.published_figures.cache_clear()
+        loader.cache_clear()
 
 
 def test_dataset_preset_is_the_default_pair() -> None:

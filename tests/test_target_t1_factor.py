@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_acceptance_presets import refused_with_figures, refused_with_file
 
 from spectune.specs import MODEL_PRESETS, SpecError
 from spectune.specs import acceptance_presets as aps
@@ -235,13 +236,9 @@ def test_malformed_factor_rows_name_the_file(
     doc["target_t1_factors"] = rows
     bad = tmp_path / "presets.json"
     bad.write_text(json.dumps(doc), "utf-8")
-    monkeypatch.setattr(aps, "PRESETS_FILE", bad)
-    aps.target_t1_factors.cache_clear()
-    try:
-        with pytest.raises(SpecError, match=r"presets.json: target_t1_factors"):
-            aps.target_t1_factors()
-    finally:
-        aps.target_t1_factors.cache_clear()
+    refused_with_file(
+        monkeypatch, "PRESETS_FILE", bad, aps.target_t1_factors, r"presets.json: target_t1_factors"
+    )
 
 
 @pytest.mark.parametrize(
@@ -259,17 +256,7 @@ def test_malformed_factor_rows_name_the_file(
 def test_malformed_t1_factor_figure_is_refused(
     old: str, new: str, match: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    text = aps.FIGURES_FILE.read_text(encoding="utf-8")
-    assert old in text
-    bad = tmp_path / "figures.toml"
-    bad.write_text(text.replace(old, new, 1), "utf-8")
-    monkeypatch.setattr(aps, "FIGURES_FILE", bad)
-    aps.published_figures.cache_clear()
-    try:
-        with pytest.raises(SpecError, match=rf"figures.toml: figure \d+ .*{match}"):
-            aps.published_figures()
-    finally:
-        aps.published_figures.cache_clear()
+    refused_with_figures(old, new, rf"figures.toml: figure \d+ .*{match}", tmp_path, monkeypatch)
 
 
 def test_factor_fit_refuses_a_partner_on_another_tree_and_two_figures_per_key() -> None:

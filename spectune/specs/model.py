@@ -282,6 +282,20 @@ def _hf(repo: str) -> str:
     return f"config.json of {repo} on its Hugging Face model card"
 
 
+_LLAMA_31_70B = ModelSpec(
+    name="llama-3.1-70b",
+    layers=80,
+    hidden=8192,
+    heads=64,
+    kv_heads=8,
+    head_dim=128,
+    ffn=28672,
+    vocab=128256,
+    family="llama-3",
+    hf_repo="meta-llama/Llama-3.1-70B-Instruct",
+    source=_hf("meta-llama/Llama-3.1-70B-Instruct"),
+)
+
 MODEL_PRESETS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
@@ -298,30 +312,11 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             hf_repo="meta-llama/Llama-3.1-8B-Instruct",
             source=_hf("meta-llama/Llama-3.1-8B-Instruct"),
         ),
-        ModelSpec(
-            name="llama-3.1-70b",
-            layers=80,
-            hidden=8192,
-            heads=64,
-            kv_heads=8,
-            head_dim=128,
-            ffn=28672,
-            vocab=128256,
-            family="llama-3",
-            hf_repo="meta-llama/Llama-3.1-70B-Instruct",
-            source=_hf("meta-llama/Llama-3.1-70B-Instruct"),
-        ),
-        ModelSpec(  # Llama-3.1-70B's shape (same values: oumi-ai/oumi configs/recipes/
-            # llama3_3/README.md "Model Info", commit bd18cd6), post-trained again
+        _LLAMA_31_70B,
+        dataclasses.replace(  # Llama-3.1-70B's shape (same values: oumi-ai/oumi configs/
+            # recipes/llama3_3/README.md "Model Info", commit bd18cd6), post-trained again
+            _LLAMA_31_70B,
             name="llama-3.3-70b",
-            layers=80,
-            hidden=8192,
-            heads=64,
-            kv_heads=8,
-            head_dim=128,
-            ffn=28672,
-            vocab=128256,
-            family="llama-3",
             hf_repo="meta-llama/Llama-3.3-70B-Instruct",
             source=_hf("meta-llama/Llama-3.3-70B-Instruct")
             + " (hidden 8192, 80 layers, 64 heads, 8 KV heads, ffn 28672, vocab 128256: "
