@@ -90,9 +90,13 @@ gpu() {
 # ---- 1. calibrate ------------------------------------------------------------------------------
 CAL="$D/calibration-$HW.json"
 if [[ "$PARTS" == *" calibrate "* ]]; then
-    gpu calibrate 300 "$D/calibrate-log.txt" $PY -m spectune calibrate --gpu "$HW" --out "$CAL" \
+    # NEW_GPU_KERNEL_CLASSES=1: the verify grid also profiled by kernel class (about +60 s)
+    CLASSES=()
+    CAL_CAP=300
+    if [ "${NEW_GPU_KERNEL_CLASSES:-0}" = 1 ]; then CLASSES=(--kernel-classes); CAL_CAP=380; fi
+    gpu calibrate $CAL_CAP "$D/calibrate-log.txt" $PY -m spectune calibrate --gpu "$HW" --out "$CAL" \
         --raw-out "$D/calibrate-run.json" --report "$D/calibration-report.json" \
-        --spec-batches 1,32 --spec-steps 15
+        --spec-batches 1,32 --spec-steps 15 "${CLASSES[@]}"
 elif [ -n "${NEW_GPU_CALIBRATION:-}" ]; then
     cp "$NEW_GPU_CALIBRATION" "$CAL"
     status "calibrate skipped: $NEW_GPU_CALIBRATION"
