@@ -39,12 +39,14 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h100-newuser5": (),
     "measurements/h200-newuser": (),
     "measurements/h200-newuser2": (),
+    "measurements/h200-newuser3": (),
     "benchmarks/results/new_gpu_h100_repeat": (),
     "benchmarks/results/new_gpu_h100_calonly": (),
     "benchmarks/results/new_gpu_h200_rerun": (),
     "benchmarks/results/tp_h100x2": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100x2_b": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100_rerun": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x4": ("measurement-tp1.json",),
 }
 
 
