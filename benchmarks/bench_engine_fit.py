@@ -232,9 +232,7 @@ def _balanced_end(text: str) -> int:
     raise ValueError("unbalanced braces in an engine preset")
 
 
-def cause(
-    p: EnginePoint, r: Residual, fit: OverheadFit | None, rest: list[EnginePoint]
-) -> str:
+def cause(p: EnginePoint, r: Residual, fit: OverheadFit | None, rest: list[EnginePoint]) -> str:
     """The cause of a miss: the step time the figure implies against what the prediction `r`
     priced (GPU work and engine host time), then the document's stated cause of this figure
     (EnginePoint.miss_cause) where it has one, else the likeliest causes: what the figure does
@@ -348,9 +346,7 @@ def main() -> int:
                     "fitted_without": names,
                     "miss": abs(err) > GOAL,
                     "in_fit": src not in known,
-                    "cause": (known.get(src) or cause(p, r, fit, rest))
-                    if abs(err) > GOAL
-                    else "",
+                    "cause": (known.get(src) or cause(p, r, fit, rest)) if abs(err) > GOAL else "",
                 }
                 rows.append(row)
                 print(

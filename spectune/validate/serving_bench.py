@@ -121,6 +121,8 @@ def mean_tpot_batch(output_lens: np.ndarray, cap: int) -> float:
                 sums = np.append(sums, 0.0)
                 ids = np.append(ids, nxt)
             nxt += 1  # a request with no decode step frees its slot at once
+        if not left.size:  # the rest decoded no step
+            break
         # every request in flight decodes until the next one finishes: one jump, not each step
         run = int(left.min())
         sums += run * left.size
