@@ -52,7 +52,7 @@ from spectune.specs import SpecError, write_json_atomic
 from spectune.specs.io import help_field, read_mapping
 from spectune.specs.scenario import Scenario
 from spectune.validate.engine_logs import EngineObservation
-from spectune.validate.serving_bench import serving_benchmark
+from spectune.validate.serving_bench import MAX_PROMPTS, serving_benchmark
 
 SCHEMA = "spectune.engine-measurement/v1"
 ENGINES = ("sglang", "vllm", "trtllm")
@@ -306,6 +306,10 @@ def validate_engine_measurement(doc: Any, where: str = "engine measurement") -> 
         raise SpecError(f"{where}: field 'points' must be a non-empty list")
     for i, p in enumerate(points):
         _check_point(p, f"{where}: points[{i}]", published)
+        if p.get("num_prompts") is not None and p["num_prompts"] > MAX_PROMPTS:
+            raise SpecError(
+                f"{where}: points[{i}]: field 'num_prompts' must be at most {MAX_PROMPTS}"
+            )
         if spec is None and p.get("accept_length") not in (None, 1, 1.0):
             raise SpecError(f"{where}: points[{i}]: an accept length without a 'spec'")
 
