@@ -50,6 +50,7 @@ from pathlib import Path
 from spectune.specs.engine import ENGINE_DATA_DIR, EngineOverheads, EngineProfile, engine_preset
 from spectune.validate.engine_fit import (
     OverheadFit,
+    Residual,
     fit_overheads,
     fittable,
     overheads_table,
@@ -231,11 +232,21 @@ def _balanced_end(text: str) -> int:
     raise ValueError("unbalanced braces in an engine preset")
 
 
-def cause(p: EnginePoint, err: float, fit: OverheadFit | None, rest: list[EnginePoint]) -> str:
-    """The likeliest causes of a miss: what the figure does not state, what the fit without
-    it (to the points `rest`) could not determine, and where its drafter's term is pulled
-    between other sources."""
-    causes = ["prediction too fast" if err > 0 else "prediction too slow"]
+def cause(p: EnginePoint, r: Residual, fit: OverheadFit | None, rest: list[EnginePoint]) -> str:
+    """The cause of a miss: the step time the figure implies against what the prediction `r`
+    priced (GPU work and engine host time), then the document's stated cause of this figure
+    (EnginePoint.miss_cause) where it has one, else the likeliest causes: what the figure does
+    not state, what the fit without it (to the points `rest`) could not determine, and where
+    its drafter's term is pulled between other sources."""
+    err = r.error
+    step = (
+        f"the figure implies {p.measured_step_s * 1e3:.2f} ms a step; predicted "
+        f"{(r.gpu_step_s + r.engine_s) * 1e3:.2f} ms ({r.gpu_step_s * 1e3:.2f} GPU + "
+        f"{r.engine_s * 1e3:.2f} engine host)"
+    )
+    if p.miss_cause:
+        return f"{step}; {p.miss_cause}"
+    causes = [step, "prediction too fast" if err > 0 else "prediction too slow"]
     if not p.accept_measured:
         causes.append(
             f"accept length not published (the workload's prediction used; the prediction "
@@ -335,9 +346,7 @@ def main() -> int:
                     "fitted_without": names,
                     "miss": abs(err) > GOAL,
                     "in_fit": src not in known,
-                    "cause": (known.get(src) or cause(p, err, fit, rest))
-                    if abs(err) > GOAL
-                    else "",
+                    "cause": (known.get(src) or cause(p, r, fit, rest)) if abs(err) > GOAL else "",
                 }
                 rows.append(row)
                 print(

@@ -110,6 +110,12 @@ def _valid() -> dict:
         (("points", 0, "batch"), 1.5, "field 'batch' must be a positive integer"),
         (("points", 0, "quote"), "", "field 'quote' must be a non-empty string"),
         (("points", 0, "per_position_accept"), [0.5, 2.0], "per_position_accept"),
+        (("points", 0, "num_prompts"), 0, "field 'num_prompts' must be a positive integer"),
+        (("points", 0, "num_prompts"), 10**7, "field 'num_prompts' must be at most"),
+        (("points", 0, "miss_cause"), "", "field 'miss_cause' must be a non-empty string"),
+        (("points", 0, "baseline_miss_cause"), "x", "'baseline_miss_cause' without a 'baseline"),
+        (("serving_benchmark",), [], "field 'serving_benchmark' must be an object"),
+        (("serving_benchmark",), {"tool": "vllm bench serve"}, r"'serving_benchmark\.tool'"),
     ],
 )
 def test_validation_names_the_field(path: tuple, value: object, match: str) -> None:

@@ -24,7 +24,14 @@ project published:
                  the same setup without speculation, "speedup": over that baseline,
                  "input_len": int, "output_len": int, "context": cached tokens per request
                  (SGLang's #token / #running-req), "tpot_ms": float, "ttft_ms": float,
-                 "where": "file:line" (parsed), "quote": the published sentence (published)}],
+                 "where": "file:line" (parsed), "quote": the published sentence (published),
+                 "num_prompts": int (the benchmark's requests), "miss_cause" /
+                 "baseline_miss_cause": str (why this figure / its baseline is known to miss;
+                 it stays in the fit, and a miss prints this as its cause)}],
+     "serving_benchmark": {"tool": "sglang.bench_serving", "random_input_len": int,
+                           "random_output_len": int, "random_range_ratio": 0..1, "seed": int}
+            (optional: the benchmark run behind the points, whose request lengths
+            validate.serving_bench reproduces),
      "notes": str,
      "known_miss": str (optional: why spectune cannot predict this document; check reports its
                    points without gating on them, the preset fit leaves it out)}
@@ -45,11 +52,13 @@ from spectune.specs import SpecError, write_json_atomic
 from spectune.specs.io import help_field, read_mapping
 from spectune.specs.scenario import Scenario
 from spectune.validate.engine_logs import EngineObservation
+from spectune.validate.serving_bench import MAX_PROMPTS, serving_benchmark
 
 SCHEMA = "spectune.engine-measurement/v1"
 ENGINES = ("sglang", "vllm", "trtllm")
 SOURCE_KINDS = ("log", "metrics", "benchmark", "published")
-_POINT_INTS = ("batch", "concurrency", "input_len", "output_len")
+_POINT_INTS = ("batch", "concurrency", "input_len", "output_len", "num_prompts")
+_POINT_TEXTS = ("miss_cause", "baseline_miss_cause")
 _POINT_POSITIVE = (
     "tokens_per_s",
     "tokens_per_s_per_user",
@@ -245,6 +254,11 @@ def _check_point(p: Any, w: str, published: bool) -> None:
         raise SpecError(f"{w}: field 'per_position_accept' must be a list of numbers in [0, 1]")
     if not any(p.get(k) is not None for k in _POINT_FIGURES):
         raise SpecError(f"{w}: a point needs one of {', '.join(_POINT_FIGURES)}")
+    for k in _POINT_TEXTS:
+        if k in p and not (isinstance(p[k], str) and p[k]):
+            raise SpecError(f"{w}: field {k!r} must be a non-empty string (the cause)")
+    if "baseline_miss_cause" in p and p.get("baseline_tokens_per_s") is None:
+        raise SpecError(f"{w}: field 'baseline_miss_cause' without a 'baseline_tokens_per_s'")
     need = "quote" if published else "where"
     if not isinstance(p.get(need), str) or not p[need]:
         raise SpecError(f"{w}: field {need!r} must be a non-empty string")
@@ -278,6 +292,7 @@ def validate_engine_measurement(doc: Any, where: str = "engine measurement") -> 
             v = spec.get(k)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise SpecError(f"{where}: field 'spec.{k}' must be a positive integer, got {v!r}")
+    serving_benchmark(doc, where)
     src = doc.get("source")
     if not isinstance(src, dict) or src.get("kind") not in SOURCE_KINDS:
         raise SpecError(f"{where}: field 'source.kind' must be one of {', '.join(SOURCE_KINDS)}")
@@ -291,6 +306,10 @@ def validate_engine_measurement(doc: Any, where: str = "engine measurement") -> 
         raise SpecError(f"{where}: field 'points' must be a non-empty list")
     for i, p in enumerate(points):
         _check_point(p, f"{where}: points[{i}]", published)
+        if p.get("num_prompts") is not None and p["num_prompts"] > MAX_PROMPTS:
+            raise SpecError(
+                f"{where}: points[{i}]: field 'num_prompts' must be at most {MAX_PROMPTS}"
+            )
         if spec is None and p.get("accept_length") not in (None, 1, 1.0):
             raise SpecError(f"{where}: points[{i}]: an accept length without a 'spec'")
 

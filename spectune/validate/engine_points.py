@@ -21,7 +21,11 @@ model's expectation for the tree under the document's workload (`accept_measured
 Resolution rules (stated, since published figures leave things out):
 - target / drafter: the document's `target_preset` / `drafter_preset`, else the ModelSpec
   preset whose `hf_repo` equals the document's `target` / `drafter`;
-- batch: the point's batch, else its concurrency (a serving benchmark's cap), else 1;
+- batch: the point's batch; else, for a mean-TPOT figure (tokens_per_s_per_user) of a document
+  whose `serving_benchmark` the run replays (validate.serving_bench) with the point's
+  `num_prompts` and `concurrency` cap, the request-weighted mean decode batch of that run
+  (rounded), which is what a mean over requests of their TPOT reflects; else its concurrency (a
+  serving benchmark's cap); else 1;
 - context: the point's `context`, else input_len + output_len / 2, else the workload's mean
   prompt + half its mean output;
 - steps / top-k / tree tokens: the document's spec, else the engine profile's defaults; top-k 1
@@ -42,6 +46,12 @@ from spectune.specs.engine import EngineProfile
 from spectune.specs.hardware import HARDWARE_PRESETS
 from spectune.specs.model import MODEL_PRESETS, ModelSpec
 from spectune.specs.workload import Workload, load_workload
+from spectune.validate.serving_bench import (
+    ServingBenchmark,
+    mean_tpot_batch,
+    random_lengths,
+    serving_benchmark,
+)
 
 if TYPE_CHECKING:
     from spectune.validate.engine_logs import EngineObservation
@@ -75,6 +85,7 @@ class EnginePoint:
     per_position_accept: tuple[float, ...] = ()
     drafts: int | None = None
     drafter_kind: str = ""  # ModelSpec.drafter_kind of the drafter ('' with speculation off)
+    miss_cause: str = ""  # the document's stated cause of this figure's miss ('' none)
 
     @property
     def speculative(self) -> bool:
@@ -164,6 +175,17 @@ def _context(p: Mapping[str, Any], wl: Workload) -> float:
     return wl.prompt_len_mean_tokens + 0.5 * wl.output_len_mean_tokens
 
 
+def _batch(p: Mapping[str, Any], bench: ServingBenchmark | None) -> int:
+    """The decode batch of a point (module docstring, resolution rules)."""
+    if p.get("batch"):
+        return int(p["batch"])
+    cap, prompts = p.get("concurrency"), p.get("num_prompts")
+    if bench is not None and cap and prompts and p.get("tokens_per_s_per_user") is not None:
+        _, outputs = random_lengths(bench, int(prompts))
+        return max(1, round(mean_tpot_batch(outputs, int(cap))))
+    return int(cap or 1)
+
+
 def predicted_accept_length(
     policy: TreePolicy, workload: str, target: ModelSpec, drafter: ModelSpec | None
 ) -> float:
@@ -209,9 +231,10 @@ def points_from_document(
     points: list[EnginePoint] = []
     skipped: list[Skipped] = []
     accept_cache: dict[TreePolicy, float] = {}
+    bench = serving_benchmark(doc, source)
     for i, p in enumerate(doc["points"]):
         where = p.get("where") or f"{source}: points[{i}]"
-        batch = int(p.get("batch") or p.get("concurrency") or 1)
+        batch = _batch(p, bench)
         tps = p.get("tokens_per_s")
         if tps is None and p.get("tokens_per_s_per_user") is not None:
             tps = float(p["tokens_per_s_per_user"]) * batch
@@ -236,6 +259,7 @@ def points_from_document(
                     accept_length=1.0,
                     accept_measured=True,
                     tokens_per_s=float(p["baseline_tokens_per_s"]),
+                    miss_cause=str(p.get("baseline_miss_cause", "")),
                     **common,
                 )
             )
@@ -266,6 +290,7 @@ def points_from_document(
                 accept_measured=measured,
                 tokens_per_s=float(tps),
                 per_position_accept=tuple(p.get("per_position_accept", ())),
+                miss_cause=str(p.get("miss_cause", "")),
                 **common,
             )
         )
