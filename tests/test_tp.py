@@ -168,6 +168,13 @@ def test_collectives_and_sweep_rows(ranks: Path) -> None:
         (op, b) for op in ("all_reduce", "rs_ag", "all_gather", "broadcast") for b in (4096, 65536)
     }
     assert all(r["tp"] == 2 and r["seconds"] > 0 for r in doc["rows"])
+    assert all(r["seconds_back_to_back"] > 0 for r in doc["rows"])
+    # only all-reduces are timed after their GEMM (a negative difference falls back)
+    assert {r["pattern"] for r in doc["rows"] if r["op"] != "all_reduce"} == {"back_to_back"}
+    assert {r["pattern"] for r in doc["rows"]} <= {"in_place", "back_to_back"}
+    for r in doc["rows"]:
+        if r["pattern"] == "back_to_back":
+            assert r["seconds"] == r["seconds_back_to_back"]
     assert doc["x"] == [[3.0] * 8] * 4  # 1 + 2 on every element
     assert doc["y"] == [[0.0, 0.0, 1.0, 1.0]] * 3  # rank 0's columns, then rank 1's
 

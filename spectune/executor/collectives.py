@@ -38,6 +38,14 @@ import torch.distributed as dist
 # T * 8192 * 2 bytes: 16 KiB at T = 1, 64 MiB at T = 4096)
 SWEEP_BYTES = tuple(4096 << i for i in range(16))
 SWEEP_OPS = ("all_reduce", "rs_ag", "all_gather", "broadcast")
+# An all-reduce of a forward follows the row-parallel GEMM that writes its message; timed that
+# way it costs less than back to back when small (0.60-0.77x at 8-512 KiB on 4x H200, tp 2 and
+# 4: benchmarks/results/tp_h200x4/inplace_tp*.json) and alike from a few MiB on. The sweep times
+# all-reduces of up to IN_PLACE_MAX_BYTES in place: `inner` x (GEMM [T, h/tp] x [h/tp, h] into
+# the message, all-reduce) minus `inner` x the GEMM alone, h = IN_PLACE_HIDDEN, with `inner`
+# weight copies so that L2 does not hold them (a projection's weights stream from HBM).
+IN_PLACE_MAX_BYTES = 8 << 20
+IN_PLACE_HIDDEN = 4096
 T = TypeVar("T")
 
 # torch >= 2.10 names the flat-tensor collectives *_single (the *_tensor names are deprecated)
@@ -200,7 +208,9 @@ def collective_sweep(
     on CPU, eager. Every rank must call it; rank 0's rows are the result. Row: op, tp, bytes
     (the full message: all_gather's gathered size), seconds, algbw_gb_s (bytes / s),
     busbw_gb_s (nccl-tests' bus bandwidth: algbw x 2(tp-1)/tp for all-reduce, (tp-1)/tp for
-    all-gather and reduce-scatter + all-gather counted as one all-reduce, 1 for broadcast)."""
+    all-gather and reduce-scatter + all-gather counted as one all-reduce, 1 for broadcast),
+    pattern ('in_place': an all-reduce of at most IN_PLACE_MAX_BYTES after the GEMM that writes
+    it, the GEMM's own time taken off; 'back_to_back'), seconds_back_to_back (every row)."""
     from spectune.kernels.timing import graph_time
 
     rows = []
@@ -218,8 +228,13 @@ def collective_sweep(
                     call()
 
             group.barrier()
-            t = graph_time(block, group.device, reps) / inner
+            swept = graph_time(block, group.device, reps) / inner
             size = x.numel() * 2
+            t, pattern = swept, "back_to_back"
+            if op == "all_reduce" and size <= IN_PLACE_MAX_BYTES:
+                in_place = _in_place_all_reduce(group, x.numel(), reps, inner)
+                if in_place > 0:  # a difference of two medians; <= 0 only from noise
+                    t, pattern = in_place, "in_place"
             rows.append(
                 {
                     "op": op,
@@ -228,7 +243,38 @@ def collective_sweep(
                     "seconds": t,
                     "algbw_gb_s": size / t / 1e9,
                     "busbw_gb_s": size / t / 1e9 * factor[op],
+                    "pattern": pattern,
+                    "seconds_back_to_back": swept,
                 }
             )
             del x
     return rows
+
+
+def _in_place_all_reduce(group: TPGroup, numel: int, reps: int, inner: int) -> float:
+    """Seconds of one all-reduce of `numel` bf16 values right after the row-parallel GEMM that
+    writes them (module constants IN_PLACE_*): median of `inner` x (GEMM, all-reduce) less
+    median of `inner` x GEMM, per call. GEMM [T, h/tp] x [h/tp, h], T = ceil(numel / h);
+    weights h * h/tp * 2 bytes per copy (16 MiB at h = 4096, tp = 2)."""
+    from spectune.kernels.timing import graph_time
+
+    dev, tp, h = group.device, group.world, IN_PLACE_HIDDEN
+    rows = -(-numel // h)
+    a = torch.randn(rows, h // tp, device=dev, dtype=torch.bfloat16)
+    ws = [torch.randn(h, h // tp, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(inner)]
+    y = torch.empty(rows, h, device=dev, dtype=torch.bfloat16)
+    msg = y.view(-1)[:numel]
+
+    def gemm() -> None:
+        for w in ws:
+            torch.matmul(a, w.t(), out=y)
+
+    def both() -> None:
+        for w in ws:
+            torch.matmul(a, w.t(), out=y)
+            group.all_reduce_(msg)
+
+    group.barrier()
+    alone = graph_time(gemm, dev, reps)
+    group.barrier()
+    return (graph_time(both, dev, reps) - alone) / inner

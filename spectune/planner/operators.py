@@ -354,8 +354,8 @@ def gemm_effective_rows(r: Rates, m: ArrayLike, n: float, tile_m: int | None = N
 def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, fmt: GemmFormat) -> F64:
     """One weight GEMM [M, K] x [K, N] with weights stored as `fmt` says.
 
-    time = max(FLOPs / (peak * eff(M_eff) * flops_scale), bytes / (weight bw * bw_scale))
-           + gemm_fixed_s;
+    time = max(FLOPs / (peak * eff(M_eff) * flops_scale),
+               bytes / (weight bw * bw_scale) + gemm_fixed_s);
     FLOPs = 2 * M_eff * N * K, where M_eff is M padded to the format's row tile and, once the
     tiles outnumber the SMs, rounded up to whole waves (tiles = ceil(M/tm) * ceil(N/tn) over
     `sm_count` SMs; a partial last wave costs a full one). Fewer tiles than SMs cost no extra:
@@ -366,14 +366,19 @@ def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, fmt: GemmFormat) -> F6
     A weight-only 4-bit GEMM (wb ~ 0.52) therefore stays at its memory floor up to
     M* = peak * eff * flops_scale * wb / (2 * bw * bw_scale) rows (CostModel.knee_tokens):
     the crossover where dequantize-and-multiply becomes the bound.
+    gemm_fixed_s is paid by the weight stream only (pipeline fill and tail of a streaming
+    GEMM, split-K reduce): a compute-bound GEMM hides it. It is the intercept of time vs bytes
+    of the weight-streaming GEMM micro-benchmarks (validate.fit.gemm_fixed_intercept), which a
+    fit to whole forwards cannot tell from the weight bandwidth; a tensor-parallel shard
+    halves the bytes but keeps every GEMM's fixed part.
     """
     m = np.asarray(m, dtype=np.float64)
     m_eff = gemm_effective_rows(r, m, n, fmt.tile_m)
     flops = FLOPS_PER_MAC * m_eff * n * k
     compute = flops / (fmt.peak_flops * r.gemm_eff(m_eff) * fmt.flops_scale)
     bytes_ = n * k * fmt.weight_bytes + m * (k + n) * ACT_BYTES
-    memory = bytes_ / (r.weight_bytes_per_s * fmt.bw_scale)
-    return np.where(m > 0, np.maximum(compute, memory) + r.gemm_fixed_s, 0.0)
+    memory = bytes_ / (r.weight_bytes_per_s * fmt.bw_scale) + r.gemm_fixed_s
+    return np.where(m > 0, np.maximum(compute, memory), 0.0)
 
 
 def expected_experts(tokens: ArrayLike, experts: int, topk: int) -> F64:
@@ -393,7 +398,8 @@ def moe_experts_time(
     D = expected distinct experts; each holds T*k/D rows on average, padded to the row tile.
     FLOPs = 2 * D * pad(T*k/D) * 3 * hidden * ffn (pad: the format's row tile).
     bytes = D * 3*hidden*ffn*wb (weights of touched experts only, in `fmt`)
-            + T*k*(hidden + 2*ffn + ffn + hidden)*2 (activations in/out of both GEMMs).
+            + T*k*(hidden + 2*ffn + ffn + hidden)*2 (activations in/out of both GEMMs);
+    the memory term carries both GEMMs' gemm_fixed_s (gemm_time's form).
     """
     t = np.asarray(tokens, dtype=np.float64)
     d = expected_experts(t, experts, topk)
@@ -402,9 +408,8 @@ def moe_experts_time(
     flops = FLOPS_PER_MAC * d * rows_pad * 3 * hidden * ffn
     compute = flops / (fmt.peak_flops * r.gemm_eff(rows_pad) * fmt.flops_scale)
     bytes_ = d * 3 * hidden * ffn * fmt.weight_bytes + t * topk * (2 * hidden + 3 * ffn) * ACT_BYTES
-    memory = bytes_ / (r.weight_bytes_per_s * fmt.bw_scale)
-    busy = np.maximum(compute, memory) + 2 * r.gemm_fixed_s  # 2 GEMMs
-    return np.where(t > 0, busy, 0.0)
+    memory = bytes_ / (r.weight_bytes_per_s * fmt.bw_scale) + 2 * r.gemm_fixed_s  # 2 GEMMs
+    return np.where(t > 0, np.maximum(compute, memory), 0.0)
 
 
 def attention_time(r: Rates, kv_bytes: ArrayLike, flops: ArrayLike, io_bytes: ArrayLike) -> F64:

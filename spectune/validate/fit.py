@@ -200,10 +200,17 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 # worst H200 speedup error 5.7% at 1.0 vs 5.5% at 0.3); draft extend little (its padded
 # (depth+1)-token pass is priced ~10% off whatever the weight); GEMM micro-benchmarks are
 # reported but not fitted (one efficiency curve serves every weight shape; isolated kernels
-# also run slower than the same kernels inside a forward's CUDA graph: fitting per-kernel
-# fixed costs to them, gemm_fixed_s and attention_fixed_s, raised `spectune check`'s verify
+# also run slower than the same kernels inside a forward's CUDA graph: fitting free per-kernel
+# fixed costs to them, gemm_fixed_s and attention_fixed_s added to the roofline, raised `spectune check`'s verify
 # MAPE of measurements/h100-newuser from 1.9% to 2.2% and its worst speedup error from 4.9%
 # to 7.5%).
+# The GEMM micro-benchmarks do give one thing the whole forwards cannot: the fixed part of a
+# weight-streaming GEMM (gemm_fixed_intercept: the intercept of time vs bytes over the target's
+# weight shapes at M <= 64, 5-7 us on H100 and H200). Whole forwards confound it with the weight
+# bandwidth (every one-GPU forward runs the same GEMMs), so the fit holds gemm_fixed_s at that
+# intercept and fits the bandwidth around it; a tensor-parallel shard, which halves the bytes
+# and keeps the GEMMs, is then priced right (benchmarks/probe_gemm_fixed.py: shard compute
+# MAPE 4.9-5.8% -> 1.4-1.6% at tp 2; one-GPU verify MAPE unchanged).
 # A verify row's kernel time by class (calibrate's profiled replay: weight GEMMs + logits,
 # attention, the rest) is reported, not fitted. Whole-forward times leave the weight bandwidth
 # and the per-kernel costs confounded (every grid point runs the same kernels: the fits price
@@ -234,6 +241,34 @@ CLASS_PARTS = {
     "verify_attention": ("attention",),
     "verify_other": ("elementwise", "launch", "comm"),
 }
+#: GEMM micro-benchmark rows of at most this M stream their weights on H100 / H200 (far below
+#: the ridge: M* ~ 300 rows in bf16), so time vs bytes is a line whose intercept is fixed time
+GEMM_STREAM_M = 64
+#: gemm_fixed_s is held in [0, this]: an intercept above it is not a fixed cost of a GEMM
+GEMM_FIXED_MAX_S = 20e-6
+
+
+def gemm_fixed_intercept(run: dict[str, Any]) -> float | None:
+    """The fixed part of a weight-streaming GEMM, s: per M <= GEMM_STREAM_M with rows of two
+    weight shapes or more, the intercept of a line through time vs bytes (N*K*2 weights +
+    M*(N+K)*2 activations) over the run's "gemm" rows; the median over M, clipped to
+    [0, GEMM_FIXED_MAX_S]. None where the run has no such rows."""
+    from spectune.planner.operators import ACT_BYTES
+
+    rows = [g for g in run.get("gemm", []) if g["m"] <= GEMM_STREAM_M]
+    out = []
+    for m in sorted({g["m"] for g in rows}):
+        at = [g for g in rows if g["m"] == m]
+        if len({(g["n"], g["k"]) for g in at}) < 2:
+            continue
+        b = np.array([(g["n"] * g["k"] + m * (g["n"] + g["k"])) * ACT_BYTES for g in at], float)
+        t = np.array([g["seconds"] for g in at], float)
+        out.append(float(np.polyfit(b, t, 1)[1]))
+    if not out:
+        return None
+    return float(np.clip(np.median(out), 0.0, GEMM_FIXED_MAX_S))
+
+
 #: a verify row's "other" time (seconds - linear - attention) below this fraction of the row
 #: is within the profile's noise, not a measurement of the small kernels: no row
 OTHER_FLOOR = 0.005
@@ -245,10 +280,13 @@ def fit_calibration(
     *,
     base: Calibration | None = None,
     max_nfev: int = 400,
+    hold_gemm_fixed: bool = True,
 ) -> tuple[Calibration, dict[str, Any]]:
     """Calibration fitted to a calibration-run document (+ measurement documents of the same GPU
     and models). Returns it and a report (per-kind MAPE before and after). `max_nfev` bounds
-    the least-squares iterations (each prices every row once per parameter)."""
+    the least-squares iterations (each prices every row once per parameter).
+    `hold_gemm_fixed`: gemm_fixed_s held at the run's gemm_fixed_intercept (where the run has
+    GEMM rows); False keeps base's."""
     from scipy.optimize import least_squares
 
     from spectune.planner.costmodel import CostModel
@@ -266,6 +304,9 @@ def fit_calibration(
         ):
             raise SpecError("measurements must be of the calibration run's GPU and models")
     base = base or Calibration()
+    fixed = gemm_fixed_intercept(run) if hold_gemm_fixed else None
+    if fixed is not None:
+        base = dataclasses.replace(base, gemm_fixed_s=fixed)
     over = _overheads(measurements)
     if over:  # fixed per-step costs first: the least-squares fit prices whole steps with them
         base = dataclasses.replace(
@@ -319,6 +360,7 @@ def fit_calibration(
         "bounds": bounds_report(params, sol.x, ceiling, run, hw),
         "identified": identified(names, sol.x, sol.jac, sol.fun, lo, hi),
         "overheads": {"fitted": sorted(over), "default": sorted(set(OVERHEAD_COLUMNS) - set(over))},
+        "gemm_fixed_us": cal.gemm_fixed_s * 1e6,
     }
     for kind in WEIGHTS:
         sel = np.array([k == kind for k, _, _ in rows])
@@ -493,7 +535,8 @@ def fit_interconnect(
 ) -> tuple[Calibration, dict[str, Any]]:
     """`base` with the interconnect terms fitted to measured collectives (rows of
     spectune.executor.collectives.collective_sweep: op, tp, bytes, seconds per call, each call
-    including its launch in the graph, which the cost model counts apart: base's launch_s).
+    including its launch in the graph, which the cost model counts apart: base's launch_s;
+    small all-reduces timed after the GEMM that writes them, as a forward runs them).
 
     - Per tp and op ('all_reduce', and 'all_gather' where swept), the regime law
       (validate.link_law.fit_link_law): Calibration.allreduce_law / allgather_law, what the

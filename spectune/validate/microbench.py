@@ -108,10 +108,11 @@ def _fraction(values: np.ndarray) -> float | None:
 
 
 def _gemm_curve(
-    r: Rates, g: dict[str, np.ndarray], launch: float
+    r: Rates, g: dict[str, np.ndarray], launch: float | np.ndarray
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Efficiency per charged row count: eff = FLOPs(M_eff) / (peak * (t - launch)), median per
-    M_eff, then lowered where needed so that M/eff never falls with M."""
+    M_eff, then lowered where needed so that M/eff never falls with M. `launch`: the time of
+    each row that is not its busy time (s, scalar or per row)."""
     m_eff = np.array([gemm_effective_rows(r, m, n) for m, n in zip(g["m"], g["n"], strict=True)])
     peak = np.array([r.gemm_peak(wb) for wb in g["weight_bytes"]])
     busy = np.maximum(g["seconds"] - launch, 1e-12)
@@ -157,13 +158,21 @@ def invert_microbenchmarks(
         knee = np.array([r.gemm_peak(wb) for wb in g["weight_bytes"]]) * hardware.gemm_efficiency
         knee = knee * g["weight_bytes"] / (2 * r.weight_bytes_per_s)
         small = g["m"] < knee / 4
-        fixed = 0.0
+        fixed, streaming = 0.0, small
         if small.any():
             eff, fixed = _bandwidth_fit(
                 "gemm", weight_bytes[small], g["seconds"][small], launch, hardware.hbm_bytes_per_s
             )
             fit["weight_bw_efficiency"], fit["gemm_fixed_s"] = eff, fixed
-        fit["gemm_tokens"], fit["gemm_flops_efficiency"] = _gemm_curve(r, g, launch + fixed)
+            if eff is not None:  # every row within 2% of its fitted memory term streams
+                io = g["m"] * (g["n"] + g["k"]) * 2
+                memory = (weight_bytes + io) / (hardware.hbm_bytes_per_s * eff) + fixed
+                streaming = small | (g["seconds"] - launch <= 1.02 * memory)
+        # the fixed part rides on the weight stream (operators.gemm_time): off the streaming
+        # rows (whose FLOP rate then stays below their memory bound), kept in the others
+        fit["gemm_tokens"], fit["gemm_flops_efficiency"] = _gemm_curve(
+            r, g, launch + np.where(streaming, fixed, 0.0)
+        )
 
     if "attention" in cols:
         a_ = cols["attention"]
