@@ -108,7 +108,7 @@ case "${TP2_TARGET:-8b}" in
 *) echo "TP2_TARGET must be 8b or 70b, got ${TP2_TARGET}" && exit 2 ;;
 esac
 # on CPU (gloo, the Triton interpreter, a shared machine) the same parts take minutes
-SWEEP_LIMIT=40 PLAN_LIMIT=25
+SWEEP_LIMIT=75 PLAN_LIMIT=25  # the sweep times small all-reduces twice more (in place)
 [[ ${#DRY[@]} -gt 0 ]] && TP4_LIMIT=900 TP2_LIMIT=900 SWEEP_LIMIT=300 PLAN_LIMIT=120
 
 {
