@@ -132,7 +132,8 @@ def _hardware(args: argparse.Namespace, gpu_name: str) -> str:
 
 def _sweep(hardware: str) -> list[dict[str, Any]]:
     """All-reduce (and reduce-scatter + all-gather, all-gather, broadcast) seconds by message
-    size on 2, 4, ... GPUs of this host (spectune.executor.collectives.collective_sweep)."""
+    size on 2, 4, ... GPUs of this host (spectune.executor.collectives.collective_sweep: small
+    all-reduces timed after the GEMM that writes them, as a forward runs them)."""
     import tempfile
 
     import torch
@@ -149,7 +150,7 @@ def _sweep(hardware: str) -> list[dict[str, Any]]:
         if r["op"] == "all_reduce":
             print(
                 f"  all_reduce tp{r['tp']} {r['bytes']:>10} B {r['seconds'] * 1e6:9.1f} us "
-                f"busbw {r['busbw_gb_s']:6.1f} GB/s",
+                f"busbw {r['busbw_gb_s']:6.1f} GB/s ({r.get('pattern', 'back_to_back')})",
                 flush=True,
             )
     return rows
