@@ -177,7 +177,13 @@ def test_objective_step_is_the_breakdowns_total(engine: EngineOverheads | None) 
             step = cm.iteration(None, batches, context)
             if policy is not None:
                 tokens, accepted = obj.tree_tokens(policy), obj.expected_tokens(policy)
-                step = cm.iteration(policy, batches, context, tokens=tokens, accepted=accepted)
+                # a pruned tree's spread over the batch's requests (0 at batch 1 and for
+                # dense trees) spreads its packed verify over the steps
+                cv = np.array([obj.tree_spread(policy, int(b)) for b in batches])
+                assert cv[0] == 0 and (policy.prune_threshold > 0 or not np.any(cv))
+                step = cm.iteration(
+                    policy, batches, context, tokens=tokens, accepted=accepted, tokens_cv=cv
+                )
             np.testing.assert_array_equal(obj.step_times(policy, batches, context), step.total_s)
             np.testing.assert_array_equal(
                 obj.iteration(policy, batches, context).total_s, step.total_s

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spectune.planner.acceptance import acceptance_model
 from spectune.planner.costmodel import SHARED_TREE_CV, CostModel
 from spectune.planner.objective import ClosedFormObjective, shared_twin
 from spectune.planner.operators import pad_up, spread_padded_rows
@@ -215,16 +216,96 @@ def test_pruned_verify_runs_at_the_token_bucket() -> None:
     cm = _cm()
     pruned = TreePolicy("dynamic-topk", 6, 8, 32, 0.05)
     one = float(np.asarray(cm.iteration(pruned, 1, 4096, tokens=17.2).verify_s))
-    assert one == pytest.approx(float(cm.verify_time(1, 32, 4096)))
+    assert one == pytest.approx(float(cm.ragged_verify_time(1, 32, 4096, max_tokens=32)))
     many = float(np.asarray(cm.iteration(pruned, 32, 4096, tokens=17.4).verify_s))
-    assert many == pytest.approx(float(cm.verify_time(32, 560 / 32, 4096)))
+    assert many == pytest.approx(float(cm.ragged_verify_time(32, 560 / 32, 4096, max_tokens=32)))
     dense = TreePolicy("dynamic-topk", 6, 8, 32)
     assert float(np.asarray(cm.iteration(dense, 1, 4096, tokens=17.2).verify_s)) == (
         pytest.approx(float(cm.verify_time(1, 17.2, 4096)))
     )
     coarse = _cm(dataclasses.replace(CAL, ragged_token_bucket=64))
     wide = float(np.asarray(coarse.iteration(pruned, 8, 4096, tokens=9.0).verify_s))
-    assert wide == pytest.approx(float(coarse.verify_time(8, 128 / 8, 4096)))
+    assert wide == pytest.approx(float(coarse.ragged_verify_time(8, 16, 4096, max_tokens=32)))
+
+
+def _h200() -> CostModel:
+    """The H200 calibration of measurements/h200-newuser3 (fast HBM: tree attention over 128-row
+    tiles turns compute-bound at batch 32, context 4096)."""
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "measurements/h200-newuser3/calibration-h200.json"
+    return CostModel(load_hardware("h200"), load_model(TARGET), load_model(DRAFTER),
+                     calibration=Calibration.load(path))  # fmt: skip
+
+
+def test_pruned_attention_pads_to_the_budgets_launch() -> None:
+    """The packed verify's attention runs the launch planned for the budget's dense shape
+    (kernels/ragged_plan.py RaggedBucket: max_q_len = the budget), so 32 requests keeping 16 of
+    32 tokens pay 128 rows per KV-head group (4 x 32), as the dense 32-token verify does, not
+    the 64 of a dense 16-token verify: where that attention is compute-bound (H200) the pruned
+    verify costs more than the dense verify of its mean, by the attention alone."""
+    cm = _h200()
+    pruned = TreePolicy("dynamic-topk", 6, 8, 32, 0.05)
+    got = float(np.asarray(cm.iteration(pruned, 32, 4096, tokens=16.0).verify_s))
+    assert got == pytest.approx(float(cm.ragged_verify_time(32, 16, 4096, max_tokens=32)))
+    small = cm.verify_breakdown(32, 16, 4096)
+    # the same weight GEMMs (512 tokens), the attention of 128-row tiles over 4096 + 16 keys
+    rows = cm.verify_breakdown(32, 32, 4096)["attention"] - small["attention"]
+    assert got - float(cm.verify_time(32, 16, 4096)) == pytest.approx(float(rows), rel=0.05)
+    assert float(rows) > 0.02 * got
+    # a budget whose rows fit a smaller tile (8 tokens: 32 rows) pads to that tile only
+    few = TreePolicy("dynamic-topk", 5, 4, 8, 0.05)
+    got8 = float(np.asarray(cm.iteration(few, 32, 4096, tokens=8.0).verify_s))
+    assert got8 == pytest.approx(float(cm.verify_time(32, 8, 4096)), rel=1e-9)
+
+
+def _step_price(cm: CostModel, policy: TreePolicy, batch: int, total: float) -> float:
+    """One step's verify at `total` kept tokens (no spread: priced at its own token bucket)."""
+    step = cm.iteration(policy, batch, 4096, tokens=total / batch, tokens_cv=0.0)
+    return float(np.asarray(step.verify_s))
+
+
+@pytest.mark.parametrize(("batch", "mean", "cv"), [(32, 15.9, 0.32), (64, 15.8, 0.34),
+                                                   (8, 16.2, 0.29), (32, 25.4, 0.14)])  # fmt: skip
+def test_pruned_verify_is_the_mean_over_its_steps_totals(
+    batch: int, mean: float, cv: float
+) -> None:
+    """With the requests' spread cv, the packed total of a step is about normal, mean B x n and
+    std sqrt(B) x cv x n (sum of B independent requests): the price is the mean over steps of
+    each step's own price (its token bucket), to 1% of a Monte Carlo mean over sampled steps,
+    and lies between the cheapest and dearest step within 2 std."""
+    cm = _h200()
+    pruned = TreePolicy("dynamic-topk", 6, 8, 32, 0.05)
+    got = float(np.asarray(cm.iteration(pruned, batch, 4096, tokens=mean, tokens_cv=cv).verify_s))
+    rng = np.random.default_rng(0)
+    sizes = np.clip(rng.normal(mean, cv * mean, (2000, batch)), 1, 32).sum(axis=1)
+    sampled = np.mean([_step_price(cm, pruned, batch, t) for t in sizes])
+    assert got == pytest.approx(sampled, rel=0.01)
+    std = np.sqrt(batch) * cv * mean
+    ends = [_step_price(cm, pruned, batch, batch * mean + z * std) for z in (-2, 2)]
+    assert ends[0] < got < ends[1]
+    # no spread: the one step at the mean
+    flat = cm.iteration(pruned, batch, 4096, tokens=mean, tokens_cv=0.0).verify_s
+    assert float(np.asarray(flat)) == _step_price(cm, pruned, batch, batch * mean)
+
+
+def test_pruned_step_spread_comes_from_check_and_the_objective() -> None:
+    """check hands a pruned run's measured spread (verified_cv) to the cost model, else (an
+    older document) the planner's for its workload, else (a recorded trace) none: every step at
+    the mean; the objective hands its drawn trees' spread above batch 1 (0 at batch 1, where
+    the executor measures none, and for dense trees)."""
+    pol = TreePolicy("dynamic-topk", 6, 8, 32, 0.05)
+    run = {"batch": 32, "policy": dataclasses.asdict(pol), "verified_mean": 16.0}
+    doc = {"target": TARGET, "drafter": DRAFTER, "hardware": HW, "workload": "mt-bench"}
+    assert _tree_spread(doc, {**run, "verified_cv": 0.3}, {}) == 0.3
+    obj = ClosedFormObjective(_cm(), acceptance_model("mt-bench"), samples=256)
+    cv = obj.tree_spread(pol, 32)
+    assert 0.05 < cv < 1.0
+    assert _tree_spread(doc, run, {}) == pytest.approx(cv, rel=0.3)  # its own draws
+    assert _tree_spread({**doc, "workload": "trace:x.jsonl.gz"}, run, {}) is None
+    assert _tree_spread(doc, {**run, "batch": 1}, {}) is None
+    assert obj.tree_spread(pol, 1) == 0.0
+    assert obj.tree_spread(TreePolicy("dynamic-topk", 6, 8, 32), 32) == 0.0
 
 
 def test_token_bucket_default_is_the_executors() -> None:

@@ -65,6 +65,11 @@ at batch 8-64 on the mt-bench acceptance model: CV 0.15-0.24 for dynamic-topk 5/
 and 7/10/60). The objective and check pass the acceptance model's own spread instead."""
 
 
+STEP_SIGMAS = 4.0
+"""Standard deviations either side of the mean over which a pruned verify's packed total is
+summed bucket by bucket (CostModel._pruned_verify_time; the mass beyond joins the end buckets)."""
+
+
 def drafted_rows(batch: ArrayLike, depth: ArrayLike, topk: ArrayLike) -> F64:
     """Rows of drafter logits a drafting phase selects over: `batch` in its first step,
     batch x topk in each of the depth - 1 later ones (none without steps)."""
@@ -411,9 +416,11 @@ class CostModel:
             and `tree_tokens` the tree each round verifies (default budget); the objective
             passes their means (planner.hierarchical). `rounds` and `tree_tokens` price only
             hierarchical policies (a SpecError otherwise).
-        tokens_cv: spread (std / mean) of the tree tokens over the batch's requests under a
-            shared budget above batch 1 (ECHO), whose unequal trees are verified ragged
-            (ragged_verify_time); default SHARED_TREE_CV; ignored for other policies.
+        tokens_cv: spread (std / mean) of the tree tokens over the batch's requests, for
+            trees verified ragged: under a shared budget above batch 1 (ECHO,
+            ragged_verify_time; default SHARED_TREE_CV), and pruned trees, whose packed total
+            it spreads over the steps (_pruned_verify_time; default 0: every step at the
+            mean, as a caller pricing one drawn step passes); ignored for other policies.
         With speculation off the step verifies 1 token per sequence and drafts nothing;
         passing `tokens` or `accepted` is then a SpecError. The engine's term is
         `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp, the drafter's
@@ -535,26 +542,63 @@ class CostModel:
     ) -> F64:
         """The verify of `policy`'s trees: ragged_verify_time under a shared budget above batch
         1 (ECHO: spread `cv`, default SHARED_TREE_CV; a request holds at most the batch's whole
-        budget), else verify_time at the mean tree size. A pruned tree's attention stays priced
-        at its mean on the smallest attention tile (its requests hold at most the budget, whose
-        dense shape the launch is planned and tuned for; padding them to ragged_tile_m
-        overprices the H200 runs: +8.6% at batch 32, and padding the mean to the dense launch's
-        tile, operators.attention_row_tile, +4% at batch 32 on measurements/h200-newuser), but
-        the packed batch runs at the next multiple of Calibration.ragged_token_bucket tokens (at most B x budget): at batch 1 a 17-token tree
-        verifies as 32."""
+        budget), _pruned_verify_time for pruned trees, else verify_time at the mean tree size."""
         if not policy.shared_budget:
             if policy.prune_threshold > 0:
-                bucket = float(self.calibration.ragged_token_bucket)
-                mean = np.asarray(n, dtype=np.float64)
-                total = np.minimum(pad_up(b * mean, bucket), b * policy.budget)
-                n = np.maximum(total / np.maximum(b, 1.0), mean)
-                shape = replace(self._uniform(b, n, c), packed=True)
-                return _total(self._target.forward(shape))
+                return self._pruned_verify_time(policy, b, n, c, 0.0 if cv is None else cv)
             return self.verify_time(b, n, c)
         spread = SHARED_TREE_CV if cv is None else cv
         most = 1.0 + b * (policy.budget - 1)
         ragged = self.ragged_verify_time(b, n, c, tokens_cv=spread, max_tokens=most)
         return _f64(np.where(b > 1, ragged, self.verify_time(b, n, c)))
+
+    def _pruned_verify_time(
+        self, policy: TreePolicy, b: F64, n: ArrayLike, c: F64, cv: ArrayLike
+    ) -> F64:
+        """The packed verify of pruned trees (kernels/ragged_plan.py), `n` kept tokens per
+        request on average with spread `cv` (std / mean over the batch's requests), averaged
+        over the steps.
+
+        A step packs the batch's kept tokens T = sum_i n_i into one verify at the next multiple
+        of Calibration.ragged_token_bucket (at most B x budget; at batch 1 a 17-token tree
+        verifies as 32), whose weight GEMMs see that count. Its attention is the ragged launch
+        ECHO's verify runs (ragged_verify_time): RaggedBucket plans it for the budget's dense
+        shape (tuned_launch(B, budget, C), plan_launch's max_q_len = the budget), so a request's
+        G x n_i rows are padded to that launch's tile (Calibration.ragged_tile_m, at most the
+        budget's rows), not to the smallest one; the tile's FLOPs make the attention
+        compute-bound where the HBM is fast (H200), and the KV read keeps it memory-bound where
+        it is not (H100). T changes from step to step: over independent requests its std is
+        sqrt(B) x cv x mean, and the price is the mean over the steps: each token bucket's price
+        weighted by the chance that a normal T falls in it (STEP_SIGMAS), which spreads the weight GEMMs' wave steps
+        (operators.gemm_effective_rows) over the totals the steps reach. The pruned trace runs
+        keep about 16 of 32 tokens per request (T = 490-1010 at batch 32-64), just under the
+        512- and 1024-row wave steps: priced at their mean on the smallest attention tile, their
+        speedups came out 6-9% high on H200 (measurements/h200-newuser2, h200-newuser3,
+        benchmarks/results/new_gpu_h200_rerun: verify 4-9.5% short) while every phase but the
+        verify was within 1% of the step (benchmarks/bench_prune_phases.py)."""
+        from scipy.special import ndtr
+
+        q = float(self.calibration.ragged_token_bucket)
+        mean = _arr("tokens", n)
+        most = b * policy.budget  # the top bucket: every node kept
+        mu = b * mean
+        std = np.sqrt(b) * _arr("tokens_cv", cv) * mean
+        sd = np.maximum(std, 1e-9)  # no spread: all the mass in the mean's bucket
+        first = np.floor(np.maximum(mu - STEP_SIGMAS * std, 0.0) / q)
+        count = int(np.max(np.ceil((mu + STEP_SIGMAS * std) / q) - first)) + 1
+        total: F64 = np.zeros(())
+        for j in range(count):
+            k = first + j  # bucket k holds the steps of kq - q < T <= kq kept tokens
+            lo = -np.inf if j == 0 else (k - 1) * q + 0.5
+            hi = np.inf if j == count - 1 else k * q + 0.5
+            weight = ndtr((hi - mu) / sd) - ndtr((lo - mu) / sd)
+            packed = np.clip(k * q, np.minimum(pad_up(b, q), most), most)
+            per_request = packed / np.maximum(b, 1.0)
+            t = self.ragged_verify_time(
+                b, per_request, c, tokens_cv=cv, max_tokens=float(policy.budget)
+            )
+            total = total + weight * t
+        return _f64(total)
 
     def _ragged_time(self, policy: TreePolicy, batch: F64) -> F64 | None:
         """prune_time where the batch's trees differ in size per request, so the verify runs
