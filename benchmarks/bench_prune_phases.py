@@ -1,4 +1,4 @@
-"""Where a pruned step's predicted speedup goes wrong: measured vs predicted phases, pruned vs dense.
+"""Where a pruned step's predicted speedup goes wrong: its phases measured and predicted.
 
     python -m benchmarks.bench_prune_phases                  # the committed calibrations
     python -m benchmarks.bench_prune_phases --refit          # each folder refitted (bench_refit)
@@ -72,8 +72,13 @@ def phase_rows(folder: Path, refit: bool = False) -> list[dict[str, Any]]:
     rows = []
     for name, doc in _documents(folder):
         hw = load_hardware(doc["hardware"])
-        cm = CostModel(hw, load_model(doc["target"]), load_model(doc["drafter"]),
-                       tp=doc_tp(doc, name), calibration=cals.get(hw.name))  # fmt: skip
+        cm = CostModel(
+            hw,
+            load_model(doc["target"]),
+            load_model(doc["drafter"]),
+            tp=doc_tp(doc, name),
+            calibration=cals.get(hw.name),
+        )
         planned: dict[str, Any] = {}
         for r in doc["runs"]:
             if r["policy"] is None:
@@ -134,10 +139,15 @@ def main(argv: list[str]) -> int:
     rows: list[dict[str, Any]] = []
     for f in folders:
         rows += phase_rows(ROOT / f, args.refit)
-    print(f"calibration: {'refitted' if args.refit else 'committed'}; phase cells: measured / "
-          "predicted ms (share of the step error); rest: tree + accept + compact + overhead")  # fmt: skip
-    print(f"{'folder':<26} {'file':<16} {'B':>3} {'policy':<24} {'N':>5} {'cv':>4} "
-          + " ".join(f"{k:>19}" for k in PHASES) + f" {'step':>15} {'AR':>7} {'speedup':>7}")  # fmt: skip
+    print(
+        f"calibration: {'refitted' if args.refit else 'committed'}; phase cells: measured / "
+        "predicted ms (share of the step error); rest: tree + accept + compact + overhead"
+    )
+    print(
+        f"{'folder':<26} {'file':<16} {'B':>3} {'policy':<24} {'N':>5} {'cv':>4} "
+        + " ".join(f"{k:>19}" for k in PHASES)
+        + f" {'step':>15} {'AR':>7} {'speedup':>7}"
+    )
     for r in rows:
         if not (r["pruned"] or r["batch"] >= 8):
             continue
@@ -147,9 +157,11 @@ def main(argv: list[str]) -> int:
         )
         cv = "-" if r["tokens_cv"] is None else f"{r['tokens_cv']:.2f}"
         step, ar = r["step_ms"], r["ar_ms"]
-        print(f"{r['folder'][-26:]:<26} {r['file'][:16]:<16} {r['batch']:>3} {r['policy'][:24]:<24} "
-              f"{r['tokens']:>5.1f} {cv:>4} {cells} {step[0]:>7.2f}/{step[1]:<7.2f} "
-              f"{ar[1] / ar[0] - 1:>+7.1%} {r['speedup_error']:>+7.1%}")  # fmt: skip
+        print(
+            f"{r['folder'][-26:]:<26} {r['file'][:16]:<16} {r['batch']:>3} {r['policy'][:24]:<24} "
+            f"{r['tokens']:>5.1f} {cv:>4} {cells} {step[0]:>7.2f}/{step[1]:<7.2f} "
+            f"{ar[1] / ar[0] - 1:>+7.1%} {r['speedup_error']:>+7.1%}"
+        )
     s = summary(rows)
     print("\nsummary: |speedup error| mean / worst; mean share of the step error per phase; AR")
     for g, v in s.items():

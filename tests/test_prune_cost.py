@@ -296,6 +296,7 @@ def _run(cm: CostModel, b: int, policy: TreePolicy, n: float, c: int, acc: float
         "label": "pruned" if policy.prune_threshold > 0 else "dense",
         "nodes": policy.budget,
         "verified_mean": n,
+        "verified_cv": 0.0,  # equal trees: every step at the mean (check reads the measured cv)
         "phases_ms": ph,
         "accepted_mean": acc,
         "tokens_per_step": acc + 1,

@@ -555,27 +555,26 @@ class CostModel:
     def _pruned_verify_time(
         self, policy: TreePolicy, b: F64, n: ArrayLike, c: F64, cv: ArrayLike
     ) -> F64:
-        """The packed verify of pruned trees (kernels/ragged_plan.py), `n` kept tokens per
-        request on average with spread `cv` (std / mean over the batch's requests), averaged
-        over the steps.
+        """The packed verify of pruned trees (kernels/ragged_plan.py): `n` kept tokens per
+        request on average, spread `cv` (std / mean over the batch's requests), mean over steps.
 
         A step packs the batch's kept tokens T = sum_i n_i into one verify at the next multiple
         of Calibration.ragged_token_bucket (at most B x budget; at batch 1 a 17-token tree
         verifies as 32), whose weight GEMMs see that count. Its attention is the ragged launch
-        ECHO's verify runs (ragged_verify_time): RaggedBucket plans it for the budget's dense
-        shape (tuned_launch(B, budget, C), plan_launch's max_q_len = the budget), so a request's
-        G x n_i rows are padded to that launch's tile (Calibration.ragged_tile_m, at most the
-        budget's rows), not to the smallest one; the tile's FLOPs make the attention
-        compute-bound where the HBM is fast (H200), and the KV read keeps it memory-bound where
-        it is not (H100). T changes from step to step: over independent requests its std is
-        sqrt(B) x cv x mean, and the price is the mean over the steps: each token bucket's price
-        weighted by the chance that a normal T falls in it (STEP_SIGMAS), which spreads the weight GEMMs' wave steps
-        (operators.gemm_effective_rows) over the totals the steps reach. The pruned trace runs
-        keep about 16 of 32 tokens per request (T = 490-1010 at batch 32-64), just under the
-        512- and 1024-row wave steps: priced at their mean on the smallest attention tile, their
-        speedups came out 6-9% high on H200 (measurements/h200-newuser2, h200-newuser3,
-        benchmarks/results/new_gpu_h200_rerun: verify 4-9.5% short) while every phase but the
-        verify was within 1% of the step (benchmarks/bench_prune_phases.py)."""
+        that ECHO's verify runs too (ragged_verify_time): RaggedBucket plans it for the budget's
+        dense shape (tuned_launch(B, budget, C); plan_launch's max_q_len is the budget), so each
+        request's G x n_i rows are padded to that launch's tile (Calibration.ragged_tile_m, at
+        most the budget's rows), not to the smallest tile. Where HBM is fast (H200) those tiles'
+        FLOPs bound the attention; where it is not (H100) the KV read still does.
+        T changes from step to step; over independent requests its std is sqrt(B) x cv x mean,
+        and the price is each token bucket's weighted by the chance that a normal T (continuity
+        corrected, STEP_SIGMAS either side) falls in it. That spreads the weight GEMMs' wave
+        steps (operators.gemm_effective_rows) over the totals the steps reach: the pruned trace
+        runs keep ~16 of 32 tokens per request (T = 490-1010 at batch 32-64), just under the
+        512- and 1024-row steps, where their mean alone priced the verify 4-9.5% short and the
+        speedup 6-9% high on H200 (measurements/h200-newuser2, h200-newuser3, benchmarks/
+        results/new_gpu_h200_rerun; every other phase within 1% of the step, benchmarks/
+        bench_prune_phases.py). cv = 0: one step at the mean's bucket."""
         from scipy.special import ndtr
 
         q = float(self.calibration.ragged_token_bucket)
@@ -586,18 +585,18 @@ class CostModel:
         sd = np.maximum(std, 1e-9)  # no spread: all the mass in the mean's bucket
         first = np.floor(np.maximum(mu - STEP_SIGMAS * std, 0.0) / q)
         count = int(np.max(np.ceil((mu + STEP_SIGMAS * std) / q) - first)) + 1
-        total: F64 = np.zeros(())
-        for j in range(count):
-            k = first + j  # bucket k holds the steps of kq - q < T <= kq kept tokens
-            lo = -np.inf if j == 0 else (k - 1) * q + 0.5
-            hi = np.inf if j == count - 1 else k * q + 0.5
-            weight = ndtr((hi - mu) / sd) - ndtr((lo - mu) / sd)
-            packed = np.clip(k * q, np.minimum(pad_up(b, q), most), most)
-            per_request = packed / np.maximum(b, 1.0)
-            t = self.ragged_verify_time(
-                b, per_request, c, tokens_cv=cv, max_tokens=float(policy.budget)
-            )
-            total = total + weight * t
+        # one leading axis over the buckets: bucket k holds the steps of kq - q < T <= kq
+        ndim = np.broadcast(mu, std, c).ndim
+        j = np.arange(count, dtype=np.float64).reshape((count,) + (1,) * ndim)
+        k = first + j
+        lo = np.where(j == 0, -np.inf, (k - 1) * q + 0.5)
+        hi = np.where(j == count - 1, np.inf, k * q + 0.5)
+        weight = ndtr((hi - mu) / sd) - ndtr((lo - mu) / sd)
+        packed = np.clip(k * q, np.minimum(pad_up(b, q), most), most)
+        t = self.ragged_verify_time(
+            b, packed / np.maximum(b, 1.0), c, tokens_cv=cv, max_tokens=float(policy.budget)
+        )
+        total = (weight * t).sum(axis=0)
         return _f64(total)
 
     def _ragged_time(self, policy: TreePolicy, batch: F64) -> F64 | None:
