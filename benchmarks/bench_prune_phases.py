@@ -12,9 +12,11 @@ it lists each phase measured / predicted and its share of the step's error, (pre
 measured) / measured step: draft, verify, draft extend and the rest (tree, accept, compact and
 overhead against the breakdown's overhead, retrieval and pruning), then the step, the step
 without speculation (AR) and the speedup error. The summary groups runs by kind (pruned:
-prune_threshold > 0; dense: the others) and batch (1, 8, >= 32): mean and worst |speedup
-error| and each phase's mean share, so the phase that carries a kind's error stands out.
-A table, then one JSON document on the last line.
+prune_threshold > 0; echo: a shared budget above batch 1; dense: the others) and batch (1,
+8, >= 32): mean and worst |speedup error| and each phase's mean share, so the phase that
+carries a kind's error stands out (over every run). A table of the pruned runs and the runs
+measured beside them (same document and batch), the summary, then one JSON document on the
+last line.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ def phase_rows(folder: Path, refit: bool = False) -> list[dict[str, Any]]:
             pol = r["policy"]
             rows.append({
                 "folder": str(folder.relative_to(ROOT)), "file": name, "batch": b,
-                "tp": doc_tp(doc, name), "policy": r["label"], "pruned": pol["prune_threshold"] > 0,
+                "tp": doc_tp(doc, name), "policy": r["label"], "kind": _kind(pol, b),
                 "graft": pol["graft_budget"], "tokens": n, "tokens_cv": r.get("verified_cv"),
                 "measured_ms": meas, "predicted_ms": pred,
                 "share": {k: (pred[k] - meas[k]) / ph["step"] for k in PHASES},
@@ -112,9 +114,17 @@ def phase_rows(folder: Path, refit: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
+def _kind(policy: dict[str, Any], batch: int) -> str:
+    """pruned (prune_threshold > 0), echo (a shared budget above batch 1: also a ragged
+    verify, unpruned) or dense."""
+    if policy["prune_threshold"] > 0:
+        return "pruned"
+    return "echo" if policy.get("shared_budget") and batch > 1 else "dense"
+
+
 def _group(r: dict[str, Any]) -> str:
     size = "B1" if r["batch"] == 1 else "B8" if r["batch"] < 32 else "B32+"
-    return f"{'pruned' if r['pruned'] else 'dense'} {size}"
+    return f"{r['kind']} {size}"
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -128,6 +138,17 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             out[g][k] = sum(r["share"][k] for r in sel) / len(sel)
         out[g]["ar"] = sum(r["ar_ms"][1] / r["ar_ms"][0] - 1 for r in sel) / len(sel)
     return out
+
+
+def _rounded(x: Any) -> Any:
+    """x with every float to 5 significant digits (the JSON line stays short)."""
+    if isinstance(x, float):
+        return float(f"{x:.5g}")
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_rounded(v) for v in x]
+    return x
 
 
 def main(argv: list[str]) -> int:
@@ -148,9 +169,10 @@ def main(argv: list[str]) -> int:
         + " ".join(f"{k:>19}" for k in PHASES)
         + f" {'step':>15} {'AR':>7} {'speedup':>7}"
     )
-    for r in rows:
-        if not (r["pruned"] or r["batch"] >= 8):
-            continue
+    # pruned runs and the runs beside them (same document and batch): pruned vs dense
+    beside = {(r["folder"], r["file"], r["batch"]) for r in rows if r["kind"] == "pruned"}
+    shown = [r for r in rows if (r["folder"], r["file"], r["batch"]) in beside]
+    for r in shown:
         cells = " ".join(
             f"{r['measured_ms'][k]:>6.2f}/{r['predicted_ms'][k]:<6.2f}({r['share'][k]:+5.1%})"
             for k in PHASES
@@ -170,7 +192,10 @@ def main(argv: list[str]) -> int:
             f"  {g:<12} {int(v['runs']):>4} runs  {v['mean']:5.1%} / {v['worst']:5.1%}  "
             f"{shares}  AR {v['ar']:+5.1%}"
         )
-    print(json.dumps({"refit": args.refit, "summary": s, "rows": rows}))
+    keys = ("folder", "file", "batch", "policy", "kind", "tokens", "tokens_cv", "share",
+            "speedup_error")  # fmt: skip
+    compact = [_rounded({k: r[k] for k in keys}) for r in shown]
+    print(json.dumps({"refit": args.refit, "summary": _rounded(s), "rows": compact}))
     return 0
 
 

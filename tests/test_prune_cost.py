@@ -391,6 +391,22 @@ def test_fit_predicts_the_breakdowns_fields(engine: EngineOverheads | None) -> N
     assert {"ar", "step", "draft", "extend", "verify"} <= kinds
 
 
+def test_fit_takes_no_forward_rows_from_pruned_runs() -> None:
+    """A pruned run gives the efficiency fit its drafting and draft extend, not its packed
+    verify or its step (GEMMs at token counts the fit's grids never measure); a dense run
+    gives all four, and its overheads still reach _overheads (prune_step_s)."""
+    from spectune.validate.fit import _rows
+
+    doc = _doc(_cm())
+    run = {"hardware": HW, "target": TARGET, "drafter": DRAFTER, "verify": []}
+    by_policy: dict[bool, set[str]] = {True: set(), False: set()}
+    for kind, a, _ in _rows(run, [doc]):
+        if "policy" in a:
+            by_policy[a["policy"].prune_threshold > 0].add(kind)
+    assert by_policy[False] == {"verify", "step", "draft", "extend"}
+    assert by_policy[True] == {"draft", "extend"}
+
+
 def test_overheads_recover_a_planted_prune_step() -> None:
     from spectune.validate.fit import _overheads
 

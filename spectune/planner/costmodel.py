@@ -65,11 +65,6 @@ at batch 8-64 on the mt-bench acceptance model: CV 0.15-0.24 for dynamic-topk 5/
 and 7/10/60). The objective and check pass the acceptance model's own spread instead."""
 
 
-STEP_SIGMAS = 4.0
-"""Standard deviations either side of the mean over which a pruned verify's packed total is
-summed bucket by bucket (CostModel._pruned_verify_time; the mass beyond joins the end buckets)."""
-
-
 def drafted_rows(batch: ArrayLike, depth: ArrayLike, topk: ArrayLike) -> F64:
     """Rows of drafter logits a drafting phase selects over: `batch` in its first step,
     batch x topk in each of the depth - 1 later ones (none without steps)."""
@@ -417,10 +412,9 @@ class CostModel:
             passes their means (planner.hierarchical). `rounds` and `tree_tokens` price only
             hierarchical policies (a SpecError otherwise).
         tokens_cv: spread (std / mean) of the tree tokens over the batch's requests, for
-            trees verified ragged: under a shared budget above batch 1 (ECHO,
-            ragged_verify_time; default SHARED_TREE_CV), and pruned trees, whose packed total
-            it spreads over the steps (_pruned_verify_time; default 0: every step at the
-            mean, as a caller pricing one drawn step passes); ignored for other policies.
+            trees verified ragged (ragged_verify_time: a request pads its rows to the launch's
+            tile): under a shared budget above batch 1 (ECHO; default SHARED_TREE_CV) and
+            pruned trees (default 0: equal trees); ignored for other policies.
         With speculation off the step verifies 1 token per sequence and drafts nothing;
         passing `tokens` or `accepted` is then a SpecError. The engine's term is
         `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp, the drafter's
@@ -556,48 +550,28 @@ class CostModel:
         self, policy: TreePolicy, b: F64, n: ArrayLike, c: F64, cv: ArrayLike
     ) -> F64:
         """The packed verify of pruned trees (kernels/ragged_plan.py): `n` kept tokens per
-        request on average, spread `cv` (std / mean over the batch's requests), mean over steps.
+        request on average, spread `cv` (std / mean over the batch's requests).
 
-        A step packs the batch's kept tokens T = sum_i n_i into one verify at the next multiple
-        of Calibration.ragged_token_bucket (at most B x budget; at batch 1 a 17-token tree
+        A step packs the batch's kept tokens into one verify at the next multiple of
+        Calibration.ragged_token_bucket (at most B x budget; at batch 1 a 17-token tree
         verifies as 32), whose weight GEMMs see that count. Its attention is the ragged launch
         that ECHO's verify runs too (ragged_verify_time): RaggedBucket plans it for the budget's
         dense shape (tuned_launch(B, budget, C); plan_launch's max_q_len is the budget), so each
         request's G x n_i rows are padded to that launch's tile (Calibration.ragged_tile_m, at
         most the budget's rows), not to the smallest tile. Where HBM is fast (H200) those tiles'
-        FLOPs bound the attention; where it is not (H100) the KV read still does.
-        T changes from step to step; over independent requests its std is sqrt(B) x cv x mean,
-        and the price is each token bucket's weighted by the chance that a normal T (continuity
-        corrected, STEP_SIGMAS either side) falls in it. That spreads the weight GEMMs' wave
-        steps (operators.gemm_effective_rows) over the totals the steps reach: the pruned trace
-        runs keep ~16 of 32 tokens per request (T = 490-1010 at batch 32-64), just under the
-        512- and 1024-row steps, where their mean alone priced the verify 4-9.5% short and the
-        speedup 6-9% high on H200 (measurements/h200-newuser2, h200-newuser3, benchmarks/
-        results/new_gpu_h200_rerun; every other phase within 1% of the step, benchmarks/
-        bench_prune_phases.py). cv = 0: one step at the mean's bucket."""
-        from scipy.special import ndtr
-
+        FLOPs bound the attention; where it is not (H100) the KV read still does. Priced on the
+        smallest tile, the H200 pruned trace runs at batch 32-64 (measurements/h200-newuser2,
+        h200-newuser3, benchmarks/results/new_gpu_h200_rerun: ~16 of 32 tokens kept) verified
+        4-9.5% short and their speedups came out 6-9% high, while on H100 (attention memory-bound)
+        the same traces verified within 2% (benchmarks/bench_prune_phases.py)."""
         q = float(self.calibration.ragged_token_bucket)
         mean = _arr("tokens", n)
         most = b * policy.budget  # the top bucket: every node kept
-        mu = b * mean
-        std = np.sqrt(b) * _arr("tokens_cv", cv) * mean
-        sd = np.maximum(std, 1e-9)  # no spread: all the mass in the mean's bucket
-        first = np.floor(np.maximum(mu - STEP_SIGMAS * std, 0.0) / q)
-        count = int(np.max(np.ceil((mu + STEP_SIGMAS * std) / q) - first)) + 1
-        # one leading axis over the buckets: bucket k holds the steps of kq - q < T <= kq
-        ndim = np.broadcast(mu, std, c).ndim
-        j = np.arange(count, dtype=np.float64).reshape((count,) + (1,) * ndim)
-        k = first + j
-        lo = np.where(j == 0, -np.inf, (k - 1) * q + 0.5)
-        hi = np.where(j == count - 1, np.inf, k * q + 0.5)
-        weight = ndtr((hi - mu) / sd) - ndtr((lo - mu) / sd)
-        packed = np.clip(k * q, np.minimum(pad_up(b, q), most), most)
-        t = self.ragged_verify_time(
-            b, packed / np.maximum(b, 1.0), c, tokens_cv=cv, max_tokens=float(policy.budget)
+        packed = np.minimum(pad_up(b * mean, q), most)
+        per_request = np.maximum(packed / np.maximum(b, 1.0), mean)
+        return self.ragged_verify_time(
+            b, per_request, c, tokens_cv=cv, max_tokens=float(policy.budget)
         )
-        total = (weight * t).sum(axis=0)
-        return _f64(total)
 
     def _ragged_time(self, policy: TreePolicy, batch: F64) -> F64 | None:
         """prune_time where the batch's trees differ in size per request, so the verify runs
