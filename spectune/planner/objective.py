@@ -226,8 +226,8 @@ class ClosedFormObjective:
         """Spread (std / mean) of the tokens verified per request over one batch's requests
         (batch > 1), from the same draws as tree_tokens: a shared budget's within each drawn
         batch, a pruned tree's over independent draws; 0 for other policies, whose verify the
-        cost model prices at the mean. The cost model prices the ragged verify of ECHO's and of pruned trees from it
-        (CostModel.iteration's tokens_cv)."""
+        cost model prices at the mean. The cost model prices the ragged verify of ECHO's and
+        of pruned trees from it (CostModel.iteration's tokens_cv)."""
         if policy.chain or batch is None or batch <= 1:
             return 0.0
         if policy.prune_threshold > 0 and not self._shares(policy, batch):

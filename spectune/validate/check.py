@@ -8,8 +8,8 @@ the document's (the GPUs the executor split the target over; 1 when absent). Per
   (and the baseline's verify at 1 token); for a pruned policy the tree tokens are the measured
   mean verified per sequence (`verified_mean`; also for shared-budget and grafted trees), or,
   in a document without it, the planner's mean kept tokens (ClosedFormObjective.tree_tokens
-  for the document's workload), with their measured spread over the batch's requests
-  (`verified_cv`: a pruned batch's packed verify is priced over its steps' totals);
+  for the document's workload), with their spread over the batch's requests (`verified_cv`,
+  else the planner's: a ragged verify pads each request's rows to its launch's tile);
 - speedup: predicted = tokens_per_step_measured / CostModel.iteration(policy, batch, context,
   tokens=tree tokens).total_s x CostModel.iteration(None, batch, context).total_s vs the
   measured speedup. The iteration charges everything the policy has (a pruned policy its

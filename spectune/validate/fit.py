@@ -156,9 +156,9 @@ def _rows(
                 # multiple of 16 between the powers of two that the GEMM benchmarks and the
                 # verify grid measure, where gemm_time's tile and wave steps go untested: the
                 # pruned runs at 490-560 and 810 tokens miss them by -5% to +7% on H100 and
-                # H200 alike (benchmarks/bench_prune_phases.py), and fitted, they pull the
-                # forward efficiencies off every dense run (its bench_refit: worst dense
-                # speedup error 6.7 -> 8.4% at batch 8); their overheads are fitted apart
+                # H200 alike (benchmarks/bench_prune_phases.py); fitted, they pull the forward
+                # efficiencies off the dense runs (bench_prune_phases --refit: worst dense or
+                # ECHO speedup error at batch 8, 6.7 -> 8.4%). Their overheads are fitted apart
                 rows.append(("verify", {**run_args, "tokens": _tokens(r)}, ph["verify"] / 1e3))
                 rows.append(("step", {**run_args, "tokens": _tokens(r)}, ph["step"] / 1e3))
             rows.append(("draft", run_args, ph["draft"] / 1e3))
