@@ -177,7 +177,13 @@ def test_objective_step_is_the_breakdowns_total(engine: EngineOverheads | None) 
             step = cm.iteration(None, batches, context)
             if policy is not None:
                 tokens, accepted = obj.tree_tokens(policy), obj.expected_tokens(policy)
-                step = cm.iteration(policy, batches, context, tokens=tokens, accepted=accepted)
+                # a pruned tree's spread over the batch's requests (0 at batch 1 and for
+                # dense trees) spreads its packed verify over the steps
+                cv = np.array([obj.tree_spread(policy, int(b)) for b in batches])
+                assert cv[0] == 0 and (policy.prune_threshold > 0 or not np.any(cv))
+                step = cm.iteration(
+                    policy, batches, context, tokens=tokens, accepted=accepted, tokens_cv=cv
+                )
             np.testing.assert_array_equal(obj.step_times(policy, batches, context), step.total_s)
             np.testing.assert_array_equal(
                 obj.iteration(policy, batches, context).total_s, step.total_s
@@ -290,6 +296,7 @@ def _run(cm: CostModel, b: int, policy: TreePolicy, n: float, c: int, acc: float
         "label": "pruned" if policy.prune_threshold > 0 else "dense",
         "nodes": policy.budget,
         "verified_mean": n,
+        "verified_cv": 0.0,  # equal trees: every step at the mean (check reads the measured cv)
         "phases_ms": ph,
         "accepted_mean": acc,
         "tokens_per_step": acc + 1,
@@ -382,6 +389,22 @@ def test_fit_predicts_the_breakdowns_fields(engine: EngineOverheads | None) -> N
             if kind == "step" and engine is not None:
                 assert got > predict_row(_cm(), kind, a)
     assert {"ar", "step", "draft", "extend", "verify"} <= kinds
+
+
+def test_fit_takes_no_forward_rows_from_pruned_runs() -> None:
+    """A pruned run gives the efficiency fit its drafting and draft extend, not its packed
+    verify or its step (GEMMs at token counts the fit's grids never measure); a dense run
+    gives all four, and its overheads still reach _overheads (prune_step_s)."""
+    from spectune.validate.fit import _rows
+
+    doc = _doc(_cm())
+    run = {"hardware": HW, "target": TARGET, "drafter": DRAFTER, "verify": []}
+    by_policy: dict[bool, set[str]] = {True: set(), False: set()}
+    for kind, a, _ in _rows(run, [doc]):
+        if "policy" in a:
+            by_policy[a["policy"].prune_threshold > 0].add(kind)
+    assert by_policy[False] == {"verify", "step", "draft", "extend"}
+    assert by_policy[True] == {"draft", "extend"}
 
 
 def test_overheads_recover_a_planted_prune_step() -> None:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spectune.planner.acceptance import acceptance_model
 from spectune.planner.costmodel import SHARED_TREE_CV, CostModel
 from spectune.planner.objective import ClosedFormObjective, shared_twin
 from spectune.planner.operators import pad_up, spread_padded_rows
@@ -215,16 +216,76 @@ def test_pruned_verify_runs_at_the_token_bucket() -> None:
     cm = _cm()
     pruned = TreePolicy("dynamic-topk", 6, 8, 32, 0.05)
     one = float(np.asarray(cm.iteration(pruned, 1, 4096, tokens=17.2).verify_s))
-    assert one == pytest.approx(float(cm.verify_time(1, 32, 4096)))
+    assert one == pytest.approx(float(cm.ragged_verify_time(1, 32, 4096, max_tokens=32)))
     many = float(np.asarray(cm.iteration(pruned, 32, 4096, tokens=17.4).verify_s))
-    assert many == pytest.approx(float(cm.verify_time(32, 560 / 32, 4096)))
+    assert many == pytest.approx(float(cm.ragged_verify_time(32, 560 / 32, 4096, max_tokens=32)))
     dense = TreePolicy("dynamic-topk", 6, 8, 32)
     assert float(np.asarray(cm.iteration(dense, 1, 4096, tokens=17.2).verify_s)) == (
         pytest.approx(float(cm.verify_time(1, 17.2, 4096)))
     )
     coarse = _cm(dataclasses.replace(CAL, ragged_token_bucket=64))
     wide = float(np.asarray(coarse.iteration(pruned, 8, 4096, tokens=9.0).verify_s))
-    assert wide == pytest.approx(float(coarse.verify_time(8, 128 / 8, 4096)))
+    assert wide == pytest.approx(float(coarse.ragged_verify_time(8, 16, 4096, max_tokens=32)))
+
+
+def _h200() -> CostModel:
+    """The H200 calibration of measurements/h200-newuser3 (fast HBM: tree attention over 128-row
+    tiles turns compute-bound at batch 32, context 4096)."""
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "measurements/h200-newuser3/calibration-h200.json"
+    return CostModel(load_hardware("h200"), load_model(TARGET), load_model(DRAFTER),
+                     calibration=Calibration.load(path))  # fmt: skip
+
+
+def test_pruned_attention_pads_to_the_budgets_launch() -> None:
+    """The packed verify's attention runs the launch planned for the budget's dense shape
+    (kernels/ragged_plan.py RaggedBucket: max_q_len = the budget), so 32 requests keeping 16 of
+    32 tokens pay 128 rows per KV-head group (4 x 32), as the dense 32-token verify does, not
+    the 64 of a dense 16-token verify: where that attention is compute-bound (H200) the pruned
+    verify costs more than the dense verify of its mean, by the attention alone."""
+    cm = _h200()
+    pruned = TreePolicy("dynamic-topk", 6, 8, 32, 0.05)
+    got = float(np.asarray(cm.iteration(pruned, 32, 4096, tokens=16.0).verify_s))
+    assert got == pytest.approx(float(cm.ragged_verify_time(32, 16, 4096, max_tokens=32)))
+    small = cm.verify_breakdown(32, 16, 4096)
+    # the same weight GEMMs (512 tokens), the attention of 128-row tiles over 4096 + 16 keys
+    rows = cm.verify_breakdown(32, 32, 4096)["attention"] - small["attention"]
+    assert got - float(cm.verify_time(32, 16, 4096)) == pytest.approx(float(rows), rel=0.05)
+    assert float(rows) > 0.02 * got
+    # a budget whose rows fit a smaller tile (8 tokens: 32 rows) pads to that tile only
+    few = TreePolicy("dynamic-topk", 5, 4, 8, 0.05)
+    got8 = float(np.asarray(cm.iteration(few, 32, 4096, tokens=8.0).verify_s))
+    assert got8 == pytest.approx(float(cm.verify_time(32, 8, 4096)), rel=1e-9)
+
+
+def test_pruned_step_spread_comes_from_check_and_the_objective() -> None:
+    """check hands a pruned run's measured spread (verified_cv) to the cost model, else (an
+    older document) the planner's for its workload, else (a recorded trace) none: every step at
+    the mean; the objective hands its drawn trees' spread above batch 1 (0 at batch 1, where
+    the executor measures none, and for dense trees)."""
+    pol = TreePolicy("dynamic-topk", 6, 8, 32, 0.05)
+    run = {"batch": 32, "policy": dataclasses.asdict(pol), "verified_mean": 16.0}
+    doc = {"target": TARGET, "drafter": DRAFTER, "hardware": HW, "workload": "mt-bench"}
+    assert _tree_spread(doc, {**run, "verified_cv": 0.3}, {}) == 0.3
+    obj = ClosedFormObjective(_cm(), acceptance_model("mt-bench"), samples=256)
+    cv = obj.tree_spread(pol, 32)
+    assert 0.05 < cv < 1.0
+    assert _tree_spread(doc, run, {}) == pytest.approx(cv, rel=0.3)  # its own draws
+    assert _tree_spread({**doc, "workload": "trace:x.jsonl.gz"}, run, {}) is None
+    assert _tree_spread(doc, {**run, "batch": 1}, {}) is None
+    assert obj.tree_spread(pol, 1) == 0.0
+    assert obj.tree_spread(TreePolicy("dynamic-topk", 6, 8, 32), 32) == 0.0
+    # the spread pads rows where a request's tree can outgrow the tile: a 60-token budget's
+    # requests above 32 tokens take a second 128-row tile; a 32-token budget's never do
+    cm = _h200()
+    for budget, more in ((60, True), (32, False)):
+        wide = TreePolicy("dynamic-topk", 7, 10, budget, 0.05)
+        even, spread = (
+            float(np.asarray(cm.iteration(wide, 32, 4096, tokens=28.0, tokens_cv=v).verify_s))
+            for v in (0.0, 0.3)
+        )
+        assert (spread > even) if more else spread == pytest.approx(even)
 
 
 def test_token_bucket_default_is_the_executors() -> None:

@@ -411,9 +411,10 @@ class CostModel:
             and `tree_tokens` the tree each round verifies (default budget); the objective
             passes their means (planner.hierarchical). `rounds` and `tree_tokens` price only
             hierarchical policies (a SpecError otherwise).
-        tokens_cv: spread (std / mean) of the tree tokens over the batch's requests under a
-            shared budget above batch 1 (ECHO), whose unequal trees are verified ragged
-            (ragged_verify_time); default SHARED_TREE_CV; ignored for other policies.
+        tokens_cv: spread (std / mean) of the tree tokens over the batch's requests, for
+            trees verified ragged (ragged_verify_time: a request pads its rows to the launch's
+            tile): under a shared budget above batch 1 (ECHO; default SHARED_TREE_CV) and
+            pruned trees (default 0: equal trees); ignored for other policies.
         With speculation off the step verifies 1 token per sequence and drafts nothing;
         passing `tokens` or `accepted` is then a SpecError. The engine's term is
         `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp, the drafter's
@@ -535,26 +536,42 @@ class CostModel:
     ) -> F64:
         """The verify of `policy`'s trees: ragged_verify_time under a shared budget above batch
         1 (ECHO: spread `cv`, default SHARED_TREE_CV; a request holds at most the batch's whole
-        budget), else verify_time at the mean tree size. A pruned tree's attention stays priced
-        at its mean on the smallest attention tile (its requests hold at most the budget, whose
-        dense shape the launch is planned and tuned for; padding them to ragged_tile_m
-        overprices the H200 runs: +8.6% at batch 32, and padding the mean to the dense launch's
-        tile, operators.attention_row_tile, +4% at batch 32 on measurements/h200-newuser), but
-        the packed batch runs at the next multiple of Calibration.ragged_token_bucket tokens (at most B x budget): at batch 1 a 17-token tree
-        verifies as 32."""
+        budget), _pruned_verify_time for pruned trees, else verify_time at the mean tree size."""
         if not policy.shared_budget:
             if policy.prune_threshold > 0:
-                bucket = float(self.calibration.ragged_token_bucket)
-                mean = np.asarray(n, dtype=np.float64)
-                total = np.minimum(pad_up(b * mean, bucket), b * policy.budget)
-                n = np.maximum(total / np.maximum(b, 1.0), mean)
-                shape = replace(self._uniform(b, n, c), packed=True)
-                return _total(self._target.forward(shape))
+                return self._pruned_verify_time(policy, b, n, c, 0.0 if cv is None else cv)
             return self.verify_time(b, n, c)
         spread = SHARED_TREE_CV if cv is None else cv
         most = 1.0 + b * (policy.budget - 1)
         ragged = self.ragged_verify_time(b, n, c, tokens_cv=spread, max_tokens=most)
         return _f64(np.where(b > 1, ragged, self.verify_time(b, n, c)))
+
+    def _pruned_verify_time(
+        self, policy: TreePolicy, b: F64, n: ArrayLike, c: F64, cv: ArrayLike
+    ) -> F64:
+        """The packed verify of pruned trees (kernels/ragged_plan.py): `n` kept tokens per
+        request on average, spread `cv` (std / mean over the batch's requests).
+
+        A step packs the batch's kept tokens into one verify at the next multiple of
+        Calibration.ragged_token_bucket (at most B x budget; at batch 1 a 17-token tree
+        verifies as 32), whose weight GEMMs see that count. Its attention is the ragged launch
+        that ECHO's verify runs too (ragged_verify_time): RaggedBucket plans it for the budget's
+        dense shape (tuned_launch(B, budget, C); plan_launch's max_q_len is the budget), so each
+        request's G x n_i rows are padded to that launch's tile (Calibration.ragged_tile_m, at
+        most the budget's rows), not to the smallest tile. Where HBM is fast (H200) those tiles'
+        FLOPs bound the attention; where it is not (H100) the KV read still does. Priced on the
+        smallest tile, the H200 pruned trace runs at batch 32-64 (measurements/h200-newuser2,
+        h200-newuser3, benchmarks/results/new_gpu_h200_rerun: ~16 of 32 tokens kept) verified
+        4-9.5% short and their speedups came out 6-9% high, while on H100 (attention memory-bound)
+        the same traces verified within 3% (benchmarks/bench_prune_phases.py)."""
+        q = float(self.calibration.ragged_token_bucket)
+        mean = _arr("tokens", n)
+        most = b * policy.budget  # the top bucket: every node kept
+        packed = np.minimum(pad_up(b * mean, q), most)
+        per_request = np.maximum(packed / np.maximum(b, 1.0), mean)
+        return self.ragged_verify_time(
+            b, per_request, c, tokens_cv=cv, max_tokens=float(policy.budget)
+        )
 
     def _ragged_time(self, policy: TreePolicy, batch: F64) -> F64 | None:
         """prune_time where the batch's trees differ in size per request, so the verify runs

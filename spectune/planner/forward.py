@@ -73,10 +73,6 @@ class BatchShape:
     new_cv: F64 | float = 0.0
     new_max: F64 | float = np.inf
     ragged_tile: float = 0.0
-    # A packed batch of pruned trees (kernels/ragged_plan.py): `new` is the mean kept tokens
-    # per request, whose attention rows are padded to the smallest tile only (see
-    # CostModel._tree_verify_time).
-    packed: bool = False
 
     def rows_x_keys(self, rows_per_token: int, tile: F64 | int) -> F64:
         """sum_i pad(rows_per_token * n_i, tile) * (c_i + n_i): query rows of one KV-head
@@ -252,10 +248,9 @@ class ForwardPricer:
     def _attention_tile(self, b: BatchShape, group: int) -> F64 | int:
         """The row tile one GQA tree attention launch pads each (sequence, KV head) group's
         G x n query rows to (operators.attention_row_tile; a ragged batch's launch is planned
-        for its largest sequence). A verify of unequal trees (b.ragged_tile) pads per request
-        inside BatchShape.rows_x_keys, from the smallest tile; a packed batch of pruned trees
-        pads its mean rows to the smallest tile."""
-        if b.ragged_tile or b.packed:
+        for its largest sequence). A verify of unequal trees (b.ragged_tile: ECHO's or pruned
+        trees) pads per request inside BatchShape.rows_x_keys, from the smallest tile."""
+        if b.ragged_tile:
             return self.r.attention_tile_m
         if b.ragged:
             return attention_row_tile(self.r, group * np.max(b.new), b.new.size * self.kv_heads)

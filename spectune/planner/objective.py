@@ -159,6 +159,7 @@ class ClosedFormObjective:
         self.mean_output_tokens = mean_output_tokens
         self._expected: dict[TreePolicy, float] = {}
         self._tokens: dict[TreePolicy, float] = {}
+        self._spread: dict[TreePolicy, float] = {}  # per-request std / mean of those tokens
         self._shared: dict[tuple[TreePolicy, int], tuple[float, float, float]] = {}
 
     def _shares(self, policy: TreePolicy | None, batch: int | None) -> bool:
@@ -218,14 +219,21 @@ class ClosedFormObjective:
             n = max(64, self.samples // 4)
             _, nodes, _ = sample_step(policy, self.acceptance, rng, n)
             self._tokens[policy] = float(np.mean(nodes))
+            self._spread[policy] = float(np.std(nodes) / max(np.mean(nodes), 1.0))
         return self._tokens[policy]
 
     def tree_spread(self, policy: TreePolicy, batch: int | None = None) -> float:
-        """Spread (std / mean) of a shared budget's tokens verified per request over one
-        batch's requests (batch > 1), from the same draws as tree_tokens (within each drawn
-        batch); 0 for other policies, whose verify the cost model prices at the mean. The cost
-        model prices ECHO's ragged verify from it (CostModel.iteration's tokens_cv)."""
-        if not self._shares(policy, batch) or policy.chain:
+        """Spread (std / mean) of the tokens verified per request over one batch's requests
+        (batch > 1), from the same draws as tree_tokens: a shared budget's within each drawn
+        batch, a pruned tree's over independent draws; 0 for other policies, whose verify the
+        cost model prices at the mean. The cost model prices the ragged verify of ECHO's and
+        of pruned trees from it (CostModel.iteration's tokens_cv)."""
+        if policy.chain or batch is None or batch <= 1:
+            return 0.0
+        if policy.prune_threshold > 0 and not self._shares(policy, batch):
+            self.tree_tokens(policy, batch)
+            return self._spread.get(replace(policy, shared_budget=False), 0.0)
+        if not self._shares(policy, batch):
             return 0.0
         assert batch is not None
         return self._shared_step(policy, int(batch))[2]

@@ -8,7 +8,8 @@ the document's (the GPUs the executor split the target over; 1 when absent). Per
   (and the baseline's verify at 1 token); for a pruned policy the tree tokens are the measured
   mean verified per sequence (`verified_mean`; also for shared-budget and grafted trees), or,
   in a document without it, the planner's mean kept tokens (ClosedFormObjective.tree_tokens
-  for the document's workload);
+  for the document's workload), with their spread over the batch's requests (`verified_cv`,
+  else the planner's: a ragged verify pads each request's rows to its launch's tile);
 - speedup: predicted = tokens_per_step_measured / CostModel.iteration(policy, batch, context,
   tokens=tree tokens).total_s x CostModel.iteration(None, batch, context).total_s vs the
   measured speedup. The iteration charges everything the policy has (a pruned policy its
@@ -52,6 +53,8 @@ from spectune.specs.io import loads_json, read_bytes_bounded
 from spectune.validate.measure import RUN_SCHEMA, doc_tp, spec_run_measurements, validate_document
 
 if TYPE_CHECKING:
+    from spectune.planner.costmodel import CostModel
+    from spectune.planner.step import StepBreakdown
     from spectune.specs.engine import EngineProfile
 
 MEASUREMENT_SCHEMA = "spectune.measurement/v1"
@@ -236,19 +239,36 @@ def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult
             )
         if pol is None:
             continue
-        policy = TreePolicy(**pol)
-        n, d, k = _tree_tokens(doc, r, planned), pol["depth"], pol["topk"]
-        label = f"B={b} {r['label']} {d}/{k}/{pol['budget']}"
+        step, n = price_run(cm, doc, r, planned)
+        label = f"B={b} {r['label']} {pol['depth']}/{pol['topk']}/{pol['budget']}"
         if pol.get("prune_threshold", 0.0) > 0:
             label += f"/p{pol['prune_threshold']:g}"
-        cv = _tree_spread(doc, r, planned)
-        step = cm.iteration(policy, b, c, tokens=n, accepted=r.get("extend_tokens"), tokens_cv=cv)
         res.verify.append(
             Row(name, f"verify {label} N={n:g}", _scalar(step.verify_s), ph["verify"] / 1e3)
         )
         spec_pred = _scalar(step.total_s)
         pred_speedup = r["tokens_per_step"] / spec_pred * ar_pred
         res.speedup.append(Row(name, f"speedup {label}", pred_speedup, r["speedup"]))
+
+
+def price_run(
+    cm: CostModel, doc: dict[str, Any], run: dict[str, Any], planned: dict[str, Any]
+) -> tuple[StepBreakdown, float]:
+    """(the StepBreakdown, the tree tokens per sequence) a measured speculative run of `doc`
+    is predicted with: its policy at its batch and the document's context, over the tokens it
+    verified (_tree_tokens), its padded draft extend (`extend_tokens`) and its trees' spread
+    (_tree_spread). `planned`: a per-document cache of the planner's objective (an empty dict
+    on the document's first run)."""
+    n = _tree_tokens(doc, run, planned)
+    step = cm.iteration(
+        TreePolicy(**run["policy"]),
+        run["batch"],
+        doc["context"],
+        tokens=n,
+        accepted=run.get("extend_tokens"),
+        tokens_cv=_tree_spread(doc, run, planned),
+    )
+    return step, n
 
 
 def _check_engine(
@@ -330,13 +350,15 @@ def _planned_objective(doc: dict[str, Any], planned: dict[str, Any]) -> Any:
 
 
 def _tree_spread(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, Any]) -> float | None:
-    """Spread (std / mean) of a shared-budget run's per-request verified tokens (batch > 1):
-    the measured `verified_cv`, else the planner's for the document's workload
-    (ClosedFormObjective.tree_spread), else None (a workload the planner cannot build, e.g. a
-    recorded trace: the cost model's default, costmodel.SHARED_TREE_CV). None for other runs
-    (the cost model prices them at their mean)."""
+    """Spread (std / mean) of a ragged run's per-request verified tokens (a shared-budget run
+    above batch 1, or a pruned run): the measured `verified_cv`, else the planner's for the
+    document's workload (ClosedFormObjective.tree_spread), else None (a workload the planner
+    cannot build, e.g. a recorded trace: the cost model's default, costmodel.SHARED_TREE_CV
+    for a shared budget, every step at the mean for pruned trees). None for other runs (the
+    cost model prices them at their mean)."""
     pol = run["policy"]
-    if not (bool(pol.get("shared_budget")) and run["batch"] > 1):
+    pruned = pol.get("prune_threshold", 0.0) > 0
+    if not ((bool(pol.get("shared_budget")) or pruned) and run["batch"] > 1):
         return None
     if run.get("verified_cv") is not None:
         return float(run["verified_cv"])

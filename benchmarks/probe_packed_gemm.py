@@ -1,0 +1,134 @@
+"""The weight GEMMs of a packed (pruned) verify at every token bucket vs operators.gemm_time.
+
+A pruned batch's verify runs its weight GEMMs at M = the packed token count, a multiple of 16
+(kernels/ragged_plan.py TOKEN_BUCKET) anywhere between B and B x budget, while every GEMM
+micro-benchmark and verify-grid row that `spectune calibrate` fits the GEMM model to has M a
+power of two. gemm_time charges M padded to Calibration.gemm_tile_m and rounded up to whole
+waves of tiles over the SMs, which jumps by up to half a GEMM at M = 512 + 16 or 1024 + 16 for
+Llama-3.1-8B; the pruned trace runs keep ~16 of 32 tokens per request (M = 490-1010 at batch
+32-64), right at those steps (benchmarks/bench_prune_phases.py). This probe measures what the
+GEMMs of one verify cost at each bucket, in the executor's kernels (spectune.kernels.gemm.linear:
+cuBLAS above M = 256) and in one CUDA graph per M over `--layers` layers of distinct weights
+(so L2 holds none of them, as in a forward), beside the model's price with the GPU's committed
+calibration.
+
+    python -m benchmarks.probe_packed_gemm --out $OUT/packed_gemm.json          # GPU, ~1-2 min
+    python -m benchmarks.probe_packed_gemm --layers 1 --m 16,32 --out x.json    # CPU smoke run
+
+Prints per M: measured and modelled ms of the layers' q|k|v, o, gate|up and down GEMMs plus the
+LM head, their ratio, and each one's step from the previous M; last, the ratio's range. The
+rows go to --out as JSON. Below M = 256 the executor may run an autotuned Triton variant
+instead of cuBLAS (spectune.kernels.gemm.GemmPlan); this probe, untuned, times cuBLAS there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from spectune.cli.common import int_range, ints
+from spectune.kernels.gemm import linear
+from spectune.kernels.timing import graph_time
+from spectune.planner.costmodel import CostModel
+from spectune.planner.operators import gemm_time
+from spectune.specs import load_hardware, load_model
+from spectune.specs.calibration import Calibration
+from spectune.validate.measure import gpu_hardware_name
+
+ROOT = Path(__file__).resolve().parent.parent
+CALIBRATIONS = {  # the latest committed new-user fit per GPU
+    "h200": ROOT / "measurements/h200-newuser3/calibration-h200.json",
+    "h100-sxm": ROOT / "measurements/h100-newuser3/calibration-h100-sxm.json",
+}
+DEFAULT_M = [*range(16, 256, 16), *range(256, 1409, 16), 1536, 2048]
+
+
+def shapes(target: str) -> list[tuple[str, int, int]]:
+    """(name, N, K) of one decoder layer's weight GEMMs, as spectune.executor.model lays them."""
+    m = load_model(target)
+    q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
+    return [("qkv", q + 2 * kv, m.attn_in_width), ("o", m.hidden, q),
+            ("gate_up", 2 * m.ffn, m.hidden), ("down", m.hidden, m.ffn)]  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--target", default="llama-3.1-8b")
+    p.add_argument(
+        "--layers",
+        type=int_range(1, 32),
+        default=32,
+        help="layers of distinct weights per graph (1..32)",
+    )
+    p.add_argument(
+        "--m",
+        type=ints(1, 16384, name="token counts"),
+        default=DEFAULT_M,
+        help="token counts (comma list, 1..16384)",
+    )
+    p.add_argument("--calibration", type=Path, help="default: the GPU's committed new-user fit")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    dev = torch.device("cuda" if cuda else "cpu")
+    hw = gpu_hardware_name(torch.cuda.get_device_name()) if cuda else "h200"
+    cal = Calibration.load(args.calibration or CALIBRATIONS[hw])
+    model = load_model(args.target)
+    cm = CostModel(load_hardware(hw), model, calibration=cal)
+    fmt = cm.rates.dense_format(float(model.dtype_bytes))
+    layer = shapes(args.target)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    dtype = torch.bfloat16
+
+    def weight(n: int, k: int) -> torch.Tensor:
+        return (torch.randn((n, k), generator=gen, device=dev, dtype=dtype) * 0.02).contiguous()
+
+    weights = [[weight(n, k) for _, n, k in layer] for _ in range(args.layers)]
+    head = weight(model.vocab, model.hidden)
+    width = max(k for _, _, k in layer)
+    x = torch.randn((max(args.m), width), generator=gen, device=dev, dtype=dtype)
+    rows = []
+    print(
+        f"{torch.cuda.get_device_name() if cuda else 'cpu'} ({hw}), {args.target}, "
+        f"{args.layers} layers + LM head; calibration {args.calibration or CALIBRATIONS[hw]}"
+    )
+    print(
+        f"{'M':>5} {'measured ms':>11} {'model ms':>9} {'model/meas':>10} "
+        f"{'meas step':>9} {'model step':>10}"
+    )
+    for m in args.m:
+
+        def gemms(m: int = m) -> None:
+            for ws in weights:
+                for (_, _, k), w in zip(layer, ws, strict=True):
+                    linear(x[:m, :k], w)
+            linear(x[:m, : model.hidden], head)
+
+        measured = graph_time(gemms, dev, reps=5) * 32 / args.layers  # a 32-layer forward's
+        per_layer = sum(float(gemm_time(cm.rates, m, n, k, fmt)) for _, n, k in layer)
+        modelled = per_layer * 32 + float(gemm_time(cm.rates, m, model.vocab, model.hidden, fmt))
+        prev = rows[-1] if rows else None
+        rows.append({"m": m, "measured_s": measured, "model_s": modelled})
+        d_meas = (measured - prev["measured_s"]) * 1e3 if prev else 0.0
+        d_model = (modelled - prev["model_s"]) * 1e3 if prev else 0.0
+        print(
+            f"{m:>5} {measured * 1e3:>11.3f} {modelled * 1e3:>9.3f} "
+            f"{modelled / measured:>10.3f} {d_meas:>+9.3f} {d_model:>+10.3f}"
+        )
+    doc = {"gpu": torch.cuda.get_device_name() if cuda else "cpu", "hardware": hw,
+           "target": args.target, "layers": args.layers, "rows": rows}  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1))
+    ratio = [(r["model_s"] / r["measured_s"], r["m"]) for r in rows]
+    lo, hi = min(ratio), max(ratio)
+    print(f"model / measured: {lo[0]:.3f} at M = {lo[1]} .. {hi[0]:.3f} at M = {hi[1]}; "
+          f"rows in {args.out}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
