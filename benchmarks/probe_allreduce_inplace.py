@@ -1,21 +1,17 @@
-"""What an all-reduce costs between two GEMMs vs back to back (the collectives sweep's way).
+"""What an all-reduce costs between two GEMMs vs back to back.
 
-    python benchmarks/probe_allreduce_inplace.py --out $OUT/probe_allreduce_inplace.json
-    python benchmarks/probe_allreduce_inplace.py --dry-run        # 2 ranks on CPU (gloo)
+    PYTHONPATH=. python benchmarks/probe_allreduce_inplace.py --out $OUT/probe_allreduce_inplace.json
+    PYTHONPATH=. python benchmarks/probe_allreduce_inplace.py --dry-run   # 2 ranks on CPU (gloo)
 
-The TP verify grids (benchmarks/results/tp_h100x2*, tp_h100_rerun: verify minus the same shard
-compute without collectives) put the in-place all-reduce of a small message 2-2.5 us below
-the back-to-back sweep that Calibration.allreduce_law is fitted to (tp 2, Llama-3.1-8B,
-batch 1: 20.5 us per layer in place vs 25.2 us for two swept calls), and large ones above it.
-This probe times, per message of T x hidden bf16 values, three CUDA graphs of `inner` steps
-each on every rank:
-- 'swept': all-reduce, all-reduce, ... (collective_sweep's pattern);
+Per message of T x hidden bf16 values it times, on every rank, CUDA graphs of `inner` steps:
+- 'swept': all-reduce, all-reduce, ... (back to back);
 - 'gemm':  the row-parallel GEMM [T, hidden/tp] x [hidden/tp, hidden] alone;
-- 'both':  GEMM then all-reduce of its output, `inner` times (a forward's pattern);
-and reports per call: swept, in place = both - gemm, and their ratio. If in place differs
-from swept alike on every host, `spectune calibrate` can time the sweep this way and the
-cost model's law stays fitted to calibrate-time data. Expected run: about 1 minute on
-nvidia-h100-x2 (NCCL_NVLS_ENABLE=0 as benchmarks/run_tp_gpu.sh sets).
+- 'both':  GEMM then all-reduce of its output (a forward's pattern);
+and reports per call: swept, in place = both - gemm, and their ratio. 'gemm' and 'both' are
+executor.collectives.in_place_all_reduce, the timing `spectune calibrate`'s sweep fits the
+all-reduce law to for messages of up to 8 MiB (results: benchmarks/results/tp_h200x4,
+measurements/h200x4-tp). Expected run: about 1 minute on nvidia-h100-x2
+(NCCL_NVLS_ENABLE=0 as benchmarks/run_tp_gpu.sh sets).
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ from typing import Any
 
 import torch
 
-from spectune.executor.collectives import TPGroup, launch
+from spectune.executor.collectives import TPGroup, in_place_all_reduce, launch
 from spectune.kernels.timing import graph_time
 
 TOKENS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
@@ -41,35 +37,20 @@ def _rows(group: TPGroup, tokens: tuple[int, ...], hidden: tuple[int, ...], inne
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     out = []
     for h in hidden:
-        # the o projection's shard: [h, h/tp] (row-parallel); one copy per step so that L2
-        # does not hold it (h*h/tp*2 bytes: 16 MiB at h = 4096, tp = 2)
-        ws = [torch.randn(h, h // tp, device=dev, dtype=dtype) * 0.02 for _ in range(inner)]
         for t in tokens:
-            x = torch.randn(t, h // tp, device=dev, dtype=dtype)
             y = torch.empty(t, h, device=dev, dtype=dtype)
 
             def swept(y: torch.Tensor = y) -> None:
                 for _ in range(inner):
                     group.all_reduce_(y)
 
-            def gemm(x: torch.Tensor = x, y: torch.Tensor = y, ws: list[torch.Tensor] = ws) -> None:
-                for w in ws:
-                    torch.matmul(x, w.t(), out=y)
-
-            def both(x: torch.Tensor = x, y: torch.Tensor = y, ws: list[torch.Tensor] = ws) -> None:
-                for w in ws:
-                    torch.matmul(x, w.t(), out=y)
-                    group.all_reduce_(y)
-
-            times = {}
-            for name, fn in (("swept", swept), ("gemm", gemm), ("both", both)):
-                group.barrier()
-                times[name] = graph_time(fn, dev, reps) / inner
-            in_place = times["both"] - times["gemm"]
+            group.barrier()
+            back = graph_time(swept, dev, reps) / inner
+            # 'gemm' and 'both' (GEMM then all-reduce): the sweep's in-place timing
+            in_place, gemm = in_place_all_reduce(group, t * h, reps, inner, hidden=h)
             out.append({"tp": tp, "hidden": h, "tokens": t, "bytes": t * h * 2,
-                        "swept_s": times["swept"], "gemm_s": times["gemm"],
-                        "both_s": times["both"], "in_place_s": in_place,
-                        "ratio": in_place / times["swept"]})  # fmt: skip
+                        "swept_s": back, "gemm_s": gemm, "both_s": gemm + in_place,
+                        "in_place_s": in_place, "ratio": in_place / back})  # fmt: skip
     return out
 
 

@@ -232,7 +232,7 @@ def collective_sweep(
             size = x.numel() * 2
             t, pattern = swept, "back_to_back"
             if op == "all_reduce" and size <= IN_PLACE_MAX_BYTES:
-                in_place = _in_place_all_reduce(group, x.numel(), reps, inner)
+                in_place, _ = in_place_all_reduce(group, x.numel(), reps, inner)
                 if in_place > 0:  # a difference of two medians; <= 0 only from noise
                     t, pattern = in_place, "in_place"
             rows.append(
@@ -251,18 +251,22 @@ def collective_sweep(
     return rows
 
 
-def _in_place_all_reduce(group: TPGroup, numel: int, reps: int, inner: int) -> float:
-    """Seconds of one all-reduce of `numel` bf16 values right after the row-parallel GEMM that
-    writes them (module constants IN_PLACE_*): median of `inner` x (GEMM, all-reduce) less
-    median of `inner` x GEMM, per call. GEMM [T, h/tp] x [h/tp, h], T = ceil(numel / h);
-    weights h * h/tp * 2 bytes per copy (16 MiB at h = 4096, tp = 2)."""
+def in_place_all_reduce(
+    group: TPGroup, numel: int, reps: int, inner: int, hidden: int = IN_PLACE_HIDDEN
+) -> tuple[float, float]:
+    """(seconds of one all-reduce of `numel` bf16 values right after the row-parallel GEMM that
+    writes them, seconds of that GEMM alone): median of `inner` x (GEMM, all-reduce) less
+    median of `inner` x GEMM, per call. GEMM [T, h/tp] x [h/tp, h], h = `hidden`,
+    T = ceil(numel / h); weights h * h/tp * 2 bytes per copy (16 MiB at h = 4096, tp = 2), one
+    copy per call so that L2 does not hold them. Every rank must call it."""
     from spectune.kernels.timing import graph_time
 
-    dev, tp, h = group.device, group.world, IN_PLACE_HIDDEN
+    dev, tp, h = group.device, group.world, hidden
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     rows = -(-numel // h)
-    a = torch.randn(rows, h // tp, device=dev, dtype=torch.bfloat16)
-    ws = [torch.randn(h, h // tp, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(inner)]
-    y = torch.empty(rows, h, device=dev, dtype=torch.bfloat16)
+    a = torch.randn(rows, h // tp, device=dev, dtype=dtype)
+    ws = [torch.randn(h, h // tp, device=dev, dtype=dtype) * 0.02 for _ in range(inner)]
+    y = torch.empty(rows, h, device=dev, dtype=dtype)
     msg = y.view(-1)[:numel]
 
     def gemm() -> None:
@@ -277,4 +281,4 @@ def _in_place_all_reduce(group: TPGroup, numel: int, reps: int, inner: int) -> f
     group.barrier()
     alone = graph_time(gemm, dev, reps)
     group.barrier()
-    return (graph_time(both, dev, reps) - alone) / inner
+    return (graph_time(both, dev, reps) - alone) / inner, alone / inner
