@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 from typing import Any
 
@@ -37,6 +38,7 @@ import spectune.planner.forward as fwd
 import spectune.validate.fit as fit
 from spectune.planner import operators as ops
 from spectune.specs.calibration import Calibration
+from spectune.validate.check import CheckResult
 
 US = 1e-6
 
@@ -85,23 +87,49 @@ def apply(variant: str) -> None:
             raise SystemExit(f"unknown variant {part}")
 
 
+def step_exact(res: CheckResult) -> tuple[float, float]:
+    """Worst |speedup error| and mean signed speedup error with the no-speculation step priced
+    exactly: each speedup error e_s divided through by its own file's and batch's baseline
+    verify error e_ar, (1 + e_s) / (1 + e_ar) - 1 (predicted speedup = tokens per step / spec
+    step * no-speculation step)."""
+    ar = {(r.file, _batch(r.what)): r.error for r in res.verify if r.what.endswith("(baseline)")}
+    adj = [(1 + r.error) / (1 + ar.get((r.file, _batch(r.what)), 0.0)) - 1 for r in res.speedup]
+    if not adj:
+        return 0.0, 0.0
+    return max(abs(e) for e in adj), sum(adj) / len(adj)
+
+
+def _batch(what: str) -> int:
+    m = re.search(r"B=(\d+)", what)
+    return int(m.group(1)) if m else 0
+
+
 def main(argv: list[str]) -> int:
     variant, folders = argv[0], argv[1:] or list(br.FOLDERS)
     apply(variant)
     out = []
-    print(f"variant {variant}: refit verify MAPE, worst speedup error, N=1 bias grid / step")
+    print(
+        f"variant {variant}: refit verify MAPE, worst |speedup error|, N=1 bias grid / step, "
+        "worst | mean signed speedup error with the no-speculation step exact"
+    )
     for folder in folders:
-        if not (br.ROOT / folder / "calibrate-run.json").is_file():
+        src = br.ROOT / folder
+        if not (src / "calibrate-run.json").is_file():
             continue
-        r = br.refit(folder, br.FOLDERS.get(folder, ()))
-        a = r["after"]
-        b = a["n1_bias"]
+        docs = [br._load(src / name) for name in br.FOLDERS.get(folder, ())]
+        cal, report = br.fit_calibration(br._load(src / "calibrate-run.json"), docs)
+        res = br.check_with(src, cal)
+        bias = br.n1_bias(res)
+        worst, mean = step_exact(res)
         print(
-            f"  {folder:<40} {100 * a['verify_mape']:5.2f}% {100 * a['worst']:5.1f}%"
-            f"  {br._pct(b['grid']):>6} / {br._pct(b['step']):>6}"
+            f"  {folder:<40} {100 * res.verify_mape:5.2f}% {100 * res.worst_speedup_error:5.1f}%"
+            f"  {br._pct(bias['grid']):>6} / {br._pct(bias['step']):>6}"
+            f"  {100 * worst:5.1f}% | {br._pct(mean):>6}"
         )
-        out.append({"folder": folder, "verify_mape": a["verify_mape"], "worst": a["worst"],
-                    "n1_bias": b, "params": r["params"]})  # fmt: skip
+        out.append({"folder": folder, "verify_mape": res.verify_mape,
+                    "worst": res.worst_speedup_error, "n1_bias": bias,
+                    "step_exact": {"worst": worst, "mean": mean},
+                    "params": report["params"]})  # fmt: skip
     print(json.dumps({"variant": variant, "folders": out}))
     return 0
 
