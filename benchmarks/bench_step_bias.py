@@ -18,6 +18,7 @@ benchmarks/results/classes_h100.txt: attention 6.2 us per layer at B1 x 1 over 5
     attn_floor6   attention = max(roofline, 6 us) per launch
     ew_floor2.5   every elementwise kernel = max(bytes / bandwidth, 2.5 us)
     launch2.5     launch_s held at 2.5 us (every kernel, GEMMs included)
+    gemm_fixed0   gemm_fixed_s held at 0 instead of the GEMM micro-benchmarks' intercept
     a+b           two of them
 
 Prints the per-folder table, then one JSON document on its last line.
@@ -68,15 +69,17 @@ def _hold(name: str, value: float) -> None:
 
 def apply(variant: str) -> None:
     """Patch the cost model / fit for `variant` (this process only): base, attn_add<us>,
-    attn_floor<us>, ew_floor<us>, launch<us>, or two of them joined by "+"."""
+    attn_floor<us>, ew_floor<us>, launch<us>, gemm_fixed<us>, or several joined by "+"."""
+    base: dict[str, float] = {}
     for part in variant.split("+"):
         if part == "base":
             continue
         name = part.rstrip("0123456789.")
         us = float(part[len(name) :]) * US
         if name == "attn_add":
-            base = Calibration(attention_fixed_s=us)
-            br.fit_calibration = functools.partial(fit.fit_calibration, base=base)  # type: ignore[assignment]
+            base["attention_fixed_s"] = us
+        elif name == "gemm_fixed":
+            base["gemm_fixed_s"] = us
         elif name == "attn_floor":
             fwd.attention_time = _attention_floor(us)  # type: ignore[assignment]
         elif name == "ew_floor":
@@ -85,6 +88,12 @@ def apply(variant: str) -> None:
             _hold("launch_us", us / US)
         else:
             raise SystemExit(f"unknown variant {part}")
+    if base:
+        br.fit_calibration = functools.partial(  # type: ignore[assignment]
+            fit.fit_calibration,
+            base=Calibration(**base),  # type: ignore[arg-type]
+            hold_gemm_fixed="gemm_fixed_s" not in base,
+        )
 
 
 def step_exact(res: CheckResult) -> tuple[float, float]:
