@@ -70,6 +70,19 @@ def _per_file(res: CheckResult) -> dict[str, dict[str, float]]:
     return out
 
 
+def n1_bias(res: CheckResult) -> dict[str, float | None]:
+    """Mean signed error (predicted / measured - 1) of the one-token verify passes: the verify
+    grid's N = 1 rows ("grid", calibrate-run.json) and the no-speculation step of the
+    executions ("step", each measurement's "(baseline)" verify row). Every predicted speedup
+    divides by that step, so a positive bias here lifts them all. None where a folder has none."""
+    grid = [r.error for r in res.verify if " N=1 " in r.what and "(baseline)" not in r.what]
+    step = [r.error for r in res.verify if r.what.endswith("(baseline)")]
+    return {
+        "grid": float(sum(grid) / len(grid)) if grid else None,
+        "step": float(sum(step) / len(step)) if step else None,
+    }
+
+
 def check_with(src: Path, cal: Calibration) -> CheckResult:
     """`spectune check` of folder `src` with `cal` in place of its committed calibration (the
     folder is copied; nothing in it is written)."""
@@ -96,9 +109,9 @@ def refit(folder: str, extra: tuple[str, ...]) -> dict[str, Any]:
         "params": report["params"],
         "determined": report["identified"].get("determined", []),
         "before": {"verify_mape": before.verify_mape, "worst": before.worst_speedup_error,
-                   "files": _per_file(before)},
+                   "n1_bias": n1_bias(before), "files": _per_file(before)},
         "after": {"verify_mape": after.verify_mape, "worst": after.worst_speedup_error,
-                  "files": _per_file(after)},
+                  "n1_bias": n1_bias(after), "files": _per_file(after)},
     }  # fmt: skip
 
 
@@ -110,6 +123,10 @@ def _cell(f: dict[str, float]) -> str:
         else "          -"
     )
     return f"{v} {s:>13}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
 
 
 def main(argv: list[str]) -> int:
@@ -129,6 +146,10 @@ def main(argv: list[str]) -> int:
         )
         for name in sorted(a["files"]):
             print(f"  {name:<32} {_cell(b['files'].get(name, {}))}  ->  {_cell(a['files'][name])}")
+        bias = " ".join(
+            f"{k} {_pct(b['n1_bias'][k])} -> {_pct(a['n1_bias'][k])}" for k in ("grid", "step")
+        )
+        print(f"  N=1 bias (mean signed error): {bias}")
         split = r["params"].get("attention_split_us")
         print(
             f"  fitted attention_split_s {split:.1f} us; determined: {', '.join(r['determined'])}"
