@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from spectune.planner.operators import FLOPS_PER_MAC, Rates, gemm_effective_rows
+from spectune.planner.operators import ACT_BYTES, FLOPS_PER_MAC, Rates, gemm_effective_rows
 from spectune.specs.calibration import Calibration
 from spectune.specs.errors import SpecError
 from spectune.specs.hardware import HardwareSpec
@@ -165,7 +165,7 @@ def invert_microbenchmarks(
             )
             fit["weight_bw_efficiency"], fit["gemm_fixed_s"] = eff, fixed
             if eff is not None:  # every row within 2% of its fitted memory term streams
-                io = g["m"] * (g["n"] + g["k"]) * 2
+                io = g["m"] * (g["n"] + g["k"]) * ACT_BYTES  # operators.gemm_time's activations
                 memory = (weight_bytes + io) / (hardware.hbm_bytes_per_s * eff) + fixed
                 streaming = small | (g["seconds"] - launch <= 1.02 * memory)
         # the fixed part rides on the weight stream (operators.gemm_time): off the streaming
