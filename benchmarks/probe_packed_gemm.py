@@ -15,6 +15,11 @@ calibration.
     python -m benchmarks.probe_packed_gemm --out $OUT/packed_gemm.json          # GPU, ~1-2 min
     python -m benchmarks.probe_packed_gemm --layers 1 --m 16,32 --out x.json    # CPU smoke run
 
+Also, at M in CHAIN_M, each shape alone: the same `--layers` distinct weights of that one shape
+back to back in one graph (q|k|v, o, gate|up, down and the LM head's copies), so the intercept of
+time vs bytes over the shapes is the fixed part of a weight-streaming GEMM inside a chain of
+GEMMs, beside validate.fit.gemm_fixed_intercept's (the same shape repeated, from calibrate).
+
 Prints per M: measured and modelled ms of the layers' q|k|v, o, gate|up and down GEMMs plus the
 LM head, their ratio, and each one's step from the previous M; last, the ratio's range. The
 rows go to --out as JSON. Below M = 256 the executor may run an autotuned Triton variant
@@ -42,9 +47,11 @@ from spectune.validate.measure import gpu_hardware_name
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATIONS = {  # the latest committed new-user fit per GPU
     "h200": ROOT / "measurements/h200-newuser3/calibration-h200.json",
-    "h100-sxm": ROOT / "measurements/h100-newuser3/calibration-h100-sxm.json",
+    "h100-sxm": ROOT / "measurements/h100-newuser6/calibration-h100-sxm.json",
 }
-DEFAULT_M = [*range(16, 256, 16), *range(256, 1409, 16), 1536, 2048]
+DEFAULT_M = [1, 4, 8, *range(16, 256, 16), *range(256, 1409, 16), 1536, 2048]
+#: token counts of the per-shape chains (weight streaming: operators.gemm_time's memory side)
+CHAIN_M = (1, 8, 16, 32, 64)
 
 
 def shapes(target: str) -> list[tuple[str, int, int]]:
@@ -53,6 +60,41 @@ def shapes(target: str) -> list[tuple[str, int, int]]:
     q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
     return [("qkv", q + 2 * kv, m.attn_in_width), ("o", m.hidden, q),
             ("gate_up", 2 * m.ffn, m.hidden), ("down", m.hidden, m.ffn)]  # fmt: skip
+
+
+def chain_rows(
+    weights: list[list[torch.Tensor]],
+    head: torch.Tensor,
+    layer: list[tuple[str, int, int]],
+    x: torch.Tensor,
+    ms: list[int],
+    dev: torch.device,
+) -> list[dict[str, object]]:
+    """Per M and shape: seconds per GEMM of that shape's distinct weights run back to back in
+    one graph (the LM head: its one weight, L2 cannot hold its 1 GB), and per M the intercept
+    of seconds vs bytes (N*K*2 weights + M*(N+K)*2 activations) over the shapes."""
+    import numpy as np
+
+    out: list[dict[str, object]] = []
+    for m in ms:
+        pts = []
+        for i, (name, n, k) in enumerate([*layer, ("lm_head", *head.shape)]):
+            ws = [head] if name == "lm_head" else [w[i] for w in weights]
+
+            def chain(m: int = m, k: int = k, ws: list[torch.Tensor] = ws) -> None:
+                for w in ws:
+                    linear(x[:m, :k], w)
+
+            t = graph_time(chain, dev, reps=5) / len(ws)
+            nbytes = (n * k + m * (n + k)) * 2
+            pts.append((nbytes, t))
+            out.append({"m": m, "op": name, "n": n, "k": k, "bytes": nbytes, "seconds": t})
+        b, t = np.array(pts, dtype=float).T
+        slope, icpt = np.polyfit(b, t, 1)
+        out.append({"m": m, "op": "fit", "intercept_s": float(icpt), "bytes_per_s": 1 / slope})
+        print(f"chain M={m:>3}: intercept {icpt * 1e6:6.2f} us, {1 / slope / 1e12:.2f} TB/s "
+              f"({', '.join(f'{tt * 1e6:.1f}' for _, tt in pts)} us per GEMM)")  # fmt: skip
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -119,8 +161,10 @@ def main(argv: list[str]) -> int:
             f"{m:>5} {measured * 1e3:>11.3f} {modelled * 1e3:>9.3f} "
             f"{modelled / measured:>10.3f} {d_meas:>+9.3f} {d_model:>+10.3f}"
         )
+    chains = chain_rows(weights, head, layer, x, [m for m in CHAIN_M if m <= max(args.m)], dev)
     doc = {"gpu": torch.cuda.get_device_name() if cuda else "cpu", "hardware": hw,
-           "target": args.target, "layers": args.layers, "rows": rows}  # fmt: skip
+           "target": args.target, "layers": args.layers, "rows": rows,
+           "chains": chains}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1))
     ratio = [(r["model_s"] / r["measured_s"], r["m"]) for r in rows]
