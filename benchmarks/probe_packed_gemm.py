@@ -18,7 +18,7 @@ calibration.
 Also, at M in CHAIN_M, each shape alone: the same `--layers` distinct weights of that one shape
 back to back in one graph (q|k|v, o, gate|up, down and the LM head's copies), so the intercept of
 time vs bytes over the shapes is the fixed part of a weight-streaming GEMM inside a chain of
-GEMMs, beside validate.fit.gemm_fixed_intercept's (the same shape repeated, from calibrate).
+GEMMs, beside validate.fit.gemm_stream_line's (the same shape repeated, from calibrate).
 
 Prints per M: measured and modelled ms of the layers' q|k|v, o, gate|up and down GEMMs plus the
 LM head, their ratio, and each one's step from the previous M; last, the ratio's range. The

@@ -179,3 +179,29 @@ def test_check_reads_calibration_spec_runs_and_prices_echo_ragged(tmp_path: Path
     assert len(res.speedup) == 2
     assert res.worst_speedup_error < 1e-9
     assert any("N=7.5" in r.what for r in res.verify)
+
+
+def test_the_weight_stream_is_held_at_the_gemm_micro_benchmarks() -> None:
+    """GEMM rows that stream at 0.93 of the HBM peak with a 6 us fixed part, on a GPU whose copy
+    runs at 0.85: the fit holds weight_bw_efficiency and gemm_fixed_s at that line (it is a
+    measured read, so the read ceiling takes it) and says so; not held, the copy rate bounds
+    the fitted bandwidth."""
+    from spectune.specs import load_model
+
+    m = load_model(TARGET)
+    q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
+    shapes = ((q + 2 * kv, m.hidden), (m.hidden, q), (2 * m.ffn, m.hidden), (m.hidden, m.ffn))
+    rate, fixed = 0.93 * H100.hbm_bytes_per_s, 6e-6
+    gemm = [{"m": mm, "n": n, "k": k, "seconds": fixed + (n * k + mm * (n + k)) * 2 / rate}
+            for n, k in shapes for mm in (1, 16, 64)]  # fmt: skip
+    cm = _cm(_truth())
+    run = _calrun(_doc(cm), copy_bytes_per_s=0.85 * H100.hbm_bytes_per_s, gemm=gemm)
+    cal, report = fit_calibration(run, max_nfev=20)
+    assert cal.weight_bw_efficiency == pytest.approx(0.93, rel=1e-6)
+    assert cal.gemm_fixed_s == pytest.approx(fixed, rel=1e-6)
+    assert report["identified"]["held"] == ["weight_bw_efficiency", "gemm_fixed_s"]
+    assert "weight_bw_efficiency" not in report["params"]
+    assert report["bounds"]["read_fraction_of_peak"] == pytest.approx(0.93, rel=1e-6)
+    assert report["weight_stream"]["fixed_us"] == pytest.approx(6.0, rel=1e-6)
+    free, _ = fit_calibration(run, max_nfev=20, hold_weight_stream=False)
+    assert free.weight_bw_efficiency is not None and free.weight_bw_efficiency <= 0.85 + 1e-9

@@ -1,4 +1,5 @@
-"""The per-GEMM fixed cost: read off the GEMM micro-benchmarks, paid by the weight stream only."""
+"""The weight stream of a GEMM (fixed part and rate): read off the GEMM micro-benchmarks, held by
+the fit; the fixed part is paid by the weight stream only."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from hypothesis import strategies as st
 from spectune.planner.operators import Rates, gemm_time
 from spectune.specs import load_hardware
 from spectune.specs.calibration import Calibration
-from spectune.validate.fit import GEMM_FIXED_MAX_S, gemm_fixed_intercept
+from spectune.validate.fit import GEMM_FIXED_MAX_S, StreamLine, gemm_stream_line
+from spectune.validate.fit_bounds import ceilings
 
 H100 = load_hardware("h100-sxm")
 SHAPES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
@@ -27,22 +29,45 @@ def _run(fixed_s: float, bw: float = 2.9e12, ms: tuple[int, ...] = (1, 16, 64, 2
     return {"gemm": rows}
 
 
+def _fixed(run: dict) -> float | None:
+    line = gemm_stream_line(run)
+    return None if line is None else line.fixed_s
+
+
 @given(st.floats(0.0, 15e-6), st.floats(1e12, 4.8e12))
-def test_intercept_recovers_the_fixed_part(fixed_s: float, bw: float) -> None:
-    got = gemm_fixed_intercept(_run(fixed_s, bw))
-    assert got == pytest.approx(fixed_s, abs=2e-8)
+def test_line_recovers_the_fixed_part_and_the_rate(fixed_s: float, bw: float) -> None:
+    got = gemm_stream_line(_run(fixed_s, bw))
+    assert got is not None
+    assert got.fixed_s == pytest.approx(fixed_s, abs=2e-8)
+    assert got.bytes_per_s == pytest.approx(bw, rel=1e-6)
 
 
-def test_intercept_bounds_and_absence() -> None:
-    assert gemm_fixed_intercept({}) is None
-    assert gemm_fixed_intercept(_run(5e-6, ms=(128, 256))) is None  # no streaming rows
+def test_line_bounds_and_absence() -> None:
+    assert gemm_stream_line({}) is None
+    assert gemm_stream_line(_run(5e-6, ms=(128, 256))) is None  # no streaming rows
     one_shape = {"gemm": [r for r in _run(5e-6)["gemm"] if (r["n"], r["k"]) == SHAPES[0]]}
-    assert gemm_fixed_intercept(one_shape) is None  # one shape: no line
-    assert gemm_fixed_intercept(_run(1e-3)) == GEMM_FIXED_MAX_S
+    assert gemm_stream_line(one_shape) is None  # one shape: no line
+    assert _fixed(_run(1e-3)) == GEMM_FIXED_MAX_S
     negative = _run(0.0)
     for r in negative["gemm"]:
         r["seconds"] -= 3e-6
-    assert gemm_fixed_intercept(negative) == 0.0
+    assert _fixed(negative) == 0.0
+    flat = _run(5e-6)
+    for r in flat["gemm"]:
+        r["seconds"] = 5e-6  # time that does not grow with bytes is no stream
+    assert gemm_stream_line(flat) is None
+
+
+def test_the_stream_is_a_read_the_ceiling_admits() -> None:
+    """A weight stream measured above the sum kernel's read rate raises the read ceiling (an
+    H200 streams GEMM weights at 4.47 TB/s and sums at 4.12); one below it leaves it."""
+    run = {"copy_bytes_per_s": 0.8 * H100.hbm_bytes_per_s,
+           "read_bytes_per_s": 0.85 * H100.hbm_bytes_per_s}  # fmt: skip
+    assert ceilings(run, H100)["read"] == pytest.approx(0.85)
+    assert ceilings(run, H100, 0.93 * H100.hbm_bytes_per_s)["read"] == pytest.approx(0.93)
+    assert ceilings(run, H100, 0.5 * H100.hbm_bytes_per_s)["read"] == pytest.approx(0.85)
+    assert ceilings(run, H100, 2 * H100.hbm_bytes_per_s)["read"] == 1.0
+    assert isinstance(StreamLine(1e-6, 1e12), StreamLine)
 
 
 def test_fixed_part_rides_on_the_weight_stream() -> None:

@@ -213,6 +213,17 @@ def format_report(report: dict[str, Any]) -> str:
         se = ident.get("rel_se", {}).get(name)
         se_text = f"{se:>9.2g}" if se is not None else f"{'-':>9}"
         lines.append(f"{name:<28} {v:>12.4g} {of} {se_text}  {status.get(name, '')}")
+    stream = report.get("weight_stream")
+    if isinstance(stream, dict):
+        frac = f"{stream['fraction_of_peak']:>12.4g}"
+        lines.append(
+            f"{'weight_bw_efficiency':<28} {frac} {'':>10} {'-':>9}  held: the GEMM "
+            f"micro-benchmarks stream at {stream['bytes_per_s'] / 1e12:.2f} TB/s"
+        )
+        lines.append(
+            f"{'gemm_fixed_s':<28} {stream['fixed_us'] * 1e-6:>12.4g} {'':>10} {'-':>9}  held: "
+            "their intercept"
+        )
     tile = report.get("ragged_tile_m")
     if isinstance(tile, dict):
         ssr = ", ".join(f"{t}: {v:.3g}" for t, v in tile["ssr"].items())
@@ -225,7 +236,7 @@ def format_report(report: dict[str, Any]) -> str:
     if over:
         lines.append(f"fixed costs fitted: {', '.join(over.get('fitted', [])) or '-'}")
         lines.append(f"fixed costs at defaults: {', '.join(over.get('default', [])) or '-'}")
-    shown = {"identified", "bounds", "params", "overheads", "ragged_tile_m"}
+    shown = {"identified", "bounds", "params", "overheads", "ragged_tile_m", "weight_stream"}
     for k, v in report.items():
         if k.startswith("mape_") or k == "rows" or (k not in shown and "params" not in report):
             lines.append(f"{k:<32} {v:.4g}" if isinstance(v, float) else f"{k:<32} {v}")

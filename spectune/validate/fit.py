@@ -12,7 +12,9 @@ dynamic, static, pruned, grafted, shared budget) join the measurements, so the d
 prune and graft fixed costs are fitted on the GPU at hand. Every efficiency is bounded by the
 run's measured read and copy bandwidths and matmul rate (validate.fit_bounds), and the report gives
 them beside those ceilings and says which parameters the data determined.
-Parameters: weight/attention/elementwise bandwidth efficiencies, attention FLOP efficiency,
+Parameters: attention/elementwise bandwidth efficiencies (and the weight bandwidth where the run
+has no GEMM micro-benchmarks: otherwise it and the GEMM fixed cost are held at the benchmarks'
+stream line, gemm_stream_line), attention FLOP efficiency,
 the per-kernel launch cost inside a graph, the fixed cost of each draft step beyond the
 drafter's forward (top-k, frontier sort, pool bookkeeping: draft_step_s; and
 static_draft_step_s when static-builder runs are among the measurements; draft_slot_s, a
@@ -90,11 +92,12 @@ def _calibration(
     eff = grid / per
     static = p.get("static_draft_step_us")
     slot = p.get("draft_slot_us")
+    weight_bw = p.get("weight_bw_efficiency", base.weight_bw_efficiency)  # held: base's
     return dataclasses.replace(
         base,
         hardware=hardware,
         static_draft_step_s=base.static_draft_step_s if static is None else float(static) * 1e-6,
-        weight_bw_efficiency=float(p["weight_bw_efficiency"]),
+        weight_bw_efficiency=None if weight_bw is None else float(weight_bw),
         attention_bw_efficiency=float(p["attention_bw_efficiency"]),
         attention_flops_efficiency=float(p["attention_flops_efficiency"]),
         elementwise_bw_efficiency=float(p["elementwise_bw_efficiency"]),
@@ -213,13 +216,16 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 # fixed costs to them, gemm_fixed_s and attention_fixed_s added to the roofline, raised `spectune check`'s verify
 # MAPE of measurements/h100-newuser from 1.9% to 2.2% and its worst speedup error from 4.9%
 # to 7.5%).
-# The GEMM micro-benchmarks do give one thing the whole forwards cannot: the fixed part of a
-# weight-streaming GEMM (gemm_fixed_intercept: the intercept of time vs bytes over the target's
-# weight shapes at M <= 64, 5-7 us on H100 and H200). Whole forwards confound it with the weight
-# bandwidth (every one-GPU forward runs the same GEMMs), so the fit holds gemm_fixed_s at that
-# intercept and fits the bandwidth around it; a tensor-parallel shard, which halves the bytes
-# and keeps the GEMMs, is then priced right (benchmarks/probe_gemm_fixed.py: shard compute
-# MAPE 4.9-5.8% -> 1.4-1.6% at tp 2; one-GPU verify MAPE unchanged).
+# The GEMM micro-benchmarks do give what the whole forwards cannot: the weight stream of a GEMM
+# (gemm_stream_line: a line through time vs bytes over the target's weight shapes at M <= 64;
+# intercept 5-7 us, rate 3.0-3.1 TB/s on H100 and 4.4-4.5 TB/s on H200). Every one-GPU forward
+# runs the same GEMMs, so the forwards confound the intercept with the rate and both with the
+# small kernels' time; the fit holds both at the line and fits the rest around them. Fitted to
+# the forwards instead, the rate fell to 0.83 of the H200's peak (0.93 measured) and the
+# weight GEMMs of a decode step were priced 9% above their own micro-benchmarks, which put the
+# H200's step without speculation 1.8-2.5% high (benchmarks/results/refit_cpu.txt). A
+# tensor-parallel shard, which halves the bytes and keeps the GEMMs, needs the intercept
+# (benchmarks/probe_gemm_fixed.py: shard compute MAPE 4.9-5.8% -> 1.4-1.6% at tp 2).
 # A verify row's kernel time by class (calibrate's profiled replay: weight GEMMs + logits,
 # attention, the rest) is reported, not fitted. Whole-forward times leave the weight bandwidth
 # and the per-kernel costs confounded (every grid point runs the same kernels: the fits price
@@ -255,27 +261,45 @@ CLASS_PARTS = {
 GEMM_STREAM_M = 64
 #: gemm_fixed_s is held in [0, this]: an intercept above it is not a fixed cost of a GEMM
 GEMM_FIXED_MAX_S = 20e-6
+#: the efficiency the GEMM micro-benchmarks' stream line holds (fit_calibration)
+HELD_BY_STREAM = "weight_bw_efficiency"
 
 
-def gemm_fixed_intercept(run: dict[str, Any]) -> float | None:
-    """The fixed part of a weight-streaming GEMM, s: per M <= GEMM_STREAM_M with rows of two
-    weight shapes or more, the intercept of a line through time vs bytes (N*K*2 weights +
-    M*(N+K)*2 activations) over the run's "gemm" rows; the median over M, clipped to
-    [0, GEMM_FIXED_MAX_S]. None where the run has no such rows."""
+@dataclasses.dataclass(frozen=True)
+class StreamLine:
+    """The weight stream of the GEMM micro-benchmarks: time = fixed_s + bytes / bytes_per_s for
+    GEMMs far below the ridge (M <= GEMM_STREAM_M), bytes = N*K*2 weights + M*(N+K)*2
+    activations (operators.gemm_time's memory side)."""
+
+    fixed_s: float  # intercept: pipeline fill and tail, split-K reduce, the graph's launch gap
+    bytes_per_s: float  # 1 / slope: the rate a weight GEMM streams its weights at
+
+
+def gemm_stream_line(run: dict[str, Any]) -> StreamLine | None:
+    """The run's StreamLine: per M <= GEMM_STREAM_M with rows of two weight shapes or more, a
+    line through time vs bytes over the run's "gemm" rows; the median intercept over M clipped
+    to [0, GEMM_FIXED_MAX_S], and the median of 1 / slope. None where the run has no such rows
+    or a slope is not positive."""
     from spectune.planner.operators import ACT_BYTES
 
     rows = [g for g in run.get("gemm", []) if g["m"] <= GEMM_STREAM_M]
-    out = []
+    icpt, rate = [], []
     for m in sorted({g["m"] for g in rows}):
         at = [g for g in rows if g["m"] == m]
         if len({(g["n"], g["k"]) for g in at}) < 2:
             continue
         b = np.array([(g["n"] * g["k"] + m * (g["n"] + g["k"])) * ACT_BYTES for g in at], float)
         t = np.array([g["seconds"] for g in at], float)
-        out.append(float(np.polyfit(b, t, 1)[1]))
-    if not out:
+        slope, c = np.polyfit(b, t, 1)
+        if not slope > 0:
+            return None
+        icpt.append(float(c))
+        rate.append(1.0 / float(slope))
+    if not icpt:
         return None
-    return float(np.clip(np.median(out), 0.0, GEMM_FIXED_MAX_S))
+    return StreamLine(
+        float(np.clip(np.median(icpt), 0.0, GEMM_FIXED_MAX_S)), float(np.median(rate))
+    )
 
 
 #: a verify row's "other" time (seconds - linear - attention) below this fraction of the row
@@ -289,13 +313,15 @@ def fit_calibration(
     *,
     base: Calibration | None = None,
     max_nfev: int = 400,
-    hold_gemm_fixed: bool = True,
+    hold_weight_stream: bool = True,
 ) -> tuple[Calibration, dict[str, Any]]:
     """Calibration fitted to a calibration-run document (+ measurement documents of the same GPU
     and models). Returns it and a report (per-kind MAPE before and after). `max_nfev` bounds
     the least-squares iterations (each prices every row once per parameter).
-    `hold_gemm_fixed`: gemm_fixed_s held at the run's gemm_fixed_intercept (where the run has
-    GEMM rows); False keeps base's."""
+    `hold_weight_stream`: where the run has GEMM rows, gemm_fixed_s and weight_bw_efficiency
+    are held at the run's gemm_stream_line (its intercept, and its rate over the HBM peak,
+    at most 1) and the read ceiling takes that rate; False fits weight_bw_efficiency to the
+    forwards and keeps base's gemm_fixed_s."""
     from scipy.optimize import least_squares
 
     from spectune.planner.costmodel import CostModel
@@ -313,9 +339,13 @@ def fit_calibration(
         ):
             raise SpecError("measurements must be of the calibration run's GPU and models")
     base = base or Calibration()
-    fixed = gemm_fixed_intercept(run) if hold_gemm_fixed else None
-    if fixed is not None:
-        base = dataclasses.replace(base, gemm_fixed_s=fixed)
+    line = gemm_stream_line(run) if hold_weight_stream else None
+    if line is not None:
+        base = dataclasses.replace(
+            base,
+            gemm_fixed_s=line.fixed_s,
+            weight_bw_efficiency=min(1.0, line.bytes_per_s / hw.hbm_bytes_per_s),
+        )
     over = _overheads(measurements)
     if over:  # fixed per-step costs first: the least-squares fit prices whole steps with them
         base = dataclasses.replace(
@@ -339,8 +369,10 @@ def fit_calibration(
     rows = [r for r in rows if WEIGHTS[r[0]] > 0]
     meas = np.array([s for _, _, s in rows])
     w = np.sqrt(np.array([WEIGHTS[k] for k, _, _ in rows]))
-    ceiling = ceilings(run, hw)  # efficiencies <= measured copy bandwidth / matmul rate
-    params = bounded((*PARAMS, *_optional_params(rows)), ceiling)
+    # efficiencies <= measured read / copy bandwidth and matmul rate
+    ceiling = ceilings(run, hw, None if line is None else line.bytes_per_s)
+    free = PARAMS if line is None else tuple(p for p in PARAMS if p[0] != HELD_BY_STREAM)
+    params = bounded((*free, *_optional_params(rows)), ceiling)
 
     def model(x: Sequence[float] | np.ndarray) -> np.ndarray:
         cal = _calibration(x, hw.name, base, params)
@@ -371,6 +403,13 @@ def fit_calibration(
         "overheads": {"fitted": sorted(over), "default": sorted(set(OVERHEAD_COLUMNS) - set(over))},
         "gemm_fixed_us": cal.gemm_fixed_s * 1e6,
     }
+    if line is not None:
+        report["weight_stream"] = {
+            "fixed_us": line.fixed_s * 1e6,
+            "bytes_per_s": line.bytes_per_s,
+            "fraction_of_peak": cal.weight_bw_efficiency,
+        }
+        report["identified"]["held"] = [HELD_BY_STREAM, "gemm_fixed_s"]
     for kind in WEIGHTS:
         sel = np.array([k == kind for k, _, _ in rows])
         if sel.any():

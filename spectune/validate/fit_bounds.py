@@ -14,7 +14,8 @@ i.e. <= 1 against the measured read and copy bandwidths and matmul rate. Weight 
 the attention KV read are reads: on HBM3/HBM3e a read-only stream runs faster than a copy
 (which turns the bus around between reads and writes), so bounding them by the copy rate would
 push them against that bound and the fit would move the difference into other parameters. The
-read ceiling is the larger of the two measured rates. A run without the read figure bounds
+read ceiling is the largest measured read rate: of a sum kernel, a copy, and the weight
+GEMMs' stream (validate.fit.gemm_stream_line). A run without the read figure bounds
 reads by the copy rate; a run without any figure is bounded by the peaks (1). The report gives each efficiency as a fraction of its measured
 ceiling next to the fitted value, and says which parameters the data determined: a parameter
 is `determined` when it sits inside its bounds and its relative standard error (from the
@@ -46,15 +47,22 @@ AT_BOUND_REL = 1e-3  # within this fraction of the range from a bound: at the bo
 RCOND = 1e-6  # singular values of the relative Jacobian below this fraction: unconstrained
 
 
-def ceilings(run: dict[str, Any], hw: HardwareSpec) -> dict[str, float]:
-    """{'copy': measured copy bytes/s / HBM peak, 'read': the larger of the measured read and
-    copy bytes/s / HBM peak, 'matmul': measured matmul FLOP/s / bf16 peak}, each at most 1 (1
-    where the run did not measure it; 'read' is 'copy' where the run measured no read)."""
+def ceilings(
+    run: dict[str, Any], hw: HardwareSpec, stream_bytes_per_s: float | None = None
+) -> dict[str, float]:
+    """{'copy': measured copy bytes/s / HBM peak, 'read': the largest of the measured read,
+    copy and weight-stream bytes/s / HBM peak, 'matmul': measured matmul FLOP/s / bf16 peak},
+    each at most 1 (1 where the run did not measure it; without a read figure 'read' is the
+    larger of 'copy' and the stream). `stream_bytes_per_s`: the rate the run's weight GEMMs
+    stream at (validate.fit.gemm_stream_line), a read too: on an H200 it passes the sum
+    kernels' read rate (4.47 vs 4.12 TB/s, benchmarks/results/tp_h200x4_b)."""
     copy = run.get("copy_bytes_per_s")
     read = run.get("read_bytes_per_s")
     matmul = run.get("matmul_flops")
     copy_frac = min(1.0, float(copy) / hw.hbm_bytes_per_s) if copy else 1.0
     read_frac = min(1.0, max(float(read) / hw.hbm_bytes_per_s, copy_frac)) if read else copy_frac
+    if stream_bytes_per_s:
+        read_frac = max(read_frac, min(1.0, stream_bytes_per_s / hw.hbm_bytes_per_s))
     return {
         "copy": copy_frac,
         "read": read_frac,
