@@ -92,7 +92,7 @@ def apply(variant: str) -> None:
         br.fit_calibration = functools.partial(  # type: ignore[assignment]
             fit.fit_calibration,
             base=Calibration(**base),  # type: ignore[arg-type]
-            hold_weight_stream="gemm_fixed_s" not in base,
+            hold_gemm_fixed="gemm_fixed_s" not in base,
         )
 
 

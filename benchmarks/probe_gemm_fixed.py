@@ -1,4 +1,4 @@
-"""The weight stream the fit holds (validate.fit.gemm_stream_line): with and without it (CPU)
+"""The per-GEMM fixed cost the fit holds (validate.fit.gemm_stream_line's intercept): with and without it (CPU)
 
     python -m benchmarks.probe_gemm_fixed                      # every folder of bench_refit
     python -m benchmarks.probe_gemm_fixed benchmarks/results/tp_h100x2_b
@@ -7,13 +7,13 @@ A one-GPU calibration cannot tell a weight GEMM's fixed time (ramp, tail, split-
 its weight bandwidth: every one-GPU forward of the target runs the same kernels. Tensor
 parallelism halves the bytes but not the kernels, so a fit that folds the fixed part into
 weight_bw_efficiency prices the shard low. The GEMM micro-benchmarks `spectune calibrate` times
-on one GPU separate them (the line of time vs bytes at M <= 64), and the fit holds
-gemm_fixed_s at its intercept and weight_bw_efficiency at its rate; operators.gemm_time charges
-the fixed part to the weight stream only: max(compute, memory + gemm_fixed_s).
+on one GPU separate them (the intercept of time vs bytes at M <= 64), and the fit holds
+gemm_fixed_s there; operators.gemm_time charges it to the weight stream only:
+max(compute, memory + gemm_fixed_s).
 
 Each folder is refitted twice (bench_refit.refit's way: calibrate-run.json + the one-GPU
-documents; nothing at tp > 1 enters), without the line (hold_weight_stream=False: gemm_fixed_s 0,
-weight_bw_efficiency fitted to the forwards) and with it, and re-checked. It prints, per folder and file, verify MAPE and worst (mean)
+documents; nothing at tp > 1 enters), without the term (hold_gemm_fixed=False: gemm_fixed_s 0)
+and with it, and re-checked. It prints, per folder and file, verify MAPE and worst (mean)
 speedup error of both, then the shard compute (verify-tp*.json "seconds_nocomm") priced without
 its collectives, then one JSON document.
 """
@@ -68,7 +68,7 @@ def variant(folder: str, extra: tuple[str, ...], hold: bool) -> dict[str, Any]:
     src = ROOT / folder
     run = _load(src / "calibrate-run.json")
     docs = [_load(src / name) for name in extra]
-    cal, report = fit_calibration(run, docs, hold_weight_stream=hold)
+    cal, report = fit_calibration(run, docs, hold_gemm_fixed=hold)
     res = check_with(src, cal)
     return {
         "folder": folder,

@@ -12,9 +12,7 @@ dynamic, static, pruned, grafted, shared budget) join the measurements, so the d
 prune and graft fixed costs are fitted on the GPU at hand. Every efficiency is bounded by the
 run's measured read and copy bandwidths and matmul rate (validate.fit_bounds), and the report gives
 them beside those ceilings and says which parameters the data determined.
-Parameters: attention/elementwise bandwidth efficiencies (and the weight bandwidth where the run
-has no GEMM micro-benchmarks: otherwise it and the GEMM fixed cost are held at the benchmarks'
-stream line, gemm_stream_line), attention FLOP efficiency,
+Parameters: weight/attention/elementwise bandwidth efficiencies, attention FLOP efficiency,
 the per-kernel launch cost inside a graph, the fixed cost of each draft step beyond the
 drafter's forward (top-k, frontier sort, pool bookkeeping: draft_step_s; and
 static_draft_step_s when static-builder runs are among the measurements; draft_slot_s, a
@@ -92,12 +90,11 @@ def _calibration(
     eff = grid / per
     static = p.get("static_draft_step_us")
     slot = p.get("draft_slot_us")
-    weight_bw = p.get("weight_bw_efficiency", base.weight_bw_efficiency)  # held: base's
     return dataclasses.replace(
         base,
         hardware=hardware,
         static_draft_step_s=base.static_draft_step_s if static is None else float(static) * 1e-6,
-        weight_bw_efficiency=None if weight_bw is None else float(weight_bw),
+        weight_bw_efficiency=float(p["weight_bw_efficiency"]),
         attention_bw_efficiency=float(p["attention_bw_efficiency"]),
         attention_flops_efficiency=float(p["attention_flops_efficiency"]),
         elementwise_bw_efficiency=float(p["elementwise_bw_efficiency"]),
@@ -216,16 +213,18 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 # fixed costs to them, gemm_fixed_s and attention_fixed_s added to the roofline, raised `spectune check`'s verify
 # MAPE of measurements/h100-newuser from 1.9% to 2.2% and its worst speedup error from 4.9%
 # to 7.5%).
-# The GEMM micro-benchmarks do give what the whole forwards cannot: the weight stream of a GEMM
-# (gemm_stream_line: a line through time vs bytes over the target's weight shapes at M <= 64;
-# intercept 5-7 us, rate 3.0-3.1 TB/s on H100 and 4.4-4.5 TB/s on H200). Every one-GPU forward
-# runs the same GEMMs, so the forwards confound the intercept with the rate and both with the
-# small kernels' time; the fit holds both at the line and fits the rest around them. Fitted to
-# the forwards instead, the rate fell to 0.83 of the H200's peak (0.93 measured) and the
-# weight GEMMs of a decode step were priced 9% above their own micro-benchmarks, which put the
-# H200's step without speculation 1.8-2.5% high (benchmarks/results/refit_cpu.txt). A
-# tensor-parallel shard, which halves the bytes and keeps the GEMMs, needs the intercept
-# (benchmarks/probe_gemm_fixed.py: shard compute MAPE 4.9-5.8% -> 1.4-1.6% at tp 2).
+# The GEMM micro-benchmarks do give two things the whole forwards cannot (gemm_stream_line: a
+# line through time vs bytes over the target's weight shapes at M <= 64):
+# - the fixed part of a weight-streaming GEMM (the intercept, 5-7 us on H100 and H200). Whole
+#   forwards confound it with the weight bandwidth (every one-GPU forward runs the same GEMMs),
+#   so the fit holds gemm_fixed_s there and fits the bandwidth around it; a tensor-parallel
+#   shard, which halves the bytes and keeps the GEMMs, is then priced right
+#   (benchmarks/probe_gemm_fixed.py: shard compute MAPE 4.9-5.8% -> 1.4-1.6% at tp 2);
+# - the rate weights stream at (1 / slope), a measured read: on an H200 4.36-4.48 TB/s against
+#   the sum kernels' 4.12 and a copy's 4.25, so the read ceiling of the weight and attention
+#   bandwidths takes it (validate.fit_bounds.ceilings). Under the copy's ceiling the H200's
+#   attention bandwidth sat at its bound and its step without speculation was priced 1.8-2.5%
+#   high (benchmarks/results/refit_cpu.txt).
 # A verify row's kernel time by class (calibrate's profiled replay: weight GEMMs + logits,
 # attention, the rest) is reported, not fitted. Whole-forward times leave the weight bandwidth
 # and the per-kernel costs confounded (every grid point runs the same kernels: the fits price
@@ -261,8 +260,6 @@ CLASS_PARTS = {
 GEMM_STREAM_M = 64
 #: gemm_fixed_s is held in [0, this]: an intercept above it is not a fixed cost of a GEMM
 GEMM_FIXED_MAX_S = 20e-6
-#: the efficiency the GEMM micro-benchmarks' stream line holds (fit_calibration)
-HELD_BY_STREAM = "weight_bw_efficiency"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,15 +310,14 @@ def fit_calibration(
     *,
     base: Calibration | None = None,
     max_nfev: int = 400,
-    hold_weight_stream: bool = True,
+    hold_gemm_fixed: bool = True,
 ) -> tuple[Calibration, dict[str, Any]]:
     """Calibration fitted to a calibration-run document (+ measurement documents of the same GPU
     and models). Returns it and a report (per-kind MAPE before and after). `max_nfev` bounds
     the least-squares iterations (each prices every row once per parameter).
-    `hold_weight_stream`: where the run has GEMM rows, gemm_fixed_s and weight_bw_efficiency
-    are held at the run's gemm_stream_line (its intercept, and its rate over the HBM peak,
-    at most 1) and the read ceiling takes that rate; False fits weight_bw_efficiency to the
-    forwards and keeps base's gemm_fixed_s."""
+    Where the run has GEMM rows, its gemm_stream_line's rate is a measured read: the read
+    ceiling (weight and attention bandwidths) takes it. `hold_gemm_fixed`: gemm_fixed_s held at
+    the line's intercept; False keeps base's."""
     from scipy.optimize import least_squares
 
     from spectune.planner.costmodel import CostModel
@@ -339,13 +335,9 @@ def fit_calibration(
         ):
             raise SpecError("measurements must be of the calibration run's GPU and models")
     base = base or Calibration()
-    line = gemm_stream_line(run) if hold_weight_stream else None
-    if line is not None:
-        base = dataclasses.replace(
-            base,
-            gemm_fixed_s=line.fixed_s,
-            weight_bw_efficiency=min(1.0, line.bytes_per_s / hw.hbm_bytes_per_s),
-        )
+    line = gemm_stream_line(run)
+    if line is not None and hold_gemm_fixed:
+        base = dataclasses.replace(base, gemm_fixed_s=line.fixed_s)
     over = _overheads(measurements)
     if over:  # fixed per-step costs first: the least-squares fit prices whole steps with them
         base = dataclasses.replace(
@@ -371,8 +363,7 @@ def fit_calibration(
     w = np.sqrt(np.array([WEIGHTS[k] for k, _, _ in rows]))
     # efficiencies <= measured read / copy bandwidth and matmul rate
     ceiling = ceilings(run, hw, None if line is None else line.bytes_per_s)
-    free = PARAMS if line is None else tuple(p for p in PARAMS if p[0] != HELD_BY_STREAM)
-    params = bounded((*free, *_optional_params(rows)), ceiling)
+    params = bounded((*PARAMS, *_optional_params(rows)), ceiling)
 
     def model(x: Sequence[float] | np.ndarray) -> np.ndarray:
         cal = _calibration(x, hw.name, base, params)
@@ -407,9 +398,8 @@ def fit_calibration(
         report["weight_stream"] = {
             "fixed_us": line.fixed_s * 1e6,
             "bytes_per_s": line.bytes_per_s,
-            "fraction_of_peak": cal.weight_bw_efficiency,
+            "held": ["gemm_fixed_s"] if hold_gemm_fixed else [],
         }
-        report["identified"]["held"] = [HELD_BY_STREAM, "gemm_fixed_s"]
     for kind in WEIGHTS:
         sel = np.array([k == kind for k, _, _ in rows])
         if sel.any():
