@@ -38,6 +38,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h100-newuser4": (),
     "measurements/h100-newuser5": (),
     "measurements/h100-newuser6": (),
+    "measurements/h100-newuser7": (),
     "measurements/h200-newuser": (),
     "measurements/h200-newuser2": (),
     "measurements/h200-newuser3": (),
