@@ -39,6 +39,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h100-newuser5": (),
     "measurements/h100-newuser6": (),
     "measurements/h100-newuser7": (),
+    "measurements/h100-newuser8": (),
     "measurements/h200-newuser": (),
     "measurements/h200-newuser2": (),
     "measurements/h200-newuser3": (),
