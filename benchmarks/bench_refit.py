@@ -40,6 +40,8 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h100-newuser6": (),
     "measurements/h100-newuser7": (),
     "measurements/h100-newuser8": (),
+    "measurements/h100-newuser9": (),
+    "measurements/h100-newuser10": (),
     "measurements/h200-newuser": (),
     "measurements/h200-newuser2": (),
     "measurements/h200-newuser3": (),
