@@ -14,6 +14,7 @@ calibration.
 
     python -m benchmarks.probe_packed_gemm --out $OUT/packed_gemm.json          # GPU, ~1-2 min
     python -m benchmarks.probe_packed_gemm --layers 1 --m 16,32 --out x.json    # CPU smoke run
+    python -m benchmarks.probe_packed_gemm --reprice x.json [--calibration c.json]  # CPU
 
 Also, at M in CHAIN_M, each shape alone: the same `--layers` distinct weights of that one shape
 back to back in one graph (q|k|v, o, gate|up, down and the LM head's copies), so the intercept of
@@ -60,6 +61,43 @@ def shapes(target: str) -> list[tuple[str, int, int]]:
     q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
     return [("qkv", q + 2 * kv, m.attn_in_width), ("o", m.hidden, q),
             ("gate_up", 2 * m.ffn, m.hidden), ("down", m.hidden, m.ffn)]  # fmt: skip
+
+
+def priced_s(cm: CostModel, layer: list[tuple[str, int, int]], m: int) -> float:
+    """operators.gemm_time of a 32-layer forward's weight GEMMs + the LM head at M = m."""
+    fmt = cm.rates.dense_format(float(cm.target.dtype_bytes))
+    per_layer = sum(float(gemm_time(cm.rates, m, n, k, fmt)) for _, n, k in layer)
+    return per_layer * 32 + float(gemm_time(cm.rates, m, cm.target.vocab, cm.target.hidden, fmt))
+
+
+#: token ranges the re-pricing summarises (streaming, the ridge, the pruned verifies' range)
+RANGES = ((1, 64), (65, 256), (257, 512), (513, 1024), (1025, 2048))
+
+
+def reprice(path: Path, calibration: Path | None) -> int:
+    """CPU: the rows of a probe document priced again under `calibration` (default: the GPU's
+    committed new-user fit); model / measured by token range and at each step of the model."""
+    import numpy as np
+
+    doc = json.loads(path.read_text())
+    cal_path = calibration or CALIBRATIONS[doc["hardware"]]
+    model = load_model(doc["target"])
+    cm = CostModel(load_hardware(doc["hardware"]), model, calibration=Calibration.load(cal_path))
+    layer = shapes(doc["target"])
+    ms = np.array([r["m"] for r in doc["rows"]])
+    meas = np.array([r["measured_s"] for r in doc["rows"]])
+    ratio = np.array([priced_s(cm, layer, int(m)) for m in ms]) / meas
+    print(f"{doc['gpu']}: {path} priced with {cal_path}")
+    for lo, hi in RANGES:
+        sel = (ms >= lo) & (ms <= hi)
+        if sel.any():
+            print(f"  M {lo:>4}..{hi:<4} model / measured mean {ratio[sel].mean():.3f} "
+                  f"(min {ratio[sel].min():.3f}, max {ratio[sel].max():.3f})")  # fmt: skip
+    for c in doc.get("chains", []):
+        if c["op"] == "fit":
+            print(f"  chain M={c['m']:>3}: intercept {c['intercept_s'] * 1e6:.2f} us, "
+                  f"{c['bytes_per_s'] / 1e12:.2f} TB/s")  # fmt: skip
+    return 0
 
 
 def chain_rows(
@@ -113,15 +151,19 @@ def main(argv: list[str]) -> int:
         help="token counts (comma list, 1..16384)",
     )
     p.add_argument("--calibration", type=Path, help="default: the GPU's committed new-user fit")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, help="JSON to write (required unless --reprice)")
+    p.add_argument("--reprice", type=Path, help="CPU: price a probe document's rows again")
     args = p.parse_args(argv)
+    if args.reprice is not None:
+        return reprice(args.reprice, args.calibration)
+    if args.out is None:
+        p.error("--out is required (or --reprice FILE)")
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
     hw = gpu_hardware_name(torch.cuda.get_device_name()) if cuda else "h200"
     cal = Calibration.load(args.calibration or CALIBRATIONS[hw])
     model = load_model(args.target)
     cm = CostModel(load_hardware(hw), model, calibration=cal)
-    fmt = cm.rates.dense_format(float(model.dtype_bytes))
     layer = shapes(args.target)
     gen = torch.Generator(device=dev).manual_seed(0)
     dtype = torch.bfloat16
@@ -151,8 +193,7 @@ def main(argv: list[str]) -> int:
             linear(x[:m, : model.hidden], head)
 
         measured = graph_time(gemms, dev, reps=5) * 32 / args.layers  # a 32-layer forward's
-        per_layer = sum(float(gemm_time(cm.rates, m, n, k, fmt)) for _, n, k in layer)
-        modelled = per_layer * 32 + float(gemm_time(cm.rates, m, model.vocab, model.hidden, fmt))
+        modelled = priced_s(cm, layer, m)
         prev = rows[-1] if rows else None
         rows.append({"m": m, "measured_s": measured, "model_s": modelled})
         d_meas = (measured - prev["measured_s"]) * 1e3 if prev else 0.0
