@@ -1,5 +1,5 @@
-"""The weight stream of a GEMM (fixed part and rate): read off the GEMM micro-benchmarks, held by
-the fit; the fixed part is paid by the weight stream only."""
+"""The weight stream of a GEMM (fixed part and rate), read off the GEMM micro-benchmarks: the fit
+holds the fixed part, which the weight stream alone pays; the rate is a read the ceiling admits."""
 
 from __future__ import annotations
 

@@ -368,9 +368,8 @@ def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, fmt: GemmFormat) -> F6
     the crossover where dequantize-and-multiply becomes the bound.
     gemm_fixed_s is paid by the weight stream only (pipeline fill and tail of a streaming
     GEMM, split-K reduce): a compute-bound GEMM hides it. It is the intercept of time vs bytes
-    of the weight-streaming GEMM micro-benchmarks (validate.fit.gemm_stream_line, whose rate the
-    weight bandwidth is held at), which a fit to whole forwards cannot tell from the weight
-    bandwidth; a tensor-parallel shard
+    of the weight-streaming GEMM micro-benchmarks (validate.fit.gemm_stream_line), which a
+    fit to whole forwards cannot tell from the weight bandwidth; a tensor-parallel shard
     halves the bytes but keeps every GEMM's fixed part.
     """
     m = np.asarray(m, dtype=np.float64)

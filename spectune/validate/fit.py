@@ -223,8 +223,8 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 # - the rate weights stream at (1 / slope), a measured read: on an H200 4.36-4.48 TB/s against
 #   the sum kernels' 4.12 and a copy's 4.25, so the read ceiling of the weight and attention
 #   bandwidths takes it (validate.fit_bounds.ceilings). Under the copy's ceiling the H200's
-#   attention bandwidth sat at its bound and its step without speculation was priced 1.8-2.5%
-#   high (benchmarks/results/refit_cpu.txt).
+#   attention bandwidth sat at its bound, and its step without speculation was priced 1.3-2.2%
+#   high on average; with the stream's ceiling 0.7-1.2% (benchmarks/results/refit_cpu.txt).
 # A verify row's kernel time by class (calibrate's profiled replay: weight GEMMs + logits,
 # attention, the rest) is reported, not fitted. Whole-forward times leave the weight bandwidth
 # and the per-kernel costs confounded (every grid point runs the same kernels: the fits price
