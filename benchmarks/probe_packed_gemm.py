@@ -40,15 +40,17 @@ from spectune.cli.common import int_range, ints
 from spectune.kernels.gemm import linear
 from spectune.kernels.timing import graph_time
 from spectune.planner.costmodel import CostModel
-from spectune.planner.operators import gemm_time
+from spectune.planner.operators import ACT_BYTES, gemm_time
 from spectune.specs import load_hardware, load_model
 from spectune.specs.calibration import Calibration
+from spectune.specs.io import loads_json, read_bytes_bounded
+from spectune.validate.fit import gemm_stream_line
 from spectune.validate.measure import gpu_hardware_name
 
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATIONS = {  # the latest committed new-user fit per GPU
     "h200": ROOT / "measurements/h200-newuser3/calibration-h200.json",
-    "h100-sxm": ROOT / "measurements/h100-newuser6/calibration-h100-sxm.json",
+    "h100-sxm": ROOT / "measurements/h100-newuser10/calibration-h100-sxm.json",
 }
 DEFAULT_M = [1, 4, 8, *range(16, 256, 16), *range(256, 1409, 16), 1536, 2048]
 #: token counts of the per-shape chains (weight streaming: operators.gemm_time's memory side)
@@ -76,10 +78,10 @@ RANGES = ((1, 64), (65, 256), (257, 512), (513, 1024), (1025, 2048))
 
 def reprice(path: Path, calibration: Path | None) -> int:
     """CPU: the rows of a probe document priced again under `calibration` (default: the GPU's
-    committed new-user fit); model / measured by token range and at each step of the model."""
+    committed new-user fit); model / measured by token range, and the chains' lines."""
     import numpy as np
 
-    doc = json.loads(path.read_text())
+    doc = loads_json(read_bytes_bounded(path), str(path))
     cal_path = calibration or CALIBRATIONS[doc["hardware"]]
     model = load_model(doc["target"])
     cm = CostModel(load_hardware(doc["hardware"]), model, calibration=Calibration.load(cal_path))
@@ -109,13 +111,11 @@ def chain_rows(
     dev: torch.device,
 ) -> list[dict[str, object]]:
     """Per M and shape: seconds per GEMM of that shape's distinct weights run back to back in
-    one graph (the LM head: its one weight, L2 cannot hold its 1 GB), and per M the intercept
-    of seconds vs bytes (N*K*2 weights + M*(N+K)*2 activations) over the shapes."""
-    import numpy as np
-
+    one graph (the LM head: its one weight, L2 cannot hold its 1 GB), and per M the line of
+    seconds vs bytes over the shapes (validate.fit.gemm_stream_line, as calibrate's rows)."""
     out: list[dict[str, object]] = []
     for m in ms:
-        pts = []
+        pts: list[dict[str, object]] = []
         for i, (name, n, k) in enumerate([*layer, ("lm_head", *head.shape)]):
             ws = [head] if name == "lm_head" else [w[i] for w in weights]
 
@@ -124,14 +124,18 @@ def chain_rows(
                     linear(x[:m, :k], w)
 
             t = graph_time(chain, dev, reps=5) / len(ws)
-            nbytes = (n * k + m * (n + k)) * 2
-            pts.append((nbytes, t))
-            out.append({"m": m, "op": name, "n": n, "k": k, "bytes": nbytes, "seconds": t})
-        b, t = np.array(pts, dtype=float).T
-        slope, icpt = np.polyfit(b, t, 1)
-        out.append({"m": m, "op": "fit", "intercept_s": float(icpt), "bytes_per_s": 1 / slope})
-        print(f"chain M={m:>3}: intercept {icpt * 1e6:6.2f} us, {1 / slope / 1e12:.2f} TB/s "
-              f"({', '.join(f'{tt * 1e6:.1f}' for _, tt in pts)} us per GEMM)")  # fmt: skip
+            nbytes = (n * k + m * (n + k)) * ACT_BYTES
+            pts.append({"m": m, "op": name, "n": n, "k": k, "bytes": nbytes, "seconds": t})
+        out += pts
+        per = ", ".join(f"{float(r['seconds']) * 1e6:.1f}" for r in pts)  # type: ignore[arg-type]
+        line = gemm_stream_line({"gemm": pts})
+        if line is None:  # time did not grow with bytes (a CPU run)
+            print(f"chain M={m:>3}: no line ({per} us per GEMM)")
+            continue
+        out.append({"m": m, "op": "fit", "intercept_s": line.fixed_s,
+                    "bytes_per_s": line.bytes_per_s})  # fmt: skip
+        print(f"chain M={m:>3}: intercept {line.fixed_s * 1e6:6.2f} us, "
+              f"{line.bytes_per_s / 1e12:.2f} TB/s ({per} us per GEMM)")  # fmt: skip
     return out
 
 
