@@ -182,25 +182,30 @@ def test_check_reads_calibration_spec_runs_and_prices_echo_ragged(tmp_path: Path
 
 
 def test_the_gemm_stream_sets_the_read_ceiling_and_the_fixed_part() -> None:
-    """GEMM rows that stream at 0.93 of the HBM peak with a 6 us fixed part, on a GPU whose copy
-    runs at 0.85 and whose forwards stream at 0.95: the stream is a measured read, so the
-    weight bandwidth may reach 0.93 (not the copy's 0.85, not the forwards' 0.95), and
-    gemm_fixed_s is held at the intercept."""
+    """GEMM rows that stream at 0.93 of the HBM peak with a 6 us fixed part and 0.2 of their math
+    exposed, on a GPU whose copy runs at 0.85 and whose forwards stream at 0.95: the stream is a
+    measured read, so the weight bandwidth may reach 0.93 (not the copy's 0.85, not the
+    forwards' 0.95), and gemm_fixed_s and gemm_exposed_compute are held at the line's."""
     from spectune.specs import load_model
 
     m = load_model(TARGET)
     q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
     shapes = ((q + 2 * kv, m.hidden), (m.hidden, q), (2 * m.ffn, m.hidden), (m.hidden, m.ffn))
-    rate, fixed = 0.93 * H100.hbm_bytes_per_s, 6e-6
-    gemm = [{"m": mm, "n": n, "k": k, "seconds": fixed + (n * k + mm * (n + k)) * 2 / rate}
+    rate, fixed, exposed = 0.93 * H100.hbm_bytes_per_s, 6e-6, 0.2
+    gemm = [{"m": mm, "n": n, "k": k,
+             "seconds": fixed + (n * k + mm * (n + k)) * 2 / rate
+             + exposed * 2 * mm * n * k / H100.peak_bf16_flops}
             for n, k in shapes for mm in (1, 16, 64)]  # fmt: skip
     cm = _cm(_truth({"weight_bw_efficiency": 0.95}))
     run = _calrun(_doc(cm), copy_bytes_per_s=0.85 * H100.hbm_bytes_per_s, gemm=gemm)
     cal, report = fit_calibration(run, max_nfev=30)
     assert cal.gemm_fixed_s == pytest.approx(fixed, rel=1e-6)
+    assert cal.gemm_exposed_compute == pytest.approx(exposed, rel=1e-6)
+    assert report["weight_stream"]["exposed"] == pytest.approx(exposed, rel=1e-6)
     assert report["bounds"]["read_fraction_of_peak"] == pytest.approx(0.93, rel=1e-6)
     assert cal.weight_bw_efficiency is not None
     assert 0.85 + 1e-3 < cal.weight_bw_efficiency <= 0.93 + 1e-9
     assert report["weight_stream"]["fixed_us"] == pytest.approx(6.0, rel=1e-6)
     free, _ = fit_calibration(run, max_nfev=30, hold_gemm_fixed=False)
     assert free.gemm_fixed_s == Calibration().gemm_fixed_s
+    assert free.gemm_exposed_compute == Calibration().gemm_exposed_compute

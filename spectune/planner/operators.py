@@ -84,6 +84,7 @@ class Rates:
     allgather_law: tuple[tuple[float, ...], ...]
     launch_s: float  # one kernel inside a CUDA graph
     gemm_fixed_s: float  # one weight GEMM's fixed time beyond its launch
+    gemm_exposed_compute: float  # share of a streaming GEMM's math at peak its stream adds
     attention_fixed_s: float  # one attention kernel's fixed time beyond its launch
     attention_split_s: float  # what a split (flash-decoding) attention launch adds
     eager_launch_s: float  # one kernel without a graph
@@ -135,6 +136,7 @@ class Rates:
             allgather_law=_bounded(cal.allgather_law, "allgather_law", hw),
             launch_s=launch,
             gemm_fixed_s=cal.gemm_fixed_s,
+            gemm_exposed_compute=cal.gemm_exposed_compute,
             attention_fixed_s=cal.attention_fixed_s,
             attention_split_s=cal.attention_split_s,
             eager_launch_s=eager,
@@ -355,7 +357,8 @@ def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, fmt: GemmFormat) -> F6
     """One weight GEMM [M, K] x [K, N] with weights stored as `fmt` says.
 
     time = max(FLOPs / (peak * eff(M_eff) * flops_scale),
-               bytes / (weight bw * bw_scale) + gemm_fixed_s);
+               bytes / (weight bw * bw_scale) + gemm_fixed_s
+               + gemm_exposed_compute * 2*M*N*K / (peak * flops_scale));
     FLOPs = 2 * M_eff * N * K, where M_eff is M padded to the format's row tile and, once the
     tiles outnumber the SMs, rounded up to whole waves (tiles = ceil(M/tm) * ceil(N/tn) over
     `sm_count` SMs; a partial last wave costs a full one). Fewer tiles than SMs cost no extra:
@@ -371,13 +374,19 @@ def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, fmt: GemmFormat) -> F6
     of the weight-streaming GEMM micro-benchmarks (validate.fit.gemm_stream_line), which a
     fit to whole forwards cannot tell from the weight bandwidth; a tensor-parallel shard
     halves the bytes but keeps every GEMM's fixed part.
+    gemm_exposed_compute is the share of the math (at the unpadded M, timed at peak) that the
+    stream does not hide: a streaming GEMM's rate falls with M (on an H100 3.07 TB/s at M = 1,
+    2.95 at M = 64), so the stream side grows with M before the compute side takes over.
     """
     m = np.asarray(m, dtype=np.float64)
     m_eff = gemm_effective_rows(r, m, n, fmt.tile_m)
     flops = FLOPS_PER_MAC * m_eff * n * k
     compute = flops / (fmt.peak_flops * r.gemm_eff(m_eff) * fmt.flops_scale)
     bytes_ = n * k * fmt.weight_bytes + m * (k + n) * ACT_BYTES
-    memory = bytes_ / (r.weight_bytes_per_s * fmt.bw_scale) + r.gemm_fixed_s
+    exposed = (
+        r.gemm_exposed_compute * FLOPS_PER_MAC * m * n * k / (fmt.peak_flops * fmt.flops_scale)
+    )
+    memory = bytes_ / (r.weight_bytes_per_s * fmt.bw_scale) + r.gemm_fixed_s + exposed
     return np.where(m > 0, np.maximum(compute, memory), 0.0)
 
 
@@ -399,7 +408,8 @@ def moe_experts_time(
     FLOPs = 2 * D * pad(T*k/D) * 3 * hidden * ffn (pad: the format's row tile).
     bytes = D * 3*hidden*ffn*wb (weights of touched experts only, in `fmt`)
             + T*k*(hidden + 2*ffn + ffn + hidden)*2 (activations in/out of both GEMMs);
-    the memory term carries both GEMMs' gemm_fixed_s (gemm_time's form).
+    the memory term carries both GEMMs' gemm_fixed_s and the exposed share of their unpadded
+    math, 2 * T*k * 3*hidden*ffn FLOPs (gemm_time's form).
     """
     t = np.asarray(tokens, dtype=np.float64)
     d = expected_experts(t, experts, topk)
@@ -408,7 +418,14 @@ def moe_experts_time(
     flops = FLOPS_PER_MAC * d * rows_pad * 3 * hidden * ffn
     compute = flops / (fmt.peak_flops * r.gemm_eff(rows_pad) * fmt.flops_scale)
     bytes_ = d * 3 * hidden * ffn * fmt.weight_bytes + t * topk * (2 * hidden + 3 * ffn) * ACT_BYTES
-    memory = bytes_ / (r.weight_bytes_per_s * fmt.bw_scale) + 2 * r.gemm_fixed_s  # 2 GEMMs
+    exposed = (
+        r.gemm_exposed_compute
+        * FLOPS_PER_MAC * t * topk * 3 * hidden * ffn
+        / (fmt.peak_flops * fmt.flops_scale)
+    )  # fmt: skip
+    memory = (
+        bytes_ / (r.weight_bytes_per_s * fmt.bw_scale) + 2 * r.gemm_fixed_s + exposed
+    )  # 2 GEMMs
     return np.where(t > 0, np.maximum(compute, memory), 0.0)
 
 

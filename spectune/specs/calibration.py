@@ -124,6 +124,15 @@ class Calibration:
         "intercept of time vs weight bytes of weight-streaming GEMMs; default 0, as the "
         "HardwareSpec launch_s already stands for launch + ramp",
     )
+    gemm_exposed_compute: float = help_field(
+        0.0,
+        help="share of a weight-streaming GEMM's math, timed at the tensor cores' peak, that its "
+        "weight stream does not hide: the stream side of operators.gemm_time adds this x "
+        "2*M*N*K / peak. Measured, not fitted to forwards: the GEMM micro-benchmarks' stream rate "
+        "falls with M (validate.fit.gemm_stream_line), 0.17-0.23 on H100 SXM and 0.26-0.34 on "
+        "H200 (measurements/h100-newuser to -newuser10, h200-newuser to -newuser3: their "
+        "calibrate-run.json). Default 0: the stream hides all of it (a plain roofline)",
+    )
     attention_fixed_s: float = help_field(
         0.0,
         help="fixed time of every attention kernel beyond its launch (ramp), s: the intercept "
@@ -314,6 +323,11 @@ class Calibration:
             "weight_only_flops_efficiency",
             "weight_only_bw_efficiency",
         )
+        if not 0.0 <= self.gemm_exposed_compute <= 1.0:
+            raise SpecError(
+                "field 'gemm_exposed_compute' is a share of a GEMM's time at peak, must be in "
+                f"[0, 1], got {self.gemm_exposed_compute}"
+            )
         for name in fractions:
             v = getattr(self, name)
             if v is not None and not MIN_FRACTION <= v <= 1.0:

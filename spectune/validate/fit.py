@@ -220,7 +220,14 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 #   so the fit holds gemm_fixed_s there and fits the bandwidth around it; a tensor-parallel
 #   shard, which halves the bytes and keeps the GEMMs, is then priced right
 #   (benchmarks/probe_gemm_fixed.py: shard compute MAPE 4.9-5.8% -> 1.4-1.6% at tp 2);
-# - the rate weights stream at (1 / slope), a measured read: on an H200 4.36-4.48 TB/s against
+# - the share of a streaming GEMM's math the stream does not hide (gemm_exposed_compute: the
+#   stream rate falls with M, on an H100 3.07 TB/s at M = 1 and 2.95 at M = 64; 0.18-0.23 of
+#   the math at peak on H100, 0.27-0.34 on H200). Held there, the forwards' fit takes its
+#   GEMM and elementwise rates nearer what they measure (an H100's gemm_emax 0.81 -> 0.74, the
+#   in-forward GEMMs' rate at M = 8192; elementwise 0.41 -> 0.61-0.65) and `spectune check`
+#   of the one-GPU folders improves: verify MAPE 1.86 -> 1.74%, mean speedup error of the
+#   planned policy and engine defaults 1.67 -> 1.45% (benchmarks/results/refit_cpu.txt);
+# - the rate weights stream at (1 / slope at M -> 0), a measured read: on an H200 4.36-4.48 TB/s against
 #   the sum kernels' 4.12 and a copy's 4.25, so the read ceiling of the weight and attention
 #   bandwidths takes it (validate.fit_bounds.ceilings). Under the copy's ceiling the H200's
 #   attention bandwidth sat at its bound, and its step without speculation was priced 1.3-2.2%
@@ -264,39 +271,51 @@ GEMM_FIXED_MAX_S = 20e-6
 
 @dataclasses.dataclass(frozen=True)
 class StreamLine:
-    """The weight stream of the GEMM micro-benchmarks: time = fixed_s + bytes / bytes_per_s for
-    GEMMs far below the ridge (M <= GEMM_STREAM_M), bytes = N*K*2 weights + M*(N+K)*2
-    activations (operators.gemm_time's memory side)."""
+    """The weight stream of the GEMM micro-benchmarks: for GEMMs far below the ridge
+    (M <= GEMM_STREAM_M), time = fixed_s + bytes / bytes_per_s + exposed * FLOPs / peak, with
+    bytes = N*K*2 weights + M*(N+K)*2 activations and FLOPs = 2*M*N*K (operators.gemm_time's
+    memory side; peak: the GPU's bf16 tensor FLOP/s)."""
 
     fixed_s: float  # intercept: pipeline fill and tail, split-K reduce, the graph's launch gap
-    bytes_per_s: float  # 1 / slope: the rate a weight GEMM streams its weights at
+    bytes_per_s: float  # the rate a weight GEMM streams its weights at, as M -> 0
+    exposed: float  # Calibration.gemm_exposed_compute: the share of the math the stream adds
 
 
 def gemm_stream_line(run: dict[str, Any]) -> StreamLine | None:
-    """The run's StreamLine: per M <= GEMM_STREAM_M with rows of two weight shapes or more, a
-    line through time vs bytes over the run's "gemm" rows; the median intercept over M clipped
-    to [0, GEMM_FIXED_MAX_S], and the median of 1 / slope. None where the run has no such rows
-    or a slope is not positive."""
-    from spectune.planner.operators import ACT_BYTES
+    """The run's StreamLine, by least squares over its "gemm" rows of M <= GEMM_STREAM_M at the
+    M values that have rows of two weight shapes or more: time = c_M + bytes * u + FLOPs * v,
+    one intercept c_M per M (the median over M, clipped to [0, GEMM_FIXED_MAX_S], is fixed_s),
+    bytes_per_s = 1 / u, exposed = v * peak clipped to [0, 1] (0 with a single M: the math
+    then cannot be told from the bytes). None where the run has no such rows or u is not
+    positive; a SpecError where a run with such rows names no hardware (the peak)."""
+    from spectune.planner.operators import ACT_BYTES, FLOPS_PER_MAC
 
     rows = [g for g in run.get("gemm", []) if g["m"] <= GEMM_STREAM_M]
-    icpt, rate = [], []
-    for m in sorted({g["m"] for g in rows}):
-        at = [g for g in rows if g["m"] == m]
-        if len({(g["n"], g["k"]) for g in at}) < 2:
-            continue
-        b = np.array([(g["n"] * g["k"] + m * (g["n"] + g["k"])) * ACT_BYTES for g in at], float)
-        t = np.array([g["seconds"] for g in at], float)
-        slope, c = np.polyfit(b, t, 1)
-        if not slope > 0:
-            return None
-        icpt.append(float(c))
-        rate.append(1.0 / float(slope))
-    if not icpt:
+    ms = sorted(
+        m for m in {g["m"] for g in rows}
+        if len({(g["n"], g["k"]) for g in rows if g["m"] == m}) >= 2
+    )  # fmt: skip
+    if not ms:
         return None
-    return StreamLine(
-        float(np.clip(np.median(icpt), 0.0, GEMM_FIXED_MAX_S)), float(np.median(rate))
-    )
+    at = [g for g in rows if g["m"] in ms]
+    if "hardware" not in run:
+        raise SpecError("a calibration run with GEMM rows must name its 'hardware'")
+    peak = load_hardware(run["hardware"]).peak_bf16_flops
+    cols = [[float(g["m"] == m) for m in ms] for g in at]
+    bytes_ = [(g["n"] * g["k"] + g["m"] * (g["n"] + g["k"])) * ACT_BYTES for g in at]
+    scale = max(bytes_)  # columns of order 1: seconds per max-bytes, per peak-seconds of math
+    a = np.column_stack([np.array(cols), np.array(bytes_) / scale])
+    if len(ms) >= 2:
+        flops = [FLOPS_PER_MAC * g["m"] * g["n"] * g["k"] / peak for g in at]
+        a = np.column_stack([a, flops])
+    t = np.array([g["seconds"] for g in at], dtype=np.float64)
+    x, *_ = np.linalg.lstsq(a, t, rcond=None)
+    u = float(x[len(ms)]) / scale
+    if not u > 0:
+        return None
+    exposed = float(np.clip(x[len(ms) + 1], 0.0, 1.0)) if len(ms) >= 2 else 0.0
+    fixed = float(np.clip(np.median(x[: len(ms)]), 0.0, GEMM_FIXED_MAX_S))
+    return StreamLine(fixed, 1.0 / u, exposed)
 
 
 #: a verify row's "other" time (seconds - linear - attention) below this fraction of the row
@@ -316,8 +335,8 @@ def fit_calibration(
     and models). Returns it and a report (per-kind MAPE before and after). `max_nfev` bounds
     the least-squares iterations (each prices every row once per parameter).
     Where the run has GEMM rows, its gemm_stream_line's rate is a measured read: the read
-    ceiling (weight and attention bandwidths) takes it. `hold_gemm_fixed`: gemm_fixed_s held at
-    the line's intercept; False keeps base's."""
+    ceiling (weight and attention bandwidths) takes it. `hold_gemm_fixed`: gemm_fixed_s and
+    gemm_exposed_compute held at the line's intercept and exposed share; False keeps base's."""
     from scipy.optimize import least_squares
 
     from spectune.planner.costmodel import CostModel
@@ -337,7 +356,9 @@ def fit_calibration(
     base = base or Calibration()
     line = gemm_stream_line(run)
     if line is not None and hold_gemm_fixed:
-        base = dataclasses.replace(base, gemm_fixed_s=line.fixed_s)
+        base = dataclasses.replace(
+            base, gemm_fixed_s=line.fixed_s, gemm_exposed_compute=line.exposed
+        )
     over = _overheads(measurements)
     if over:  # fixed per-step costs first: the least-squares fit prices whole steps with them
         base = dataclasses.replace(
@@ -398,7 +419,8 @@ def fit_calibration(
         report["weight_stream"] = {
             "fixed_us": line.fixed_s * 1e6,
             "bytes_per_s": line.bytes_per_s,
-            "held": ["gemm_fixed_s"] if hold_gemm_fixed else [],
+            "exposed": line.exposed,
+            "held": ["gemm_fixed_s", "gemm_exposed_compute"] if hold_gemm_fixed else [],
         }
     for kind in WEIGHTS:
         sel = np.array([k == kind for k, _, _ in rows])
