@@ -17,7 +17,8 @@
 # Parts, writing the check folder $OUT/tp/ in the layout of measurements/h200/:
 #   sweep   all-reduce / reduce-scatter+all-gather / all-gather / broadcast by message size on
 #           2 and 4 GPUs (graph-captured NCCL)                              -> $OUT/sweep.json
-#   one     in parallel on separate GPUs: the one-GPU micro-benchmarks of `spectune calibrate`
+#   one     in parallel on separate GPUs (170 s: an H100 takes ~150 s for the execute), the
+#           one-GPU micro-benchmarks of `spectune calibrate`
 #           (Llama-3.1-8B, GPU 0) and one-GPU spec decoding (SGLang 5/4/8, a vLLM-style chain
 #           3/1/4 and EAGLE's 7/10/60 at B 1/8/32/64, GPU 1: three top-k for the fit's cost per
 #           frontier slot, Calibration.draft_slot_s)
@@ -123,13 +124,13 @@ has sweep && part sweep "$SWEEP_LIMIT" "$PY" benchmarks/bench_tp.py sweep --out 
 
 if has one; then
     if [[ ${#DRY[@]} -eq 0 ]]; then
-        echo "== one ($(date -u +%T), limit 130s)" | tee -a "$LOG"
-        CUDA_VISIBLE_DEVICES=1 timeout -k 10 130 "$PY" -m spectune execute \
+        echo "== one ($(date -u +%T), limit 170s)" | tee -a "$LOG"
+        CUDA_VISIBLE_DEVICES=1 timeout -k 10 170 "$PY" -m spectune execute \
             --policy dynamic-topk:5,4,8 --also dynamic-topk:3,1,4 \
             --also dynamic-topk:7,10,60 --batch "$BATCH" \
             --context "$CTX" --steps 20 --warmup 3 --out "$D/measurement-tp1.json" \
             >"$OUT/one-execute.log" 2>&1 &
-        CUDA_VISIBLE_DEVICES=0 timeout -k 10 130 "$PY" benchmarks/bench_tp.py micro \
+        CUDA_VISIBLE_DEVICES=0 timeout -k 10 170 "$PY" benchmarks/bench_tp.py micro \
             --out "$D/calibrate-run.json" --hardware "$HW" 2>&1 | tee -a "$LOG"
         status "one-micro rc=${PIPESTATUS[0]}"
         wait $!
