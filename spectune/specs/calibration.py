@@ -129,9 +129,11 @@ class Calibration:
         help="share of a weight-streaming GEMM's math, timed at the tensor cores' peak, that its "
         "weight stream does not hide: the stream side of operators.gemm_time adds this x "
         "2*M*N*K / peak. Measured, not fitted to forwards: the GEMM micro-benchmarks' stream rate "
-        "falls with M (validate.fit.gemm_stream_line), 0.17-0.23 on H100 SXM and 0.26-0.34 on "
-        "H200 (measurements/h100-newuser to -newuser10, h200-newuser to -newuser3: their "
-        "calibrate-run.json). Default 0: the stream hides all of it (a plain roofline)",
+        "falls with M (validate.fit.gemm_stream_line): 0.18-0.23 on H100 SXM "
+        "(measurements/h100-newuser to -newuser11), 0.13-0.16 on the H100 TP hosts "
+        "(benchmarks/results/tp_h100*), 0.27-0.34 on H200 (measurements/h200-newuser to "
+        "-newuser3, benchmarks/results/tp_h200x4_b), from their calibrate-run.json. Default 0: "
+        "the stream hides all of it (a plain roofline)",
     )
     attention_fixed_s: float = help_field(
         0.0,
