@@ -224,9 +224,10 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 #   stream rate falls with M, on an H100 3.07 TB/s at M = 1 and 2.95 at M = 64; 0.18-0.23 of
 #   the math at peak on H100, 0.27-0.34 on H200). Held there, the forwards' fit takes its
 #   GEMM and elementwise rates nearer what they measure (an H100's gemm_emax 0.81 -> 0.74, the
-#   in-forward GEMMs' rate at M = 8192; elementwise 0.41 -> 0.61-0.65) and `spectune check`
-#   of the one-GPU folders improves: verify MAPE 1.86 -> 1.74%, mean speedup error of the
-#   planned policy and engine defaults 1.67 -> 1.45% (benchmarks/results/refit_cpu.txt);
+#   in-forward GEMMs' rate at M = 8192; elementwise 0.41 -> 0.61-0.65). Over 16 one-GPU
+#   folders verify MAPE 1.85 -> 1.74% and the mean speedup error of the planned policy and
+#   the engine references 1.67 -> 1.45%; the pruned runs, whose packed verifies the fit leaves
+#   out, are priced 0.3-1.5 points further off (benchmarks/results/refit_cpu.txt);
 # - the rate weights stream at (1 / slope at M -> 0), a measured read: on an H200 4.36-4.48 TB/s against
 #   the sum kernels' 4.12 and a copy's 4.25, so the read ceiling of the weight and attention
 #   bandwidths takes it (validate.fit_bounds.ceilings). Under the copy's ceiling the H200's
