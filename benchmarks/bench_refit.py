@@ -43,6 +43,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h100-newuser9": (),
     "measurements/h100-newuser10": (),
     "measurements/h100-newuser11": (),
+    "measurements/h100-newuser12": (),
     "measurements/h200-newuser": (),
     "measurements/h200-newuser2": (),
     "measurements/h200-newuser3": (),
