@@ -196,6 +196,11 @@ The verify grids and TP runs are out of sample: nothing measured at tp > 1 enter
 EOF
 
 if has check; then
+    if [[ ! -f "$D/calibration-$HW.json" ]]; then
+        # the tp runs do not read it, but the check prices every document with it
+        echo "no $D/calibration-$HW.json (the fit did not run or failed): the check prices with the uncalibrated defaults" | tee -a "$LOG"
+        status "no-calibration (check on defaults)"
+    fi
     "$PY" -m spectune check "$D" --speedup-tol 0.03 --mape-tol 0.03 >"$OUT/check.txt" 2>&1
     status "check rc=$?"
     tail -40 "$OUT/check.txt" >>"$LOG"
