@@ -8,12 +8,11 @@ all-reduce in place after a GEMM (executor.collectives.in_place_all_reduce). Ins
 forward every all-reduce costs more: a TP verify grid (verify-tpN.json, each point timed with
 and without its collectives) puts 2-6 us on each, on 2x H100 and 4x H200 hosts alike.
 
-For each verify-tpN.json of a folder this probe takes, per grid point, (seconds - seconds_nocomm
-- the model's collectives) / (2 x layers + 1) (two all-reduces a layer and the logits'
-all-gather), and their median clipped to [0, MAX_OFFSET_S] is the offset. It then adds that
-offset to the latency of every all-reduce regime of that tp (Calibration.allreduce_law) and runs
-`spectune check` of the folder with the shifted calibration. The grid that measured the offset is
-then in sample; the executions (execute-tpN.json) are not. A folder whose calibration has no
+For each verify-tpN.json of a folder this probe takes the offset `spectune calibrate --tp N`
+adds to the all-reduce law at N (validate.fit.fit_inforward_offset: per grid point,
+(seconds - seconds_nocomm - the model's collectives) / (2 x layers), the median) and runs
+`spectune check` of the folder with the shifted calibration. The grid that measured the offset
+is then in sample; the executions (execute-tpN.json) are not. A folder whose calibration has no
 law rows at a tp (older fits used the single ring law) is left unshifted there.
 
 It prints, per folder, the offsets (us) and per tp > 1 document the verify MAPE and worst (mean)
@@ -23,7 +22,6 @@ Nothing in the folders is written.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import sys
@@ -31,13 +29,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from benchmarks.bench_refit import _load, _per_file
-from spectune.planner.costmodel import CostModel
-from spectune.specs import load_hardware, load_model
 from spectune.specs.calibration import Calibration
 from spectune.validate.check import CALIBRATION_SCHEMA, calibrations_in, check_folder
+from spectune.validate.fit import fit_inforward_offset
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = (
@@ -45,39 +40,17 @@ DEFAULT = (
     "benchmarks/results/tp_h200x4_b",
     "measurements/h200x4-tp",
 )
-MAX_OFFSET_S = 50e-6  # an offset above this is not a collective's cost
 
 
-def offsets(folder: Path, cal: Calibration) -> dict[int, float]:
-    """tp -> the median in-forward all-reduce cost beyond the model's, s (see the docstring)."""
+def offsets(folder: Path, cal: Calibration) -> tuple[Calibration, dict[int, float]]:
+    """cal with each verify-tpN.json's offset added to its tp's all-reduce law
+    (validate.fit.fit_inforward_offset), and tp -> offset, s."""
     out: dict[int, float] = {}
     for vf in sorted(folder.glob("verify-tp*.json")):
-        doc = _load(vf)
-        tp = int(doc["tp"])
-        target = load_model(doc["target"])
-        cm = CostModel(
-            load_hardware(doc["hardware"]), target, load_model(doc["drafter"]), tp=tp,
-            calibration=cal,
-        )  # fmt: skip
-        per = []
-        for r in doc["verify"]:
-            if "seconds_nocomm" not in r:
-                continue
-            comm = float(
-                np.asarray(cm.verify_breakdown(r["batch"], r["tokens"], r["context"])["comm"])
-            )
-            per.append((r["seconds"] - r["seconds_nocomm"] - comm) / (2 * target.layers + 1))
-        if per:
-            out[tp] = float(np.clip(np.median(per), 0.0, MAX_OFFSET_S))
-    return out
-
-
-def shifted(cal: Calibration, offs: dict[int, float]) -> Calibration:
-    """cal with each all-reduce regime's latency at tp raised by offs[tp]."""
-    law = tuple(
-        (row[0], row[1], row[2] + offs.get(int(row[0]), 0.0), row[3]) for row in cal.allreduce_law
-    )
-    return dataclasses.replace(cal, allreduce_law=law)
+        cal, rep = fit_inforward_offset(_load(vf), cal)
+        if rep is not None:
+            out[int(rep["tp"])] = rep["offset_us"] * 1e-6
+    return cal, out
 
 
 def check_with(src: Path, cal: Calibration) -> dict[str, dict[str, float]]:
@@ -104,8 +77,8 @@ def main(argv: list[str]) -> int:
     for name in argv or DEFAULT:
         src = ROOT / name
         cal = next(iter(calibrations_in(src).values()))
-        offs = offsets(src, cal)
-        before, after = check_with(src, cal), check_with(src, shifted(cal, offs))
+        moved, offs = offsets(src, cal)
+        before, after = check_with(src, cal), check_with(src, moved)
         print(f"{name}: offset per all-reduce " + ", ".join(
             f"tp {tp} {v * 1e6:.1f} us" for tp, v in sorted(offs.items())
         ))  # fmt: skip

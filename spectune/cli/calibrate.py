@@ -13,7 +13,9 @@ On a host of several GPUs the one-GPU run also times all-reduces by message size
 of them, and the fit adds the interconnect terms (spectune.validate.fit.fit_interconnect).
 With --tp N the verify grid runs with the target split over N GPUs (spectune.executor.tp), each
 point also without its collectives; that run is for `spectune check` (it records "tp"), and
-its calibration is --base with the interconnect terms refitted to its all-reduces.
+its calibration is --base with the interconnect terms refitted to its all-reduces, and the
+all-reduce law at N raised by what each costs inside the split forward beyond it
+(spectune.validate.fit.fit_inforward_offset).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def _read(path: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spectune.validate.fit import fit_calibration, fit_interconnect
+    from spectune.validate.fit import fit_calibration, fit_inforward_offset, fit_interconnect
     from spectune.validate.measure import doc_tp, validate_calibration_run, validate_measurement
 
     if args.dry_run and args.tp == 1:
@@ -64,10 +66,15 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(args.raw_out, raw)
     if doc_tp(raw, args.from_run or "the run") > 1:
         # a split target's verify grid is checked, not fitted: the efficiencies are one GPU's
-        # (--base); the run's all-reduces refit the interconnect terms
+        # (--base); the run's all-reduces refit the interconnect terms, and its grid (timed
+        # with and without the collectives) gives what each costs inside the forward
         cal, report = fit_interconnect(
             raw.get("collectives", []), raw["hardware"], base or Calibration()
         )
+        # and what an all-reduce costs inside the split forward beyond the sweep's law
+        cal, offset = fit_inforward_offset(raw, cal)
+        if offset is not None:
+            report["inforward_allreduce"] = offset
     else:
         cal, report = fit_calibration(raw, measurements, base=base)
     cal.save(args.out)
@@ -234,7 +241,17 @@ def format_report(report: dict[str, Any]) -> str:
     if over:
         lines.append(f"fixed costs fitted: {', '.join(over.get('fitted', [])) or '-'}")
         lines.append(f"fixed costs at defaults: {', '.join(over.get('default', [])) or '-'}")
-    shown = {"identified", "bounds", "params", "overheads", "ragged_tile_m", "weight_stream"}
+    off = report.get("inforward_allreduce")
+    if isinstance(off, dict):
+        lines.append(
+            f"all-reduce inside the split forward: +{off['offset_us']:.2f} us beyond the sweep's "
+            f"law at tp {off['tp']} (median of {off['points']} grid points, interquartile range "
+            f"{off['spread_us']:.2f} us), added to that law's latency"
+        )
+    shown = {
+        "identified", "bounds", "params", "overheads", "ragged_tile_m", "weight_stream",
+        "inforward_allreduce",
+    }  # fmt: skip
     for k, v in report.items():
         if k.startswith("mape_") or k == "rows" or (k not in shown and "params" not in report):
             lines.append(f"{k:<32} {v:.4g}" if isinstance(v, float) else f"{k:<32} {v}")

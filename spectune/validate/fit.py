@@ -686,3 +686,53 @@ def fit_interconnect(
         "(spectune.validate.fit.fit_interconnect)",
     )
     return cal, report
+
+
+#: an in-forward all-reduce offset above this is not a collective's cost: the offset is clipped
+INFORWARD_OFFSET_MAX_S = 50e-6
+
+
+def fit_inforward_offset(
+    run: dict[str, Any], cal: Calibration
+) -> tuple[Calibration, dict[str, Any] | None]:
+    """`cal` with the all-reduce law at the run's tp raised by what each all-reduce of a split
+    forward costs beyond the law. The collectives sweep times every all-reduce in place after a
+    GEMM; inside a forward they cost 2-6 us more (2x H100 and 4x H200 hosts:
+    benchmarks/results/allreduce_offset_cpu.txt). A TP calibration run times each verify-grid
+    point with and without its collectives ("seconds_nocomm"), so per point
+    (seconds - seconds_nocomm - the model's collectives) / (2 x layers) is that cost (two
+    all-reduces a layer carry it; the logits' all-gather keeps its law), and the median,
+    clipped to [0, INFORWARD_OFFSET_MAX_S], is added to the latency of every all-reduce regime
+    of that tp. Returns `cal` unchanged and None where the run has no such points or `cal` no
+    law rows at its tp; else the report {tp, offset_us, points, spread_us: the points'
+    interquartile range}."""
+    from spectune.planner.costmodel import CostModel
+
+    tp = int(run.get("tp", 1))
+    pts = [r for r in run.get("verify", []) if "seconds_nocomm" in r]
+    if tp < 2 or not pts or not any(int(row[0]) == tp for row in cal.allreduce_law):
+        return cal, None
+    target = load_model(run["target"])
+    cm = CostModel(
+        load_hardware(run["hardware"]), target, load_model(run["drafter"]), tp=tp,
+        calibration=cal,
+    )  # fmt: skip
+    per = np.array([
+        (r["seconds"] - r["seconds_nocomm"]
+         - _scalar(cm.verify_breakdown(r["batch"], r["tokens"], r["context"])["comm"]))
+        / (2 * target.layers)
+        for r in pts
+    ])  # fmt: skip
+    offset = float(np.clip(np.median(per), 0.0, INFORWARD_OFFSET_MAX_S))
+    law = tuple(
+        (row[0], row[1], row[2] + offset, row[3]) if int(row[0]) == tp else row
+        for row in cal.allreduce_law
+    )
+    q1, q3 = np.percentile(per, [25, 75])
+    report = {
+        "tp": tp,
+        "offset_us": offset * 1e6,
+        "points": len(pts),
+        "spread_us": float(q3 - q1) * 1e6,
+    }
+    return dataclasses.replace(cal, allreduce_law=law), report
