@@ -18,7 +18,7 @@ from spectune.planner.costmodel import CostModel
 from spectune.specs import load_hardware, load_model
 from spectune.specs.calibration import Calibration
 from spectune.validate.check import calibrations_in
-from spectune.validate.fit import INFORWARD_OFFSET_MAX_S, fit_inforward_offset
+from spectune.validate.fit import INFORWARD_OFFSET_MAX_S, fit_inforward_offset, fit_interconnect
 
 SRC = ROOT / "benchmarks/results/tp_h100x2_c"
 
@@ -81,3 +81,23 @@ def test_probe_reports_the_shifted_check(
     assert main([str(SRC.relative_to(ROOT))]) == 0
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc[0]["offset_s"]["2"] > 0 and "execute-tp2.json" in doc[0]["after"]
+
+
+def test_calibrate_tp_run_shifts_its_law(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`spectune calibrate --from-run` of a split run (grid with and without collectives, the
+    sweep's rows): the interconnect refit, then the law at its tp raised by the planted cost."""
+    from spectune.cli import main as cli
+
+    doc = _planted(5e-6)
+    doc["collectives"] = json.loads((SRC / "calibrate-run.json").read_text())["collectives"]
+    run, out = tmp_path / "run.json", tmp_path / "cal.json"
+    run.write_text(json.dumps(doc))
+    base = SRC / "calibration-h100-sxm.json"
+    assert cli(["calibrate", "--from-run", str(run), "--base", str(base), "--out", str(out)]) == 0
+    assert "inside the split forward: +5.00 us" in capsys.readouterr().out
+    got = Calibration.load(out)
+    unshifted, _ = fit_interconnect(doc["collectives"], doc["hardware"], Calibration.load(base))
+    for a, b in zip(unshifted.allreduce_law, got.allreduce_law, strict=True):
+        assert b[2] == pytest.approx(a[2] + (5e-6 if int(a[0]) == 2 else 0.0), abs=1e-12)

@@ -72,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
             raw.get("collectives", []), raw["hardware"], base or Calibration()
         )
         # and what an all-reduce costs inside the split forward beyond the sweep's law
-        cal, offset = fit_inforward_offset(raw, cal)
+        target, drafter = load_model(args.target), load_model(args.drafter)
+        if (target.name, drafter.name) != (raw["target"], raw["drafter"]):  # --from-run
+            target, drafter = load_model(raw["target"]), load_model(raw["drafter"])
+        cal, offset = fit_inforward_offset(raw, cal, target=target, drafter=drafter)
         if offset is not None:
             report["inforward_allreduce"] = offset
     else:

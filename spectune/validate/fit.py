@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from spectune.specs import SpecError, TreePolicy, load_hardware, load_model
+from spectune.specs import ModelSpec, SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import Calibration
 
 GEMM_GRID = (1.0, 16.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 65536.0)
@@ -693,7 +693,11 @@ INFORWARD_OFFSET_MAX_S = 50e-6
 
 
 def fit_inforward_offset(
-    run: dict[str, Any], cal: Calibration
+    run: dict[str, Any],
+    cal: Calibration,
+    *,
+    target: ModelSpec | None = None,
+    drafter: ModelSpec | None = None,
 ) -> tuple[Calibration, dict[str, Any] | None]:
     """`cal` with the all-reduce law at the run's tp raised by what each all-reduce of a split
     forward costs beyond the law. The collectives sweep times every all-reduce in place after a
@@ -705,16 +709,17 @@ def fit_inforward_offset(
     clipped to [0, INFORWARD_OFFSET_MAX_S], is added to the latency of every all-reduce regime
     of that tp. Returns `cal` unchanged and None where the run has no such points or `cal` no
     law rows at its tp; else the report {tp, offset_us, points, spread_us: the points'
-    interquartile range}."""
+    interquartile range}. `target`, `drafter`: the run's models where they are not presets
+    (default: the presets the run names)."""
     from spectune.planner.costmodel import CostModel
 
     tp = int(run.get("tp", 1))
     pts = [r for r in run.get("verify", []) if "seconds_nocomm" in r]
     if tp < 2 or not pts or not any(int(row[0]) == tp for row in cal.allreduce_law):
         return cal, None
-    target = load_model(run["target"])
+    target = target or load_model(run["target"])
     cm = CostModel(
-        load_hardware(run["hardware"]), target, load_model(run["drafter"]), tp=tp,
+        load_hardware(run["hardware"]), target, drafter or load_model(run["drafter"]), tp=tp,
         calibration=cal,
     )  # fmt: skip
     per = np.array([
