@@ -23,15 +23,13 @@ Nothing in the folders is written.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_refit import _load, _per_file
+from benchmarks.bench_refit import _cell, _load, _per_file, check_with
 from spectune.specs.calibration import Calibration
-from spectune.validate.check import CALIBRATION_SCHEMA, calibrations_in, check_folder
+from spectune.validate.check import calibrations_in
 from spectune.validate.fit import fit_inforward_offset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,32 +51,14 @@ def offsets(folder: Path, cal: Calibration) -> tuple[Calibration, dict[int, floa
     return cal, out
 
 
-def check_with(src: Path, cal: Calibration) -> dict[str, dict[str, float]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        for p in src.glob("*.json"):
-            data = _load(p)
-            if isinstance(data, dict) and data.get("schema") == CALIBRATION_SCHEMA:
-                continue
-            shutil.copy(p, Path(tmp) / p.name)
-        cal.save(Path(tmp) / f"calibration-{cal.hardware}.json")
-        return _per_file(check_folder(tmp))
-
-
-def _cell(f: dict[str, float]) -> str:
-    v = f"{100 * f['verify_sum'] / f['verify_n']:5.2f}%" if f.get("verify_n") else "     -"
-    if not f.get("speedup_n"):
-        return f"{v} {'-':>12}"
-    s = f"{100 * f['speedup_worst']:.1f}% ({100 * f['speedup_sum'] / f['speedup_n']:.1f}%)"
-    return f"{v} {s:>12}"
-
-
 def main(argv: list[str]) -> int:
     results: list[dict[str, Any]] = []
     for name in argv or DEFAULT:
         src = ROOT / name
         cal = next(iter(calibrations_in(src).values()))
         moved, offs = offsets(src, cal)
-        before, after = check_with(src, cal), check_with(src, moved)
+        before = _per_file(check_with(src, cal))
+        after = _per_file(check_with(src, moved))
         print(f"{name}: offset per all-reduce " + ", ".join(
             f"tp {tp} {v * 1e6:.1f} us" for tp, v in sorted(offs.items())
         ))  # fmt: skip
