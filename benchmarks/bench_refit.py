@@ -12,7 +12,10 @@ by `spectune check`'s code (spectune.validate.check.check_folder). The execution
 folders (execute-*.json) and every tp > 1 document stay out of the fit, so their errors are
 out of sample. Each line gives the committed calibration's figures (as the folder was
 checked when it was made) beside the refit's: verify MAPE per file and the worst and mean
-speedup error per file. Nothing in the folders is written.
+speedup error per file; then over the executions (goal_errors) the worst and mean error of
+the goal's rows (the planned policy and the engines' defaults) and the mean and worst of every
+execution. The last lines average these over the folders refitted. Nothing in the folders is
+written.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from spectune.specs.calibration import Calibration
 from spectune.specs.io import loads_json, read_bytes_bounded
@@ -78,6 +83,29 @@ def _per_file(res: CheckResult) -> dict[str, dict[str, float]]:
     return out
 
 
+#: run labels of the goal's rows (issue 18 and 22): the planned policy and the engines' defaults
+GOAL_LABELS = frozenset(
+    {"policy", "planned", "sglang-default", "vllm-k3", "dynamic-topk:5,4,8",
+     "dynamic-topk:7,10,60"}
+)  # fmt: skip
+
+
+def goal_errors(res: CheckResult) -> dict[str, float]:
+    """Speedup errors of the out-of-sample executions (files execute-*.json): over the goal's
+    rows (GOAL_LABELS: the planned policy, SGLang's 5/4/8, vLLM's 3/1/4, EAGLE's 7/10/60)
+    "goal_worst" / "goal_mean" of |error|, and over every execution "all_mean" / "all_worst".
+    Empty where a folder has no execution."""
+    rows = [r for r in res.speedup if r.file.startswith("execute-")]
+    goal = [abs(r.error) for r in rows if r.what.split()[2] in GOAL_LABELS]
+    out: dict[str, float] = {}
+    if goal:
+        out |= {"goal_worst": max(goal), "goal_mean": sum(goal) / len(goal)}
+    if rows:
+        errs = [abs(r.error) for r in rows]
+        out |= {"all_mean": sum(errs) / len(errs), "all_worst": max(errs)}
+    return out
+
+
 def n1_bias(res: CheckResult) -> dict[str, float | None]:
     """Mean signed error (predicted / measured - 1) of the one-token verify passes: the verify
     grid's N = 1 rows ("grid", calibrate-run.json) and the no-speculation step of the
@@ -117,9 +145,11 @@ def refit(folder: str, extra: tuple[str, ...]) -> dict[str, Any]:
         "params": report["params"],
         "determined": report["identified"].get("determined", []),
         "before": {"verify_mape": before.verify_mape, "worst": before.worst_speedup_error,
-                   "n1_bias": n1_bias(before), "files": _per_file(before)},
+                   "n1_bias": n1_bias(before), "files": _per_file(before),
+                   "goal": goal_errors(before)},
         "after": {"verify_mape": after.verify_mape, "worst": after.worst_speedup_error,
-                  "n1_bias": n1_bias(after), "files": _per_file(after)},
+                  "n1_bias": n1_bias(after), "files": _per_file(after),
+                  "goal": goal_errors(after)},
     }  # fmt: skip
 
 
@@ -131,6 +161,15 @@ def _cell(f: dict[str, float]) -> str:
         else "          -"
     )
     return f"{v} {s:>13}"
+
+
+def _goal(g: dict[str, float]) -> str:
+    if "goal_worst" not in g:
+        return f"- | {100 * g['all_mean']:.2f} / {100 * g['all_worst']:.1f}%"
+    return (
+        f"{100 * g['goal_worst']:.1f} / {100 * g['goal_mean']:.2f} | "
+        f"{100 * g['all_mean']:.2f} / {100 * g['all_worst']:.1f}%"
+    )
 
 
 def _pct(x: float | None) -> str:
@@ -158,12 +197,36 @@ def main(argv: list[str]) -> int:
             f"{k} {_pct(b['n1_bias'][k])} -> {_pct(a['n1_bias'][k])}" for k in ("grid", "step")
         )
         print(f"  N=1 bias (mean signed error): {bias}")
+        if a["goal"]:
+            print(
+                f"  executions, goal rows worst / mean | all mean / worst: {_goal(b['goal'])}"
+                f" -> {_goal(a['goal'])}"
+            )
         split = r["params"].get("attention_split_us")
         print(
             f"  fitted attention_split_s {split:.1f} us; determined: {', '.join(r['determined'])}"
         )
+    _summary(results)
     print(json.dumps(results))
     return 0
+
+
+def _summary(results: list[dict[str, Any]]) -> None:
+    """Means over the folders (committed -> refit): verify MAPE, and the execution errors of
+    goal_errors (the goal rows' worst, its mean, and the largest goal row of any folder)."""
+    if not results:
+        return
+    for side in ("before", "after"):
+        rs = [r[side] for r in results]
+        goals = [r["goal"] for r in rs if "goal_worst" in r["goal"]]
+        line = f"mean of {len(rs)} ({side}): verify MAPE {100 * np.mean([r['verify_mape'] for r in rs]):.2f}%"
+        if goals:
+            line += (
+                f"; goal rows worst {100 * np.mean([g['goal_worst'] for g in goals]):.2f}%"
+                f" (max {100 * max(g['goal_worst'] for g in goals):.1f}%),"
+                f" mean {100 * np.mean([g['goal_mean'] for g in goals]):.2f}% over {len(goals)}"
+            )
+        print(line)
 
 
 if __name__ == "__main__":
