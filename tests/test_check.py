@@ -184,7 +184,7 @@ def _phase_doc(
     every run's trees built by `builder`."""
     runs = []
     for b, d, k, n in shapes:
-        over = _scalar(cm.step_overhead_time(b, n, builder=builder)) * 1e3
+        over = _scalar(cm.step_overhead_time(b, n, builder=builder, depth=d)) * 1e3
         ph = {
             "draft": _scalar(cm.draft_time(b, d, k, c, builder=builder)) * 1e3,
             "tree": over,
@@ -238,6 +238,29 @@ def test_overheads_recover_tree_build_costs() -> None:
     assert over["per_request_overhead_s"] == pytest.approx(0.5 * us, rel=1e-6)
     assert over["tree_build_s"] == pytest.approx(90 * us, rel=1e-6)
     assert over["tree_build_per_node_s"] == pytest.approx(0.04 * us, rel=1e-6)
+
+
+def test_overheads_recover_a_cost_per_tree_level() -> None:
+    """Dynamic trees of depths 2-7 built at 20 us a level give that cost back beside the fixed
+    and per-node ones; runs of one depth leave it unfitted (it is the fixed cost's twin there)."""
+    from spectune.validate.fit import _overheads
+
+    us = 1e-6
+    truth = Calibration(
+        step_overhead_s=12 * us,
+        per_request_overhead_s=0.5 * us,
+        tree_build_s=40 * us,
+        tree_build_per_node_s=0.04 * us,
+        tree_build_per_level_s=20 * us,
+    )
+    over = _overheads([_phase_doc(_cm(truth), SHAPES)])
+    assert over["tree_build_per_level_s"] == pytest.approx(20 * us, rel=1e-6)
+    assert over["tree_build_s"] == pytest.approx(40 * us, rel=1e-6)
+    assert over["tree_build_per_node_s"] == pytest.approx(0.04 * us, rel=1e-6)
+    one_depth = [(1, 5, 4, 8), (8, 5, 4, 16), (32, 5, 4, 8), (64, 5, 2, 8)]
+    over = _overheads([_phase_doc(_cm(truth), one_depth)])
+    assert "tree_build_per_level_s" not in over
+    assert over["tree_build_s"] == pytest.approx((40 + 5 * 20) * us, rel=1e-6)
 
 
 def test_fit_recovers_a_known_draft_step_cost() -> None:

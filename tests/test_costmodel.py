@@ -399,6 +399,34 @@ def test_draft_step_and_tree_node_costs_by_hand() -> None:
     assert float(step) == pytest.approx(5 * 80 * us)
 
 
+def test_tree_level_cost_by_hand() -> None:
+    """A dynamic tree pays tree_build_per_level_s once per level, a static one not at all, and
+    the iteration carries it; a negative cost is refused."""
+    us = 1e-6
+    cal = Calibration(
+        tree_build_s=40 * us,
+        static_tree_build_s=15 * us,
+        tree_build_per_node_s=0.05 * us,
+        tree_build_per_level_s=20 * us,
+        step_overhead_s=10 * us,
+        per_request_overhead_s=1 * us,
+    )
+    target, head = model_preset("llama-3.1-8b"), model_preset("eagle3-llama-3.1-8b")
+    cm = CostModel(H100, target, head, calibration=cal)
+    # B=8, a depth-3 dynamic 4-node chain: 10 + 8 x 1 + 40 + 3 x 20 + 8 x 4 x 0.05 = 119.6 us
+    assert float(cm.step_overhead_time(8, 4, depth=3)) == pytest.approx(119.6 * us)
+    # the static builder: 10 + 8 + 15 + 1.6 = 34.6 us whatever the depth
+    assert float(cm.step_overhead_time(8, 4, builder="static", depth=3)) == pytest.approx(34.6 * us)
+    assert cal.tree_build_cost_s("dynamic-topk", 7) == pytest.approx((40 + 7 * 20) * us)
+    flat = CostModel(H100, target, head, calibration=replace(cal, tree_build_per_level_s=0.0))
+    for d in (3, 7):
+        policy = TreePolicy("dynamic-topk", d, 2, d + 1)
+        extra = cm.iteration(policy, 8, 4096).total_s - flat.iteration(policy, 8, 4096).total_s
+        assert float(extra) == pytest.approx(d * 20 * us)
+    with pytest.raises(SpecError, match="tree_build_per_level_s"):
+        Calibration(tree_build_per_level_s=-1 * us)
+
+
 def test_static_builder_fixed_costs_by_hand() -> None:
     """The static builder's own per-step and tree costs, worked by hand, and the uncalibrated
     estimate (half the dynamic per-step cost, the dynamic tree cost)."""

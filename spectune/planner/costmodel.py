@@ -17,7 +17,8 @@ StepBreakdown (spectune.planner.step), the one price every consumer reads:
                of the later steps                                       (draft_time)
     verify     target over the tree tokens/seq, logits at every node    (verify_time)
     extend     drafter over the accepted tokens                         (draft_extend_time)
-    overhead   scheduler, sampling, tree building: fixed + per node     (step_overhead_time)
+    overhead   scheduler, sampling, tree building: fixed + per level    (step_overhead_time)
+               + per node
     retrieval  grafting's lookup, when graft_budget > 0                 (retrieval_time)
     pruning    pruning pass, ragged packing, host read, when pruning    (prune_time)
                or when trees differ in size per request (ECHO's shared budget, batch > 1)
@@ -350,17 +351,23 @@ class CostModel:
 
     # ---- fixed costs ---------------------------------------------------------------------------
     def step_overhead_time(
-        self, batch: ArrayLike, tree_tokens: ArrayLike, *, builder: str = "dynamic-topk"
+        self,
+        batch: ArrayLike,
+        tree_tokens: ArrayLike,
+        *,
+        builder: str = "dynamic-topk",
+        depth: int = 0,
     ) -> F64:
         """Seconds per iteration outside the forward passes: fixed scheduler/sampling cost, a
-        per-request cost, and tree building where tree_tokens > 1 (speculating): a fixed part
-        that depends on the `builder` (Calibration.tree_build_cost_s) plus a part per tree node
-        of every sequence (batch x tree_tokens: the pool sort, node gathers and ancestor-mask
-        rows grow with the tree)."""
+        per-request cost, and tree building where tree_tokens > 1 (speculating): a part that
+        depends on the `builder` and the tree's `depth` (Calibration.tree_build_cost_s: a
+        fixed cost, and for the dynamic builder one per level) plus a part per tree node of
+        every sequence (batch x tree_tokens: the pool sort, node gathers and ancestor-mask rows
+        grow with the tree)."""
         b = _arr("batch", batch)
         n = _arr("tree_tokens", tree_tokens)
         cal = self.calibration
-        tree = cal.tree_build_cost_s(builder) + cal.tree_build_per_node_s * b * n
+        tree = cal.tree_build_cost_s(builder, depth) + cal.tree_build_per_node_s * b * n
         return _f64(
             cal.step_overhead_s + cal.per_request_overhead_s * b + np.where(n > 1, tree, 0.0)
         )
@@ -449,7 +456,7 @@ class CostModel:
                 "intermediate_s": None,
                 "verify_s": self._tree_verify_time(policy, b, n, c, tokens_cv),
                 "extend_s": self.draft_extend_time(b, a, c),
-                "overhead_s": self.step_overhead_time(b, n, builder=builder),
+                "overhead_s": self.step_overhead_time(b, n, builder=builder, depth=policy.depth),
                 "retrieval_s": self.retrieval_time(b) if policy.graft_budget > 0 else None,
                 "prune_s": self._ragged_time(policy, b),
                 "engine_s": self._engine_time(b, policy.depth, policy.topk > 1),
@@ -517,7 +524,7 @@ class CostModel:
         draft, extend = self._hier_draft(b, policy, c, a)
         builder = policy.builder
         fixed = self.step_overhead_time(b, 1, builder=builder)
-        tree = self.step_overhead_time(b, n_tree, builder=builder) - fixed
+        tree = self.step_overhead_time(b, n_tree, builder=builder, depth=policy.depth) - fixed
         parts: dict[str, F64 | None] = {
             "draft_s": r * draft,
             "intermediate_s": r * self.intermediate_verify_time(b, n_tree, c),

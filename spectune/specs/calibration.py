@@ -221,6 +221,17 @@ class Calibration:
         "gathered and the bool[N, N] ancestor mask is written row by row, work that grows with "
         "the tree. Default: ~50 ns/node, the order fitted on the H200 (measurements/h200)",
     )
+    tree_build_per_level_s: float = help_field(
+        0.0,
+        help="tree-building cost per level of a dynamic (EAGLE-2) tree, s: the ancestor mask of "
+        "the selected nodes is built by one gather round per level (executor.tree_build."
+        "ancestor_mask, ~5 small kernels each), whatever the batch and the tree's width, so a "
+        "depth-7 tree pays it 7 times and a depth-3 chain 3 (the static builder's mask is "
+        "precomputed per shape: not charged). Default 0 (calibrations fitted without it); "
+        "calibrate fits it from speculative runs of two depths or more: the tree phase of the "
+        "committed H100 runs grows ~20 us a level at batch 1 (depth 2 0.10 ms, 3 0.13, 5 0.16, "
+        "6 0.20, 7 0.22)",
+    )
     draft_step_s: float = help_field(
         40.0 * US,
         help="fixed cost of each drafting step beyond the drafter's forward pass, s: top-k of "
@@ -348,6 +359,7 @@ class Calibration:
             "per_request_overhead_s",
             "tree_build_s",
             "tree_build_per_node_s",
+            "tree_build_per_level_s",
             "draft_step_s",
             "draft_slot_s",
             "static_draft_step_s",
@@ -421,11 +433,15 @@ class Calibration:
             return STATIC_STEP_FRACTION * self.draft_step_s
         return self.draft_step_s
 
-    def tree_build_cost_s(self, builder: str = "dynamic-topk") -> float:
-        """Fixed seconds of building the draft trees of one iteration, for a builder."""
-        if _builder(builder) == "static" and self.static_tree_build_s is not None:
-            return self.static_tree_build_s
-        return self.tree_build_s
+    def tree_build_cost_s(self, builder: str = "dynamic-topk", depth: int = 0) -> float:
+        """Seconds of building the draft trees of one iteration that do not grow with the
+        batch, for a builder and a tree `depth`: the builder's fixed cost, and for the dynamic
+        builder tree_build_per_level_s per level (the static one precomputes its mask)."""
+        if _builder(builder) == "static":
+            if self.static_tree_build_s is not None:
+                return self.static_tree_build_s
+            return self.tree_build_s
+        return self.tree_build_s + self.tree_build_per_level_s * depth
 
     # ---- files -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -19,9 +19,10 @@ static_draft_step_s when static-builder runs are among the measurements; draft_s
 cost per frontier slot of each later step, when runs of two top-k or more are), and the GEMM
 efficiency curve
 eff(M) = e_max * (1 - exp(-M / m0)) tabulated on a grid (M / eff grows with M, as Calibration
-requires). The fixed per-step costs (step overhead, per-request cost, tree building: fixed and
-per tree node, the static builder's fixed tree cost and pruning's per-iteration cost when
-such runs are measured) come from a linear fit of the non-forward phases. Each run is priced
+requires). The fixed per-step costs (step overhead, per-request cost, tree building: fixed,
+per tree node, and per level of a dynamic tree where runs of two depths are measured; the
+static builder's fixed tree cost and pruning's per-iteration cost when such runs are
+measured) come from a linear fit of the non-forward phases. Each run is priced
 as CostModel.iteration prices its policy (builder and options included). Graph batch sizes are every
 batch up to 256, because the executor captures a graph at each measured batch exactly (no
 padding).
@@ -368,6 +369,7 @@ def fit_calibration(
             per_request_overhead_s=over["per_request_overhead_s"],
             tree_build_s=over["tree_build_s"],
             tree_build_per_node_s=over["tree_build_per_node_s"],
+            tree_build_per_level_s=over.get("tree_build_per_level_s", base.tree_build_per_level_s),
             static_tree_build_s=over.get("static_tree_build_s", base.static_tree_build_s),
             prune_step_s=over.get("prune_step_s", base.prune_step_s),
             retrieval_per_request_s=over.get(
@@ -514,6 +516,7 @@ OVERHEAD_COLUMNS = (
     "per_request_overhead_s",
     "tree_build_s",
     "tree_build_per_node_s",
+    "tree_build_per_level_s",
     "static_tree_build_s",
     "prune_step_s",
     "retrieval_per_request_s",
@@ -529,11 +532,13 @@ def _ragged(pol: dict[str, Any], batch: int) -> bool:
 
 def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
     """step_overhead_s, per_request_overhead_s, tree_build_s and tree_build_per_node_s (and
-    static_tree_build_s when static-builder runs are measured, prune_step_s when pruned runs
-    are) by non-negative least squares over the non-forward phases, one row per run:
+    tree_build_per_level_s when dynamic-builder runs of two depths or more are measured,
+    static_tree_build_s when static-builder runs are, prune_step_s when pruned runs are) by
+    non-negative least squares over the non-forward phases, one row per run:
         speculation off: overhead                      = fixed + per_request * B
         on:              tree + accept + compact + ovh = fixed + per_request * B
                                                          + tree_build[builder] + per_node * B * N
+                                                         + per_level * depth * [dynamic]
                                                          + prune_step * [ragged verify]
                                                          + (retrieval_step + retrieval_per_request
                                                             * B) * [graft]
@@ -543,21 +548,22 @@ def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
     shared-budget (ECHO, batch > 1) run; the executor's retrieval lookup and grafting run in the
     tree phase). The ragged run's host read of its packed size is timed in its verify phase,
     which this fit does not see: prune_step_s fitted here is the tree phase's share."""
+    off = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # speculation off: fixed + per request
     a_rows, y = [], []
     for doc in measurements:
         for r in doc["runs"]:
             ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
             if "ar_phases_ms" in r:
-                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+                a_rows.append([1.0, b, *off[2:]])
                 y.append(r["ar_phases_ms"]["overhead"] / 1e3)
             if pol is None:
-                a_rows.append([1.0, b, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+                a_rows.append([1.0, b, *off[2:]])
                 y.append(ph["overhead"] / 1e3)
             else:
-                static = pol["builder"] == "static"
+                dynamic = float(pol["builder"] != "static")
                 graft = float(pol.get("graft_budget", 0) > 0)
                 a_rows.append([
-                    1.0, b, float(not static), b * _tokens(r), float(static),
+                    1.0, b, dynamic, b * _tokens(r), pol["depth"] * dynamic, 1.0 - dynamic,
                     float(_ragged(pol, b)), b * graft, graft,
                 ])  # fmt: skip
                 y.append((ph["tree"] + ph["accept"] + ph["compact"] + ph["overhead"]) / 1e3)
@@ -566,8 +572,14 @@ def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
     from scipy.optimize import nnls
 
     a = np.array(a_rows)
-    # a column no run has: nothing to fit its cost from (the Calibration's default stands)
-    cols = [i for i in range(a.shape[1]) if i < 4 or a[:, i].any()]
+    # a column no run has: nothing to fit its cost from (the Calibration's default stands);
+    # the per-level cost needs dynamic runs of two depths (one depth: the fixed cost's twin)
+    level = OVERHEAD_COLUMNS.index("tree_build_per_level_s")
+    depths = set(a[a[:, 2] > 0, level].tolist())
+    cols = [
+        i for i in range(a.shape[1])
+        if i < 4 or (a[:, i].any() and (i != level or len(depths) > 1))
+    ]  # fmt: skip
     coef, _ = nnls(a[:, cols], np.array(y))
     return {OVERHEAD_COLUMNS[i]: float(c) for i, c in zip(cols, coef, strict=True)}
 
