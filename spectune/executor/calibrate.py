@@ -11,10 +11,11 @@ What is measured (all medians of CUDA-event timings after warm-up):
 - the verify grid: whole target forwards (CUDA graph) over batch x tree tokens x context, with
   `--kernel-classes` each also profiled by kernel class (kernel_classes: weight GEMMs + logits,
   attention), reported beside the fit;
-- short speculative-decoding runs, one policy per tree builder (SPEC_POLICIES: dynamic top-k
-  small, large and wide (EAGLE's 7/10/60), static, pruned, pruned + grafted, shared budget) at a few batches, phase by
-  phase (session.measure_runs), so the fit sees this GPU's draft-step, tree-building, prune
-  and graft fixed costs (`spec_runs`).
+- short speculative-decoding runs, one policy per tree builder (SPEC_POLICIES: a top-1 chain
+  (vLLM's 3/1/4), dynamic top-k small, large and wide (EAGLE's 7/10/60), static, pruned,
+  pruned + grafted, shared budget) at a few batches, phase by phase (session.measure_runs), so
+  the fit sees this GPU's draft-step, tree-building (fixed, per level, per node), prune and
+  graft fixed costs (`spec_runs`).
 """
 
 from __future__ import annotations
@@ -44,8 +45,13 @@ L2_SAFE_BYTES = 256 * 1024 * 1024  # rotate weight copies until this many bytes 
 # shared budget, every tree inside one tile, could not: measurements/h100's fit left it weak).
 # EAGLE's 7/10/60 selects over B x 10 rows per step: beside the top-k 4 and 8 runs it tells the
 # per-row selection cost (Calibration.draft_select_bytes_per_s) from the fixed cost per step
-# (runs reaching only B x topk = 256 left it weak, rel. s.e. 0.4)
+# (runs reaching only B x topk = 256 left it weak, rel. s.e. 0.4). vLLM's 3/1/4 chain spreads
+# the dynamic trees' depths to 3..7, so the tree's cost per level
+# (Calibration.tree_build_per_level_s) is told from its fixed cost: with depths 5-7 alone the
+# fit put it at 3 us where the batch-1 tree phases step ~20-30 us a level, and priced the
+# depth-3 chain's tree phase 35-40 us high at tp 2 (benchmarks/results/tp_h100x2_c)
 SPEC_POLICIES = (
+    TreePolicy("dynamic-topk", 3, 1, 4),
     TreePolicy("dynamic-topk", 5, 4, 8),
     TreePolicy("dynamic-topk", 6, 8, 32),
     TreePolicy("dynamic-topk", 7, 10, 60),
