@@ -52,6 +52,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h200-newuser": (),
     "measurements/h200-newuser2": (),
     "measurements/h200-newuser3": (),
+    "measurements/h200-newuser4": (),
     "benchmarks/results/new_gpu_h100_repeat": (),
     "benchmarks/results/new_gpu_h100_calonly": (),
     "benchmarks/results/new_gpu_h200_rerun": (),
