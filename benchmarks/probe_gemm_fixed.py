@@ -21,6 +21,7 @@ its collectives, then one JSON document.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -30,37 +31,46 @@ import numpy as np
 
 from benchmarks.bench_refit import FOLDERS, ROOT, _cell, _load, _per_file, check_with
 from spectune.planner.costmodel import CostModel
-from spectune.planner.operators import ACT_BYTES, LOGIT_BYTES, elementwise_time
-from spectune.specs import load_hardware, load_model
+from spectune.specs import ModelSpec, load_hardware, load_model
 from spectune.specs.calibration import Calibration
 from spectune.validate.fit import fit_calibration
 
 
+def shard_model(spec: ModelSpec, tp: int) -> ModelSpec:
+    """The shape one rank of a split forward computes, as a one-GPU model: heads, KV heads,
+    ffn and vocabulary divided by tp (executor.tp.shard_spec, with the LM head's split)."""
+    return dataclasses.replace(
+        spec,
+        heads=spec.heads // tp,
+        kv_heads=spec.kv_heads // tp,
+        ffn=spec.ffn // tp,
+        vocab=spec.vocab // tp,
+    )
+
+
+def shard_time(cm: CostModel, tp: int, batch: int, tokens: int, context: int) -> float:
+    """Seconds of one rank's compute in a forward of cm's target split over tp GPUs (a split
+    run's "seconds_nocomm"): the one-GPU forward of the shard's shape (shard_model), so no
+    collectives, no layout copy of gathered logits, and the logits pass over this rank's
+    vocabulary share."""
+    one = CostModel(cm.hardware, shard_model(cm.target, tp), cm.drafter, calibration=cm.calibration)
+    return float(np.asarray(one.verify_time(batch, tokens, context)).reshape(-1)[0])
+
+
 def shard_errors(src: Path, cal: Calibration) -> dict[str, list[float]]:
-    """verify-tp*.json -> the relative error of each row's shard compute: the tp forward's
-    price less its collectives ('comm'), their launches (2 per layer + the gather), the
-    gathered logits' layout copy and the logits pass beyond this rank's vocabulary share,
-    against "seconds_nocomm"."""
+    """verify-tp*.json -> the relative error of each row's shard compute (shard_time) against
+    "seconds_nocomm"."""
     out: dict[str, list[float]] = {}
     for p in sorted(src.glob("verify-tp*.json")):
         doc = _load(p)
         hw = load_hardware(doc["hardware"])
-        target = load_model(doc["target"])
-        cm = CostModel(hw, target, load_model(doc["drafter"]), calibration=cal, tp=doc["tp"])
-        r = cm.rates
-        errs = []
-        for row in doc["verify"]:
-            b, n, c = row["batch"], row["tokens"], row["context"]
-            parts = cm.verify_breakdown(b, n, c)
-            total = sum(float(np.asarray(v).reshape(-1)[0]) for v in parts.values())
-            lm = float(cm._graph_batch(np.asarray(float(b)))[0]) * n
-            v = target.lm_vocab
-            total -= float(np.asarray(parts["comm"]).reshape(-1)[0])
-            total -= (2 * target.layers + 1) * r.launch_s
-            total -= float(elementwise_time(r, 2 * lm * v * ACT_BYTES))
-            total -= float(elementwise_time(r, 2 * lm * v * LOGIT_BYTES)) * (1 - 1 / cm.tp)
-            errs.append(total / row["seconds_nocomm"] - 1)
-        out[p.name] = errs
+        cm = CostModel(hw, load_model(doc["target"]), load_model(doc["drafter"]), calibration=cal)
+        out[p.name] = [
+            shard_time(cm, doc["tp"], row["batch"], row["tokens"], row["context"])
+            / row["seconds_nocomm"]
+            - 1
+            for row in doc["verify"]
+        ]
     return out
 
 

@@ -26,7 +26,6 @@ predict_row), as benchmarks/bench_step_bias.py patches its variants.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -35,8 +34,9 @@ from typing import Any
 import spectune.validate.fit as fit
 from benchmarks.bench_refit import FOLDERS, ROOT, _cell, _load, _per_file, check_with
 from benchmarks.probe_allreduce_offset import offsets
+from benchmarks.probe_gemm_fixed import shard_time
 from spectune.planner.costmodel import CostModel
-from spectune.specs import ModelSpec, load_model
+from spectune.specs import load_model
 
 DEFAULT = (
     "benchmarks/results/tp_h100x2_c",
@@ -44,18 +44,6 @@ DEFAULT = (
     "measurements/h200x4-tp",
 )
 KIND = "verify_shard"
-
-
-def shard_model(spec: ModelSpec, tp: int) -> ModelSpec:
-    """The shape one rank of a split forward computes, as a one-GPU model: heads, KV heads,
-    ffn and vocabulary divided by tp (executor.tp.shard_spec, with the LM head's split)."""
-    return dataclasses.replace(
-        spec,
-        heads=spec.heads // tp,
-        kv_heads=spec.kv_heads // tp,
-        ffn=spec.ffn // tp,
-        vocab=spec.vocab // tp,
-    )
 
 
 def shard_rows(folder: Path, tps: set[int]) -> list[tuple[str, dict[str, Any], float]]:
@@ -75,9 +63,8 @@ def shard_rows(folder: Path, tps: set[int]) -> list[tuple[str, dict[str, Any], f
 
 def patch(extra: list[tuple[str, dict[str, Any], float]], weight: float) -> None:
     """Make validate.fit take `extra` rows at `weight`, each priced as its shard's one-GPU
-    forward with the calibration being fitted."""
+    forward (probe_gemm_fixed.shard_time) with the calibration being fitted."""
     rows, predict = fit._rows, fit.predict_row
-    models: dict[tuple[str, int], ModelSpec] = {}
 
     def _rows(run: dict[str, Any], measurements: Any) -> list[tuple[str, dict[str, Any], float]]:
         return rows(run, measurements) + extra
@@ -85,11 +72,10 @@ def patch(extra: list[tuple[str, dict[str, Any], float]], weight: float) -> None
     def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
         if kind != KIND:
             return predict(cm, kind, a)
-        key = (a["target"], a["tp"])
-        if key not in models:
-            models[key] = shard_model(load_model(a["target"]), a["tp"])
-        one = CostModel(cm.hardware, models[key], cm.drafter, calibration=cm.calibration)
-        return fit._scalar(one.verify_time(a["batch"], a["tokens"], a["context"]))
+        full = CostModel(
+            cm.hardware, load_model(a["target"]), cm.drafter, calibration=cm.calibration
+        )
+        return shard_time(full, a["tp"], a["batch"], a["tokens"], a["context"])
 
     fit._rows = _rows
     fit.predict_row = predict_row

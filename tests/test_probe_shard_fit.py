@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import spectune.validate.fit as fit
-from benchmarks.probe_shard_fit import KIND, ROOT, patch, shard_model, shard_rows
+from benchmarks.probe_gemm_fixed import shard_model
+from benchmarks.probe_shard_fit import KIND, ROOT, patch, shard_rows
 from spectune.planner.costmodel import CostModel
 from spectune.specs import load_hardware, load_model
 from spectune.specs.calibration import Calibration

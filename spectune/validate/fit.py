@@ -548,16 +548,16 @@ def _overheads(measurements: Sequence[dict[str, Any]]) -> dict[str, float]:
     shared-budget (ECHO, batch > 1) run; the executor's retrieval lookup and grafting run in the
     tree phase). The ragged run's host read of its packed size is timed in its verify phase,
     which this fit does not see: prune_step_s fitted here is the tree phase's share."""
-    off = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # speculation off: fixed + per request
+    tree_cols = [0.0] * (len(OVERHEAD_COLUMNS) - 2)  # speculation off: fixed + per request only
     a_rows, y = [], []
     for doc in measurements:
         for r in doc["runs"]:
             ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
             if "ar_phases_ms" in r:
-                a_rows.append([1.0, b, *off[2:]])
+                a_rows.append([1.0, b, *tree_cols])
                 y.append(r["ar_phases_ms"]["overhead"] / 1e3)
             if pol is None:
-                a_rows.append([1.0, b, *off[2:]])
+                a_rows.append([1.0, b, *tree_cols])
                 y.append(ph["overhead"] / 1e3)
             else:
                 dynamic = float(pol["builder"] != "static")
