@@ -11,6 +11,7 @@ calibration (first / later steps / bookkeeping). A term the model lacks shows as
 larger than its share of the priced parts.
 
     PYTHONPATH=$PWD python benchmarks/probe_draft.py --out $OUT [--batches 8,32,64]
+        [--policies 'dynamic-topk:5,4,8;dynamic-topk:6,5,32'] [--calibration FILE]
         (nvidia-h100-x1, about 3 minutes: one session at batch 64, 6 policy x batch profiles)
     python benchmarks/probe_draft.py --tiny    (CPU: tiny models, the plumbing only)
 
@@ -89,8 +90,13 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--out", default=None, help="folder for probe_draft.json")
     ap.add_argument("--tiny", action="store_true", help="CPU, tiny models: the plumbing only")
+    ap.add_argument("--policies", default=";".join(p.label for p in POLICIES),
+                    help="policies to profile, TreePolicy labels joined by ';' (default SGLang's "
+                    "5/4/8 and EAGLE's 7/10/60)")  # fmt: skip
+    ap.add_argument("--calibration", default=CALIBRATION, help=f"prices (default {CALIBRATION})")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",") if b]
+    policies = [TreePolicy.parse(x) for x in args.policies.split(";") if x]
     if args.tiny:
         target, drafter, device = TINY_TARGET, TINY_HEAD, torch.device("cpu")
         context = min(args.context, 64)
@@ -102,12 +108,12 @@ def main() -> None:
         cfg = SessionConfig(max(batches), context, 96)
     session = Session(target, drafter, cfg, str(device))
     acc = acceptance_model("mt-bench")
-    cal = load_calibration(CALIBRATION)
+    cal = load_calibration(args.calibration)
     cm = CostModel(load_hardware(cal.hardware), load_model("llama-3.1-8b"),
                    load_model("eagle3-llama-3.1-8b"), calibration=cal)  # fmt: skip
     runs, table = [], []
     for b in batches:
-        for pol in POLICIES:
+        for pol in policies:
             r = SpecRunner(
                 session.target, session.drafter, acc, pol, b, context, session.tcache,
                 session.dcache, use_graphs=False, use_kernels=session.use_kernels,
@@ -132,7 +138,7 @@ def main() -> None:
             table.append(row)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        doc = {"context": context, "calibration": CALIBRATION, "runs": runs, "table": table}
+        doc = {"context": context, "calibration": args.calibration, "runs": runs, "table": table}
         (Path(args.out) / "probe_draft.json").write_text(json.dumps(doc, indent=1))
     names = [g for g, _ in GROUPS] + ["other"]
     print(f"draft phase, context {context}: device us per kernel group (one eager phase) vs "
