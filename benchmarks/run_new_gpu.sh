@@ -92,15 +92,19 @@ CAL="$D/calibration-$HW.json"
 if [[ "$PARTS" == *" calibrate "* ]]; then
     # NEW_GPU_KERNEL_CLASSES=1: the verify grid also profiled by kernel class (about +60 s)
     CAL_ARGS=()
-    CAL_CAP=300
-    if [ "${NEW_GPU_KERNEL_CLASSES:-0}" = 1 ]; then CAL_ARGS=(--kernel-classes); CAL_CAP=380; fi
+    # the speculative runs at calibrate's default batches (executor.calibrate.SPEC_BATCHES:
+    # 1, 8, 32) unless NEW_GPU_SPEC_BATCHES says; without batch 8 the fit prices an H200's
+    # draft phase there 6-8% low (benchmarks/results/draft_b8_h200)
+    SPEC_BATCHES=${NEW_GPU_SPEC_BATCHES:-1,8,32}
+    CAL_CAP=340
+    if [ "${NEW_GPU_KERNEL_CLASSES:-0}" = 1 ]; then CAL_ARGS=(--kernel-classes); CAL_CAP=420; fi
     # NEW_GPU_TOKENS: the verify grid's tree tokens (default calibrate's 1,16,64,128); e.g.
     # 1,8,16,32,64,128 adds the tree sizes engines default to (8, 32) between the powers of 4
     # (about +2 s a point, +4 s with kernel classes)
     if [ -n "${NEW_GPU_TOKENS:-}" ]; then CAL_ARGS+=(--tokens "$NEW_GPU_TOKENS"); CAL_CAP=$((CAL_CAP + 60)); fi
     gpu calibrate $CAL_CAP "$D/calibrate-log.txt" $PY -m spectune calibrate --gpu "$HW" --out "$CAL" \
         --raw-out "$D/calibrate-run.json" --report "$D/calibration-report.json" \
-        --spec-batches 1,32 --spec-steps 15 "${CAL_ARGS[@]}"
+        --spec-batches "$SPEC_BATCHES" --spec-steps 15 "${CAL_ARGS[@]}"
 elif [ -n "${NEW_GPU_CALIBRATION:-}" ]; then
     cp "$NEW_GPU_CALIBRATION" "$CAL"
     status "calibrate skipped: $NEW_GPU_CALIBRATION"
