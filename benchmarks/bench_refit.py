@@ -53,6 +53,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h200-newuser2": (),
     "measurements/h200-newuser3": (),
     "measurements/h200-newuser4": (),
+    "measurements/h200-newuser5": (),
     "benchmarks/results/new_gpu_h100_repeat": (),
     "benchmarks/results/new_gpu_h100_calonly": (),
     "benchmarks/results/new_gpu_h200_rerun": (),
