@@ -93,8 +93,8 @@ if [[ "$PARTS" == *" calibrate "* ]]; then
     # NEW_GPU_KERNEL_CLASSES=1: the verify grid also profiled by kernel class (about +60 s)
     CAL_ARGS=()
     # the speculative runs at calibrate's default batches (executor.calibrate.SPEC_BATCHES:
-    # 1, 8, 32) unless NEW_GPU_SPEC_BATCHES says; without batch 8 the fit prices an H200's
-    # draft phase there 6-8% low (benchmarks/results/draft_b8_h200)
+    # 1, 8, 32), as a new user runs it, unless NEW_GPU_SPEC_BATCHES says (1,32 saves ~45 s);
+    # measurements/h200-newuser5 is the first run so made
     SPEC_BATCHES=${NEW_GPU_SPEC_BATCHES:-1,8,32}
     CAL_CAP=340
     if [ "${NEW_GPU_KERNEL_CLASSES:-0}" = 1 ]; then CAL_ARGS=(--kernel-classes); CAL_CAP=420; fi
