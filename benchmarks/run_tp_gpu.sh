@@ -33,9 +33,13 @@
 #           SGLang default and the vLLM chain at B 1/8/32/64
 #                                                    -> tp/verify-tp4.json, tp/execute-tp4.json
 #   tp2     the same for Llama-3.1-8B on 2 GPUs      -> tp/verify-tp2.json, tp/execute-tp2.json
+#   offset  `spectune calibrate --from-run verify-tpN.json --base` per split grid: the law at N
+#           raised by what an all-reduce costs inside the split forward, as `calibrate --tp N`
+#           does (the one-GPU fit is kept as calibration-1gpu-<gpu>.json beside tp/)
+#                                                                  -> tp/calibration-<gpu>.json
 #   check   `spectune check $OUT/tp`, then the summary table (printed last, also summary.txt):
 #           TP verify MAPE, speedup errors, all-reduce cost per layer measured vs the model's.
-# Knobs (environment): TP_PARTS (default "sweep one fit plan tp4 tp2 check", without tp4 on a
+# Knobs (environment): TP_PARTS (default "sweep one fit plan tp4 tp2 offset check", without tp4 on a
 # host of fewer than 4 GPUs), TP_STEPS (15), TP_GRAPHS=0 (the TP runs without CUDA graphs,
 # should capturing NCCL collectives fail), TP2_GPUS (default 0,1), TP2_TARGET (8b, default; or
 # 70b: Llama-3.1-70B at tp 2 needs ~71 GB of weights + ~43 GB of KV at B 64 per GPU, so H200
@@ -52,9 +56,9 @@ else
     GPUS=${TP_GPUS:-$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)}
 fi
 if ((GPUS >= 4)); then
-    PARTS=${TP_PARTS:-sweep one fit plan tp4 tp2 check}
+    PARTS=${TP_PARTS:-sweep one fit plan tp4 tp2 offset check}
 elif ((GPUS >= 2)); then
-    PARTS=${TP_PARTS:-sweep one fit plan tp2 check}
+    PARTS=${TP_PARTS:-sweep one fit plan tp2 offset check}
 else
     echo "this script needs 2 or 4 GPUs of one host; found $GPUS" && exit 2
 fi
@@ -175,6 +179,22 @@ tp_run() { # tp_run N TARGET DRAFTER LIMIT
 has tp4 && tp_run 4 "$T70" "$H70" "$TP4_LIMIT"
 has tp2 && CUDA_VISIBLE_DEVICES=${TP2_GPUS:-0,1} tp_run 2 "$T8" "$H8" "$TP2_LIMIT"
 
+# what `spectune calibrate --tp N` adds: each split grid's in-forward all-reduce offset on the
+# law at its tp (validate.fit.fit_inforward_offset); the one-GPU fit stays beside the folder
+if has offset && [[ -f "$D/calibration-$HW.json" ]]; then
+    cp "$D/calibration-$HW.json" "$OUT/calibration-1gpu-$HW.json"
+    for v in "$D"/verify-tp*.json; do
+        [[ -f "$v" ]] || continue
+        part "offset-$(basename "$v" .json)" 60 "$PY" -m spectune calibrate --from-run "$v" \
+            --base "$D/calibration-$HW.json" --out "$D/calibration-$HW.json"
+    done
+fi
+
+if has offset; then
+    OFFSET_NOTE="then, per split grid, spectune calibrate --from-run verify-tpN.json --base: the law at N raised by the in-forward all-reduce offset (validate.fit.fit_inforward_offset; the fit before it is calibration-1gpu-$HW.json in the archive)"
+else
+    OFFSET_NOTE="no in-forward offset (TP_PARTS without offset)"
+fi
 cat >"$D/README.md" <<EOF
 # Tensor-parallel executor measurements on $HW ($(date -u +%F))
 
@@ -187,12 +207,13 @@ every document here at its own "tp" with the calibration beside it.
 | --- | --- |
 | calibrate-run.json | one-GPU micro-benchmarks (Llama-3.1-8B, GPU 0; verify grid B{$BATCH} x N{1,16,64}) + the collectives sweep on 2$( ((GPUS >= 4)) && echo " and 4") GPUs (rows "collectives") |
 | measurement-tp1.json | one GPU (GPU 1, run beside the micro-benchmarks on GPU 0): SGLang 5/4/8, the chain 3/1/4 and 7/10/60 at B{$BATCH} |
-| calibration-$HW.json | \`spectune calibrate --from-run calibrate-run.json --measurements measurement-tp1.json\`: efficiencies and fixed costs from one GPU, interconnect terms (validate.fit.fit_interconnect: per tp, the all-reduce and all-gather laws by message-size regime) from the sweep |
+| calibration-$HW.json | \`spectune calibrate --from-run calibrate-run.json --measurements measurement-tp1.json\`: efficiencies and fixed costs from one GPU, interconnect terms (validate.fit.fit_interconnect: per tp, the all-reduce and all-gather laws by message-size regime) from the sweep; $OFFSET_NOTE |
 | policy-tp4.json, policy-tp2.json | planned tables (validate.planned.plan_table, calibrated, tp 4 / tp 2) |
 | verify-tp4.json, verify-tp2.json | verify grid of the split target ($T70 at tp 4 where run, $T8 at tp 2); "seconds_nocomm": the same shard compute without its collectives |
 | execute-tp4.json, execute-tp2.json | planned policy, SGLang default (engine_default), vLLM-style chain 3/1/4 (vLLM has no default) vs no speculation at B{$BATCH}; "ranks_agree": every rank accepted alike |
 
-The verify grids and TP runs are out of sample: nothing measured at tp > 1 enters the fit.
+The TP runs (execute-tpN.json) are out of sample: nothing measured at tp > 1 enters the fit; the
+split grids (verify-tpN.json) give only the in-forward all-reduce offset, where it ran.
 EOF
 
 if has check; then

@@ -101,3 +101,26 @@ def test_calibrate_tp_run_shifts_its_law(
     unshifted, _ = fit_interconnect(doc["collectives"], doc["hardware"], Calibration.load(base))
     for a, b in zip(unshifted.allreduce_law, got.allreduce_law, strict=True):
         assert b[2] == pytest.approx(a[2] + (5e-6 if int(a[0]) == 2 else 0.0), abs=1e-12)
+
+
+def test_calibrate_split_grid_without_a_sweep_shifts_the_base_law(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A split grid without all-reduce rows (benchmarks/bench_tp.py's verify-tpN.json) keeps
+    --base's interconnect terms and raises its law at the grid's tp; without --base it is
+    refused with exit code 2, naming the file."""
+    from spectune.cli import main as cli
+
+    doc = _planted(5e-6)
+    doc["collectives"] = []
+    run, out = tmp_path / "verify-tp2.json", tmp_path / "cal.json"
+    run.write_text(json.dumps(doc))
+    base = SRC / "calibration-h100-sxm.json"
+    assert cli(["calibrate", "--from-run", str(run), "--base", str(base), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "inside the split forward: +5.00 us" in printed and "--base's" in printed
+    got, before = Calibration.load(out), Calibration.load(base)
+    for a, b in zip(before.allreduce_law, got.allreduce_law, strict=True):
+        assert b[2] == pytest.approx(a[2] + (5e-6 if int(a[0]) == 2 else 0.0), abs=1e-12)
+    assert cli(["calibrate", "--from-run", str(run), "--out", str(tmp_path / "x.json")]) == 2
+    assert "pass --base" in capsys.readouterr().err and not (tmp_path / "x.json").exists()

@@ -66,11 +66,20 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(args.raw_out, raw)
     if doc_tp(raw, args.from_run or "the run") > 1:
         # a split target's verify grid is checked, not fitted: the efficiencies are one GPU's
-        # (--base); the run's all-reduces refit the interconnect terms, and its grid (timed
-        # with and without the collectives) gives what each costs inside the forward
-        cal, report = fit_interconnect(
-            raw.get("collectives", []), raw["hardware"], base or Calibration()
-        )
+        # (--base); the run's all-reduces refit the interconnect terms (a grid timed without
+        # its own sweep, as benchmarks/bench_tp.py writes it, keeps --base's), and its grid
+        # (timed with and without the collectives) gives what each costs inside the forward
+        swept = any(r.get("op") == "all_reduce" for r in raw.get("collectives", []))
+        if not swept and base is None:
+            raise SpecError(
+                f"{args.from_run or 'the run'}: a split run without all-reduce rows "
+                '("collectives") refits no interconnect terms; pass --base, the calibration '
+                "whose all-reduce law its grid shifts"
+            )
+        cal = base or Calibration()
+        report: dict[str, Any] = {"interconnect": "--base's (the run has no all-reduce rows)"}
+        if swept:
+            cal, report = fit_interconnect(raw["collectives"], raw["hardware"], cal)
         # and what an all-reduce costs inside the split forward beyond the sweep's law
         target, drafter = load_model(args.target), load_model(args.drafter)
         if (target.name, drafter.name) != (raw["target"], raw["drafter"]):  # --from-run
