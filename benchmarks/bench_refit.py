@@ -64,6 +64,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h200x4": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x4_b": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x2_b": ("measurement-tp1.json",),
     "measurements/h200x4-tp": ("measurement-tp1.json",),
 }
 
