@@ -123,4 +123,5 @@ def test_calibrate_split_grid_without_a_sweep_shifts_the_base_law(
     for a, b in zip(before.allreduce_law, got.allreduce_law, strict=True):
         assert b[2] == pytest.approx(a[2] + (5e-6 if int(a[0]) == 2 else 0.0), abs=1e-12)
     assert cli(["calibrate", "--from-run", str(run), "--out", str(tmp_path / "x.json")]) == 2
-    assert "pass --base" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+    err = capsys.readouterr().err
+    assert "pass --base" in err and str(run) in err and not (tmp_path / "x.json").exists()

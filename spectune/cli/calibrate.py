@@ -13,7 +13,8 @@ On a host of several GPUs the one-GPU run also times all-reduces by message size
 of them, and the fit adds the interconnect terms (spectune.validate.fit.fit_interconnect).
 With --tp N the verify grid runs with the target split over N GPUs (spectune.executor.tp), each
 point also without its collectives; that run is for `spectune check` (it records "tp"), and
-its calibration is --base with the interconnect terms refitted to its all-reduces, and the
+its calibration is --base with the interconnect terms refitted to its all-reduces (--base's
+kept where the run has none, as in benchmarks/bench_tp.py's verify-tpN.json), and the
 all-reduce law at N raised by what each costs inside the split forward beyond it
 (spectune.validate.fit.fit_inforward_offset).
 """
