@@ -346,6 +346,7 @@ def _phases(
     prices the run with: where each run's speedup error comes from."""
     from spectune.planner.costmodel import CostModel
     from spectune.specs import TreePolicy, load_hardware, load_model
+    from spectune.validate.check import price_run
 
     lines.append(
         "  phases, measured / predicted ms (rest: tree, accept, compact, overhead; AR: the"
@@ -363,12 +364,12 @@ def _phases(
         cm = CostModel(hw, load_model(doc["target"]), load_model(doc["drafter"]),
                        tp=int(doc.get("tp", 1)), calibration=cals.get(hw.name))  # fmt: skip
         c = doc["context"]
+        planned: dict[str, Any] = {}  # price_run's per-document cache
         for r in doc["runs"]:
             if r["policy"] is None:
                 continue
             pol, ph, b = TreePolicy(**r["policy"]), r["phases_ms"], r["batch"]
-            n = r.get("verified_mean", pol.budget)
-            st = cm.iteration(pol, b, c, tokens=n, accepted=r.get("extend_tokens"))
+            st, _ = price_run(cm, doc, r, planned)
             pred = {k: float(getattr(st, k)) * 1e3 for k in ("draft_s", "verify_s", "extend_s")}
             total = float(st.total_s) * 1e3
             meas_rest = ph["step"] - ph["draft"] - ph["verify"] - ph["extend"]

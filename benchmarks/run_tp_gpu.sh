@@ -17,11 +17,12 @@
 # Parts, writing the check folder $OUT/tp/ in the layout of measurements/h200/:
 #   sweep   all-reduce / reduce-scatter+all-gather / all-gather / broadcast by message size on
 #           2 and 4 GPUs (graph-captured NCCL)                              -> $OUT/sweep.json
-#   one     in parallel on separate GPUs (170 s: an H100 takes ~150 s for the execute), the
-#           one-GPU micro-benchmarks of `spectune calibrate`
+#   one     in parallel on separate GPUs (220 s: an H100 took ~150 s for the execute without
+#           the static trees), the one-GPU micro-benchmarks of `spectune calibrate`
 #           (Llama-3.1-8B, GPU 0) and one-GPU spec decoding (SGLang 5/4/8, a vLLM-style chain
 #           3/1/4 and EAGLE's 7/10/60 at B 1/8/32/64, GPU 1: three top-k for the fit's cost per
-#           frontier slot, Calibration.draft_slot_s)
+#           frontier slot, Calibration.draft_slot_s; the static chain 3/1/4 and static 5/4/8,
+#           so the static builder's step cost is fitted, as the planner picks static chains)
 #                                               -> tp/calibrate-run.json, tp/measurement-tp1.json
 #   fit     `spectune calibrate --from-run` over both + the sweep (interconnect terms; the GEMM
 #           and attention micro-benchmarks give gemm_fixed_s and attention_fixed_s)
@@ -128,10 +129,10 @@ has sweep && part sweep "$SWEEP_LIMIT" "$PY" benchmarks/bench_tp.py sweep --out 
 
 if has one; then
     if [[ ${#DRY[@]} -eq 0 ]]; then
-        echo "== one ($(date -u +%T), limit 170s)" | tee -a "$LOG"
-        CUDA_VISIBLE_DEVICES=1 timeout -k 10 170 "$PY" -m spectune execute \
+        echo "== one ($(date -u +%T), limit 220s)" | tee -a "$LOG"
+        CUDA_VISIBLE_DEVICES=1 timeout -k 10 220 "$PY" -m spectune execute \
             --policy dynamic-topk:5,4,8 --also dynamic-topk:3,1,4 \
-            --also dynamic-topk:7,10,60 --batch "$BATCH" \
+            --also dynamic-topk:7,10,60 --also static:3,1,4 --also static:5,4,8 --batch "$BATCH" \
             --context "$CTX" --steps 20 --warmup 3 --out "$D/measurement-tp1.json" \
             >"$OUT/one-execute.log" 2>&1 &
         CUDA_VISIBLE_DEVICES=0 timeout -k 10 170 "$PY" benchmarks/bench_tp.py micro \
@@ -206,7 +207,7 @@ every document here at its own "tp" with the calibration beside it.
 | file | what |
 | --- | --- |
 | calibrate-run.json | one-GPU micro-benchmarks (Llama-3.1-8B, GPU 0; verify grid B{$BATCH} x N{1,16,64}) + the collectives sweep on 2$( ((GPUS >= 4)) && echo " and 4") GPUs (rows "collectives") |
-| measurement-tp1.json | one GPU (GPU 1, run beside the micro-benchmarks on GPU 0): SGLang 5/4/8, the chain 3/1/4 and 7/10/60 at B{$BATCH} |
+| measurement-tp1.json | one GPU (GPU 1, run beside the micro-benchmarks on GPU 0): SGLang 5/4/8, the chain 3/1/4 and 7/10/60, static 3/1/4 and 5/4/8 at B{$BATCH} |
 | calibration-$HW.json | \`spectune calibrate --from-run calibrate-run.json --measurements measurement-tp1.json\`: efficiencies and fixed costs from one GPU, interconnect terms (validate.fit.fit_interconnect: per tp, the all-reduce and all-gather laws by message-size regime) from the sweep; $OFFSET_NOTE |
 | policy-tp4.json, policy-tp2.json | planned tables (validate.planned.plan_table, calibrated, tp 4 / tp 2) |
 | verify-tp4.json, verify-tp2.json | verify grid of the split target ($T70 at tp 4 where run, $T8 at tp 2); "seconds_nocomm": the same shard compute without its collectives |

@@ -410,3 +410,60 @@ def test_calibration_run_refuses_bad_kernel_classes(fields: dict[str, float], ma
            "verify": [row]}  # fmt: skip
     with pytest.raises(SpecError, match=match):
         validate_calibration_run(doc, "run.json")
+
+
+def _static_doc(widths: list[int] | None, workload: str = "mt-bench") -> dict[str, Any]:
+    """_doc's runs as static 5/4/8 trees, `widths` recorded as their draft_widths."""
+    doc = _doc()
+    doc["workload"] = workload
+    for r in doc["runs"]:
+        r["policy"] = {**r["policy"], "builder": "static", "depth": 5, "topk": 4, "budget": 8}
+        r["nodes"] = 8
+        if widths is not None:
+            r["draft_widths"] = widths
+    return doc
+
+
+def test_check_and_fit_price_a_static_run_over_its_drafted_widths() -> None:
+    """A static run's draft phase is priced over the widths it drafted: the recorded ones,
+    else the planner's shape for the document's workload; a dynamic run over top-k."""
+    from spectune.planner.acceptance import acceptance_model
+    from spectune.planner.trees import draft_widths
+    from spectune.validate.check import price_run
+    from spectune.validate.fit import _rows, predict_row
+
+    cm = _cm()
+    policy = TreePolicy("static", 5, 4, 8)
+    recorded = _static_doc([2, 1, 1, 1])
+    run = recorded["runs"][0]
+    step, _ = price_run(cm, recorded, run, {})
+    want = cm.draft_time(run["batch"], 5, 4, 4096, builder="static", widths=(2, 1, 1, 1))
+    assert _scalar(step.draft_s) == pytest.approx(_scalar(want))
+    drafts = [a for kind, a, _ in _rows({}, [recorded]) if kind == "draft"]
+    assert [a["draft_widths"] for a in drafts] == [(2, 1, 1, 1)] * 3
+    assert predict_row(cm, "draft", drafts[0]) == pytest.approx(_scalar(want))
+    # without a record: the shape the executor drafts for the workload's acceptance
+    derived = _static_doc(None)
+    shape = draft_widths(policy, acceptance_model("mt-bench"))
+    assert shape is not None and shape != (4, 4, 4, 4)
+    step, _ = price_run(cm, derived, derived["runs"][0], {})
+    want = cm.draft_time(run["batch"], 5, 4, 4096, builder="static", widths=shape)
+    assert _scalar(step.draft_s) == pytest.approx(_scalar(want))
+    # a workload the planner cannot build, or a dynamic run: the top-k frontier
+    for doc in (_static_doc(None, workload=""), _doc()):
+        r = doc["runs"][0]
+        step, _ = price_run(cm, doc, r, {})
+        pol = TreePolicy(**r["policy"])
+        plain = cm.draft_time(r["batch"], pol.depth, pol.topk, 4096, builder=pol.builder)
+        assert _scalar(step.draft_s) == pytest.approx(_scalar(plain))
+
+
+@pytest.mark.parametrize(
+    "widths", [[0], [1.5], ["2"], [True], "1,2", [1] * 65, [float("nan")], [2**40]]
+)
+def test_measurement_refuses_bad_draft_widths(widths: object) -> None:
+    doc = _static_doc(None)
+    doc["runs"][1]["draft_widths"] = widths
+    with pytest.raises(SpecError, match=r"runs\[1\].*draft_widths"):
+        validate_measurement(doc)
+    validate_measurement(_static_doc([1, 2, 3]))

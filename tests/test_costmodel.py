@@ -429,7 +429,7 @@ def test_tree_level_cost_by_hand() -> None:
 
 def test_static_builder_fixed_costs_by_hand() -> None:
     """The static builder's own per-step and tree costs, worked by hand, and the uncalibrated
-    estimate (half the dynamic per-step cost, the dynamic tree cost)."""
+    estimate (STATIC_STEP_FRACTION of the dynamic per-step cost, STATIC_TREE_BUILD_S)."""
     us = 1e-6
     cal = Calibration(
         draft_step_s=80 * us,
@@ -452,8 +452,10 @@ def test_static_builder_fixed_costs_by_hand() -> None:
         float(cm.draft_time(1, 5, 4, 4096)) - 5 * 40 * us
     )
     plain = Calibration(draft_step_s=80 * us, tree_build_s=100 * us)
-    assert plain.draft_step_cost_s("static") == pytest.approx(40 * us)  # STATIC_STEP_FRACTION
-    assert plain.tree_build_cost_s("static") == pytest.approx(100 * us)
+    assert plain.draft_step_cost_s("static") == pytest.approx(0.83 * 80 * us)
+    assert plain.tree_build_cost_s("static") == pytest.approx(36 * us)  # STATIC_TREE_BUILD_S
+    cheap = Calibration(draft_step_s=80 * us, tree_build_s=20 * us)
+    assert cheap.tree_build_cost_s("static") == pytest.approx(20 * us)  # never above dynamic
     with pytest.raises(SpecError, match="builder"):
         cm.draft_time(1, 5, 4, 4096, builder="sequoia")
 
@@ -711,3 +713,57 @@ def test_kernel_fixed_costs_do_not_shrink_with_tp() -> None:
         extra = cm.verify_time(1, 16, 4096) - bare.verify_time(1, 16, 4096)
         # 32 layers x (4 x 3 + 10) us + the LM head's 3 us = 707 us
         assert float(extra) == pytest.approx((32 * (4 * 3 + 10) + 3) * us)
+
+
+def test_static_draft_widths_price_each_step_by_hand() -> None:
+    """A static shape's later draft steps run over its drafted nodes per level: each step is
+    one drafter forward over that many tokens per sequence, the selection reads B x (1 +
+    sum) rows, the slot cost is per drafted node and the builder's fixed cost per step."""
+    us = 1e-6
+    cal = Calibration(draft_step_s=80 * us, static_draft_step_s=40 * us, draft_slot_s=2 * us)
+    cm = CostModel(
+        H100, model_preset("llama-3.1-8b"), model_preset("eagle3-llama-3.1-8b"), calibration=cal
+    )
+    b, c, widths = 8, 4096, (2, 3, 3, 1)
+    parts = cm.draft_parts(b, 5, 4, c, builder="static", widths=widths)
+    later = sum(float(cm.draft_step_time(b, w, c)) for w in widths)
+    assert float(parts["later"]) == pytest.approx(later)
+    assert float(parts["first"]) == pytest.approx(
+        float(cm.draft_step_time(b, 1, c, from_target=True))
+    )
+    rows = b * (1 + 9)  # the first step's B rows, then B x each step's tokens
+    fixed = 5 * 40 * us + float(cm.draft_select_time(rows)) + 9 * 2 * us
+    assert float(parts["bookkeeping"]) == pytest.approx(fixed)
+    # top-k frontier widths are the default: the same price as no widths
+    same = cm.draft_time(b, 5, 4, c, builder="static", widths=(4, 4, 4, 4))
+    assert float(same) == pytest.approx(float(cm.draft_time(b, 5, 4, c, builder="static")))
+    # fewer drafted nodes than the frontier cost less; the shape's step count, not depth, counts
+    assert float(cm.draft_time(b, 5, 4, c, builder="static", widths=widths)) < float(same)
+    short = cm.draft_parts(b, 5, 4, c, builder="static", widths=(1,))["bookkeeping"]
+    assert float(short) == pytest.approx(2 * 40 * us + float(cm.draft_select_time(2 * b)) + 2 * us)
+    # iteration passes them to the draft phase only
+    policy = TreePolicy("static", 5, 4, 8)
+    step = cm.iteration(policy, b, c, draft_widths=widths)
+    plain = cm.iteration(policy, b, c)
+    assert float(step.draft_s) == pytest.approx(
+        float(parts["first"] + parts["later"] + parts["bookkeeping"])
+    )
+    assert float(step.total_s - step.draft_s) == pytest.approx(float(plain.total_s - plain.draft_s))
+
+
+@pytest.mark.parametrize(
+    ("widths", "policy"),
+    [
+        ((0, 2), TreePolicy("static", 5, 4, 8)),
+        ((1.5,), TreePolicy("static", 5, 4, 8)),
+        ((float("nan"),), TreePolicy("static", 5, 4, 8)),
+        ((float("inf"),), TreePolicy("static", 5, 4, 8)),
+        (("a",), TreePolicy("static", 5, 4, 8)),
+        ((1,) * 65, TreePolicy("static", 5, 4, 8)),
+        ((1, 1), None),
+    ],
+)
+def test_draft_widths_refused_with_what_is_wrong(widths: tuple, policy: TreePolicy | None) -> None:
+    cm = CostModel(H100, model_preset("llama-3.1-8b"), model_preset("eagle3-llama-3.1-8b"))
+    with pytest.raises(SpecError, match="draft_widths"):
+        cm.iteration(policy, 8, 4096, draft_widths=widths)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -12,7 +14,7 @@ from spectune.executor.accept import greedy_accept  # noqa: E402
 from spectune.executor.drafter import Eagle3Head, ModelDrafter  # noqa: E402
 from spectune.executor.loop import ARRunner, SpecRunner  # noqa: E402
 from spectune.executor.model import Decoder, floor_bytes  # noqa: E402
-from spectune.executor.sources import DynamicTopK, Pruned, StaticShape  # noqa: E402
+from spectune.executor.sources import DynamicTopK, Pruned, StaticPlan, StaticShape  # noqa: E402
 from spectune.executor.synthetic import draw_target_tokens  # noqa: E402
 from spectune.executor.tree_build import (  # noqa: E402
     ancestor_mask,
@@ -331,6 +333,26 @@ def test_static_tree_is_the_planner_shape_and_accepts_as_predicted() -> None:
     assert abs(total / count + 1 - shape.expected_tokens) < 0.06
 
 
+def test_a_static_run_records_the_widths_it_drafts() -> None:
+    """A static run's PhaseResult and measurement record carry its shape's drafted nodes per
+    step after the first (what check and the fit price its draft phase over); a dynamic
+    run's carry none."""
+    from spectune.executor.loop import PhaseResult
+    from spectune.planner.trees import static_shape
+    from spectune.validate.measure import RunSpec, run_record
+
+    ar = PhaseResult({"verify": 6e-3, "overhead": 0.0, "step": 7e-3}, [0.0], 2, 1)
+    for policy in (TreePolicy("static", 4, 3, 10), TreePolicy("dynamic-topk", 3, 2, 6)):
+        res = _runner(policy=policy, batch=2, use_kernels=False, use_graphs=False).run(2, 0)
+        rec = run_record(RunSpec(2, policy, "p"), res, ar)
+        if policy.builder == "static":
+            shape = static_shape(acceptance_model("mt-bench"), 10, 4, 3)
+            assert res.draft_widths == shape.draft_widths and len(shape.draft_widths) >= 1
+            assert rec["draft_widths"] == list(shape.draft_widths)
+        else:
+            assert res.draft_widths is None and "draft_widths" not in rec
+
+
 def test_graft_and_prune_policies_get_their_sources() -> None:
     from spectune.executor.sources import Grafted
 
@@ -436,3 +458,30 @@ def test_traversal_in_the_loop_accepts_as_the_walk() -> None:
     for f in (r2.draft, r2.build, r2.verify, r2.accept, r2.compact, r2.extend):
         f()
     assert (r2.acceptor.num_acc <= 3).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rows=st.lists(st.lists(st.floats(0.0, 0.9), min_size=1, max_size=4), min_size=1, max_size=4),
+    depth=st.integers(1, 7),
+    budget=st.integers(2, 48),
+    width=st.integers(1, 6),
+)
+def test_static_plan_drafts_the_widths_the_cost_model_prices(
+    rows: list[list[float]], depth: int, budget: int, width: int
+) -> None:
+    """The executor's StaticPlan drafts, at each step after the first, exactly the nodes
+    planner.trees.draft_widths gives CostModel.iteration (StaticShape.draft_widths)."""
+    from spectune.planner.acceptance import PositionalAcceptance
+    from spectune.planner.trees import draft_widths, static_shape
+
+    model = PositionalAcceptance([[v / max(sum(r), 1.0) for v in r] for r in rows])
+    shape = static_shape(model, budget, depth, width)
+    plan = StaticPlan(shape.parents, shape.rank, "cpu")
+    drafted = tuple(int(lv.nodes.numel()) for lv in plan.levels)
+    policy = TreePolicy("static", depth, width, budget)
+    if not drafted:  # a root alone: nothing is drafted
+        assert shape.parents.size == 1 and draft_widths(policy, model) == ()
+        return
+    assert drafted[0] == 1  # the first step drafts the root's children
+    assert draft_widths(policy, model) == shape.draft_widths == drafted[1:]

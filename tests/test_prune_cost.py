@@ -181,9 +181,13 @@ def test_objective_step_is_the_breakdowns_total(engine: EngineOverheads | None) 
                 # dense trees) spreads its packed verify over the steps
                 cv = np.array([obj.tree_spread(policy, int(b)) for b in batches])
                 assert cv[0] == 0 and (policy.prune_threshold > 0 or not np.any(cv))
+                # a static policy drafts its shape's nodes per level (None: top-k frontier)
+                widths = obj.draft_widths(policy)
+                assert (widths is not None) == (policy.builder == "static")
                 step = cm.iteration(
-                    policy, batches, context, tokens=tokens, accepted=accepted, tokens_cv=cv
-                )
+                    policy, batches, context, tokens=tokens, accepted=accepted, tokens_cv=cv,
+                    draft_widths=widths,
+                )  # fmt: skip
             np.testing.assert_array_equal(obj.step_times(policy, batches, context), step.total_s)
             np.testing.assert_array_equal(
                 obj.iteration(policy, batches, context).total_s, step.total_s
@@ -480,3 +484,19 @@ def test_what_if_draft_parts_sum_to_the_draft_phase(policy: TreePolicy) -> None:
     """The page's drafting breakdown is CostModel.draft_parts, which sums to the draft phase."""
     w = data.what_if(data.DEFAULT_SCENARIO, policy, 8, 4096)
     assert sum(w.draft_steps_s.values()) == pytest.approx(w.phases_s["draft"], rel=1e-12)
+
+
+def test_objective_prices_a_static_shared_budget_over_the_shape_it_drafts() -> None:
+    """Above batch 1 a static policy under a shared budget drafts the larger shape
+    (trees.static_size): the objective's draft phase follows its widths per batch size."""
+    cm = _cm()
+    model = acceptance_model("mt-bench")
+    obj = ClosedFormObjective(cm, model, samples=64)
+    policy = TreePolicy("static", 5, 4, 16, shared_budget=True)
+    one, wide = obj.draft_widths(policy, 1), obj.draft_widths(policy, 8)
+    assert one is not None and wide is not None and sum(wide) > sum(one)
+    step = obj.iteration(policy, np.array([1, 8]), 4096)
+    for i, (b, widths) in enumerate(((1, one), (8, wide))):
+        want = cm.draft_time(b, 5, 4, 4096, builder="static", widths=widths)
+        assert float(step.draft_s[i]) == pytest.approx(float(want))
+    assert obj.draft_widths(TreePolicy("dynamic-topk", 5, 4, 16), 8) is None

@@ -283,7 +283,11 @@ def what_if(
         expected = obj.expected_tokens(policy, batch)
     phases = {k: _f(v) for k, v in obj.iteration(policy, batch, context).phases().items()}
     verify_parts = {k: _f(v) for k, v in cm.verify_breakdown(batch, tokens, context).items()}
-    draft_steps = {} if policy is None else _draft_steps(cm, policy, batch, context)
+    draft_steps = (
+        {}
+        if policy is None
+        else _draft_steps(cm, policy, batch, context, obj.draft_widths(policy, batch))
+    )
     fitted = served.fitting_batch(batch, context)  # float64[1]
     served_tokens = served.per_step(policy, fitted)[1]
     return WhatIf(
@@ -356,22 +360,33 @@ def bucket_score(
     )
 
 
-def _draft_steps(cm: CostModel, policy: TreePolicy, batch: int, context: int) -> dict[str, float]:
-    """The drafting phase by part, as the cost model prices it (CostModel.draft_parts), with
-    the labels the page shows."""
+def _draft_steps(
+    cm: CostModel,
+    policy: TreePolicy,
+    batch: int,
+    context: int,
+    widths: tuple[int, ...] | None = None,
+) -> dict[str, float]:
+    """The drafting phase by part, as the cost model prices it (CostModel.draft_parts; a
+    static shape's later steps over its drafted nodes per level, `widths`), with the labels
+    the page shows."""
     parts = {
         k: _f(v)
         for k, v in cm.draft_parts(
-            batch, policy.depth, policy.topk, context, builder=policy.builder
+            batch, policy.depth, policy.topk, context, builder=policy.builder, widths=widths
         ).items()
     }
     if "retrieval" in parts:
         return {"retrieval lookup": parts["retrieval"]}
     steps = {"first step (1 token/seq)": parts["first"]}
-    if policy.depth > 1:
+    if widths is not None and widths:
+        each = "/".join(str(w) for w in widths)
+        steps[f"{len(widths)} later steps ({each} tokens/seq)"] = parts["later"]
+    elif widths is None and policy.depth > 1:
         steps[f"{policy.depth - 1} later steps ({policy.topk} tokens/seq each)"] = parts["later"]
+    n_steps = policy.depth if widths is None else 1 + len(widths)
     if parts["bookkeeping"] > 0:
-        steps[f"top-k / sort / pool x {policy.depth} steps"] = parts["bookkeeping"]
+        steps[f"top-k / sort / pool x {n_steps} steps"] = parts["bookkeeping"]
     return steps
 
 

@@ -44,6 +44,7 @@ from spectune.executor.verifiers import DenseVerifier, RaggedVerifier, Verifier
 from spectune.kernels.ragged_plan import RaggedTreePlan
 from spectune.kernels.timing import PhaseTimer
 from spectune.kernels.tree_attention_plan import TreeAttentionPlan
+from spectune.planner.trees import draft_widths
 from spectune.specs import TreePolicy
 
 SPEC_PHASES = ("draft", "tree", "verify", "accept", "compact", "extend")
@@ -63,6 +64,9 @@ class PhaseResult:
     verified: list[float] = field(default_factory=list)  # mean kept tokens/seq per step (ragged)
     extend_tokens: int = 0  # tokens per sequence the draft extend runs over (padded; 0: none)
     spread: list[float] = field(default_factory=list)  # std/mean of kept tokens/seq per step
+    # tokens per sequence of each drafting step after the first where they are not the top-k
+    # frontier: a static shape's drafted nodes per level (planner.trees.draft_widths)
+    draft_widths: tuple[int, ...] | None = None
 
     @property
     def verified_mean(self) -> float:
@@ -120,6 +124,7 @@ class SpecRunner:
         seed: int = 0,
     ):
         self.target, self.drafter, self.policy = target, drafter, policy
+        self.acceptance = acceptance
         self.batch, self.context = batch, context
         self.tcache, self.dcache = target_cache, draft_cache
         dev = self.device = target.device
@@ -277,6 +282,7 @@ class SpecRunner:
             verified,
             self.max_depth + 1,
             spread,
+            draft_widths(self.policy, self.acceptance, self.batch),  # type: ignore[arg-type]
         )
 
 

@@ -42,6 +42,7 @@ replay a graph; larger ones launch eagerly.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -66,11 +67,50 @@ at batch 8-64 on the mt-bench acceptance model: CV 0.15-0.24 for dynamic-topk 5/
 and 7/10/60). The objective and check pass the acceptance model's own spread instead."""
 
 
-def drafted_rows(batch: ArrayLike, depth: ArrayLike, topk: ArrayLike) -> F64:
-    """Rows of drafter logits a drafting phase selects over: `batch` in its first step,
-    batch x topk in each of the depth - 1 later ones (none without steps)."""
+def later_slots(depth: ArrayLike, topk: ArrayLike, widths: Sequence[int] | None) -> F64:
+    """Tokens per sequence the drafting steps after the first run over, summed: each step's
+    `widths` (a static shape's drafted nodes per level, planner.trees.draft_widths), or
+    without them depth - 1 steps over the top-k frontier (the dynamic builder)."""
+    d = np.asarray(depth, dtype=np.float64)
+    if widths is not None:
+        return np.where(d > 0, float(sum(widths)), 0.0)
+    return np.maximum(d - 1, 0) * np.asarray(topk, dtype=np.float64)
+
+
+def drafted_rows(
+    batch: ArrayLike, depth: ArrayLike, topk: ArrayLike, widths: Sequence[int] | None = None
+) -> F64:
+    """Rows of drafter logits a drafting phase selects over: `batch` in its first step and
+    batch x each later step's tokens (later_slots); none without steps."""
     b, d = np.asarray(batch, dtype=np.float64), np.asarray(depth, dtype=np.float64)
-    return np.where(d > 0, b + np.maximum(d - 1, 0) * b * np.asarray(topk, dtype=np.float64), 0.0)
+    return np.where(d > 0, b * (1.0 + later_slots(d, topk, widths)), 0.0)
+
+
+MAX_DRAFT_STEPS = 64
+"""Most drafting steps after the first that draft_widths may list (a tree's depth is at most
+the policy's, which TreePolicy bounds far below this)."""
+
+
+def _widths(widths: Sequence[int], policy: TreePolicy | None) -> tuple[int, ...]:
+    """`widths` checked for CostModel.iteration: positive integers, at most MAX_DRAFT_STEPS,
+    for a speculative policy that is not hierarchical (SpecError naming what is wrong)."""
+    if policy is None or policy.chain:
+        raise SpecError(
+            "draft_widths prices the drafting steps of a speculative, non-hierarchical policy; "
+            f"got policy {None if policy is None else policy.label}"
+        )
+    try:
+        out = tuple(int(w) for w in widths)
+        ok = all(float(w) == o for w, o in zip(widths, out, strict=True))
+    except (TypeError, ValueError, OverflowError):
+        ok, out = False, ()
+    if not ok or any(w < 1 for w in out) or len(out) > MAX_DRAFT_STEPS:
+        raise SpecError(
+            "draft_widths must be at most "
+            f"{MAX_DRAFT_STEPS} positive integers (tokens per sequence of each drafting step "
+            f"after the first), got {widths!r}"
+        )
+    return out
 
 
 def _arr(name: str, value: ArrayLike) -> F64:
@@ -272,12 +312,15 @@ class CostModel:
         context: ArrayLike,
         *,
         builder: str = "dynamic-topk",
+        widths: Sequence[int] | None = None,
     ) -> dict[str, F64]:
         """Seconds of the drafting phase by part (draft_time is their sum): 'first' (one step
-        over 1 token/seq, fed by the target), 'later' (depth-1 steps over topk tokens/seq) and
-        'bookkeeping' (draft_fixed_time: the `builder`'s fixed cost per step, the selection
-        over the drafted rows, a cost per frontier slot), each zero where depth is 0; without a
-        model drafter (retrieval drafting) one part, 'retrieval', the lookup cost."""
+        over 1 token/seq, fed by the target), 'later' (the later steps: depth - 1 over topk
+        tokens/seq each, or with `widths` one step per entry over that many tokens/seq, a
+        static shape's drafted nodes per level, planner.trees.draft_widths) and 'bookkeeping'
+        (draft_fixed_time: the `builder`'s fixed cost per step, the selection over the drafted
+        rows, a cost per frontier slot), each zero where depth is 0; without a model drafter
+        (retrieval drafting) one part, 'retrieval', the lookup cost."""
         d = _arr("depth", depth)
         k = _arr("topk", topk)
         if self._drafter is None:
@@ -286,32 +329,46 @@ class CostModel:
                 "retrieval": np.where(d > 0, self.retrieval_time(batch) + 0.0 * k + 0.0 * c, 0.0)
             }
         first = self.draft_step_time(batch, 1, context, from_target=True)
-        rest = self.draft_step_time(batch, k, context)
-        # each of the d steps also selects its top-k children, sorts the k*k candidates into
+        if widths is None:
+            later = np.maximum(d - 1, 0) * self.draft_step_time(batch, k, context)
+        else:
+            later = sum(
+                (self.draft_step_time(batch, w, context) for w in widths),
+                np.zeros(np.broadcast(_arr("batch", batch), d, k, context).shape),
+            )
+        # each of the steps also selects its top-k children, sorts the k*k candidates into
         # the next frontier and records them in the pool: a chain of small latency-bound
         # kernels, a fixed cost per step (Calibration.draft_step_s); a static shape skips the
         # frontier sort and pool rerank (Calibration.static_draft_step_s). The selection also
-        # reads every drafted row's logits: B rows in the first step, B x topk in each later
-        # one (draft_select_time); each later step's frontier work adds a fixed cost per slot
-        # (draft_fixed_time)
-        bookkeeping = self.draft_fixed_time(_arr("batch", batch), d, k, builder)
+        # reads every drafted row's logits: B rows in the first step, B x each later step's
+        # tokens (draft_select_time); each later step's frontier work adds a fixed cost per
+        # slot (draft_fixed_time)
+        bookkeeping = self.draft_fixed_time(_arr("batch", batch), d, k, builder, widths)
         on = d > 0
         return {
             "first": np.where(on, first, 0.0),
-            "later": np.where(on, np.maximum(d - 1, 0) * rest, 0.0),
+            "later": np.where(on, later, 0.0),
             "bookkeeping": np.where(on, bookkeeping, 0.0),
         }
 
-    def draft_fixed_time(self, batch: F64, depth: ArrayLike, topk: ArrayLike, builder: str) -> F64:
-        """Seconds a drafting phase of `depth` steps spends beyond its drafter forwards: the
-        builder's fixed cost per step (Calibration.draft_step_cost_s), the selection over the
-        drafted rows (draft_select_time) and, in each of the depth - 1 later steps, a fixed
-        cost per frontier slot (Calibration.draft_slot_s x topk)."""
+    def draft_fixed_time(
+        self,
+        batch: F64,
+        depth: ArrayLike,
+        topk: ArrayLike,
+        builder: str,
+        widths: Sequence[int] | None = None,
+    ) -> F64:
+        """Seconds a drafting phase spends beyond its drafter forwards: the builder's fixed
+        cost per step (Calibration.draft_step_cost_s; `depth` steps, or 1 + len(widths)), the
+        selection over the drafted rows (draft_select_time) and a fixed cost per slot of the
+        later steps (Calibration.draft_slot_s x later_slots)."""
         cal = self.calibration
         d, k = np.asarray(depth, dtype=np.float64), np.asarray(topk, dtype=np.float64)
-        rows = drafted_rows(batch, d, k)
-        later = np.maximum(d - 1, 0) * k * cal.draft_slot_s
-        return _f64(d * cal.draft_step_cost_s(builder) + self.draft_select_time(rows) + later)
+        steps = d if widths is None else np.where(d > 0, 1.0 + len(widths), 0.0)
+        rows = drafted_rows(batch, d, k, widths)
+        later = later_slots(d, k, widths) * cal.draft_slot_s
+        return _f64(steps * cal.draft_step_cost_s(builder) + self.draft_select_time(rows) + later)
 
     def draft_select_time(self, rows: ArrayLike) -> F64:
         """Seconds the draft steps' selection spends reading `rows` rows of drafter logits:
@@ -331,9 +388,10 @@ class CostModel:
         context: ArrayLike,
         *,
         builder: str = "dynamic-topk",
+        widths: Sequence[int] | None = None,
     ) -> F64:
         """Seconds of the whole drafting phase: the sum of draft_parts."""
-        parts = self.draft_parts(batch, depth, topk, context, builder=builder)
+        parts = self.draft_parts(batch, depth, topk, context, builder=builder, widths=widths)
         if "retrieval" in parts:
             return _f64(parts["retrieval"])
         return _f64(parts["first"] + parts["later"] + parts["bookkeeping"])
@@ -398,6 +456,7 @@ class CostModel:
         rounds: ArrayLike | None = None,
         tree_tokens: ArrayLike | None = None,
         tokens_cv: ArrayLike | None = None,
+        draft_widths: Sequence[int] | None = None,
     ) -> StepBreakdown:
         """Seconds of each phase of one decoding iteration of `batch` sequences over `context`
         cached tokens each, under `policy` (None: speculation off, a plain decode step).
@@ -422,6 +481,11 @@ class CostModel:
             trees verified ragged (ragged_verify_time: a request pads its rows to the launch's
             tile): under a shared budget above batch 1 (ECHO; default SHARED_TREE_CV) and
             pruned trees (default 0: equal trees); ignored for other policies.
+        draft_widths: tokens per sequence of each drafting step after the first, where they
+            are not the top-k frontier: a static policy's shape drafts its nodes per level
+            (planner.trees.draft_widths, which callers that know the acceptance model pass;
+            default: depth - 1 steps over topk, the dynamic builder's). Positive integers;
+            only for a speculative, non-hierarchical policy (a SpecError otherwise).
         With speculation off the step verifies 1 token per sequence and drafts nothing;
         passing `tokens` or `accepted` is then a SpecError. The engine's term is
         `self.engine.iteration_s_for(batch, depth (0 when off), topk > 1, tp, the drafter's
@@ -429,6 +493,8 @@ class CostModel:
         one shape)."""
         b = _arr("batch", batch)
         c = _arr("context", context)
+        if draft_widths is not None:
+            draft_widths = _widths(draft_widths, policy)
         if policy is not None and policy.chain:
             return self._hierarchical(policy, b, c, tokens, accepted, rounds, tree_tokens)
         if rounds is not None or tree_tokens is not None:
@@ -452,7 +518,9 @@ class CostModel:
             a = policy.depth + 1 if accepted is None else accepted
             builder = policy.builder
             parts = {
-                "draft_s": self.draft_time(b, policy.depth, policy.topk, c, builder=builder),
+                "draft_s": self.draft_time(
+                    b, policy.depth, policy.topk, c, builder=builder, widths=draft_widths
+                ),
                 "intermediate_s": None,
                 "verify_s": self._tree_verify_time(policy, b, n, c, tokens_cv),
                 "extend_s": self.draft_extend_time(b, a, c),

@@ -40,6 +40,7 @@ scored with (turnover and KV cap on, the scenario's calibration); `spectune plan
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -364,10 +365,36 @@ class ClosedFormObjective:
             return step, tokens
         sizes = np.rint(np.atleast_1d(b)).astype(np.int64).ravel()
         cv = np.array([self.tree_spread(policy, int(x)) for x in sizes]).reshape(np.shape(b))
-        step = self.cost_model.iteration(
-            policy, b, context, tokens=tokens, accepted=accepted, tokens_cv=cv
-        )
+
+        def price(batch: int) -> StepBreakdown:
+            widths = self.draft_widths(policy, batch)  # None: the cost model's top-k default
+            shape = {} if widths is None else {"draft_widths": widths}
+            return self.cost_model.iteration(
+                policy, b, context, tokens=tokens, accepted=accepted, tokens_cv=cv, **shape
+            )  # fmt: skip
+
+        step = price(1)
+        if policy.builder == "static" and policy.shared_budget and (sizes > 1).any():
+            # above batch 1 a shared budget drafts a larger static shape (trees.static_size)
+            wide = price(2)
+            step = StepBreakdown(
+                **{
+                    f.name: np.where(b > 1, getattr(wide, f.name), getattr(step, f.name))
+                    for f in dataclasses.fields(step)
+                }
+            )
         return step, tokens
+
+    def draft_widths(self, policy: TreePolicy, batch: int = 1) -> tuple[int, ...] | None:
+        """Tokens per sequence of each drafting step after the first of `policy` at `batch`
+        (planner.trees.draft_widths: a static shape's drafted nodes per level under this
+        objective's acceptance model; None for the top-k builders). A custom expected_tokens
+        function gives no acceptance model to shape the tree with: None."""
+        if policy.builder != "static" or self._expected_fn is not None:
+            return None
+        from spectune.planner.trees import draft_widths
+
+        return draft_widths(policy, self.acceptance, batch)
 
     def step_times(
         self, policy: TreePolicy | None, batch: Any, context: int, resident: bool = False

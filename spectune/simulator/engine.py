@@ -39,14 +39,19 @@ def default_cost_model(cfg: SimConfig) -> CostModelLike:
     return CostModel(cfg.hardware, cfg.target, cfg.drafter, tp=cfg.tp)
 
 
-def default_sampler(cfg: SimConfig) -> StepSampler:
-    acc = cfg.acceptance
-    if acc is None:
-        if cfg.workload is None:
-            raise SpecError("speculation needs a workload (its acceptance model); pass one")
-        from spectune.planner.acceptance import acceptance_model
+def _acceptance(cfg: SimConfig) -> Any:
+    """The run's acceptance model: the config's, else its workload's; None without either."""
+    if cfg.acceptance is not None or cfg.workload is None:
+        return cfg.acceptance
+    from spectune.planner.acceptance import acceptance_model
 
-        acc = acceptance_model(cfg.workload)
+    return acceptance_model(cfg.workload)
+
+
+def default_sampler(cfg: SimConfig) -> StepSampler:
+    acc = _acceptance(cfg)
+    if acc is None:
+        raise SpecError("speculation needs a workload (its acceptance model); pass one")
     return tree_sampler(acc, cfg.hierarchy)
 
 
@@ -263,6 +268,7 @@ def simulate(
         context_quantum=cfg.context_quantum,
         exact_mixed=cfg.exact_mixed,
         hierarchy=cfg.hierarchy,
+        acceptance=_acceptance(cfg) if cfg.policy is not None else None,
     )
     closed = isinstance(cfg.arrivals, ClosedLoop)
     spec: RunResult | None = None

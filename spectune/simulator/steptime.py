@@ -61,6 +61,7 @@ class CostModelLike(Protocol):
         accepted: Any = ...,
         rounds: Any = ...,
         tree_tokens: Any = ...,
+        draft_widths: Any = ...,
     ) -> StepBreakdown: ...
     def verify_time(self, batch: Any, tokens: Any, context: Any) -> Any: ...
     def ragged_forward_time(
@@ -142,9 +143,13 @@ class StepPricer:
         context_quantum: int = 16,
         exact_mixed: bool = False,
         hierarchy: Any = None,
+        acceptance: Any = None,
     ):
         self.cost = cost
         self.hierarchy = hierarchy  # planner.hierarchical.HierAcceptance, for chain > 0
+        # the workload's acceptance model: a static policy drafts its shape's nodes per level
+        # (planner.trees.draft_widths); None prices every policy's later draft steps at top-k
+        self.acceptance = acceptance
         self.q = max(1, int(context_quantum))
         self.exact_mixed = exact_mixed
         self.max_tokens = 4  # token-axis length of the decode tables, grown on demand
@@ -196,8 +201,13 @@ class StepPricer:
                 )
                 draft = step.draft_s + step.intermediate_s
                 return np.stack(np.broadcast_arrays(draft, step.verify_s, step.extend_s))
+            shape: dict[str, Any] = {}  # a static shape's drafted nodes per level
+            if self.acceptance is not None and policy.builder == "static":
+                from spectune.planner.trees import draft_widths
+
+                shape["draft_widths"] = draft_widths(policy, self.acceptance, batch)
             step = self.cost.iteration(
-                policy, batch, c[None, :], tokens=n[:, None], accepted=t[:, None]
+                policy, batch, c[None, :], tokens=n[:, None], accepted=t[:, None], **shape
             )
             return np.stack([step.draft_s, step.verify_s, step.extend_s])
 

@@ -40,9 +40,18 @@ MAX_FIXED_S = 10.0
 """Largest fixed time a calibration may give, s (per launch, step or request: far past any)."""
 
 # Uncalibrated static draft-step cost as a fraction of the dynamic one: the static step runs
-# the per-row top-k (~4 kernels) and the slot gathers, not the k*k frontier sort and the pool
-# scatters, about half of the ~15 kernels of an EAGLE-2 step (measurements/h200: ~40 vs ~80 us)
-STATIC_STEP_FRACTION = 0.5
+# the per-row top-k and the slot gathers but not the k*k frontier sort and the pool scatters.
+# Fitted: the median of static_draft_step_s / draft_step_s over the 20 one-GPU calibrate runs
+# that include static trees (benchmarks/bench_refit.py, its FOLDERS with static runs, 14 H100
+# and 6 H200: 0.78-0.91, median 0.834), each static run priced over its shape's drafted nodes
+# per level (CostModel.iteration's draft_widths)
+STATIC_STEP_FRACTION = 0.83
+# Uncalibrated fixed cost of building a static tree, s (at most the calibration's tree_build_s):
+# its mask and positions are precomputed per shape, so what remains is a few launches that do
+# not depend on the GPU. Fitted: the median static_tree_build_s of the committed one-GPU
+# calibrations that measured static trees (measurements/h100-newuser..12, h200-newuser..5 and
+# benchmarks/results/new_gpu_*: 23-48 us, 17 of 21 within 34.5-38.7 us)
+STATIC_TREE_BUILD_S = 36e-6
 
 
 @dataclass(frozen=True)
@@ -268,15 +277,15 @@ class Calibration:
         None,
         help="draft_step_s of the static (Sequoia) builder, s: its step keeps the per-row top-k "
         "and the gathers into the fixed shape's slots but has no k*k frontier sort or pool "
-        "rerank; None: STATIC_STEP_FRACTION x draft_step_s (an estimate: about half the "
-        "dynamic step's ~15 kernels remain)",
+        "rerank; None: STATIC_STEP_FRACTION x draft_step_s (0.83, the median of the one-GPU "
+        "fits that measured static trees)",
     )
     static_tree_build_s: float | None = help_field(
         None,
         help="tree_build_s of the static builder, s: its mask and positions are precomputed "
         "per shape, so only the drafted tokens are written into the slots (the fixed cost still "
-        "holds acceptance and KV compaction); None: tree_build_s (no saving assumed until "
-        "measured)",
+        "holds acceptance and KV compaction); None: STATIC_TREE_BUILD_S (36 us, the median of "
+        "the one-GPU fits that measured static trees), at most tree_build_s",
     )
     retrieval_per_request_s: float = help_field(
         20.0 * US,
@@ -440,7 +449,7 @@ class Calibration:
         if _builder(builder) == "static":
             if self.static_tree_build_s is not None:
                 return self.static_tree_build_s
-            return self.tree_build_s
+            return min(STATIC_TREE_BUILD_S, self.tree_build_s)
         return self.tree_build_s + self.tree_build_per_level_s * depth
 
     # ---- files -------------------------------------------------------------------------------

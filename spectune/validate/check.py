@@ -50,7 +50,14 @@ from spectune.specs import SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import SCHEMA as CALIBRATION_SCHEMA
 from spectune.specs.calibration import Calibration
 from spectune.specs.io import loads_json, read_bytes_bounded
-from spectune.validate.measure import RUN_SCHEMA, doc_tp, spec_run_measurements, validate_document
+from spectune.validate.measure import (
+    RUN_SCHEMA,
+    doc_tp,
+    planned_objective,
+    run_draft_widths,
+    spec_run_measurements,
+    validate_document,
+)
 
 if TYPE_CHECKING:
     from spectune.planner.costmodel import CostModel
@@ -258,7 +265,8 @@ def price_run(
     is predicted with: its policy at its batch and the document's context, over the tokens it
     verified (_tree_tokens), its padded draft extend (`extend_tokens`) and its trees' spread
     (_tree_spread). `planned`: a per-document cache of the planner's objective (an empty dict
-    on the document's first run)."""
+    on the document's first run). A static run drafts its shape's nodes per level
+    (measure.run_draft_widths)."""
     n = _tree_tokens(doc, run, planned)
     step = cm.iteration(
         TreePolicy(**run["policy"]),
@@ -267,6 +275,7 @@ def price_run(
         tokens=n,
         accepted=run.get("extend_tokens"),
         tokens_cv=_tree_spread(doc, run, planned),
+        draft_widths=run_draft_widths(doc, run, planned),
     )
     return step, n
 
@@ -325,28 +334,13 @@ def _tree_tokens(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, An
         return float(run["nodes"])
     if run.get("verified_mean") is not None:
         return float(run["verified_mean"])
-    obj = _planned_objective(doc, planned)
+    obj = planned_objective(doc, planned)
     if obj is None:
         raise SpecError(
             "a pruned run without 'verified_mean' needs the document's workload (a preset or "
             f"spec file the planner can build), got {doc.get('workload')!r}"
         )
     return float(obj.tree_tokens(TreePolicy(**pol)))
-
-
-def _planned_objective(doc: dict[str, Any], planned: dict[str, Any]) -> Any:
-    """The planner's objective for the document's models, GPU and workload, built once per
-    document (in `planned`); None where the workload is none the planner can build."""
-    if "objective" not in planned:
-        from spectune.planner.objective import closed_form_objective
-
-        try:
-            planned["objective"] = closed_form_objective(
-                doc["target"], doc["drafter"], doc["hardware"], doc.get("workload") or ""
-            )
-        except SpecError:
-            planned["objective"] = None
-    return planned["objective"]
 
 
 def _tree_spread(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, Any]) -> float | None:
@@ -362,7 +356,7 @@ def _tree_spread(doc: dict[str, Any], run: dict[str, Any], planned: dict[str, An
         return None
     if run.get("verified_cv") is not None:
         return float(run["verified_cv"])
-    obj = _planned_objective(doc, planned)
+    obj = planned_objective(doc, planned)
     return None if obj is None else float(obj.tree_spread(TreePolicy(**pol), run["batch"]))
 
 

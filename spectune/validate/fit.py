@@ -38,6 +38,7 @@ import numpy as np
 
 from spectune.specs import ModelSpec, SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import Calibration
+from spectune.validate.measure import run_draft_widths
 
 GEMM_GRID = (1.0, 16.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 65536.0)
 GRAPH_SIZES = tuple(range(1, 257))
@@ -130,6 +131,7 @@ def _rows(
         rows.append(("gemm", {"m": g["m"], "n": g["n"], "k": g["k"]}, g["seconds"]))
     for doc in measurements:
         c = doc["context"]
+        planned: dict[str, Any] = {}  # the document's planner objective, built on first need
         for r in doc["runs"]:
             ph, b, pol = r["phases_ms"], r["batch"], r["policy"]
             if "ar_phases_ms" in r:
@@ -151,6 +153,7 @@ def _rows(
                 "context": c,
                 "accepted": r.get("extend_tokens"),
                 "tokens_cv": r.get("verified_cv"),
+                "draft_widths": run_draft_widths(doc, r, planned),
             }
             if policy.prune_threshold <= 0:
                 # a pruned run's packed verify runs its weight GEMMs at the kept token count, a
@@ -193,6 +196,7 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
             tokens=a.get("tokens"),
             accepted=a.get("accepted"),
             tokens_cv=a.get("tokens_cv"),
+            draft_widths=a.get("draft_widths"),
         )
         field = {
             "verify": step.verify_s,

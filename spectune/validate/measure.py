@@ -17,6 +17,8 @@ Measurement JSON (schema spectune.measurement/v1; spectune.validate.check reads 
                "tokens_per_s", "ar_step_ms", "ar_tokens_per_s", "speedup",
                "extend_tokens": tokens per sequence of the (padded) draft extend (optional;
                absent: depth + 1),
+               "draft_widths": tokens per sequence of each drafting step after the first,
+               a static shape's drafted nodes per level (static runs; optional),
                "repeats": {"tokens_per_s": [...], "tokens_per_step": [...], "step_ms": [...]}
                and "spread": {"tokens_per_s_rel": sample std / mean, ...} (optional: runs
                measured more than once; the run's figures are then the repeats' means)}]}
@@ -138,6 +140,8 @@ def _extras(res: Any, repeats: Sequence[Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if res is not None and getattr(res, "extend_tokens", None):
         out["extend_tokens"] = int(res.extend_tokens)
+    if res is not None and getattr(res, "draft_widths", None) is not None:
+        out["draft_widths"] = [int(w) for w in res.draft_widths]
     if len(repeats) > 1:
         tps = [float(r.tokens_per_s) for r in repeats]
         per_step = [float(r.tokens_per_step) for r in repeats]
@@ -298,6 +302,8 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
             _number(r, "verified_mean", w, lo=1, lo_open=False)
         if r.get("verified_cv") is not None:
             _number(r, "verified_cv", w, lo_open=False, hi=100.0)
+        if r.get("draft_widths") is not None:
+            _draft_widths(r, w)
         ph = r.get("phases_ms")
         if not isinstance(ph, dict):
             raise SpecError(f"{w}: field 'phases_ms' needs numbers for {', '.join(PHASE_KEYS)}")
@@ -313,6 +319,61 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
         _policy(r, w)
         if r.get("policy") is not None and "tokens_per_step" not in r:
             raise SpecError(f"{w}: field 'tokens_per_step' is missing")
+
+
+#: most drafting steps a run's "draft_widths" may list (CostModel.iteration's bound)
+MAX_DRAFT_STEPS = 64
+
+
+def _draft_widths(run: dict[str, Any], where: str) -> None:
+    """A run's "draft_widths": a list of at most MAX_DRAFT_STEPS integers in [1, 2**31]."""
+    v = run["draft_widths"]
+    if not isinstance(v, list) or len(v) > MAX_DRAFT_STEPS:
+        raise SpecError(
+            f"{where}: field 'draft_widths' must be a list of at most {MAX_DRAFT_STEPS} "
+            f"integers (tokens per drafting step after the first), got {v!r:.60}"
+        )
+    for i, x in enumerate(v):
+        _number({f"draft_widths[{i}]": x}, f"draft_widths[{i}]", where, lo=1, lo_open=False,
+                hi=2**31, integer=True)  # fmt: skip
+
+
+def planned_objective(doc: dict[str, Any], planned: dict[str, Any]) -> Any:
+    """The planner's objective (planner.objective.closed_form_objective) for the document's
+    models, GPU and workload, built once per document (cached in `planned`, a dict the caller
+    keeps per document); None where the workload is none the planner can build."""
+    if "objective" not in planned:
+        from spectune.planner.objective import closed_form_objective
+
+        try:
+            planned["objective"] = closed_form_objective(
+                doc["target"], doc["drafter"], doc["hardware"], doc.get("workload") or ""
+            )
+        except SpecError:
+            planned["objective"] = None
+    return planned["objective"]
+
+
+def run_draft_widths(
+    doc: dict[str, Any], run: dict[str, Any], planned: dict[str, Any]
+) -> tuple[int, ...] | None:
+    """Tokens per sequence of each drafting step after the first of a measured `run`
+    (CostModel.iteration's draft_widths): the run's recorded "draft_widths", else, for a
+    static run of a document without them, its shape's drafted nodes per level under the
+    document's workload (planned_objective's acceptance model, what the executor drafts with
+    unless it replayed a trace; a workload the planner cannot build leaves the cost model's
+    top-k default); None for the other builders."""
+    if run.get("draft_widths") is not None:
+        return tuple(int(w) for w in run["draft_widths"])
+    pol = run.get("policy")
+    if not pol or pol.get("builder") != "static":
+        return None
+    obj = planned_objective(doc, planned)
+    if obj is None:
+        return None
+    from spectune.planner.trees import draft_widths
+
+    return draft_widths(TreePolicy(**pol), obj.acceptance, int(run["batch"]))
 
 
 RUN_SCHEMA = "spectune.calibration-run/v1"

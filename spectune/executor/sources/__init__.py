@@ -22,8 +22,8 @@ from spectune.executor.sources.static import StaticPlan, StaticShape
 from spectune.executor.tree_build import pool_size, tree_size
 from spectune.planner.trees import static_shape
 from spectune.planner.trees.delayed import delayed_nodes
+from spectune.planner.trees.static import static_size
 from spectune.specs import TreePolicy
-from spectune.specs.policy import MAX_BUDGET
 
 __all__ = [
     "Delayed",
@@ -56,9 +56,8 @@ def is_ragged(policy: TreePolicy, batch: int) -> bool:
 
 
 def _static_size(policy: TreePolicy, batch: int) -> int:
-    """Nodes of the static shape drafted: the budget, or 2 x budget for a shared budget (the
-    planner's builder does the same)."""
-    return min(2 * policy.budget, MAX_BUDGET) if shares(policy, batch) else policy.budget
+    """Nodes of the static shape drafted (planner.trees.static.static_size)."""
+    return static_size(policy.budget, shares(policy, batch))
 
 
 def tree_slots(policy: TreePolicy, acceptance: object, batch: int) -> int:

@@ -13,13 +13,20 @@ from spectune.planner.trees.build import (
 )
 from spectune.planner.trees.graft import graft_tree, prune_tree
 from spectune.planner.trees.pool import build_from_pool
-from spectune.planner.trees.static import StaticShape, sequoia_dp, static_shape
+from spectune.planner.trees.static import (
+    StaticShape,
+    draft_widths,
+    sequoia_dp,
+    static_shape,
+    static_size,
+)
 
 __all__ = [
     "StaticShape",
     "build_batch_trees",
     "build_from_pool",
     "build_tree",
+    "draft_widths",
     "expected_tokens_for_policy",
     "graft_tree",
     "prune_tree",
@@ -27,4 +34,5 @@ __all__ = [
     "sample_step",
     "sequoia_dp",
     "static_shape",
+    "static_size",
 ]

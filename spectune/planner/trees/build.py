@@ -37,8 +37,8 @@ from spectune.planner.trees.outcome import (
     to_tree,
 )
 from spectune.planner.trees.pool import build_from_pool
-from spectune.planner.trees.static import static_shape
-from spectune.specs.policy import MAX_BUDGET, TreePolicy
+from spectune.planner.trees.static import static_shape, static_size
+from spectune.specs.policy import TreePolicy
 from spectune.specs.tree import IID_BUILDERS, DraftTree
 
 _EXPECTED: OrderedDict[tuple[object, ...], float] = OrderedDict()
@@ -95,7 +95,7 @@ def _pool(
     """Draw the batch's candidate pools (`reuse`: in scratch buffers; the pool must not leave
     the calling function)."""
     if policy.builder == "static":
-        size = min(2 * policy.budget, MAX_BUDGET) if shared and batch > 1 else policy.budget
+        size = static_size(policy.budget, shared and batch > 1)
         shape = static_shape(model, size, policy.depth, policy.topk)
         return static_pool(model, shape, rng, batch)
     return dynamic_pool(model, policy.depth, policy.topk, rng, batch, reuse)

@@ -23,6 +23,7 @@ import numpy as np
 
 from spectune.planner.acceptance.base import AcceptanceModel
 from spectune.specs.errors import SpecError
+from spectune.specs.policy import MAX_BUDGET, TreePolicy
 
 MAX_STATIC_WIDTH = 16
 
@@ -37,6 +38,22 @@ class StaticShape:
     depth: np.ndarray  # int32[N]
     expected_tokens: float
     best_by_budget: np.ndarray  # float64[budget + 1]: f[0][n], n = 0..budget (0 -> 0)
+
+    @property
+    def draft_widths(self) -> tuple[int, ...]:
+        """Nodes drafted at each drafting step after the first: step l (l >= 1) runs the
+        drafter over the W_l nodes of depth l that have children (the first step drafts the
+        root's children from the target's hidden state), up to the first level without any;
+        the executor's StaticPlan drafts exactly these."""
+        n = self.parents.size
+        has_kids = np.bincount(self.parents[1:], minlength=n)[:n] > 0
+        widths: list[int] = []
+        for lvl in range(1, int(self.depth.max(initial=0)) + 1):
+            w = int(np.count_nonzero((self.depth == lvl) & has_kids))
+            if w == 0:
+                break
+            widths.append(w)
+        return tuple(widths)
 
 
 def sequoia_dp(table: np.ndarray, budget: int, depth: int, width: int) -> StaticShape:
@@ -100,6 +117,26 @@ def sequoia_dp(table: np.ndarray, budget: int, depth: int, width: int) -> Static
         best_by_budget=np.r_[0.0, f[0, 1:]],
     )
     return shape
+
+
+def static_size(budget: int, shared: bool) -> int:
+    """Nodes of the static shape a policy of this `budget` drafts: the budget, or 2 x budget
+    (at most MAX_BUDGET) when the batch shares one verify budget (ECHO above batch 1), whose
+    selection then keeps budget - 1 nodes per request on average from the larger shape."""
+    return min(2 * budget, MAX_BUDGET) if shared else budget
+
+
+def draft_widths(
+    policy: TreePolicy, model: AcceptanceModel, batch: int = 1
+) -> tuple[int, ...] | None:
+    """Tokens per sequence of each drafting step after the first for `policy`'s trees at
+    `batch` under `model`: a static policy's shape's drafted nodes per level
+    (StaticShape.draft_widths); None for the other builders, whose later steps each run over
+    the top-k frontier (CostModel.draft_parts' default)."""
+    if policy.builder != "static":
+        return None
+    size = static_size(policy.budget, policy.shared_budget and batch > 1)
+    return static_shape(model, size, policy.depth, policy.topk).draft_widths
 
 
 _SHAPES: OrderedDict[tuple[object, ...], StaticShape] = OrderedDict()
