@@ -49,6 +49,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h100-newuser10": (),
     "measurements/h100-newuser11": (),
     "measurements/h100-newuser12": (),
+    "measurements/h100-newuser13": (),
     "measurements/h200-newuser": (),
     "measurements/h200-newuser2": (),
     "measurements/h200-newuser3": (),
@@ -65,6 +66,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h200x4_b": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_b": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x2_c": ("measurement-tp1.json",),
     "measurements/h200x4-tp": ("measurement-tp1.json",),
 }
 
