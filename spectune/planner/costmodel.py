@@ -56,7 +56,7 @@ from spectune.specs.engine import NO_OVERHEADS, EngineOverheads
 from spectune.specs.errors import SpecError
 from spectune.specs.hardware import HardwareSpec
 from spectune.specs.model import ModelSpec
-from spectune.specs.policy import TreePolicy
+from spectune.specs.policy import MAX_DEPTH, TreePolicy
 
 BREAKDOWN_KEYS = CLASSES
 
@@ -86,14 +86,10 @@ def drafted_rows(
     return np.where(d > 0, b * (1.0 + later_slots(d, topk, widths)), 0.0)
 
 
-MAX_DRAFT_STEPS = 64
-"""Most drafting steps after the first that draft_widths may list (a tree's depth is at most
-the policy's, which TreePolicy bounds far below this)."""
-
-
 def _widths(widths: Sequence[int], policy: TreePolicy | None) -> tuple[int, ...]:
-    """`widths` checked for CostModel.iteration: positive integers, at most MAX_DRAFT_STEPS,
-    for a speculative policy that is not hierarchical (SpecError naming what is wrong)."""
+    """`widths` checked for CostModel.iteration: at most MAX_DEPTH positive integers (a tree
+    drafts at most its depth's steps), for a speculative policy that is not hierarchical
+    (SpecError naming what is wrong)."""
     if policy is None or policy.chain:
         raise SpecError(
             "draft_widths prices the drafting steps of a speculative, non-hierarchical policy; "
@@ -104,10 +100,10 @@ def _widths(widths: Sequence[int], policy: TreePolicy | None) -> tuple[int, ...]
         ok = all(float(w) == o for w, o in zip(widths, out, strict=True))
     except (TypeError, ValueError, OverflowError):
         ok, out = False, ()
-    if not ok or any(w < 1 for w in out) or len(out) > MAX_DRAFT_STEPS:
+    if not ok or any(w < 1 for w in out) or len(out) > MAX_DEPTH:
         raise SpecError(
             "draft_widths must be at most "
-            f"{MAX_DRAFT_STEPS} positive integers (tokens per sequence of each drafting step "
+            f"{MAX_DEPTH} positive integers (tokens per sequence of each drafting step "
             f"after the first), got {widths!r}"
         )
     return out

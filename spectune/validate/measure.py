@@ -35,6 +35,7 @@ from typing import Any
 
 from spectune.specs import SpecError, TreePolicy
 from spectune.specs.io import from_mapping
+from spectune.specs.policy import MAX_DEPTH
 
 SCHEMA = "spectune.measurement/v1"
 #: how far a verify row's kernel time by class (linear_s + attention_s, a mean over profiled
@@ -321,16 +322,12 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
             raise SpecError(f"{w}: field 'tokens_per_step' is missing")
 
 
-#: most drafting steps a run's "draft_widths" may list (CostModel.iteration's bound)
-MAX_DRAFT_STEPS = 64
-
-
 def _draft_widths(run: dict[str, Any], where: str) -> None:
-    """A run's "draft_widths": a list of at most MAX_DRAFT_STEPS integers in [1, 2**31]."""
+    """A run's "draft_widths": a list of at most MAX_DEPTH integers in [1, 2**31]."""
     v = run["draft_widths"]
-    if not isinstance(v, list) or len(v) > MAX_DRAFT_STEPS:
+    if not isinstance(v, list) or len(v) > MAX_DEPTH:
         raise SpecError(
-            f"{where}: field 'draft_widths' must be a list of at most {MAX_DRAFT_STEPS} "
+            f"{where}: field 'draft_widths' must be a list of at most {MAX_DEPTH} "
             f"integers (tokens per drafting step after the first), got {v!r:.60}"
         )
     for i, x in enumerate(v):
