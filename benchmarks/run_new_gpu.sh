@@ -83,7 +83,7 @@ gpu() {
 
 {
     echo "== $(date -u +%FT%TZ) rev $(git rev-parse --short HEAD 2>/dev/null || echo unknown) hardware $HW"
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+    nvidia-smi --query-gpu=name,uuid,memory.total,driver_version --format=csv,noheader 2>/dev/null
     $PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>/dev/null
 } 2>&1 | tee "$D/run-log.txt"
 

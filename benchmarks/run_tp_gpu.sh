@@ -119,7 +119,7 @@ SWEEP_LIMIT=75 PLAN_LIMIT=25  # the sweep times small all-reduces twice more (in
 
 {
     echo "== $(date -u +%FT%TZ) rev $(git rev-parse --short HEAD 2>/dev/null || echo unknown) hw $HW"
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+    nvidia-smi --query-gpu=name,uuid,memory.total,driver_version --format=csv,noheader 2>/dev/null
     "$PY" -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")'
     echo "GPUs $GPUS, parts: $PARTS; tp 2 target $T8"
 } 2>&1 | tee -a "$LOG"
