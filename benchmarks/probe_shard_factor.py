@@ -11,7 +11,7 @@ asks whether that gap transfers to the TP executions: per folder it starts from 
 takes per split grid the factor median(seconds_nocomm / model compute), scales every non-comm
 class of the target's forwards at that tp by it (planner.forward.ForwardPricer.forward, patched
 in this process only; drafters untouched), adds the in-forward all-reduce offset as `spectune
-calibrate --tp N` does (validate.fit.fit_inforward_offset), and re-runs `spectune check` of the
+calibrate --tp N` does (probe_allreduce_offset.offsets), and re-runs `spectune check` of the
 folder. The grids are then in sample; the executions (execute-tpN.json) are not.
 
 It prints per folder the factors and offsets, and per tp > 1 document the verify MAPE and worst
@@ -32,11 +32,11 @@ import numpy as np
 
 import spectune.planner.forward as forward
 from benchmarks.bench_refit import _cell, _load, _per_file, check_with
+from benchmarks.probe_allreduce_offset import offsets
 from spectune.planner.costmodel import CostModel
 from spectune.specs import load_hardware, load_model
 from spectune.specs.calibration import Calibration
 from spectune.validate.check import calibrations_in
-from spectune.validate.fit import fit_inforward_offset
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = (
@@ -97,18 +97,12 @@ def probe(folder: str) -> dict[str, Any]:
     base = base_calibration(src)
     grids = [_load(p) for p in sorted(src.glob("verify-tp*.json"))]
     factors = {int(g["tp"]): f for g in grids if (f := compute_factor(g, base)) is not None}
-    cal, offsets = base, {}
-    for g in grids:
-        cal, rep = fit_inforward_offset(g, cal)
-        if rep is not None:
-            offsets[int(rep["tp"])] = rep["offset_us"]
+    cal, offs = offsets(src, base)
     without = _per_file(check_with(src, cal))
-    with scaled(factors):
-        scaled_cal = base
-        for g in grids:
-            scaled_cal, _ = fit_inforward_offset(g, scaled_cal)
-        withf = _per_file(check_with(src, scaled_cal))
-    return {"folder": folder, "factors": factors, "offset_us": offsets,
+    with scaled(factors):  # the offset is measured against the scaled compute's price
+        withf = _per_file(check_with(src, offsets(src, base)[0]))
+    return {"folder": folder, "factors": factors,
+            "offset_us": {tp: v * 1e6 for tp, v in offs.items()},
             "without": without, "with": withf}  # fmt: skip
 
 

@@ -1009,3 +1009,26 @@ def test_validation_shows_engine_measurements_recursively(
     assert metrics["vllm tokens_per_s MAPE"] == f"{100 * m:.1f} %"
     assert any("num_steps not stated" in c.value for c in at.caption)  # a skipped document
     assert _frame(at, "validation.table") is not None  # executor measurement from a subfolder
+
+
+def test_draft_steps_label_a_static_shape_by_its_drafted_widths() -> None:
+    """The What-if page's drafting parts for a static shape: one later step per width, the
+    bookkeeping over 1 + len(widths) steps, the parts summing to the cost model's draft_time."""
+    from spectune.planner.costmodel import CostModel
+    from spectune.specs import TreePolicy, hardware_preset, model_preset
+
+    cm = CostModel(
+        hardware_preset("h100-sxm"), model_preset("llama-3.1-8b"),
+        model_preset("eagle3-llama-3.1-8b"),
+    )  # fmt: skip
+    policy = TreePolicy("static", 5, 4, 8)
+    steps = data._draft_steps(cm, policy, 8, 4096, (2, 1, 1))
+    assert list(steps) == [
+        "first step (1 token/seq)",
+        "3 later steps (2/1/1 tokens/seq)",
+        "top-k / sort / pool x 4 steps",
+    ]
+    want = cm.draft_time(8, 5, 4, 4096, builder="static", widths=(2, 1, 1))
+    assert sum(steps.values()) == pytest.approx(float(want))
+    plain = data._draft_steps(cm, policy, 8, 4096)
+    assert "4 later steps (4 tokens/seq each)" in plain

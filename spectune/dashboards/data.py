@@ -379,7 +379,7 @@ def _draft_steps(
     if "retrieval" in parts:
         return {"retrieval lookup": parts["retrieval"]}
     steps = {"first step (1 token/seq)": parts["first"]}
-    if widths is not None and widths:
+    if widths:
         each = "/".join(str(w) for w in widths)
         steps[f"{len(widths)} later steps ({each} tokens/seq)"] = parts["later"]
     elif widths is None and policy.depth > 1:

@@ -38,7 +38,7 @@ import numpy as np
 
 from spectune.specs import ModelSpec, SpecError, TreePolicy, load_hardware, load_model
 from spectune.specs.calibration import Calibration
-from spectune.validate.measure import run_draft_widths
+from spectune.validate.measure import run_draft_widths, spec_run_measurements
 
 GEMM_GRID = (1.0, 16.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 65536.0)
 GRAPH_SIZES = tuple(range(1, 257))
@@ -347,7 +347,6 @@ def fit_calibration(
 
     from spectune.planner.costmodel import CostModel
     from spectune.validate.fit_bounds import bounded, bounds_report, ceilings, identified
-    from spectune.validate.measure import spec_run_measurements
 
     hw = load_hardware(run["hardware"])
     target, drafter = load_model(run["target"]), load_model(run["drafter"])
