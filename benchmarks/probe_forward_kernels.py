@@ -5,7 +5,8 @@ Every fitted calibration prices the no-speculation step (N = 1) 1-4.5% high at b
 N = 16 rows of the same verify grid fit (measurements/*newuser*, benchmarks/results/new_gpu_*),
 and the fitted attention bandwidth sits at its ceiling (the measured read rate). This probe
 replays the executor's real-shape Llama-3.1-8B forward (Session.verify_time's graph: forward,
-LM head, argmax) under torch.profiler and reports, per (batch, tokens) at context 4096:
+LM head, argmax) under torch.profiler and reports, per (batch, tokens) of `--shapes` at
+`--context` (default 4096):
 
 - wall: the graph replay's median time (the number the verify grid records);
 - kernel sum: the sum of the kernels' own durations; span: first kernel start to last end;
@@ -14,9 +15,13 @@ LM head, argmax) under torch.profiler and reports, per (batch, tokens) at contex
 - per class (executor.calibrate.kernel_class: "linear" = weight GEMMs and the logits argmax,
   "attention" = tree attention and its merge, "other"): time, count, and for attention the KV
   bytes per second it streamed (B x (context + N) x 2 x kv_width x 2 bytes
-  per layer), beside the copy and read rates the calibration measures.
+  per layer), beside the copy and read rates the calibration measures;
+- per kernel name (the 40 longest): summed time and launches, so two shapes' forwards can be
+  told apart kernel by kernel. The JSON also keeps the session's GEMM plan and autotune rows
+  and the tree-attention tuning rows of every shape.
 
     PYTHONPATH=. python benchmarks/probe_forward_kernels.py --out $OUT/forward_kernels.json
+    PYTHONPATH=. python benchmarks/probe_forward_kernels.py --shapes 1x1,1x4,1x16,1x32,1x64
 
 One GPU (H100 or H200), about a minute after the GEMM autotune. Prints a table last.
 """
@@ -39,23 +44,25 @@ from spectune.kernels.timing import PhaseTimer
 from spectune.kernels.tree_attention_plan import TreeAttentionPlan
 from spectune.specs import load_model
 
-SHAPES = ((1, 1), (8, 1), (64, 1), (8, 16), (64, 16))
+SHAPES = "1x1,8x1,64x1,8x16,64x16"
 CONTEXT = 4096
+#: kernel names kept per shape in "by_name_us" (the longest by summed time)
+TOP_NAMES = 40
 
 
-def _forward(s: Session, batch: int, tokens: int) -> Any:
+def _forward(s: Session, batch: int, tokens: int, context: int) -> Any:
     dev = s.device
-    s.tune(batch, tokens, CONTEXT)
+    s.tune(batch, tokens, context)
     tok = torch.randint(0, s.target.spec.vocab, (batch, tokens), device=dev)
-    pos = CONTEXT + torch.arange(tokens, device=dev).expand(batch, tokens)
+    pos = context + torch.arange(tokens, device=dev).expand(batch, tokens)
     mask = torch.ones((tokens, tokens), dtype=torch.bool, device=dev).tril()
     mask = mask.expand(batch, tokens, tokens).contiguous()
-    plan = TreeAttentionPlan(batch, tokens, CONTEXT, s.tcache.capacity, s.target.heads, dev)
+    plan = TreeAttentionPlan(batch, tokens, context, s.tcache.capacity, s.target.heads, dev)
     plan.set_mask(mask)
     out = torch.zeros((batch, tokens), dtype=torch.int64, device=dev)
 
     def fwd() -> None:
-        h, _ = s.target.forward(tok, pos, s.tcache, CONTEXT, mask, plan=plan)
+        h, _ = s.target.forward(tok, pos, s.tcache, context, mask, plan=plan)
         out.copy_(s.target.lm_head(h).argmax(dim=-1))
 
     return fwd
@@ -120,17 +127,45 @@ def _graph_profile(fwd: Any, dev: torch.device, reps: int) -> dict[str, Any]:
         "top": sorted(
             {nm: d for nm, _, d in (calls[0] if calls else [])}.items(), key=lambda x: -x[1]
         )[:8],
+        "by_name_us": _by_name(calls),
     }
+
+
+def _by_name(calls: list[list[tuple[str, float, float]]]) -> dict[str, list[float]]:
+    """Kernel name -> [median summed us per call, launches per call], the TOP_NAMES longest:
+    what a change of shape adds, kernel by kernel."""
+    sums: dict[str, list[float]] = defaultdict(list)
+    count: dict[str, int] = {}
+    for call in calls:
+        by: dict[str, float] = defaultdict(float)
+        for name, _, dur in call:
+            by[name[:120]] += dur
+        for k, v in by.items():
+            sums[k].append(v)
+        count = {k: sum(1 for x in call if x[0][:120] == k) for k in by}
+    med = {k: statistics.median(v) for k, v in sums.items()}
+    top = sorted(med, key=lambda k: -med[k])[:TOP_NAMES]
+    return {k: [med[k], count.get(k, 0)] for k in top}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", default=None)
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument(
+        "--shapes", default=SHAPES, help="comma-separated BxN (batch x tree tokens) at --context"
+    )
+    p.add_argument("--context", type=int, default=CONTEXT)
     args = p.parse_args()
+    shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",")]
     dev = torch.device("cuda")
     target, drafter = load_model("llama-3.1-8b"), load_model("eagle3-llama-3.1-8b")
-    s = Session(target, drafter, SessionConfig(max_batch=64, max_context=CONTEXT, max_tree=16), dev)
+    cfg = SessionConfig(
+        max_batch=max(b for b, _ in shapes),
+        max_context=args.context,
+        max_tree=max(16, max(n for _, n in shapes)),
+    )
+    s = Session(target, drafter, cfg, dev)
     kv_w = target.kv_heads * target.head_dim
     res: dict[str, Any] = {
         "gpu": torch.cuda.get_device_name(0),
@@ -138,15 +173,18 @@ def main() -> int:
         "read_bytes_per_s": read_bandwidth(dev),
         "shapes": [],
     }
-    for b, n in SHAPES:
-        fwd = _forward(s, b, n)
-        row: dict[str, Any] = {"batch": b, "tokens": n, "context": CONTEXT}
+    for b, n in shapes:
+        fwd = _forward(s, b, n, args.context)
+        row: dict[str, Any] = {"batch": b, "tokens": n, "context": args.context}
         row["graph"] = _graph_profile(fwd, dev, args.reps)
-        kv_bytes = target.layers * b * (CONTEXT + n) * 2 * kv_w * 2
+        kv_bytes = target.layers * b * (args.context + n) * 2 * kv_w * 2
         att = row["graph"]["by_class_us"].get("attention")
         row["attention_kv_tb_s"] = kv_bytes / (att * 1e-6) / 1e12 if att else None
         res["shapes"].append(row)
         print(json.dumps(row)[:400], flush=True)
+    res["gemm_plan"] = s.gemm_plan
+    res["gemm_rows"] = s.gemm_rows
+    res["attention_rows"] = s.attention_rows
     if args.out:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
