@@ -4,6 +4,8 @@ scattered to packed slots): the Triton kernels (interpreter on CPU) against the 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -99,6 +101,38 @@ def test_rope_store_and_scatter_kernels_match_torch() -> None:
     assert stored.nonzero().flatten().tolist() == sorted(int(s) for s in dst if s >= 0)
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    hq=st.integers(1, 24),
+    group=st.sampled_from([1, 2, 4, 8]),
+    d=st.sampled_from([8, 16]),
+    b=st.integers(1, 3),
+    n=st.integers(1, 4),
+    seed=st.integers(0, 2**16),
+)
+def test_rope_store_head_blocks_match_torch(
+    hq: int, group: int, d: int, b: int, n: int, seed: int
+) -> None:
+    """Rows of any head count, split into blocks of at most HEADS_PER_PROGRAM heads (the last
+    one partly masked, q / k / v boundaries anywhere inside a block): both rope_store_ and
+    rope_scatter_ write exactly what the torch path writes, and nothing past the row's heads."""
+    hk = max(1, hq // group)
+    inp = make_rope_inputs(b, n, hq, hk, d, n + 3, seed=seed)
+    for scatter in (False, True):
+        outs = []
+        for tri in (True, False):
+            x, kv = inp.qkv.clone(), inp.kv.clone()
+            if scatter:
+                rope_scatter_(x, hq, hk, inp.pos, inp.dst, inp.cos, inp.sin, kv, use_triton=tri)
+            else:
+                rope_store_(x, hq, hk, inp.pos, inp.cos, inp.sin, kv, 2, use_triton=tri)
+            outs.append((x, kv))
+        torch.testing.assert_close(outs[0][0][:, : hq * d], outs[1][0][:, : hq * d])
+        # the kernel leaves the k and v columns of qkv as they were
+        torch.testing.assert_close(outs[0][0][:, (hq + hk) * d :], inp.qkv[:, (hq + hk) * d :])
+        torch.testing.assert_close(outs[0][1], outs[1][1])
+
+
 def test_rope_inputs_scatter_matches_torch() -> None:
     """Seeded RoPE inputs: the scatter stores exactly the rows with a slot, both paths agree."""
     inp = make_rope_inputs(3, 5, 4, 2, 16, 12, seed=2)
@@ -144,3 +178,14 @@ def test_gpu_bf16_kernels_match_references() -> None:
     rope_(a, rp.hq + rp.hk, rp.pos, rp.cos, rp.sin)
     reference_rope_(b, rp.hq + rp.hk, rp.pos, rp.cos, rp.sin)
     torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2)
+    for scatter in (False, True):
+        outs = []
+        for tri in (True, False):
+            x, kv = rp.qkv.clone(), rp.kv.clone()
+            if scatter:
+                rope_scatter_(x, rp.hq, rp.hk, rp.pos, rp.dst, rp.cos, rp.sin, kv, use_triton=tri)
+            else:
+                rope_store_(x, rp.hq, rp.hk, rp.pos, rp.cos, rp.sin, kv, 3, use_triton=tri)
+            outs.append((x[:, : rp.hq * 128].float(), kv.float()))
+        torch.testing.assert_close(outs[0][0], outs[1][0], atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(outs[0][1], outs[1][1], atol=2e-2, rtol=2e-2)

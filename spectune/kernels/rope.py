@@ -83,48 +83,68 @@ def rope_(
 
 
 # ---- RoPE + K/V store in one pass ----------------------------------------------------------------
+#: heads one rope_store program handles (at most; fewer when the row has fewer): a block of
+#: heads per program moves HEADS_PER_PROGRAM * head_dim * 2 * 2 bytes (read + write), 8 KiB
+#: for 16 heads of 128 bf16. One head per program (256 bytes) ran at a quarter of the copy
+#: bandwidth at 4096 tokens (H100, benchmarks/results/forward_kernels_curve: 129 us a layer
+#: where its ~100 MB need ~33 us)
+HEADS_PER_PROGRAM = 16
+
+
+def _heads_block(heads: int) -> int:
+    """The head block of a rope_store launch over rows of `heads` heads (a power of two)."""
+    return min(HEADS_PER_PROGRAM, triton.next_power_of_2(heads))
+
+
 @triton.jit
 def _rope_store_kernel(
     x_ptr, pos_ptr, dst_ptr, cos_ptr, sin_ptr, kv_ptr, row_stride, n_tok, lo, HQ, HK,
-    s_kv, s_b, s_pos, s_h, HALF: tl.constexpr, SCATTER: tl.constexpr, PDL: tl.constexpr = False,
+    s_kv, s_b, s_pos, s_h, HALF: tl.constexpr, SCATTER: tl.constexpr, BLOCK_H: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
-    """One (token, head) per program: RoPE on the q and k heads (q written back), k and v into
-    the cache: token t of sequence t // n_tok at position lo + t % n_tok, or (SCATTER) at flat
-    slot dst[t] of a [B * cap] cache, none where dst[t] < 0 (a padding token). PDL: launched
-    early (programmatic dependent launch), it waits for the previous kernel before any access."""
+    """Token t, heads [BLOCK_H * j, BLOCK_H * (j + 1)) of its q|k|v row per program (t, j): RoPE
+    on the q and k heads (q written back), k and v into the cache: token t of sequence
+    t // n_tok at position lo + t % n_tok, or (SCATTER) at flat slot dst[t] of a [B * cap]
+    cache, none where dst[t] < 0 (a padding token). Heads past HQ + 2 * HK are masked. PDL:
+    launched early (programmatic dependent launch), it waits for the previous kernel before any
+    access."""
     t = tl.program_id(0)
-    h = tl.program_id(1)
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H] head of the row
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
     d = tl.arange(0, HALF)
-    base = x_ptr + t * row_stride + h * 2 * HALF
-    x1 = tl.load(base + d)
-    x2 = tl.load(base + HALF + d)
+    live = h < HQ + 2 * HK
+    hd = h[:, None] * (2 * HALF) + d[None, :]  # [BLOCK_H, HALF] offsets in the row
+    m2 = live[:, None] & (d[None, :] < HALF)
+    base = x_ptr + t * row_stride
+    x1 = tl.load(base + hd, mask=m2, other=0.0)
+    x2 = tl.load(base + hd + HALF, mask=m2, other=0.0)
+    pos = tl.load(pos_ptr + t)
+    c = tl.load(cos_ptr + pos * HALF + d)[None, :]
+    s = tl.load(sin_ptr + pos * HALF + d)[None, :]
+    rot = (h < HQ + HK)[:, None]  # q and k heads rotate; v heads are copied as they are
+    y1 = tl.where(rot, x1.to(tl.float32) * c - x2.to(tl.float32) * s, x1.to(tl.float32))
+    y2 = tl.where(rot, x2.to(tl.float32) * c + x1.to(tl.float32) * s, x2.to(tl.float32))
+    y1 = y1.to(x_ptr.dtype.element_ty)
+    y2 = y2.to(x_ptr.dtype.element_ty)
+    q = (h < HQ)[:, None] & m2
+    tl.store(base + hd, y1, mask=q)
+    tl.store(base + hd + HALF, y2, mask=q)
+    cached = (h >= HQ)[:, None] & m2
     if SCATTER:
         slot = tl.load(dst_ptr + t)
-        keep = (d.to(tl.int64) + slot) >= d  # slot >= 0, as a [HALF] mask
+        cached = cached & ((d.to(tl.int64) + slot) >= d)[None, :]  # slot >= 0, as a [1, HALF] mask
         row = kv_ptr + tl.maximum(slot, 0).to(tl.int64) * s_pos
     else:
-        keep = d < HALF
         row = kv_ptr + (t // n_tok).to(tl.int64) * s_b + (lo + t % n_tok).to(tl.int64) * s_pos
-    if h < HQ + HK:  # q or k head: rotate
-        pos = tl.load(pos_ptr + t)
-        c = tl.load(cos_ptr + pos * HALF + d)
-        s = tl.load(sin_ptr + pos * HALF + d)
-        y1 = (x1.to(tl.float32) * c - x2.to(tl.float32) * s).to(x_ptr.dtype.element_ty)
-        y2 = (x2.to(tl.float32) * c + x1.to(tl.float32) * s).to(x_ptr.dtype.element_ty)
-        if h < HQ:
-            tl.store(base + d, y1)
-            tl.store(base + HALF + d, y2)
-        else:  # k: into the cache
-            dst = row + (h - HQ) * s_h
-            tl.store(dst + d, y1, mask=keep)
-            tl.store(dst + HALF + d, y2, mask=keep)
-    else:  # v: copied into the cache as is
-        dst = row + s_kv + (h - HQ - HK) * s_h
-        tl.store(dst + d, x1, mask=keep)
-        tl.store(dst + HALF + d, x2, mask=keep)
+    # k heads HQ .. HQ+HK-1 -> cache K head h - HQ; v heads -> cache V head h - HQ - HK
+    is_v = h >= HQ + HK
+    kvh = tl.where(is_v, h - HQ - HK, h - HQ)
+    kvh = tl.maximum(kvh, 0)  # q lanes (masked) point at head 0
+    dst = row + tl.where(is_v, s_kv, 0)[:, None] + kvh[:, None] * s_h + d[None, :]
+    tl.store(dst, y1, mask=cached)
+    tl.store(dst + HALF, y2, mask=cached)
 
 
 def rope_store_(
@@ -154,10 +174,11 @@ def rope_store_(
     if kv.stride(-1) != 1 or qkv.stride(-1) != 1:
         raise ValueError("rope_store_ needs a contiguous head dim")
     pdl_on = pdl and pdl_supported(qkv.device)
-    _rope_store_kernel[(qkv.shape[0], hq + 2 * hk)](
+    bh = _heads_block(hq + 2 * hk)
+    _rope_store_kernel[(qkv.shape[0], triton.cdiv(hq + 2 * hk, bh))](
         qkv, pos, pos, cos, sin, kv, qkv.stride(0), n, lo, hq, hk,
         kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), HALF=cos.shape[1], SCATTER=False,
-        PDL=pdl_on, num_warps=1, **({"launch_pdl": True} if pdl_on else {}),
+        BLOCK_H=bh, PDL=pdl_on, num_warps=4, **({"launch_pdl": True} if pdl_on else {}),
     )  # fmt: skip
 
 
@@ -180,10 +201,11 @@ def rope_scatter_(
         raise ValueError("rope_scatter_ needs a [2, B, cap, KVH, D] cache with flat slots")
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     if qkv.is_cuda or interpreted if use_triton is None else use_triton:
-        _rope_store_kernel[(qkv.shape[0], hq + 2 * hk)](
+        bh = _heads_block(hq + 2 * hk)
+        _rope_store_kernel[(qkv.shape[0], triton.cdiv(hq + 2 * hk, bh))](
             qkv, pos, dst, cos, sin, kv, qkv.stride(0), 1, 0, hq, hk,
             kv.stride(0), 0, kv.stride(2), kv.stride(3), HALF=cos.shape[1], SCATTER=True,
-            num_warps=1,
+            BLOCK_H=bh, num_warps=4,
         )  # fmt: skip
         return
     d = kv.shape[-1]
