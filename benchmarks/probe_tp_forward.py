@@ -1,0 +1,127 @@
+"""A tensor-parallel target forward along the tree-token axis, kernel by kernel, on each rank.
+
+The TP runs price the step without speculation (N = 1) 2.5-5.8% high at tp 2 while their
+4- and 8-token verifies are within 2% (benchmarks/results/tp_h200x2_c, tp_h100x2_c): measured,
+the forward steps up by 145-191 us from N = 1 to N = 4 and then stays flat to N = 16, where
+the cost model grows by 33-67 us. This probe replays the executor's TP verify graph
+(Session.verify_timing on a TPSession: forward, vocab-parallel LM head, argmax) with and
+without its collectives at each (batch, tokens) of `--shapes`, under torch.profiler on every
+rank, and reports per shape the median wall time, the kernel time by class
+(executor.calibrate.kernel_class, plus "comm" for NCCL kernels) and per kernel name (the
+longest 40), so the step can be placed.
+
+    PYTHONPATH=. python benchmarks/probe_tp_forward.py --tp 2 --out $OUT/tp_forward.json
+    PYTHONPATH=. python benchmarks/probe_tp_forward.py --tp 1 --shapes 1x1,1x4 ...
+
+Llama-3.1-8B + its EAGLE-3 head at real shape, context 4096; --tp GPUs of one host (NCCL; keep
+NVLink multicast off: NCCL_NVLS_ENABLE=0). Rank 0 writes the JSON and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from benchmarks.probe_forward_kernels import _by_name, _profile
+from spectune.executor.calibrate import kernel_class
+from spectune.executor.collectives import TPGroup, launch
+from spectune.executor.session import SessionConfig
+from spectune.executor.tp import TPSession
+from spectune.specs import load_model
+from spectune.specs.io import write_json_atomic
+
+SHAPES = "1x1,1x2,1x4,1x8,1x16,8x1,8x2,8x4,8x8,8x16"
+CONTEXT = 4096
+
+
+def _class(name: str) -> str:
+    return "comm" if "nccl" in name.lower() else kernel_class(name)
+
+
+def _profiler(reps: int, sink: dict[str, Any]) -> Callable[[Callable[[], None]], dict[str, float]]:
+    """A verify_timing profile hook: `reps` profiled replays; per class (median us) returned,
+    per kernel name left in `sink`."""
+
+    def profile(fn: Callable[[], None]) -> dict[str, float]:
+        calls = _profile(fn, reps)
+        per: dict[str, list[float]] = defaultdict(list)
+        for call in calls:
+            by: dict[str, float] = defaultdict(float)
+            for name, _, dur in call:
+                by[_class(name)] += dur
+            for k, v in by.items():
+                per[k].append(v)
+        sink["by_name_us"] = _by_name(calls)
+        sink["kernels"] = statistics.median(len(c) for c in calls) if calls else 0
+        return {k: statistics.median(v) for k, v in per.items()}
+
+    return profile
+
+
+def probe_rank(group: TPGroup, shapes: list[tuple[int, int]], context: int, out: str) -> None:
+    target, drafter = load_model("llama-3.1-8b"), load_model("eagle3-llama-3.1-8b")
+    cfg = SessionConfig(
+        max(b for b, _ in shapes), context, max(16, max(n for _, n in shapes)), use_graphs=True
+    )
+    s = TPSession(target, drafter, cfg, group)
+    rows = []
+    for b, n in shapes:
+        row: dict[str, Any] = {"batch": b, "tokens": n, "context": context}
+        for comm in (True, False):
+            s.target.set_comm(comm)
+            torch.manual_seed(0)
+            sink: dict[str, Any] = {}
+            t, classes = s.verify_timing(b, n, context, 10, profile=_profiler(5, sink))
+            key = "comm" if comm else "nocomm"
+            row[key] = {"wall_us": t * 1e6, "by_class_us": classes, **sink}
+        s.target.set_comm(True)
+        rows.append(row)
+        if group.rank == 0:
+            c, z = row["comm"], row["nocomm"]
+            print(
+                f"tp{group.world} B={b} N={n}: {c['wall_us']:.1f} us "
+                f"(no collectives {z['wall_us']:.1f})",
+                flush=True,
+            )
+    if group.rank != 0:
+        return
+    doc = {
+        "gpu": torch.cuda.get_device_name(0),
+        "tp": group.world,
+        "target": "llama-3.1-8b",
+        "gemm_plan": s.gemm_plan,
+        "attention_rows": s.attention_rows,
+        "shapes": rows,
+    }
+    if out:
+        write_json_atomic(out, doc)
+    classes = ("linear", "attention", "other", "comm")
+    print(f"tp {group.world}, context {context}, us (wall; kernel time by class, with collectives)")
+    print(f"{'B':>3} {'N':>3} {'wall':>8} {'nocomm':>8} " + " ".join(f"{c:>9}" for c in classes))
+    for r in rows:
+        cl = r["comm"]["by_class_us"]
+        print(
+            f"{r['batch']:>3} {r['tokens']:>3} {r['comm']['wall_us']:>8.1f} "
+            f"{r['nocomm']['wall_us']:>8.1f} " + " ".join(f"{cl.get(c, 0):>9.1f}" for c in classes)
+        )
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--tp", type=int, default=2)
+    p.add_argument("--shapes", default=SHAPES, help="comma-separated BxN at --context")
+    p.add_argument("--context", type=int, default=CONTEXT)
+    p.add_argument("--out", default="")
+    args = p.parse_args()
+    shapes = [(int(b), int(n)) for b, n in (sh.split("x") for sh in args.shapes.split(","))]
+    launch(probe_rank, args.tp, (shapes, args.context, args.out), backend="nccl")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
