@@ -6,8 +6,9 @@ two H200s stepped up by 113 us from one token to two (benchmarks/probe_tp_forwar
 the 14336 x 4096 gate|up shard ran the Triton split-K variant (29.3 us a layer), at M = 2 the
 M = 16 bucket's choice, cuBLAS (31.8 us). This probe times every variant at every M of
 `--m` for Llama-3.1-8B's weight shapes at tp 1 and 2 (and the SwiGLU-fused down projections),
-and reports per shape and M: the fastest variant, and what the plan of `--buckets` runs there
-(its choice at the first bucket >= M, timed at this M), so the loss of each bucket set shows.
+and reports per shape and M: the fastest variant, and what the plans of M_BUCKETS and of
+`--buckets` run there (their choice at the first bucket >= M, timed at this M), so the loss of
+each bucket set shows. The buckets it times must include both sets' (`--m`).
 
     PYTHONPATH=. python benchmarks/probe_gemm_buckets.py --out $OUT/gemm_buckets.json
 
@@ -24,18 +25,20 @@ import torch
 
 from spectune.executor.session import weight_shapes
 from spectune.executor.tp import tp_weight_shapes
-from spectune.kernels.gemm import M_BUCKETS, autotune
+from spectune.kernels.gemm import M_BUCKETS, autotune, pick_variant
 from spectune.specs import load_model
 from spectune.specs.io import write_json_atomic
 
 
 def _plan_pick(times: dict[str, dict[int, float]], buckets: tuple[int, ...], m: int) -> str:
-    """The variant a plan over `buckets` runs at M = m: the fastest at the first bucket >= m."""
-    b = next((x for x in buckets if m <= x), None)
-    if b is None:
-        return "cublas"
-    timed = {v: t[b] for v, t in times.items() if b in t}
-    return min(timed, key=lambda v: timed[v]) if timed else "cublas"
+    """The variant a plan over `buckets` runs at M = m: kernels.gemm.pick_variant's choice at the
+    first bucket >= m, each bucket's pick seeded by the one before (as autotune picks)."""
+    pick = None
+    for b in buckets:
+        pick = pick_variant({v: t[b] for v, t in times.items() if b in t}, pick)
+        if m <= b:
+            return pick
+    return "cublas"
 
 
 def main() -> int:

@@ -16,7 +16,13 @@ from spectune.kernels import (  # noqa: E402
     reference_linear,
     splitk_linear,
 )
-from spectune.kernels.gemm import VARIANTS, parse_variant, set_plan  # noqa: E402
+from spectune.kernels.gemm import (  # noqa: E402
+    PLAN_TIE,
+    VARIANTS,
+    parse_variant,
+    pick_variant,
+    set_plan,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -60,6 +66,19 @@ def test_plan_picks_variant_per_bucket_and_linear_dispatches() -> None:
         )
     finally:
         set_plan(GemmPlan())
+
+
+def test_pick_variant_keeps_the_previous_bucket_within_the_tie() -> None:
+    """A bucket runs its fastest variant, unless the previous bucket's is within PLAN_TIE of it
+    (near-tied variants do not flip from one bucket to the next); nothing timed: cuBLAS."""
+    timed = {"cublas": 31.0e-6, "splitk1": 30.9e-6 * (1 + PLAN_TIE) / 1.0001, "splitk2": 30.9e-6}
+    assert pick_variant(timed) == "splitk2"
+    assert pick_variant(timed, "splitk1") == "splitk1"  # within the tie: kept
+    assert pick_variant(timed, "cublas") == "cublas"
+    slow = {**timed, "splitk1": 30.9e-6 * (1 + PLAN_TIE) * 1.001}
+    assert pick_variant(slow, "splitk1") == "splitk2"  # past the tie: the fastest
+    assert pick_variant(timed, "splitk8") == "splitk2"  # the previous one was not timed here
+    assert pick_variant({}) == "cublas"
 
 
 def test_rejects_malformed_inputs() -> None:

@@ -190,6 +190,25 @@ def make_gemm_inputs(
 _TILES = ("", "/128x128/8w3s", "/64x256/4w3s", "/32x128/4w5s")
 VARIANTS = ("cublas", *(f"splitk{s}{t}" for s in (1, 2, 4, 8) for t in _TILES))
 M_BUCKETS = (1, 16, 32, 64, 128, 256)  # above the last bucket: cuBLAS
+#: a bucket keeps the previous (smaller) bucket's variant unless another is faster by more
+#: than this share: the autotune's times vary ~1-2% between runs, and a flip between two
+#: near-tied variants changes the kernel a forward runs from one token count to the next. On
+#: two H200s at tp 2 the gate|up shard ran Triton split-K at M = 1 (29.3 us a layer) and cuBLAS
+#: at M = 2-16 (31.8 us), tied within 3% when timed alone (benchmarks/probe_gemm_buckets.py):
+#: the forward stepped up by 113 us from one token to two (benchmarks/probe_tp_forward.py)
+PLAN_TIE = 0.03
+
+
+def pick_variant(timed: dict[str, float], prev: str | None = None) -> str:
+    """The variant a plan runs at one bucket from its timed variants (seconds): the fastest, or
+    `prev` (the previous bucket's choice) where it is within PLAN_TIE of the fastest; cuBLAS
+    when nothing was timed."""
+    if not timed:
+        return "cublas"
+    best = min(timed, key=lambda v: timed[v])
+    if prev is not None and prev in timed and timed[prev] <= (1 + PLAN_TIE) * timed[best]:
+        return prev
+    return best
 
 
 class GemmPlan:
@@ -257,7 +276,8 @@ def autotune(
     gated: Iterable[tuple[int, int]] = (),
 ) -> tuple[GemmPlan, list[dict[str, object]]]:
     """Time every variant per weight shape (N, K) and M bucket, and for the `gated` shapes also
-    the SwiGLU-fused form; weights rotate over enough copies that L2 never holds them.
+    the SwiGLU-fused form; weights rotate over enough copies that L2 never holds them. Each
+    bucket runs pick_variant's choice (the fastest, or the previous bucket's within PLAN_TIE).
     Returns the plan and the timing rows."""
     choice: dict[tuple[int, int, int, bool], str] = {}
     rows: list[dict[str, object]] = []
@@ -268,11 +288,12 @@ def autotune(
             torch.empty((n, k), device=device, dtype=torch.bfloat16).uniform_(-0.02, 0.02)
             for _ in range(copies)
         ]
+        prev_m = 0
         for m in buckets:
             x = torch.empty(
                 (m, 2 * k if fused else k), device=device, dtype=torch.bfloat16
             ).uniform_(-1, 1)
-            best, best_t = "cublas", float("inf")
+            timed: dict[str, float] = {}
             for v in VARIANTS:
 
                 def call(
@@ -314,7 +335,8 @@ def autotune(
                         "gb_s": n * k * 2 / t / 1e9,
                     }
                 )
-                if t < best_t:
-                    best, best_t = v, t
-            choice[(n, k, m, fused)] = best
+                timed[v] = t
+            prev = choice.get((n, k, prev_m, fused)) if prev_m else None
+            choice[(n, k, m, fused)] = pick_variant(timed, prev)
+            prev_m = m
     return GemmPlan(choice), rows
