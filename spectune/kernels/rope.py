@@ -85,9 +85,9 @@ def rope_(
 # ---- RoPE + K/V store in one pass ----------------------------------------------------------------
 #: heads one rope_store program handles (at most; fewer when the row has fewer): a block of
 #: heads per program moves HEADS_PER_PROGRAM * head_dim * 2 * 2 bytes (read + write), 8 KiB
-#: for 16 heads of 128 bf16. One head per program (256 bytes) ran at a quarter of the copy
-#: bandwidth at 4096 tokens (H100, benchmarks/results/forward_kernels_curve: 129 us a layer
-#: where its ~100 MB need ~33 us)
+#: for 16 heads of 128 bf16, and runs at the copy bandwidth from a few hundred tokens on; one
+#: head per program (256 bytes) reaches a quarter of it at 4096 tokens (H100: 34 vs 129 us a
+#: layer, benchmarks/results/forward_curve_h100)
 HEADS_PER_PROGRAM = 16
 
 
