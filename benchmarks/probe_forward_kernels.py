@@ -32,7 +32,8 @@ import argparse
 import itertools
 import json
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -106,29 +107,37 @@ def _graph_profile(fwd: Any, dev: torch.device, reps: int) -> dict[str, Any]:
     wall = timer.medians_s()["x"] * 1e6
     calls = _profile(fn, reps)
     del g
-    per: dict[str, list[float]] = defaultdict(list)
     counts: dict[str, int] = {}
     sums, spans = [], []
     for call in calls:
-        by: dict[str, float] = defaultdict(float)
-        for name, _, dur in call:
-            by[kernel_class(name)] += dur
-        for k, v in by.items():
-            per[k].append(v)
-        counts = {k: sum(1 for x in call if kernel_class(x[0]) == k) for k in by}
+        counts = dict(Counter(kernel_class(x[0]) for x in call))
         sums.append(sum(d for _, _, d in call))
         spans.append(call[-1][1] + call[-1][2] - call[0][1])
     return {
         "wall_us": wall,
         "kernel_sum_us": statistics.median(sums) if sums else None,
         "span_us": statistics.median(spans) if spans else None,
-        "by_class_us": {k: statistics.median(v) for k, v in per.items()},
+        "by_class_us": by_class(calls),
         "kernels": counts,
         "top": sorted(
             {nm: d for nm, _, d in (calls[0] if calls else [])}.items(), key=lambda x: -x[1]
         )[:8],
         "by_name_us": _by_name(calls),
     }
+
+
+def by_class(
+    calls: list[list[tuple[str, float, float]]], classify: Callable[[str], str] = kernel_class
+) -> dict[str, float]:
+    """Class (`classify` of a kernel name) -> median over the calls of its summed us."""
+    per: dict[str, list[float]] = defaultdict(list)
+    for call in calls:
+        by: dict[str, float] = defaultdict(float)
+        for name, _, dur in call:
+            by[classify(name)] += dur
+        for k, v in by.items():
+            per[k].append(v)
+    return {k: statistics.median(v) for k, v in per.items()}
 
 
 def _by_name(calls: list[list[tuple[str, float, float]]]) -> dict[str, list[float]]:

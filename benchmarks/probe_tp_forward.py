@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from benchmarks.probe_forward_kernels import _by_name, _profile
+from benchmarks.probe_forward_kernels import _by_name, _profile, by_class
 from spectune.executor.calibrate import kernel_class
 from spectune.executor.collectives import TPGroup, launch
 from spectune.executor.session import SessionConfig
@@ -49,16 +48,9 @@ def _profiler(reps: int, sink: dict[str, Any]) -> Callable[[Callable[[], None]],
 
     def profile(fn: Callable[[], None]) -> dict[str, float]:
         calls = _profile(fn, reps)
-        per: dict[str, list[float]] = defaultdict(list)
-        for call in calls:
-            by: dict[str, float] = defaultdict(float)
-            for name, _, dur in call:
-                by[_class(name)] += dur
-            for k, v in by.items():
-                per[k].append(v)
         sink["by_name_us"] = _by_name(calls)
         sink["kernels"] = statistics.median(len(c) for c in calls) if calls else 0
-        return {k: statistics.median(v) for k, v in per.items()}
+        return by_class(calls, _class)
 
     return profile
 
