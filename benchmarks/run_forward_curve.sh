@@ -21,7 +21,7 @@ LOG="$OUT/run.log"
 : >"$LOG"
 SHAPES=${FC_SHAPES:-1x1,1x4,1x8,1x16,1x24,1x32,1x48,1x64,8x1,8x4,8x8,8x16,8x32,64x1,64x8,64x56,64x60,64x64}
 if compgen -G ".whl/*.whl" >/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 {
