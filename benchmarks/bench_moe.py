@@ -256,7 +256,7 @@ def main() -> None:
                     doc["rows"].append(row)
                     continue
                 if kern and not args.no_tune:
-                    tune_tree_attention(batch, n, context, cache.layer(0, batch), spec.heads)
+                    tune_tree_attention(batch, n, context, cache.layers(batch), spec.heads)
                 sec = _verify_seconds(m, cache, batch, n, context, args.reps, kern)
                 floor = moe_floor_bytes(spec, batch, n, context)
                 row.update(

@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     step = VerifyStep(model, args.tokens, args.context, dev)
     if cuda:
         doc["attention_rows"] = tune_tree_attention(
-            1, args.tokens, args.context, step.cache.layer(0, 1), spec.heads
+            1, args.tokens, args.context, step.cache.layers(1), spec.heads
         )
         step.plan = TreeAttentionPlan(
             1, args.tokens, args.context, step.cache.capacity, model.heads, dev

@@ -105,6 +105,59 @@ def test_planned_launch_is_the_wrappers_choice() -> None:
         del _TUNED[key]
 
 
+def test_tuner_rotates_layers_and_keeps_the_fastest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tune_tree_attention tries the shape's default first, calls the attention over distinct
+    layers of a whole cache in each timed replay (TUNE_BYTES / TUNE_CALLS bound how many), times
+    per call, and records the fastest candidate's (config, splits)."""
+    from spectune.kernels import tree_attention_plan as tap
+
+    layers, b, cap, n, c = 5, 1, 80, 4, 64
+    kv = torch.zeros((layers, 2, b, cap, HEADS.kv_heads, HEADS.head_dim))
+    seen: list[list[int]] = []
+    labels: list[TreeAttentionConfig] = []
+
+    def run(self: TreeAttentionPlan, q: torch.Tensor, layer: torch.Tensor) -> None:
+        seen[-1].append(layer.data_ptr())
+
+    def timed(fn: object, device: torch.device, reps: int = 20) -> float:
+        seen.append([])
+        fn()  # type: ignore[operator]
+        cfg = labels[-1] if labels else None
+        # synthetic seconds per replay: the 16 x 128 tile (a candidate, not the default) wins
+        fast = cfg is not None and (cfg.block_m, cfg.block_n) == (16, 128)
+        return (1.0 if fast else 2.0) * len(seen[-1])
+
+    real_init = TreeAttentionPlan.__init__
+
+    def init(self: TreeAttentionPlan, *a: object, **kw: object) -> None:
+        real_init(self, *a, **kw)  # type: ignore[arg-type]
+        labels.append(self.launch.config)
+
+    monkeypatch.setattr(tap, "graph_time", timed)
+    monkeypatch.setattr(TreeAttentionPlan, "run", run)
+    monkeypatch.setattr(TreeAttentionPlan, "__init__", init)
+    monkeypatch.setattr(tap, "TUNE_CALLS", 3)
+    key = (b, n, c)
+    try:
+        rows = tap.tune_tree_attention(b, n, c, kv, HEADS.q_heads)
+        assert rows[0]["config"] == ["default"]
+        assert len(rows) > 1 and all(r["calls"] == 3 for r in rows)
+        # each replay: 3 calls over 3 distinct layers, per-call seconds reported
+        assert all(len(set(ptrs)) == 3 for ptrs in seen)
+        assert {r["seconds"] for r in rows} == {1.0, 2.0}
+        cfg, splits = tuned_launch(*key)
+        assert cfg is not None and (cfg.block_m, cfg.block_n) == (16, 128)
+        assert splits is None
+        assert tap.tune_tree_attention(b, n, c, kv, HEADS.q_heads) == []  # tuned once
+        # one layer's cache: one call per replay
+        seen.clear()
+        del _TUNED[key]
+        rows = tap.tune_tree_attention(b, n, c, kv[0], HEADS.q_heads)
+        assert all(r["calls"] == 1 for r in rows) and all(len(p) == 1 for p in seen)
+    finally:
+        _TUNED.pop(key, None)
+
+
 def test_token_bucket() -> None:
     assert token_bucket(1, 64) == TOKEN_BUCKET
     assert token_bucket(16, 64) == 16

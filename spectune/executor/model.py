@@ -118,6 +118,11 @@ class KVCache:
         """[2, batch, capacity, KVH, D] view of layer i."""
         return self.kv[i, :, :batch]
 
+    def layers(self, batch: int) -> torch.Tensor:
+        """[layers, 2, batch, capacity, KVH, D] view of every layer (what tune_tree_attention
+        rotates over)."""
+        return self.kv[:, :, :batch]
+
 
 # layer_forward's / attention_block's arguments after (h, residual, w): spec, kv, pos, context,
 # slot, span, mask, rope

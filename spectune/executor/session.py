@@ -129,7 +129,7 @@ class Session:
         """Pick the fastest tree-attention config for this verify shape (once per shape)."""
         if self.use_kernels:
             rows = tune_tree_attention(
-                batch, tokens, context, self.tcache.layer(0, batch), self.target.spec.heads
+                batch, tokens, context, self.tcache.layers(batch), self.target.spec.heads
             )
             if rows:
                 self.attention_rows.append(

@@ -259,7 +259,7 @@ class TPSession(Session):
             from spectune.kernels import tree_attention_plan as tap
 
             rows = tap.tune_tree_attention(
-                batch, tokens, context, self.tcache.layer(0, batch), self.target.shard.heads
+                batch, tokens, context, self.tcache.layers(batch), self.target.shard.heads
             )
             key = (batch, tokens, context)  # rank 0's choice everywhere (ranks in step)
             best = self.group.broadcast_object(tap._TUNED.get(key))

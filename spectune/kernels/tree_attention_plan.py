@@ -25,7 +25,7 @@ import torch
 
 from spectune.kernels.layout import mask_words, word_bits
 from spectune.kernels.timing import graph_time
-from spectune.kernels.tree_attention import tree_attention
+from spectune.kernels.tree_attention import pdl_supported, tree_attention
 from spectune.kernels.tree_attention_config import (
     TreeAttentionConfig,
     TreeAttentionLaunch,
@@ -35,7 +35,10 @@ from spectune.kernels.tree_attention_config import (
 # (batch, tree tokens, context) -> the fastest (config, prefix splits or None) measured
 _TUNED: dict[tuple[int, int, int], tuple[TreeAttentionConfig, int | None]] = {}
 # (block_m, block_n, num_warps, num_stages, prefix splits per KV group and m-block: None = the
-# plan_launch's own choice), tried by tune_tree_attention
+# plan_launch's own choice), tried by tune_tree_attention with programmatic dependent launch
+# where the device has it, and with half partials too where a group holds >= 128 rows (both
+# took the batch-1 N = 64 call from 21.2 to 19.6 us on an H200: KERNELS_NOTES v6); the shape's
+# default_config is tried first
 CANDIDATES = (
     (64, 128, 4, 3, None),
     (64, 128, 4, 3, 32),
@@ -46,6 +49,14 @@ CANDIDATES = (
     (64, 64, 4, 4, None),
     (128, 128, 8, 2, None),
 )
+# K/V bytes one timed replay reads at least: the tuner's graph calls the attention over this
+# many bytes of distinct layers' caches (at most TUNE_CALLS calls), so that L2 (50 MB on an H100,
+# 60 MB on an H200) does not hold them, as in a forward where each layer reads its own cache,
+# and a small call is timed back to back with the next instead of beside its graph's launch
+# (one call per replay timed the launch: batch 1 N = 64 on an H100 measured 26-36 us per
+# config where the same launch took 19.7 us inside the verify forward)
+TUNE_BYTES = 256 << 20
+TUNE_CALLS = 16
 
 
 @dataclass(frozen=True)
@@ -127,45 +138,71 @@ class TreeAttentionPlan:
         return out.view(b, n, hq, d)
 
 
+def _tune_configs(
+    group_rows: int, device: torch.device
+) -> list[tuple[TreeAttentionConfig | None, int | None, list[object]]]:
+    """(config or None for the shape's default, prefix splits or None, row label) per candidate."""
+    pdl = pdl_supported(device)
+    out: list[tuple[TreeAttentionConfig | None, int | None, list[object]]] = [
+        (None, None, ["default"])
+    ]
+    halves = (False, True) if group_rows >= 128 else (False,)
+    for bm, bn, warps, stages, splits in CANDIDATES:
+        if bm > 2 * max(16, group_rows):
+            continue
+        for half in halves:
+            cfg = TreeAttentionConfig(
+                block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, pdl=pdl,
+                half_partials=half,
+            )  # fmt: skip
+            out.append((cfg, splits, [bm, bn, warps, stages, splits, pdl, half]))
+    return out
+
+
 def tune_tree_attention(
     batch: int, tokens: int, context: int, kv: torch.Tensor, heads: int
 ) -> list[dict[str, object]]:
-    """Time tree attention under each CANDIDATES config for one shape (CUDA-graph replays of a
-    causal tree) and record the fastest for later plans of this shape; kv: [2, B, capacity,
-    KVH, D] one layer's cache, heads: query heads. Returns the timing rows ([] when the shape
-    was tuned before)."""
+    """Time tree attention under each candidate config for one shape (CUDA-graph replays of a
+    causal tree) and record the fastest for later plans of this shape.
+
+    kv: [2, B, capacity, KVH, D] one layer's cache, or [L, 2, B, capacity, KVH, D] a whole
+    cache: each replay then calls the attention over up to TUNE_CALLS layers (until TUNE_BYTES
+    of K/V are read), as a forward does. heads: query heads. Returns the timing rows (config
+    [block_m, block_n, warps, stages, splits, pdl, half partials] or ["default"], seconds per
+    call; [] when the shape was tuned before)."""
     key = (batch, tokens, context)
     if key in _TUNED:
         return []
-    dev = kv.device
-    kvh, dim = kv.shape[3], kv.shape[-1]
+    layers = kv if kv.dim() == 6 else kv[None]
+    dev = layers.device
+    kvh, dim = layers.shape[4], layers.shape[-1]
+    used = batch * (context + tokens) * 2 * kvh * dim * layers.element_size()
+    calls = max(1, min(layers.shape[0], TUNE_CALLS, -(-TUNE_BYTES // max(used, 1))))
     causal = torch.ones((tokens, tokens), dtype=torch.bool, device=dev).tril()
-    q = torch.randn((batch, tokens, heads, dim), device=dev, dtype=kv.dtype)
+    q = torch.randn((batch, tokens, heads, dim), device=dev, dtype=layers.dtype)
     rows: list[dict[str, object]] = []
     best, best_t = None, float("inf")
     group = heads // kvh
-    shape = HeadShape(heads, kvh, dim, kv.dtype)
-    for bm, bn, warps, stages, splits in CANDIDATES:
-        if bm > 2 * max(16, group * tokens):
-            continue
+    shape = HeadShape(heads, kvh, dim, layers.dtype)
+    for cfg, splits, label in _tune_configs(group * tokens, dev):
         sp = None if splits is None else max(1, min(splits, context // 256))
-        cfg = TreeAttentionConfig(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
         try:
             plan = TreeAttentionPlan(
-                batch, tokens, context, kv.shape[2], shape, dev, config=cfg, num_splits=sp
+                batch, tokens, context, layers.shape[3], shape, dev, config=cfg, num_splits=sp
             )
             plan.set_mask(causal.expand(batch, tokens, tokens))
 
             def call(plan: TreeAttentionPlan = plan) -> None:
-                plan.run(q, kv)
+                for i in range(calls):
+                    plan.run(q, layers[i])
 
-            t = graph_time(call, dev, 10)
+            t = graph_time(call, dev, 10) / calls
         except Exception as e:  # a config that does not compile is skipped
-            rows.append({"config": [bm, bn, warps, stages, splits], "error": repr(e)[:160]})
+            rows.append({"config": label, "error": repr(e)[:160]})
             continue
-        rows.append({"config": [bm, bn, warps, stages, splits], "seconds": t})
+        rows.append({"config": label, "seconds": t, "calls": calls})
         if t < best_t:
-            best, best_t = (cfg, sp), t
+            best, best_t = (plan.launch.config, sp), t
     if best is not None:
         _TUNED[key] = best
     return rows

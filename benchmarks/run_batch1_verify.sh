@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 18's batch-1 verify on one GPU, in one call:
+#   1. GPU tests of the tree attention and its plans (the tuner's PDL / half-partial candidates);
+#   2. bench_verify_floor.py, base path only: verify B=1 N=64 ctx 4096 against the HBM floor,
+#      per-op breakdown;
+#   3. probe_forward_kernels.py at batch 1 and 8: the verify graph kernel by kernel, attention
+#      tuned as a Session tunes it;
+#   4. probe_pruned_verify.py at batch 1 and 8: the pruned (ragged) verify beside the dense one.
+#
+#     OUT=$OUT bash benchmarks/run_batch1_verify.sh     # from the repo root; OUT defaults to ./out
+#
+# About 6-8 minutes on an H100 or H200. Wheels under .whl/ (optuna, simpy, hypothesis and their
+# dependencies) are installed first when present (carry them with the call). Writes under $OUT:
+# run.log, tests.log, floor/verify_floor.json + floor/summary.txt, forward.json,
+# pruned_b1.json, pruned_b8.json, summary.txt (the tables printed last).
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+PY=$(command -v python3 || command -v python)
+LOG="$OUT/run.log"
+SUM="$OUT/summary.txt"
+: >"$LOG"
+: >"$SUM"
+if compgen -G ".whl/*.whl" >/dev/null; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+{
+    echo "== $(date -u +%FT%TZ)"
+    nvidia-smi --query-gpu=name,uuid,memory.total,driver_version --format=csv,noheader 2>/dev/null
+    $PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+    echo "== GPU tests"
+    timeout 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_attention.py \
+        tests/test_kernels_plan.py 2>&1 | tee "$OUT/tests.log" | tail -3
+    echo "== verify floor (base)"
+    timeout 200 $PY benchmarks/bench_verify_floor.py --out "$OUT/floor" --variants base --quick \
+        --tune-budget-s 5 2>&1 | grep -v -i warn | tail -14
+    echo "== forward kernels"
+    timeout 200 $PY benchmarks/probe_forward_kernels.py --reps 5 --shapes 1x16,1x32,1x64,8x16,8x32 \
+        --out "$OUT/forward.json" 2>&1 | grep -v '^{' | grep -v -i warn | tail -12
+    for b in 1 8; do
+        echo "== pruned verify B=$b"
+        timeout 150 $PY benchmarks/probe_pruned_verify.py --batch "$b" --out "$OUT/pruned_b$b.json" \
+            2>&1 | grep -v -i warn | sed -n '/verify phase vs/,$p'
+    done
+} 2>&1 | tee -a "$LOG" | tee "$SUM" | tail -70
