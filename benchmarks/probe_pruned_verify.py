@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -30,9 +31,10 @@ from typing import Any
 
 import torch
 
-from spectune.executor.loop import SpecRunner
+from spectune.executor.loop import SPEC_PHASES, SpecRunner
 from spectune.executor.session import Session, SessionConfig
 from spectune.executor.sources import tree_slots
+from spectune.executor.verifiers.ragged import RaggedVerifier
 from spectune.kernels.timing import PhaseTimer
 from spectune.planner.acceptance import acceptance_model
 from spectune.specs import ModelSpec, TreePolicy, load_model, write_json_atomic
@@ -96,7 +98,7 @@ def probe_policy(
     if dev.type != "cuda" or not r.graphs.captured:
         return row
     v = r.verifier
-    if r.ragged:
+    if isinstance(v, RaggedVerifier):
         totals = list(v.totals)
         row["totals"] = totals[-steps:]
         row["route"] = {str(k): w for k, w in v.route.items()}
@@ -110,6 +112,35 @@ def probe_policy(
         }
         # the eager phase itself (host read of T, then the bucket's graph), called back to back
         row["eager_phase_ms"] = replay_s(r.verify, dev, 30) * 1e3
+        # two bucket graphs alternating, back to back and with a host sync before each
+        if len(v.graphs) >= 2:
+            two = sorted(v.graphs, key=lambda k: -buckets.get(k, 0))[:2]
+            flip = [v.graphs[k] for k in two]
+
+            def alternate(sync: bool) -> None:
+                flip.reverse()
+                if sync:
+                    torch.cuda.synchronize()
+                flip[0].replay()
+
+            row["alternating_ms"] = replay_s(lambda: alternate(False), dev, 30) * 1e3
+            row["alternating_sync_ms"] = replay_s(lambda: alternate(True), dev, 30) * 1e3
+        # the timed steps again, step by step: each step's verify phase beside its bucket
+        fns = r.graphs.phases()
+        timer = PhaseTimer(SPEC_PHASES, steps, dev)
+        first = len(v.totals)
+        timer.run(fns)
+        stamps = timer._stamps()
+        k = len(SPEC_PHASES) + 1
+        i = SPEC_PHASES.index("verify")
+        per = [stamps[s * k + i + 1] - stamps[s * k + i] for s in range(steps)]
+        ran = [v.route.get(v.plan.bucket(t), v.plan.bucket(t)) for t in v.totals[first:]]
+        row["steps_verify_ms"] = [x * 1e3 for x in per]
+        row["steps_bucket"] = ran
+        by: dict[int, list[float]] = defaultdict(list)
+        for sec, bk in zip(per, ran, strict=False):
+            by[bk].append(sec * 1e3)
+        row["in_run_by_bucket_ms"] = {str(k): statistics.median(x) for k, x in sorted(by.items())}
         most = max(buckets, key=lambda k: buckets[k])
         row["kernels_us"] = kernel_us(v.graphs[most].replay)
         row["kernels_bucket"] = most
@@ -169,8 +200,13 @@ def main() -> None:
         )
     for r in rows:
         if "eager_phase_ms" in r:
-            print(f"{r['label']}: eager phase back to back {r['eager_phase_ms']:.3f} ms; "
-                  f"bucket graphs {r['bucket_graph_ms']}")  # fmt: skip
+            fmt = {k: round(x, 3) for k, x in r["bucket_graph_ms"].items()}
+            print(f"{r['label']}: bucket graphs alone {fmt}; eager phase back to back "
+                  f"{r['eager_phase_ms']:.3f}; in the run by bucket "
+                  f"{ {k: round(x, 3) for k, x in r['in_run_by_bucket_ms'].items()} }")  # fmt: skip
+            if "alternating_ms" in r:
+                print(f"  two buckets alternating: {r['alternating_ms']:.3f} back to back, "
+                      f"{r['alternating_sync_ms']:.3f} with a host sync before each")  # fmt: skip
     dense = next((r for r in rows if not r["ragged"] and "kernels_us" in r), None)
     rag = next((r for r in rows if r["ragged"] and "kernels_us" in r), None)
     if dense and rag:

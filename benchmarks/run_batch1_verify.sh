@@ -41,7 +41,7 @@ fi
         --out "$OUT/forward.json" 2>&1 | grep -v '^{' | grep -v -i warn | tail -12
     for b in 1 8; do
         echo "== pruned verify B=$b"
-        timeout 150 $PY benchmarks/probe_pruned_verify.py --batch "$b" --out "$OUT/pruned_b$b.json" \
+        timeout 240 $PY benchmarks/probe_pruned_verify.py --batch "$b" --out "$OUT/pruned_b$b.json" \
             2>&1 | grep -v -i warn | sed -n '/verify phase vs/,$p'
     done
 } 2>&1 | tee -a "$LOG" | tee "$SUM" | tail -70
