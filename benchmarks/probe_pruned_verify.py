@@ -107,24 +107,6 @@ def probe_policy(
             b = v.plan.bucket(t)
             buckets[v.route.get(b, b)] += 1
         row["buckets_run"] = {str(k): n for k, n in sorted(buckets.items())}
-        row["bucket_graph_ms"] = {
-            str(k): replay_s(g.replay, dev, 30) * 1e3 for k, g in sorted(v.graphs.items())
-        }
-        # the eager phase itself (host read of T, then the bucket's graph), called back to back
-        row["eager_phase_ms"] = replay_s(r.verify, dev, 30) * 1e3
-        # two bucket graphs alternating, back to back and with a host sync before each
-        if len(v.graphs) >= 2:
-            two = sorted(v.graphs, key=lambda k: -buckets.get(k, 0))[:2]
-            flip = [v.graphs[k] for k in two]
-
-            def alternate(sync: bool) -> None:
-                flip.reverse()
-                if sync:
-                    torch.cuda.synchronize()
-                flip[0].replay()
-
-            row["alternating_ms"] = replay_s(lambda: alternate(False), dev, 30) * 1e3
-            row["alternating_sync_ms"] = replay_s(lambda: alternate(True), dev, 30) * 1e3
         # the timed steps again, step by step: each step's verify phase beside its bucket
         fns = r.graphs.phases()
         timer = PhaseTimer(SPEC_PHASES, steps, dev)
@@ -141,14 +123,46 @@ def probe_policy(
         for sec, bk in zip(per, ran, strict=False):
             by[bk].append(sec * 1e3)
         row["in_run_by_bucket_ms"] = {str(k): statistics.median(x) for k, x in sorted(by.items())}
+        # the eager phase itself (host read of T, then the bucket's graph), called back to back
+        row["eager_phase_ms"] = replay_s(r.verify, dev, 30) * 1e3
+        # each bucket graph alone, with the plan holding at most that many tokens (a graph of a
+        # bucket below the plan's total would read past its rows)
+        tree, counts = r.source.tree, v.counts.clone()
+
+        def fit_to(tokens: int) -> None:
+            kept = counts.clamp(max=max(1, tokens // batch))
+            v.plan.set_trees(tree.tokens, tree.depth, tree.mask, kept)
+
+        graph_ms = {}
+        for bk, g in sorted(v.graphs.items()):
+            fit_to(bk)
+            graph_ms[str(bk)] = replay_s(g.replay, dev, 30) * 1e3
+        row["bucket_graph_ms"] = graph_ms
+        # the two most run bucket graphs alternating, back to back and with a host sync before
+        # each
+        if len(v.graphs) >= 2:
+            two = sorted(v.graphs, key=lambda k: -buckets.get(k, 0))[:2]
+            fit_to(min(two))
+            flip = [v.graphs[k] for k in two]
+
+            def alternate(sync: bool) -> None:
+                flip.reverse()
+                if sync:
+                    torch.cuda.synchronize()
+                flip[0].replay()
+
+            row["alternating_ms"] = replay_s(lambda: alternate(False), dev, 30) * 1e3
+            row["alternating_sync_ms"] = replay_s(lambda: alternate(True), dev, 30) * 1e3
         most = max(buckets, key=lambda k: buckets[k])
+        fit_to(most)
         row["kernels_us"] = kernel_us(v.graphs[most].replay)
+        v.plan.set_trees(tree.tokens, tree.depth, tree.mask, counts)
         row["kernels_bucket"] = most
     else:
-        g = r.graphs.graphs[2]
-        assert g is not None
-        row["graph_ms"] = replay_s(g.replay, dev, 30) * 1e3
-        row["kernels_us"] = kernel_us(g.replay)
+        dense = r.graphs.graphs[2]
+        assert dense is not None
+        row["graph_ms"] = replay_s(dense.replay, dev, 30) * 1e3
+        row["kernels_us"] = kernel_us(dense.replay)
     del r
     return row
 

@@ -12,7 +12,7 @@
 # About 6-8 minutes on an H100 or H200. Wheels under .whl/ (optuna, simpy, hypothesis and their
 # dependencies) are installed first when present (carry them with the call). Writes under $OUT:
 # run.log, tests.log, floor/verify_floor.json + floor/summary.txt, forward.json,
-# pruned_b1.json, pruned_b8.json, summary.txt (the tables printed last).
+# pruned_b1.json / .log, pruned_b8.json / .log, summary.txt (the tables printed last).
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -42,6 +42,9 @@ fi
     for b in 1 8; do
         echo "== pruned verify B=$b"
         timeout 240 $PY benchmarks/probe_pruned_verify.py --batch "$b" --out "$OUT/pruned_b$b.json" \
-            2>&1 | grep -v -i warn | sed -n '/verify phase vs/,$p'
+            >"$OUT/pruned_b$b.log" 2>&1
+        echo "rc=$?"
+        sed -n '/verify phase vs/,$p' "$OUT/pruned_b$b.log"
+        grep -A3 Traceback "$OUT/pruned_b$b.log" | tail -4
     done
 } 2>&1 | tee -a "$LOG" | tee "$SUM" | tail -70

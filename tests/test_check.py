@@ -222,6 +222,48 @@ def _phase_doc(
 SHAPES = [(1, 2, 1, 3), (1, 7, 10, 60), (8, 4, 2, 8), (8, 6, 8, 32), (32, 5, 4, 16), (64, 3, 3, 4)]
 
 
+def test_ragged_sync_is_the_median_verify_residual_of_ragged_runs() -> None:
+    """_fit_ragged_sync: measured ragged verify phases = the cost model's forward + 0.3 ms (one
+    run off by a lot) fit ragged_sync_s = 0.3 ms; the cost model then adds it to ragged
+    verifies only; residuals below the price clip at 0; no ragged run leaves it unchanged."""
+    from spectune.validate.fit import _fit_ragged_sync
+
+    cal = Calibration()
+    cm = _cm(cal)
+    c = 4096
+    doc = _phase_doc(cm, SHAPES, c)
+    pruned = TreePolicy("dynamic-topk", 6, 8, 32, 0.05)
+    echo = TreePolicy("dynamic-topk", 6, 8, 32, shared_budget=True)
+    runs = []
+    for i, (b, pol) in enumerate([(1, pruned), (8, pruned), (32, pruned), (8, echo), (32, echo)]):
+        run = {**doc["runs"][0], "batch": b, "nodes": 32, "verified_mean": 17.0}
+        run["verified_cv"] = 0.2
+        run["policy"] = dataclasses.asdict(pol)
+        step = cm.iteration(pol, b, c, tokens=17.0, tokens_cv=0.2)  # verified_mean, as fitted
+        extra = 0.3 if i != 2 else 5.0  # one run far off: the median ignores it
+        run["phases_ms"] = {**run["phases_ms"], "verify": _scalar(step.verify_s) * 1e3 + extra}
+        runs.append(run)
+    ragged = {**doc, "runs": [*doc["runs"], *runs]}
+    fitted, report = _fit_ragged_sync(cal, [ragged], _cm)
+    assert report is not None and report["rows"] == 5
+    assert fitted.ragged_sync_s == pytest.approx(0.3e-3, rel=1e-6)
+    cm2 = _cm(fitted)
+    for pol, b, extra in ((pruned, 8, 0.3e-3), (echo, 8, 0.3e-3), (echo, 1, 0.0)):
+        before = _scalar(cm.iteration(pol, b, c, tokens=17.0, tokens_cv=0.2).verify_s)
+        after = _scalar(cm2.iteration(pol, b, c, tokens=17.0, tokens_cv=0.2).verify_s)
+        assert after - before == pytest.approx(extra, abs=1e-12)
+    dense = TreePolicy("dynamic-topk", 6, 8, 32)
+    assert _scalar(cm2.iteration(dense, 8, c).verify_s) == _scalar(
+        cm.iteration(dense, 8, c).verify_s
+    )
+    # faster than priced: clipped at 0
+    for r in runs:
+        r["phases_ms"]["verify"] -= 1.0
+    assert _fit_ragged_sync(cal, [ragged], _cm)[0].ragged_sync_s == 0.0
+    # no ragged run: unchanged, no report
+    assert _fit_ragged_sync(cal, [doc], _cm) == (cal, None)
+
+
 def test_overheads_recover_tree_build_costs() -> None:
     """The non-forward phases give back the fixed, per-request, per-tree and per-node costs."""
     from spectune.validate.fit import _overheads

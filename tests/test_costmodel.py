@@ -259,6 +259,31 @@ def test_llama_8b_batch_64_decode_reads_34_gb_of_kv() -> None:
     assert cm.iteration(None, 64, 4095).total_s > 2.5 * cm.iteration(None, 1, 4095).total_s
 
 
+def test_gemm_wave_tail_by_hand() -> None:
+    """gemm_effective_rows: past the SMs, the partial last wave costs gemm_wave_tail of a whole
+    one (worked by hand on the H100: 132 SMs, 64 x 128 tiles); below them, the padded rows."""
+    from spectune.planner.operators import Rates, gemm_effective_rows
+
+    n = 28672  # 224 column tiles
+    for tail in (1.0, 0.5, 0.0):
+        r = Rates.resolve(H100, Calibration(gemm_wave_tail=tail))
+        # M = 136 pads to 192 rows: 3 x 224 = 672 tiles = 5.09 waves -> 6 waves = 792 tiles,
+        # i.e. 792 / 224 * 64 = 226.3 rows
+        whole = 6 * 132 / 224 * 64
+        assert float(gemm_effective_rows(r, 136, n)) == pytest.approx(192 + tail * (whole - 192))
+        # fewer tiles than SMs (N = 4096: 32 column tiles, 3 x 32 = 96): the padded rows only
+        assert float(gemm_effective_rows(r, 136, 4096)) == 192
+    with pytest.raises(SpecError, match="gemm_wave_tail"):
+        Calibration(gemm_wave_tail=1.5)
+
+
+def test_fitted_calibrations_charge_no_partial_wave() -> None:
+    from spectune.validate.fit import FIT_WAVE_TAIL, PARAMS, _calibration
+
+    x = [start for _, _, _, start in PARAMS]
+    assert _calibration(x, "h100-sxm", Calibration()).gemm_wave_tail == FIT_WAVE_TAIL == 0.0
+
+
 def test_knee_at_the_ridge_point() -> None:
     cm = cost_model("h100-sxm", "llama-3.1-8b", None, 1)
     # bf16 weight GEMM turns compute-bound when 2*T FLOPs per weight = ridge * 2 bytes:

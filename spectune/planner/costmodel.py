@@ -607,15 +607,17 @@ class CostModel:
     ) -> F64:
         """The verify of `policy`'s trees: ragged_verify_time under a shared budget above batch
         1 (ECHO: spread `cv`, default SHARED_TREE_CV; a request holds at most the batch's whole
-        budget), _pruned_verify_time for pruned trees, else verify_time at the mean tree size."""
+        budget), _pruned_verify_time for pruned trees, else verify_time at the mean tree size.
+        A ragged verify (the first two) adds Calibration.ragged_sync_s."""
+        sync = self.calibration.ragged_sync_s  # the host read + launch of a ragged verify
         if not policy.shared_budget:
             if policy.prune_threshold > 0:
-                return self._pruned_verify_time(policy, b, n, c, 0.0 if cv is None else cv)
+                return sync + self._pruned_verify_time(policy, b, n, c, 0.0 if cv is None else cv)
             return self.verify_time(b, n, c)
         spread = SHARED_TREE_CV if cv is None else cv
         most = 1.0 + b * (policy.budget - 1)
         ragged = self.ragged_verify_time(b, n, c, tokens_cv=spread, max_tokens=most)
-        return _f64(np.where(b > 1, ragged, self.verify_time(b, n, c)))
+        return _f64(np.where(b > 1, sync + ragged, self.verify_time(b, n, c)))
 
     def _pruned_verify_time(
         self, policy: TreePolicy, b: F64, n: ArrayLike, c: F64, cv: ArrayLike

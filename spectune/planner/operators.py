@@ -92,6 +92,7 @@ class Rates:
     gemm_efficiency: F64  # [P] fraction of peak FLOP/s at each grid point
     gemm_tile_m: int
     gemm_tile_n: int
+    gemm_wave_tail: float  # share of a partial last wave charged whole (Calibration)
     attention_tile_m: int
     attention_tile_max_m: int
     ragged_tile_m: int  # query-row tile of a ragged verify's attention (Calibration)
@@ -144,6 +145,7 @@ class Rates:
             gemm_efficiency=eff,
             gemm_tile_m=cal.gemm_tile_m,
             gemm_tile_n=cal.gemm_tile_n,
+            gemm_wave_tail=cal.gemm_wave_tail,
             attention_tile_m=cal.attention_tile_m,
             attention_tile_max_m=cal.attention_tile_max_m,
             ragged_tile_m=cal.ragged_tile_m,
@@ -340,8 +342,9 @@ def spread_padded_rows(
 
 def gemm_effective_rows(r: Rates, m: ArrayLike, n: float, tile_m: int | None = None) -> F64:
     """Rows a GEMM with `m` rows and `n` columns is charged for: M padded to the row tile
-    (`tile_m`, default Rates.gemm_tile_m) and, once its tiles outnumber the SMs, rounded up so
-    the tiles fill whole waves."""
+    (`tile_m`, default Rates.gemm_tile_m) and, once its tiles outnumber the SMs, moved toward
+    the rows that fill whole waves by Rates.gemm_wave_tail (1: a partial last wave costs a
+    whole one; 0: the padded rows only)."""
     tm = r.gemm_tile_m if tile_m is None else tile_m
     m_pad = pad_up(m, tm)
     n_tiles = float(np.ceil(n / r.gemm_tile_n))
@@ -350,7 +353,8 @@ def gemm_effective_rows(r: Rates, m: ArrayLike, n: float, tile_m: int | None = N
     if n_tiles == 0:  # an absent weight (e.g. a module with no MLP): nothing to tile
         return m_pad
     m_wave = waves * r.sm_count / n_tiles * tm  # rows that fill those waves exactly
-    return np.where(tiles >= r.sm_count, np.maximum(m_wave, m_pad), m_pad)
+    tail = r.gemm_wave_tail * np.maximum(m_wave - m_pad, 0.0)
+    return np.where(tiles >= r.sm_count, m_pad + tail, m_pad)
 
 
 def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, fmt: GemmFormat) -> F64:
@@ -360,8 +364,9 @@ def gemm_time(r: Rates, m: ArrayLike, n: float, k: float, fmt: GemmFormat) -> F6
                bytes / (weight bw * bw_scale) + gemm_fixed_s
                + gemm_exposed_compute * 2*M*N*K / (peak * flops_scale));
     FLOPs = 2 * M_eff * N * K, where M_eff is M padded to the format's row tile and, once the
-    tiles outnumber the SMs, rounded up to whole waves (tiles = ceil(M/tm) * ceil(N/tn) over
-    `sm_count` SMs; a partial last wave costs a full one). Fewer tiles than SMs cost no extra:
+    tiles outnumber the SMs, moved toward whole waves (tiles = ceil(M/tm) * ceil(N/tn) over
+    `sm_count` SMs; gemm_wave_tail of the partial last wave is charged as a whole one: 1 in the
+    presets, 0 where `spectune calibrate` fitted). Fewer tiles than SMs cost no extra:
     libraries split K to fill the GPU.
     bytes = N*K*wb (weights with their group scales, read once) + M*K*2 (input) + M*N*2
     (output); a quantized input (fmt.act_bytes) is charged as bf16, an overcount of M*K*(2-a)

@@ -174,6 +174,17 @@ class Calibration:
     gemm_tile_n: int = help_field(
         128, help="column tile of weight GEMMs, for wave quantization over the SMs"
     )
+    gemm_wave_tail: float = help_field(
+        1.0,
+        help="share of a weight GEMM's partial last wave charged as a whole one, 0..1, once its "
+        "tiles (gemm_tile_m x gemm_tile_n) outnumber the SMs: 1 rounds the rows up to whole "
+        "waves, 0 charges the padded rows only. Default 1, the form the presets were fitted "
+        "under. `spectune calibrate` fits with 0: cuBLAS picks its tile shape per M (on H200 "
+        "a 192-row tile at M = 3840, 256 at 4096), so the executor's GEMMs at M between whole "
+        "waves cost about their rows (benchmarks/results/forward_curve_h100); over six fresh "
+        "H100 / H200 folders, refitted with 0 the verify MAPE fell 1.84 -> 1.73% and the worst "
+        "goal row 3.57 -> 3.45% (benchmarks/results/wave_tail_cpu.txt)",
+    )
     attention_tile_m: int = help_field(
         16,
         help="smallest query-row tile of a tree attention launch: the query rows per KV-head "
@@ -309,6 +320,17 @@ class Calibration:
         "6/10/32 at threshold 1e-9, which prunes nothing, vs the same tree dense): tree phase "
         "+0.11-0.18 ms and verify +0.01-0.13 ms at batch 1-32",
     )
+    ragged_sync_s: float = help_field(
+        0.0,
+        help="per-iteration cost of a ragged verify (pruned trees, or a shared budget above "
+        "batch 1) beyond its forward, s: the host read of the packed size and the launch of "
+        "that size's verify graph onto an idle GPU. The executor's figure in the run is "
+        "0.26-0.29 ms on an H200 and ~0.4 ms on an H100 at batch 1 (benchmarks/"
+        "probe_pruned_verify.py: the verify phase against its bucket graphs replayed alone), "
+        "more than a sync alone (0.11 ms) because the bucket changes from step to step. "
+        "Default 0 (unmeasured); `spectune calibrate` fits it from its ragged runs' verify "
+        "phases (validate.fit._fit_ragged_sync)",
+    )
     weight_only_flops_efficiency: float = help_field(
         0.45,
         help="share of the bf16 GEMM rate (gemm_flops_efficiency at that M) a weight-only "
@@ -376,6 +398,7 @@ class Calibration:
             "retrieval_per_request_s",
             "retrieval_step_s",
             "prune_step_s",
+            "ragged_sync_s",
         )
         for name in times:
             v = getattr(self, name)
@@ -405,6 +428,9 @@ class Calibration:
                 f"field 'attention_tile_max_m' ({self.attention_tile_max_m}) must be >= "
                 f"'attention_tile_m' ({self.attention_tile_m})"
             )
+        tail = self.gemm_wave_tail
+        if not (isinstance(tail, (int, float)) and 0.0 <= tail <= 1.0):
+            raise SpecError(f"field 'gemm_wave_tail' must be in [0, 1], got {tail}")
         self._check_gemm_curve()
         for name in ("allreduce_law", "allgather_law"):
             check_link_law(getattr(self, name), name)
