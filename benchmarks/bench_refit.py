@@ -57,6 +57,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h200-newuser4": (),
     "measurements/h200-newuser5": (),
     "measurements/h200-newuser6": (),
+    "measurements/h200-newuser7": (),
     "benchmarks/results/new_gpu_h100_repeat": (),
     "benchmarks/results/new_gpu_h100_calonly": (),
     "benchmarks/results/new_gpu_h200_rerun": (),

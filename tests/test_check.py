@@ -222,46 +222,55 @@ def _phase_doc(
 SHAPES = [(1, 2, 1, 3), (1, 7, 10, 60), (8, 4, 2, 8), (8, 6, 8, 32), (32, 5, 4, 16), (64, 3, 3, 4)]
 
 
-def test_ragged_sync_is_the_median_verify_residual_of_ragged_runs() -> None:
-    """_fit_ragged_sync: measured ragged verify phases = the cost model's forward + 0.3 ms (one
-    run off by a lot) fit ragged_sync_s = 0.3 ms; the cost model then adds it to ragged
-    verifies only; residuals below the price clip at 0; no ragged run leaves it unchanged."""
+def test_ragged_sync_is_the_paired_batch1_verify_difference() -> None:
+    """_fit_ragged_sync: pruned runs at batch 1 measured 0.3 ms (one pair 5 ms) above the cost
+    model's price while their dense twins are priced 0.2 ms low fit ragged_sync_s = 0.3 ms (the
+    pair's difference cancels the dense error; the median ignores the outlier); runs above
+    batch 1 and runs without a twin do not count; the cost model then adds it to ragged verifies
+    only; a negative difference clips at 0; no pair leaves it unchanged."""
     from spectune.validate.fit import _fit_ragged_sync
 
     cal = Calibration()
     cm = _cm(cal)
     c = 4096
     doc = _phase_doc(cm, SHAPES, c)
-    pruned = TreePolicy("dynamic-topk", 6, 8, 32, 0.05)
-    echo = TreePolicy("dynamic-topk", 6, 8, 32, shared_budget=True)
-    runs = []
-    for i, (b, pol) in enumerate([(1, pruned), (8, pruned), (32, pruned), (8, echo), (32, echo)]):
-        run = {**doc["runs"][0], "batch": b, "nodes": 32, "verified_mean": 17.0}
-        run["verified_cv"] = 0.2
-        run["policy"] = dataclasses.asdict(pol)
-        step = cm.iteration(pol, b, c, tokens=17.0, tokens_cv=0.2)  # verified_mean, as fitted
-        extra = 0.3 if i != 2 else 5.0  # one run far off: the median ignores it
-        run["phases_ms"] = {**run["phases_ms"], "verify": _scalar(step.verify_s) * 1e3 + extra}
-        runs.append(run)
-    ragged = {**doc, "runs": [*doc["runs"], *runs]}
-    fitted, report = _fit_ragged_sync(cal, [ragged], _cm)
-    assert report is not None and report["rows"] == 5
+    base = doc["runs"][0]
+
+    def run(pol: TreePolicy, b: int, extra_ms: float) -> dict[str, Any]:
+        tokens = 17.0 if _ragged_policy(pol, b) else float(pol.budget)
+        step = cm.iteration(pol, b, c, tokens=tokens, tokens_cv=0.2)
+        ph = {**base["phases_ms"], "verify": _scalar(step.verify_s) * 1e3 + extra_ms}
+        return {**base, "batch": b, "nodes": pol.budget, "verified_mean": tokens,
+                "verified_cv": 0.2, "policy": dataclasses.asdict(pol), "phases_ms": ph}  # fmt: skip
+
+    def tree(budget: int, prune: float = 0.0, graft: int = 0, echo: bool = False) -> TreePolicy:
+        return TreePolicy("dynamic-topk", 6, 8, budget, prune, graft, shared_budget=echo)
+
+    runs = [
+        run(tree(32), 1, 0.2), run(tree(32, 0.05), 1, 0.5), run(tree(32, 0.05, 8), 1, 0.5),
+        run(tree(24), 1, 0.0), run(tree(24, 0.05), 1, 5.0),  # an outlier pair
+        run(tree(16, 0.05), 1, 9.0),  # no dense twin
+        run(tree(32, 0.05), 8, 9.0), run(tree(32, echo=True), 8, 9.0),  # above batch 1
+    ]  # fmt: skip
+    paired = {**doc, "runs": [*doc["runs"], *runs]}
+    fitted, report = _fit_ragged_sync(cal, [paired], _cm)
+    assert report is not None and report["pairs"] == 3
     assert fitted.ragged_sync_s == pytest.approx(0.3e-3, rel=1e-6)
     cm2 = _cm(fitted)
-    for pol, b, extra in ((pruned, 8, 0.3e-3), (echo, 8, 0.3e-3), (echo, 1, 0.0)):
+    for pol, b, extra in ((tree(32, 0.05), 8, 0.3e-3), (tree(32, echo=True), 8, 0.3e-3),
+                          (tree(32, echo=True), 1, 0.0), (tree(32), 8, 0.0)):  # fmt: skip
         before = _scalar(cm.iteration(pol, b, c, tokens=17.0, tokens_cv=0.2).verify_s)
         after = _scalar(cm2.iteration(pol, b, c, tokens=17.0, tokens_cv=0.2).verify_s)
         assert after - before == pytest.approx(extra, abs=1e-12)
-    dense = TreePolicy("dynamic-topk", 6, 8, 32)
-    assert _scalar(cm2.iteration(dense, 8, c).verify_s) == _scalar(
-        cm.iteration(dense, 8, c).verify_s
-    )
-    # faster than priced: clipped at 0
-    for r in runs:
-        r["phases_ms"]["verify"] -= 1.0
-    assert _fit_ragged_sync(cal, [ragged], _cm)[0].ragged_sync_s == 0.0
-    # no ragged run: unchanged, no report
+    for r in runs[1:3]:
+        r["phases_ms"]["verify"] -= 1.0  # pruned faster than its twin beyond the price
+    runs[4]["phases_ms"]["verify"] -= 6.0
+    assert _fit_ragged_sync(cal, [paired], _cm)[0].ragged_sync_s == 0.0
     assert _fit_ragged_sync(cal, [doc], _cm) == (cal, None)
+
+
+def _ragged_policy(pol: TreePolicy, batch: int) -> bool:
+    return pol.prune_threshold > 0 or (pol.shared_budget and batch > 1)
 
 
 def test_overheads_recover_tree_build_costs() -> None:
@@ -316,7 +325,7 @@ def test_fit_recovers_a_known_draft_step_cost() -> None:
     truth = dataclasses.replace(truth, tree_build_s=150e-6, tree_build_per_node_s=0.05e-6)
     cm = _cm(truth)
     run = _calibration_run(cm, (1, 64))
-    cal, report = fit_calibration(run, [_phase_doc(cm, SHAPES)], max_nfev=40)  # ~8 s
+    cal, report = fit_calibration(run, [_phase_doc(cm, SHAPES)], max_nfev=80)  # ~15 s
     assert cal.draft_step_s == pytest.approx(60e-6, rel=0.05)
     assert cal.draft_select_bytes_per_s == pytest.approx(90e9, rel=0.1)
     assert cal.tree_build_per_node_s == pytest.approx(0.05e-6, rel=1e-6)

@@ -179,11 +179,10 @@ class Calibration:
         help="share of a weight GEMM's partial last wave charged as a whole one, 0..1, once its "
         "tiles (gemm_tile_m x gemm_tile_n) outnumber the SMs: 1 rounds the rows up to whole "
         "waves, 0 charges the padded rows only. Default 1, the form the presets were fitted "
-        "under. `spectune calibrate` fits with 0: cuBLAS picks its tile shape per M (on H200 "
-        "a 192-row tile at M = 3840, 256 at 4096), so the executor's GEMMs at M between whole "
-        "waves cost about their rows (benchmarks/results/forward_curve_h100); over six fresh "
-        "H100 / H200 folders, refitted with 0 the verify MAPE fell 1.84 -> 1.73% and the worst "
-        "goal row 3.57 -> 3.45% (benchmarks/results/wave_tail_cpu.txt)",
+        "under. `spectune calibrate` fits with 0.5 (validate.fit.FIT_WAVE_TAIL): cuBLAS picks "
+        "its tile per M, so the executor's GEMMs between whole waves cost less than a whole "
+        "wave, while the split-K plan's fixed tiles do fill waves; over the committed one-GPU "
+        "and TP folders it priced the goal rows best (benchmarks/results/wave_tail_cpu.txt)",
     )
     attention_tile_m: int = help_field(
         16,
@@ -328,8 +327,9 @@ class Calibration:
         "0.26-0.29 ms on an H200 and ~0.4 ms on an H100 at batch 1 (benchmarks/"
         "probe_pruned_verify.py: the verify phase against its bucket graphs replayed alone), "
         "more than a sync alone (0.11 ms) because the bucket changes from step to step. "
-        "Default 0 (unmeasured); `spectune calibrate` fits it from its ragged runs' verify "
-        "phases (validate.fit._fit_ragged_sync)",
+        "Default 0 (unmeasured); `spectune calibrate` fits it from its batch-1 pruned runs "
+        "beside the dense runs of the same trees (validate.fit._fit_ragged_sync): 0.07-0.24 ms "
+        "on the H100 and H200 folders of measurements/",
     )
     weight_only_flops_efficiency: float = help_field(
         0.45,

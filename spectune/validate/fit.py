@@ -73,13 +73,14 @@ RAGGED_TILES = (16, 32, 64, 128, 256)
 RAGGED_TILE_LR = 4.0
 
 
-#: Calibration.gemm_wave_tail of a fitted calibration: the executor's GEMMs (cuBLAS picks its
-#: tile per M; the split-K plan) cost about their padded rows between whole waves. Charging the
-#: partial last wave whole priced the packed verifies of pruned trees (M = 136-200 at batch 8)
-#: and 7/10/60 at batch 8 (M = 480) 7-10% high on H200; held at 0, over six fresh H100 / H200
-#: folders the verify MAPE fell 1.84 -> 1.73% (h200-newuser6 2.18 -> 1.99%) and the worst goal
-#: row 3.57 -> 3.45% (benchmarks/results/wave_tail_cpu.txt)
-FIT_WAVE_TAIL = 0.0
+#: Calibration.gemm_wave_tail of a fitted calibration. Charging a GEMM's partial last wave whole
+#: (1, the presets' form) priced the packed verifies of pruned trees (M = 136-200 at batch 8)
+#: and 7/10/60 at batch 8 (M = 480) 7-10% high on H200: cuBLAS picks its tile per M. Charging
+#: none (0) priced the tp 2 shards' GEMMs at batch 64 low (the split-K plan's fixed tiles do
+#: fill waves). Refitted with each (benchmarks/results/wave_tail_cpu.txt), over the six newest
+#: one-GPU folders 1 / 0.5 / 0 gave verify MAPE 1.84 / 1.62 / 1.55%, worst goal row 3.57 / 3.32
+#: / 3.47%, and over the ten TP folders worst goal row 4.07 / 4.12 / 4.36%: half a wave
+FIT_WAVE_TAIL = 0.5
 
 
 def _tokens(run: dict) -> float:
@@ -536,32 +537,58 @@ def _fit_ragged_sync(
     measurements: Sequence[dict[str, Any]],
     cost_model: Callable[[Calibration], Any],
 ) -> tuple[Calibration, dict[str, Any] | None]:
-    """`cal` with ragged_sync_s fitted: the median over the ragged runs (pruned, or a shared
-    budget above batch 1) of measured verify phase minus the forward `cal` prices for it,
-    within [0, RAGGED_SYNC_MAX_S]. The executor times a ragged verify's host read of its packed
-    size and the launch of its bucket's graph in the verify phase (executor.verifiers.ragged);
-    the median keeps the packed forwards' own pricing errors (GEMM tile steps at the kept token
-    counts) from setting it. Returns the report (rows, median, residuals in ms); no ragged
-    run: `cal` unchanged and None."""
+    """`cal` with ragged_sync_s fitted from paired batch-1 runs: each pruned run at batch 1 beside
+    the dense run of the same tree (builder, depth, top-k, budget) in the same document; the
+    difference of their measured verify phases minus the difference `cal` prices, median over
+    the pairs, within [0, RAGGED_SYNC_MAX_S].
+
+    The executor times a ragged verify's host read of its packed size and the launch of its
+    bucket's graph in the verify phase (executor.verifiers.ragged). At batch 1 the packed
+    forward is the dense forward of its token bucket, so the pair cancels what the cost model
+    misprices in both (the GEMM plan's step at 32 tokens: the dense 6/8/32 verify itself is
+    2-4% above its price on H200 / H100) and leaves the sync. Above batch 1 the packed forward
+    (kept tokens, tile padding, bucket routing) is priced with errors of either sign, up to
+    +-7% (measurements/h200-newuser6), so those runs do not isolate it. Returns the report
+    (pairs, median, each pair's difference in ms); no pair: `cal` unchanged and None."""
     cm = cost_model(dataclasses.replace(cal, ragged_sync_s=0.0))
-    res = []
+    diffs = []
     for doc in measurements:
         planned: dict[str, Any] = {}
-        for r in doc["runs"]:
-            pol, b = r["policy"], r["batch"]
-            if pol is None or not _ragged(pol, b):
-                continue
-            args = {
-                "batch": b, "policy": TreePolicy(**pol), "context": doc["context"],
+
+        def args(
+            r: dict[str, Any], doc: dict[str, Any] = doc, planned: dict[str, Any] = planned
+        ) -> dict[str, Any]:
+            return {
+                "batch": 1, "policy": TreePolicy(**r["policy"]), "context": doc["context"],
                 "accepted": r.get("extend_tokens"), "tokens_cv": r.get("verified_cv"),
                 "draft_widths": run_draft_widths(doc, r, planned), "tokens": _tokens(r),
             }  # fmt: skip
-            res.append(r["phases_ms"]["verify"] / 1e3 - predict_row(cm, "verify", args))
-    if not res:
+
+        def shape(pol: dict[str, Any]) -> tuple[Any, ...]:
+            return (pol["builder"], pol["depth"], pol["topk"], pol["budget"])
+
+        ones = [r for r in doc["runs"] if r["policy"] is not None and r["batch"] == 1]
+        dense = {
+            shape(r["policy"]): r
+            for r in ones
+            if not _ragged(r["policy"], 1) and not r["policy"].get("graft_budget", 0)
+        }
+        for r in ones:
+            twin = dense.get(shape(r["policy"]))
+            if twin is None or not _ragged(r["policy"], 1):
+                continue
+            measured = (r["phases_ms"]["verify"] - twin["phases_ms"]["verify"]) / 1e3
+            priced = predict_row(cm, "verify", args(r)) - predict_row(cm, "verify", args(twin))
+            diffs.append(measured - priced)
+    if not diffs:
         return cal, None
-    med = float(np.median(res))
+    med = float(np.median(diffs))
     sync = min(max(med, 0.0), RAGGED_SYNC_MAX_S)
-    report = {"rows": len(res), "median_ms": med * 1e3, "residuals_ms": [x * 1e3 for x in res]}
+    report = {
+        "pairs": len(diffs),
+        "median_ms": med * 1e3,
+        "differences_ms": [x * 1e3 for x in diffs],
+    }
     return dataclasses.replace(cal, ragged_sync_s=sync), report
 
 
