@@ -61,6 +61,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/new_gpu_h100_repeat": (),
     "benchmarks/results/new_gpu_h100_calonly": (),
     "benchmarks/results/new_gpu_h200_rerun": (),
+    "benchmarks/results/new_gpu_h100_tuner": (),
     "benchmarks/results/tp_h100x2": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100x2_b": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100x2_c": ("measurement-tp1.json",),

@@ -36,9 +36,11 @@ from spectune.kernels.tree_attention_config import (
 _TUNED: dict[tuple[int, int, int], tuple[TreeAttentionConfig, int | None]] = {}
 # (block_m, block_n, num_warps, num_stages, prefix splits per KV group and m-block: None = the
 # plan_launch's own choice), tried by tune_tree_attention with programmatic dependent launch
-# where the device has it, and with half partials too where a group holds >= 128 rows (both
-# took the batch-1 N = 64 call from 21.2 to 19.6 us on an H200: KERNELS_NOTES v6); the shape's
-# default_config is tried first
+# where the device has it (it took the batch-1 N = 64 call from 21.2 to 19.6 us on an H200 with
+# half partials: KERNELS_NOTES v6); the shape's default_config (PDL, and half partials at batch 1
+# N >= 32) is tried first. Every candidate is a Triton compile per split count: with a
+# half-partial twin of each tile too, `spectune calibrate` on an H100 ran past its 435 s limit
+# where it had ended at 343 s (benchmarks/results/new_gpu_h100_tuner)
 CANDIDATES = (
     (64, 128, 4, 3, None),
     (64, 128, 4, 3, 32),
@@ -146,16 +148,13 @@ def _tune_configs(
     out: list[tuple[TreeAttentionConfig | None, int | None, list[object]]] = [
         (None, None, ["default"])
     ]
-    halves = (False, True) if group_rows >= 128 else (False,)
     for bm, bn, warps, stages, splits in CANDIDATES:
         if bm > 2 * max(16, group_rows):
             continue
-        for half in halves:
-            cfg = TreeAttentionConfig(
-                block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, pdl=pdl,
-                half_partials=half,
-            )  # fmt: skip
-            out.append((cfg, splits, [bm, bn, warps, stages, splits, pdl, half]))
+        cfg = TreeAttentionConfig(
+            block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, pdl=pdl
+        )
+        out.append((cfg, splits, [bm, bn, warps, stages, splits, pdl]))
     return out
 
 
@@ -168,7 +167,7 @@ def tune_tree_attention(
     kv: [2, B, capacity, KVH, D] one layer's cache, or [L, 2, B, capacity, KVH, D] a whole
     cache: each replay then calls the attention over up to TUNE_CALLS layers (until TUNE_BYTES
     of K/V are read), as a forward does. heads: query heads. Returns the timing rows (config
-    [block_m, block_n, warps, stages, splits, pdl, half partials] or ["default"], seconds per
+    [block_m, block_n, warps, stages, splits, pdl] or ["default"], seconds per
     call; [] when the shape was tuned before)."""
     key = (batch, tokens, context)
     if key in _TUNED:
