@@ -22,6 +22,9 @@
 # execute-trace-mtbench.json, *-log.txt, check.txt, summary.txt and README.md; `spectune check
 # $OUT/<hardware>` gates it once committed (e.g. as measurements/h100/).
 #
+# On the device, whose calls return at most 8 files, keep OUT outside the returned folder and
+# archive it there: NEW_GPU_ARCHIVE=$OUT/newuser.tgz OUT=/tmp/nu bash benchmarks/run_new_gpu.sh
+#
 # Parts: NEW_GPU_PARTS (default "calibrate execute humaneval mtbench"; plan and check always run)
 # picks what runs, e.g. NEW_GPU_PARTS="humaneval mtbench" NEW_GPU_CALIBRATION=<file> in a
 # second call when the first ran out of budget (the calibration is copied into the folder).
@@ -236,3 +239,6 @@ for f in sorted(d.glob("execute-trace-*.json")):
               f"{c['versus_spread_rel']:.1%})")
 EOF
 rm -f "$D/.status"
+if [ -n "${NEW_GPU_ARCHIVE:-}" ]; then  # one file for the device to bring back (it returns <= 8)
+    tar czf "$NEW_GPU_ARCHIVE" -C "$(dirname "$D")" "$(basename "$D")" && echo "archived $D -> $NEW_GPU_ARCHIVE"
+fi
