@@ -14,22 +14,13 @@
 # run.log, tests.log, floor/verify_floor.json + floor/summary.txt, forward.json,
 # pruned_b1.json / .log, pruned_b8.json / .log, summary.txt (the tables printed last).
 set -uo pipefail
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-PY=$(command -v python3 || command -v python)
-LOG="$OUT/run.log"
+# shellcheck source=benchmarks/device_env.sh
+source benchmarks/device_env.sh
 SUM="$OUT/summary.txt"
 : >"$LOG"
 : >"$SUM"
-if compgen -G ".whl/*.whl" >/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=$PYTHONPATH:/tmp/site
-fi
 {
-    echo "== $(date -u +%FT%TZ)"
-    nvidia-smi --query-gpu=name,uuid,memory.total,driver_version --format=csv,noheader 2>/dev/null
-    $PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+    device_header
     echo "== GPU tests"
     timeout 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_attention.py \
         tests/test_kernels_plan.py 2>&1 | tee "$OUT/tests.log" | tail -3

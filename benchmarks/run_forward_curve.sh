@@ -13,21 +13,12 @@
 # present (carry them with the call). Writes under $OUT: run.log, tests.log, forward_curve.json
 # (the probe's rows), summary.txt (the table printed last).
 set -uo pipefail
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-PY=$(command -v python3 || command -v python)
-LOG="$OUT/run.log"
+# shellcheck source=benchmarks/device_env.sh
+source benchmarks/device_env.sh
 : >"$LOG"
 SHAPES=${FC_SHAPES:-1x1,1x4,1x8,1x16,1x24,1x32,1x48,1x64,8x1,8x4,8x8,8x16,8x32,64x1,64x8,64x56,64x60,64x64}
-if compgen -G ".whl/*.whl" >/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=$PYTHONPATH:/tmp/site
-fi
 {
-    echo "== $(date -u +%FT%TZ)"
-    nvidia-smi --query-gpu=name,uuid,memory.total,driver_version --format=csv,noheader 2>/dev/null
-    $PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+    device_header
     echo "== GPU tests"
     timeout 170 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_elementwise.py 2>&1 \
         | tee "$OUT/tests.log" | tail -5
