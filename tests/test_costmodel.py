@@ -230,6 +230,22 @@ class TestDraftModelLlama1B(CostModelContract):
     drafter = "llama-3.2-1b"
 
 
+@functools.cache
+def _fitted_form() -> CostModel:
+    """Llama-3.1-8B + EAGLE-3 under the form `spectune calibrate` fits: half a partial wave
+    charged (FIT_WAVE_TAIL) and a ragged verify's sync."""
+    cal = Calibration(gemm_wave_tail=0.5, ragged_sync_s=0.2e-3)
+    return CostModel(
+        H100, model_preset("llama-3.1-8b"), model_preset("eagle3-llama-3.1-8b"), calibration=cal
+    )
+
+
+class TestFittedFormLlama8B(CostModelContract):
+    @property
+    def cm(self) -> CostModel:
+        return _fitted_form()
+
+
 # ---- numbers worked by hand -----------------------------------------------------------------
 
 
