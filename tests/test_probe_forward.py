@@ -1,8 +1,10 @@
-"""The forward probes' CPU parts: kernel time by class and by name over profiled calls, and what
-a GEMM plan's buckets run between them (benchmarks/probe_forward_kernels.py,
-probe_gemm_buckets.py)."""
+"""The forward probes' CPU parts: kernel time by class and by name over profiled calls, what a
+GEMM plan's buckets run between them (benchmarks/probe_forward_kernels.py, probe_gemm_buckets.py),
+and the pruned-verify probe on a tiny model (probe_pruned_verify.py)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +42,24 @@ def test_plan_pick_follows_autotune_buckets_and_the_tie() -> None:
     assert _plan_pick(times, (1, 16, 32), 8) == "splitk1"  # within the tie at bucket 16: kept
     assert _plan_pick(times, (1, 16, 32), 24) == "cublas"  # past it at bucket 32
     assert _plan_pick(times, (1, 16, 32), 64) == "cublas"  # above every bucket
+
+
+def test_pruned_verify_probe_runs_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/probe_pruned_verify.py --tiny: every policy's phases and the kept tokens land in
+    --out (the GPU-only parts, graph replays and profiles, are skipped off CUDA)."""
+    import json
+    import sys
+
+    from benchmarks import probe_pruned_verify as probe
+
+    out = tmp_path / "pruned.json"
+    monkeypatch.setattr(sys, "argv", ["probe", "--tiny", "--steps", "3", "--out", str(out)])
+    probe.main()
+    doc = json.loads(out.read_text())
+    rows = {r["label"]: r for r in doc["rows"]}
+    assert set(rows) == {label for label, _ in probe.POLICIES}
+    pruned = rows["pruned 6/8/32 @0.05"]
+    assert pruned["ragged"] and not rows["dense 6/8/32"]["ragged"]
+    assert 1 <= pruned["verified_mean"] <= 32 and rows["dense 6/8/32"]["verified_mean"] == 32
+    for r in rows.values():
+        assert r["phases_ms"]["verify"] > 0 and r["phases_ms"]["step"] >= r["phases_ms"]["verify"]
