@@ -38,9 +38,9 @@ _TUNED: dict[tuple[int, int, int], tuple[TreeAttentionConfig, int | None]] = {}
 # plan_launch's own choice), tried by tune_tree_attention with programmatic dependent launch
 # where the device has it (it took the batch-1 N = 64 call from 21.2 to 19.6 us on an H200 with
 # half partials: KERNELS_NOTES v6); the shape's default_config (PDL, and half partials at batch 1
-# N >= 32) is tried first. Every candidate is a Triton compile per split count: with a
-# half-partial twin of each tile too, `spectune calibrate` on an H100 ran past its 435 s limit
-# where it had ended at 343 s (benchmarks/results/new_gpu_h100_tuner)
+# N >= 32) is tried first. The tiles get no half-partial twins: every candidate is a Triton
+# compile per split count, and the twins took `spectune calibrate` on an H100 past its 435 s
+# limit (343 s without them; benchmarks/results/new_gpu_h100_tuner)
 CANDIDATES = (
     (64, 128, 4, 3, None),
     (64, 128, 4, 3, 32),
