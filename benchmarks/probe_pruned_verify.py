@@ -112,10 +112,7 @@ def probe_policy(
         timer = PhaseTimer(SPEC_PHASES, steps, dev)
         first = len(v.totals)
         timer.run(fns)
-        stamps = timer._stamps()
-        k = len(SPEC_PHASES) + 1
-        i = SPEC_PHASES.index("verify")
-        per = [stamps[s * k + i + 1] - stamps[s * k + i] for s in range(steps)]
+        per = timer.steps_s()["verify"]
         ran = [v.route.get(v.plan.bucket(t), v.plan.bucket(t)) for t in v.totals[first:]]
         row["steps_verify_ms"] = [x * 1e3 for x in per]
         row["steps_bucket"] = ran

@@ -59,8 +59,8 @@ class PhaseTimer:
             return [first.elapsed_time(e) / 1e3 for e in self._events]
         return [t - self._host[0] for t in self._host]
 
-    def medians_s(self) -> dict[str, float]:
-        """Median seconds per phase, 'overhead' (step minus phases) and 'step', over all steps."""
+    def steps_s(self) -> dict[str, list[float]]:
+        """Seconds of every step per phase, 'overhead' (step minus phases) and 'step'."""
         t = self._stamps()
         k = len(self.phases) + 1
         per: dict[str, list[float]] = {p: [] for p in [*self.phases, "overhead", "step"]}
@@ -74,7 +74,11 @@ class PhaseTimer:
             step = t[base + k] - t[base]
             per["step"].append(step)
             per["overhead"].append(max(step - covered, 0.0))
-        return {name: statistics.median(v) for name, v in per.items()}
+        return per
+
+    def medians_s(self) -> dict[str, float]:
+        """Median seconds per phase, 'overhead' (step minus phases) and 'step', over all steps."""
+        return {name: statistics.median(v) for name, v in self.steps_s().items()}
 
 
 def graph_time(fn: Callable[[], object], device: torch.device, reps: int = 20) -> float:

@@ -157,16 +157,8 @@ def _rows(
             if pol is None:
                 rows.append(("verify", {"batch": b, "tokens": 1, "context": c}, ph["verify"] / 1e3))
                 continue
-            policy = TreePolicy(**pol)
-            run_args = {
-                "batch": b,
-                "policy": policy,
-                "context": c,
-                "accepted": r.get("extend_tokens"),
-                "tokens_cv": r.get("verified_cv"),
-                "draft_widths": run_draft_widths(doc, r, planned),
-            }
-            if policy.prune_threshold <= 0:
+            run_args = _run_args(doc, r, planned)
+            if run_args["policy"].prune_threshold <= 0:
                 # a pruned run's packed verify runs its weight GEMMs at the kept token count, a
                 # multiple of 16 between the powers of two that the GEMM benchmarks and the
                 # verify grid measure, where gemm_time's tile and wave steps go untested: the
@@ -179,6 +171,20 @@ def _rows(
             rows.append(("draft", run_args, ph["draft"] / 1e3))
             rows.append(("extend", run_args, ph["extend"] / 1e3))
     return rows
+
+
+def _run_args(doc: dict[str, Any], r: dict[str, Any], planned: dict[str, Any]) -> dict[str, Any]:
+    """predict_row's arguments for speculative run `r` of measurement `doc` (its batch, policy,
+    context, accepted tokens, spread and draft widths; `planned`: the document's planner
+    objective, built on first need by run_draft_widths). Add "tokens" for its verify or step."""
+    return {
+        "batch": r["batch"],
+        "policy": TreePolicy(**r["policy"]),
+        "context": doc["context"],
+        "accepted": r.get("extend_tokens"),
+        "tokens_cv": r.get("verified_cv"),
+        "draft_widths": run_draft_widths(doc, r, planned),
+    }
 
 
 def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
@@ -555,14 +561,11 @@ def _fit_ragged_sync(
     for doc in measurements:
         planned: dict[str, Any] = {}
 
-        def args(
+        def verify_s(
             r: dict[str, Any], doc: dict[str, Any] = doc, planned: dict[str, Any] = planned
-        ) -> dict[str, Any]:
-            return {
-                "batch": 1, "policy": TreePolicy(**r["policy"]), "context": doc["context"],
-                "accepted": r.get("extend_tokens"), "tokens_cv": r.get("verified_cv"),
-                "draft_widths": run_draft_widths(doc, r, planned), "tokens": _tokens(r),
-            }  # fmt: skip
+        ) -> float:
+            args = {**_run_args(doc, r, planned), "tokens": _tokens(r)}
+            return predict_row(cm, "verify", args)
 
         def shape(pol: dict[str, Any]) -> tuple[Any, ...]:
             return (pol["builder"], pol["depth"], pol["topk"], pol["budget"])
@@ -578,7 +581,7 @@ def _fit_ragged_sync(
             if twin is None or not _ragged(r["policy"], 1):
                 continue
             measured = (r["phases_ms"]["verify"] - twin["phases_ms"]["verify"]) / 1e3
-            priced = predict_row(cm, "verify", args(r)) - predict_row(cm, "verify", args(twin))
+            priced = verify_s(r) - verify_s(twin)
             diffs.append(measured - priced)
     if not diffs:
         return cal, None
