@@ -196,7 +196,12 @@ def run(args: argparse.Namespace) -> int:
         steps=steps,
         attention=session.attention_backend,
         runs=recs,
-        extra={"command": _command(args), "repeats": args.repeat, "comparisons": comparisons(recs)},
+        extra={
+            "command": _command(args),
+            "repeats": args.repeat,
+            "comparisons": comparisons(recs),
+            **({"gemm_plan": session.gemm_plan} if session.gemm_plan else {}),
+        },
     )
     write_json_atomic(args.out, doc)
     print(format_table(doc))

@@ -339,6 +339,8 @@ def calibration_run(
         f"graph step {doc['graph_step_s'] * 1e6:.1f} us",
         flush=True,
     )
+    if session.gemm_plan:  # the variants this process runs (they can differ from execute's)
+        doc["gemm_plan"] = dict(session.gemm_plan)
     doc["gemm"] = gemm_sweep(session)
     if attention_grid:
         doc["attention_rows"] = attention_sweep(session, batches, contexts, tokens)

@@ -109,7 +109,12 @@ def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
         steps=job.steps,
         attention=session.attention_backend,
         runs=recs,
-        extra={"tp": group.world, "ranks_agree": all(a == accepted for a in every), **meta},
+        extra={
+            "tp": group.world,
+            "ranks_agree": all(a == accepted for a in every),
+            **({"gemm_plan": session.gemm_plan} if session.gemm_plan else {}),
+            **meta,
+        },
     )
     write_json_atomic(job.out, doc)
     print(format_table(doc), flush=True)

@@ -21,7 +21,11 @@ Measurement JSON (schema spectune.measurement/v1; spectune.validate.check reads 
                a static shape's drafted nodes per level (static runs; optional),
                "repeats": {"tokens_per_s": [...], "tokens_per_step": [...], "step_ms": [...]}
                and "spread": {"tokens_per_s_rel": sample std / mean, ...} (optional: runs
-               measured more than once; the run's figures are then the repeats' means)}]}
+               measured more than once; the run's figures are then the repeats' means)}],
+     "gemm_plan": the GEMM variant the process ran per weight shape and token bucket,
+               {"NxK@M[+silu]": variant} (kernels.gemm.GemmPlan.to_dict; optional: a GPU run's
+               autotune, which differs between processes where variants tie; calibration-run
+               documents carry it too)}
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -285,6 +290,7 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
             raise SpecError(f"{where}: field {key!r} must be a {typ.__name__}")
     _number(doc, "context", where, lo_open=False, hi=2**31, integer=True)
     doc_tp(doc, where)
+    gemm_plan(doc, where)
     if not doc["runs"]:
         raise SpecError(f"{where}: field 'runs' is empty; a measurement needs at least one run")
     for i, r in enumerate(doc["runs"]):
@@ -375,6 +381,31 @@ def run_draft_widths(
 
 RUN_SCHEMA = "spectune.calibration-run/v1"
 MAX_TP = 64  # as Scenario.tp
+#: a "gemm_plan" holds at most this many entries (weight shapes x M buckets x plain / gated)
+MAX_PLAN_ENTRIES = 4096
+_PLAN_KEY = re.compile(r"\d{1,7}x\d{1,7}@\d{1,7}(\+silu)?")
+_PLAN_VARIANT = re.compile(r"cublas|splitk\d{1,3}(/\d{1,4}x\d{1,4}/\d{1,2}w\d{1,2}s)?")
+
+
+def gemm_plan(doc: dict[str, Any], where: str) -> dict[str, str]:
+    """The document's "gemm_plan" ({} when absent), or a SpecError naming the entry that is not
+    "NxK@M[+silu]" -> a kernels.gemm variant ("cublas", "splitk{S}[/{N}x{K}/{W}w{S}s]")."""
+    plan = doc.get("gemm_plan", {})
+    if not isinstance(plan, dict):
+        raise SpecError(f"{where}: field 'gemm_plan' must be an object (shape@bucket -> variant)")
+    if len(plan) > MAX_PLAN_ENTRIES:
+        raise SpecError(
+            f"{where}: field 'gemm_plan' has {len(plan)} entries, more than {MAX_PLAN_ENTRIES}"
+        )
+    for key, v in plan.items():
+        if not (isinstance(key, str) and _PLAN_KEY.fullmatch(key)):
+            raise SpecError(f"{where}: gemm_plan key {str(key)[:40]!r} is not NxK@M or NxK@M+silu")
+        if not (isinstance(v, str) and _PLAN_VARIANT.fullmatch(v)):
+            raise SpecError(
+                f"{where}: gemm_plan[{key!r}] = {str(v)[:40]!r} is not a GEMM variant "
+                "(cublas, or splitk<S> with an optional /<N>x<K>/<W>w<S>s tile)"
+            )
+    return plan
 
 
 def doc_tp(doc: dict[str, Any], where: str) -> int:
@@ -442,6 +473,7 @@ def validate_calibration_run(doc: Any, where: str = "calibration run") -> None:
                         "by class is part of the forward"
                     )
     doc_tp(doc, where)
+    gemm_plan(doc, where)
     _collectives(doc, where)
     if not doc.get("verify") and not doc.get("gemm"):
         raise SpecError(f"{where}: no verify or gemm rows to fit or check")
