@@ -21,8 +21,7 @@ from pathlib import Path
 
 import torch
 
-from spectune.kernels.elementwise import silu_mul
-from spectune.kernels.gemm import autotune, parse_variant, run_variant, splitk_linear
+from spectune.kernels.gemm import autotune, run_variant
 from spectune.kernels.timing import graph_time
 
 HIDDEN, FFN, QKV, VOCAB = 4096, 14336, 6144, 128256  # Llama-3.1-8B (config.json)
@@ -39,12 +38,7 @@ def _time(variant: str, m: int, n: int, k: int, gated: bool, dev: torch.device) 
 
     def call() -> None:
         for w in ws:
-            if not gated:
-                run_variant(variant, x, w)
-            elif variant == "cublas":
-                torch.nn.functional.linear(silu_mul(x), w)
-            else:
-                splitk_linear(x, w, gated=True, **parse_variant(variant))
+            run_variant(variant, x, w, gated)
 
     return graph_time(call, dev, 10) / len(ws)
 

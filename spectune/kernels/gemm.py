@@ -154,10 +154,12 @@ def parse_variant(v: str) -> dict[str, Any]:
     return kw
 
 
-def run_variant(v: str, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def run_variant(v: str, x: torch.Tensor, w: torch.Tensor, gated: bool = False) -> torch.Tensor:
+    """Variant `v` of x [M, K] @ w[N, K]^T; with `gated`, x is [M, 2K] = [gate | up] and the
+    input is silu(gate) * up (cuBLAS: silu_mul first; split-K: fused into the kernel)."""
     if v == "cublas":
-        return torch.nn.functional.linear(x, w)
-    return splitk_linear(x, w, **parse_variant(v))
+        return torch.nn.functional.linear(silu_mul(x) if gated else x, w)
+    return splitk_linear(x, w, gated=gated, **parse_variant(v))
 
 
 def reference_linear(x: torch.Tensor, w: torch.Tensor, gated: bool = False) -> torch.Tensor:
@@ -264,7 +266,7 @@ def linear_gated(gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     v = _PLAN.variant(w.shape[0], k, m, gated=True)
     if not gate_up.is_cuda or v == "cublas":
         return linear(silu_mul(gate_up.reshape(m, 2 * k)), w).view(*gate_up.shape[:-1], w.shape[0])
-    y = splitk_linear(gate_up.reshape(m, 2 * k), w, gated=True, **parse_variant(v))
+    y = run_variant(v, gate_up.reshape(m, 2 * k), w, gated=True)
     return y.view(*gate_up.shape[:-1], w.shape[0])
 
 
@@ -303,12 +305,7 @@ def autotune(
                     fused: bool = fused,
                 ) -> None:
                     for w in ws:
-                        if not fused:
-                            run_variant(v, x, w)
-                        elif v == "cublas":
-                            torch.nn.functional.linear(silu_mul(x), w)
-                        else:
-                            splitk_linear(x, w, gated=True, **parse_variant(v))
+                        run_variant(v, x, w, fused)
 
                 try:
                     t = graph_time(call, device) / len(ws)
