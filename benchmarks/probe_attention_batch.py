@@ -19,9 +19,11 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import cast
 
 import torch
 
+from spectune.cli.common import int_range, ints
 from spectune.executor.calibrate import read_bandwidth
 from spectune.kernels.tree_attention_plan import (
     HeadShape,
@@ -32,15 +34,13 @@ from spectune.kernels.tree_attention_plan import (
 LAYERS, Q_HEADS, KV_HEADS, HEAD_DIM = 32, 32, 8, 128  # Llama-3.1-8B (config.json)
 
 
-def _ints(s: str) -> list[int]:
-    return [int(x) for x in s.split(",") if x]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batches", type=_ints, default=[1, 2, 4, 6, 8, 12, 16, 24, 32])
-    ap.add_argument("--tokens", type=_ints, default=[1, 8])
-    ap.add_argument("--context", type=int, default=4096)
+    ap.add_argument(
+        "--batches", type=ints(1, 256, name="batches"), default=[1, 2, 4, 6, 8, 12, 16, 24, 32]
+    )
+    ap.add_argument("--tokens", type=ints(1, 128, name="tokens"), default=[1, 8])
+    ap.add_argument("--context", type=int_range(1, 1 << 17), default=4096)
     ap.add_argument("--out", default="attention_batch.json")
     args = ap.parse_args()
     dev = torch.device("cuda")
@@ -59,8 +59,8 @@ def main() -> int:
             t0 = time.time()
             plan = TreeAttentionPlan(b, n, args.context, cap, shape, dev)  # default (untuned)
             tuned = tune_tree_attention(b, n, args.context, kv[:, :, :b], Q_HEADS)
-            default = next(r["seconds"] for r in tuned if r.get("config") == ["default"])
-            best = min(r["seconds"] for r in tuned if "seconds" in r)
+            timed = {str(r["config"]): cast(float, r["seconds"]) for r in tuned if "seconds" in r}
+            default, best = timed[str(["default"])], min(timed.values())
             kv_bytes = b * (args.context + n) * 2 * KV_HEADS * HEAD_DIM * 2
             row = {
                 "batch": b, "tokens": n, "context": args.context, "kv_bytes": kv_bytes,

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import torch
 
+from spectune.cli.common import ints
 from spectune.kernels.gemm import autotune, run_variant
 from spectune.kernels.timing import graph_time
 
-HIDDEN, FFN, QKV, VOCAB = 4096, 14336, 6144, 128256  # Llama-3.1-8B (config.json)
+HIDDEN, FFN, QKV = 4096, 14336, 6144  # Llama-3.1-8B (config.json)
 SHAPES = [(QKV, HIDDEN), (HIDDEN, HIDDEN), (2 * FFN, HIDDEN), (HIDDEN, FFN)]
 COPIES_BYTES = 256 << 20
 
@@ -46,10 +47,10 @@ def _time(variant: str, m: int, n: int, k: int, gated: bool, dev: torch.device) 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="gemm_m1.json")
-    ap.add_argument("--buckets", default="1,16")
+    ap.add_argument("--buckets", type=ints(1, 4096, name="buckets"), default=[1, 16])
     args = ap.parse_args()
     dev = torch.device("cuda")
-    buckets = tuple(int(b) for b in args.buckets.split(","))
+    buckets = tuple(args.buckets)
     t0 = time.time()
     plan, rows = autotune(SHAPES, dev, buckets=buckets, gated=[(HIDDEN, FFN)])
     print(f"{torch.cuda.get_device_name(dev)}: autotune {time.time() - t0:.0f} s", flush=True)
