@@ -80,8 +80,11 @@ gpu() {
         rm -f "$log.dry"
         return 0
     fi
+    local t0
+    t0=$(date +%s)
     timeout "$(limit "$cap")" "$@" 2>&1 | tee -a "$log"
     status "$name rc=${PIPESTATUS[0]} ($(($(date +%s) - START)) s)"
+    printf '%s\t%s\t%s\n' "$name" "$t0" "$(date +%s)" >>"$D/parts.tsv"
 }
 
 {
@@ -89,6 +92,17 @@ gpu() {
     nvidia-smi --query-gpu=name,uuid,memory.total,driver_version --format=csv,noheader 2>/dev/null
     $PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>/dev/null
 } 2>&1 | tee "$D/run-log.txt"
+
+# the GPU's SM clock, power and temperature every 500 ms while the parts run (gpu-clocks.csv;
+# parts.tsv: each GPU part's start and end, epoch seconds): the summary gives each part's clock,
+# so a part that ran throttled (sustained compute at the power limit) shows in its table
+CLOCKS_PID=
+if [ "$DRY" != 1 ] && command -v nvidia-smi >/dev/null; then
+    Q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
+    nvidia-smi -i 0 --query-gpu=$Q --format=csv,noheader,nounits -lms 500 >"$D/gpu-clocks.csv" 2>/dev/null &
+    CLOCKS_PID=$!
+    trap '[ -n "$CLOCKS_PID" ] && kill "$CLOCKS_PID" 2>/dev/null' EXIT
+fi
 
 # ---- 1. calibrate ------------------------------------------------------------------------------
 CAL="$D/calibration-$HW.json"
@@ -173,6 +187,8 @@ if [ "$DRY" = 1 ]; then  # stand-ins for the execute documents: measurements/h20
 fi
 
 # ---- 5. check and the table --------------------------------------------------------------------
+[ -n "$CLOCKS_PID" ] && kill "$CLOCKS_PID" 2>/dev/null
+CLOCKS_PID=
 $PY -m spectune check "$D" >"$D/check.txt" 2>&1
 status "check rc=$?"
 cat >"$D/README.md" <<EOF
@@ -191,6 +207,7 @@ Llama-3.1-8B + its EAGLE-3 head at real shape (random bf16 weights), context $CO
 | execute-trace-humaneval.json, execute-trace-mtbench.json | dense 6/8/32, its ECHO twin, pruned (0.05) and prune+graft (0.05, 8), recorded-trace acceptance (data/traces), $REPEAT repeats |
 | check.txt | spectune check of this folder |
 | summary.txt | the table below |
+| gpu-clocks.csv, parts.tsv | the GPU's SM / memory clock (MHz), power (W) and temperature (C) every 500 ms; each GPU part's start and end (epoch s) |
 EOF
 $PY - "$D" <<'EOF' 2>&1 | tee "$D/summary.txt"
 """The short table: parts and exit codes, the fit's bounds, verify MAPE, speedup error per
@@ -217,6 +234,29 @@ if rep.exists():
         + ", ".join(f"{k.replace('_efficiency', '')} {v['of_ceiling']:.0%}" for k, v in eff.items())
         + " of ceiling; determined: " + ", ".join(r.get("identified", {}).get("determined", []))
     )
+def part_clocks(d: Path) -> None:
+    """Per GPU part: mean and lowest SM clock, mean power (gpu-clocks.csv over parts.tsv)."""
+    from datetime import datetime
+
+    samples = []
+    for line in (d / "gpu-clocks.csv").read_text().splitlines()[:100_000]:
+        f = [x.strip() for x in line.split(",")]
+        try:
+            t = datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            samples.append((t, float(f[1]), float(f[3])))
+        except (ValueError, IndexError):
+            continue  # a header, a cut last line or [N/A]
+    for line in (d / "parts.tsv").read_text().splitlines():
+        name, t0, t1 = line.split("\t")
+        sel = [(c, w) for t, c, w in samples if float(t0) <= t <= float(t1)]
+        if sel:
+            clk = [c for c, _ in sel]
+            print(f"clock {name}: SM {sum(clk) / len(clk):.0f} MHz mean, {min(clk):.0f} lowest; "
+                  f"{sum(w for _, w in sel) / len(sel):.0f} W mean ({len(sel)} samples)")
+
+
+if (d / "gpu-clocks.csv").exists() and (d / "parts.tsv").exists():
+    part_clocks(d)
 try:
     res = check_folder(d)
 except Exception as e:  # noqa: BLE001 (the table says what failed)
