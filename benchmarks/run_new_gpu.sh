@@ -162,10 +162,20 @@ EOF
 )"
 echo "engine defaults: sglang $SGL, vllm $VLLM" | tee -a "$D/run-log.txt"
 
+# the executions run the GEMM variants calibrate ran (and the fit saw): a process that timed its
+# own could pick another of variants tied within a few percent (measurements/h200-newuser9:
+# the gate|up GEMM at one token ran cuBLAS in calibrate and split-K in execute, and execute's
+# batch-1 step without speculation ran 3.2% faster than calibrate's). NEW_GPU_GEMM_PLAN names
+# another document to take the plan from (e.g. with NEW_GPU_CALIBRATION); "none": autotune
+PLAN_DOC=${NEW_GPU_GEMM_PLAN:-$D/calibrate-run.json}
+PIN=()
+if [ "$PLAN_DOC" != none ] && grep -qs '"gemm_plan"' "$PLAN_DOC"; then PIN=(--gemm-plan "$PLAN_DOC"); fi
+echo "execute GEMM plan: ${PIN[*]:-autotuned}" | tee -a "$D/run-log.txt"
+
 # ---- 3. the planned policy and the engine defaults ---------------------------------------------
 [[ "$PARTS" == *" execute "* ]] && gpu execute-planned 110 "$D/execute-log.txt" $PY -m spectune execute --policy "$POLICY" \
     --batch "$BATCHES" --context "$CONTEXT" --also "$SGL" --also "$VLLM" --steps "$STEPS" \
-    --repeat "$REPEAT" --out "$D/execute-planned.json"
+    --repeat "$REPEAT" --out "$D/execute-planned.json" "${PIN[@]}"
 
 # ---- 4. ECHO vs its twin, prune+graft vs dense, recorded-trace acceptance ----------------------
 for trace in humaneval mtbench; do
@@ -180,7 +190,7 @@ for trace in humaneval mtbench; do
         --batch "$BATCHES" --context "$CONTEXT" \
         --steps "$STEPS" --repeat "$REPEAT" \
         --acceptance-trace "data/traces/smollm2-$trace.jsonl.gz" \
-        --out "$D/execute-trace-$trace.json"
+        --out "$D/execute-trace-$trace.json" "${PIN[@]}"
 done
 if [ "$DRY" = 1 ]; then  # stand-ins for the execute documents: measurements/h200's
     cp measurements/h200/execute-planned.json "$D/execute-planned.json"

@@ -1,5 +1,9 @@
-"""Test gating in one place: GPU tests run only where CUDA is present; kernel tests elsewhere run
-under the Triton CPU interpreter (TRITON_INTERPRET=1, set before triton is imported)."""
+"""Test gating in one place. Triton compiles or interprets per process (TRITON_INTERPRET is read
+when a kernel is defined), so one pytest process runs one kind of test:
+- `pytest -m gpu` on a machine with CUDA: the GPU tests, kernels compiled;
+- anything else (CI, a CPU machine, or a plain `pytest` on a GPU machine): every other test, its
+  kernels under the Triton CPU interpreter (TRITON_INTERPRET=1, set before triton is imported),
+  and the GPU tests skipped with the command that runs them."""
 
 from __future__ import annotations
 
@@ -24,14 +28,34 @@ def _cuda_available() -> bool:
 
 
 HAS_CUDA = _cuda_available()
-if not HAS_CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+_GPU = pytest.StashKey[bool]()  # this process runs the GPU tests (pytest_configure)
+
+
+def gpu_session(has_cuda: bool, markexpr: str, interpret: str | None) -> bool:
+    """Whether this pytest process runs the GPU tests with compiled kernels: CUDA is present,
+    the tests were selected with `-m gpu`, and TRITON_INTERPRET is not set to 1."""
+    return has_cuda and markexpr.strip() == "gpu" and interpret != "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_GPU] = gpu_session(
+        HAS_CUDA, config.getoption("markexpr", "") or "", os.environ.get("TRITON_INTERPRET")
+    )
+    if not config.stash[_GPU]:
+        os.environ["TRITON_INTERPRET"] = "1"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    if config.stash[_GPU]:
+        return
+    why = (
+        "runs with compiled kernels in a pytest process of its own: pytest -m gpu"
+        if HAS_CUDA
+        else "needs a CUDA GPU"
+    )
+    skip_gpu = pytest.mark.skip(reason=why)
     for item in items:
-        if "gpu" in item.keywords and not HAS_CUDA:
+        if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
 
 

@@ -12,10 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spectune.kernels.gemm import VARIANTS, GemmPlan
+import torch
+
+from spectune.kernels.gemm import M_BUCKETS, VARIANTS, GemmPlan, autotune
 from spectune.specs import SpecError
+from spectune.specs.gemm_plan import MAX_PLAN_ENTRIES
 from spectune.validate.measure import (
-    MAX_PLAN_ENTRIES,
     gemm_plan,
     validate_calibration_run,
     validate_measurement,
@@ -76,3 +78,103 @@ def test_arbitrary_plans_are_accepted_or_refused_cleanly(plan: dict[str, str]) -
         assert "gemm_plan" in str(e)
     else:
         assert out == plan
+
+
+# ---- a recorded plan run again: GemmPlan.from_dict, autotune(fixed=), execute --gemm-plan ----
+
+CHOICES = st.dictionaries(
+    st.tuples(
+        st.integers(1, 65536), st.integers(1, 65536), st.sampled_from(M_BUCKETS), st.booleans()
+    ),
+    st.sampled_from(VARIANTS),
+    max_size=20,
+)
+
+
+@given(CHOICES)
+def test_a_written_plan_reads_back_as_the_same_plan(choice: dict) -> None:
+    plan = GemmPlan(choice)
+    assert GemmPlan.from_dict(plan.to_dict(), "doc").choice == choice
+
+
+@pytest.mark.parametrize(
+    ("plan", "match"),
+    [
+        ({"4096x4096@2": "cublas"}, "bucket 2 is not one of"),
+        ({"4096x4096@1": "splitk3"}, "not a variant of this build"),
+        ({"0x4096@1": "cublas"}, "zero dimension"),
+        ({"4096x4096@1": "gemv"}, "is not a GEMM variant"),
+    ],
+)
+def test_from_dict_refuses_what_this_build_cannot_run(plan: object, match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        GemmPlan.from_dict(plan, "cal.json")
+
+
+def test_autotune_keeps_a_fixed_plans_shapes_untimed() -> None:
+    """Every requested shape covered at every bucket: nothing is timed (so this runs on CPU),
+    and the plan holds exactly the fixed choices of the requested shapes."""
+    shapes, gated = [(6144, 4096), (4096, 4096)], [(4096, 14336)]
+    full = {(n, k, m, g): VARIANTS[(n + m) % len(VARIANTS)]
+            for n, k, g in [(6144, 4096, False), (4096, 4096, False), (4096, 14336, True),
+                            (999, 4096, False)]
+            for m in M_BUCKETS}  # fmt: skip
+    plan, rows = autotune(shapes, torch.device("cpu"), gated=gated, fixed=GemmPlan(full))
+    assert rows == []
+    assert plan.choice == {key: v for key, v in full.items() if key[0] != 999}
+
+
+def _doc(tmp_path: Path, doc: object) -> str:
+    p = tmp_path / "run.json"
+    p.write_text(json.dumps(doc))
+    return str(p)
+
+
+@pytest.mark.parametrize(
+    ("doc", "match"),
+    [
+        ({"schema": "x"}, "no 'gemm_plan'"),
+        ({"gemm_plan": {}}, "no 'gemm_plan'"),
+        ([1, 2], "no 'gemm_plan'"),
+        ({"gemm_plan": {"4096x4096@1": "gemv"}}, "is not a GEMM variant"),
+        ({"gemm_plan": {"4096x4096": "cublas"}}, "is not NxK@M"),
+    ],
+)
+def test_execute_refuses_a_document_without_a_usable_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: object, match: str
+) -> None:
+    from spectune.cli import main
+
+    argv = ["execute", "--policy", "dynamic-topk:5,4,8", "--gemm-plan", _doc(tmp_path, doc)]
+    assert main(argv) == 2
+    assert match in capsys.readouterr().err
+
+
+def test_execute_reads_a_committed_calibrate_runs_plan_before_the_gpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan is read and accepted first; on this CPU the command then stops at the GPU check."""
+    from spectune.cli import main
+    from spectune.cli.execute import read_gemm_plan
+
+    run = FOLDER.parent / "h100-newuser17" / "calibrate-run.json"
+    plan = read_gemm_plan(str(run))
+    assert plan and GemmPlan.from_dict(plan, str(run)).to_dict() == plan
+    if not torch.cuda.is_available():
+        argv = ["execute", "--policy", "dynamic-topk:5,4,8", "--gemm-plan", str(run),
+                "--out", str(tmp_path / "m.json")]  # fmt: skip
+        assert main(argv) == 2
+        assert "no CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_autotune_times_only_the_shapes_a_fixed_plan_lacks() -> None:
+    dev = torch.device("cuda")
+    kept = {(256, 256, m, False): "splitk2" for m in M_BUCKETS}
+    partial = {(512, 256, 1, False): "splitk4"}  # one bucket only: the shape is timed whole
+    plan, rows = autotune(
+        [(256, 256), (512, 256)], dev, copies_bytes=1 << 20, fixed=GemmPlan(kept | partial)
+    )
+    assert {(r["n"], r["k"]) for r in rows} == {(512, 256)}
+    assert all(plan.choice[key] == "splitk2" for key in kept)
+    assert {m for n, _, m, _ in plan.choice if n == 512} == set(M_BUCKETS)

@@ -56,6 +56,22 @@ if TYPE_CHECKING:
     from spectune.specs.trace import TraceStep
 
 
+def read_gemm_plan(path: str) -> dict[str, str]:
+    """The "gemm_plan" of the document at `path` (a calibrate run or a measurement), read
+    bounded and validated (specs.gemm_plan); a SpecError when it has none."""
+    from spectune.specs.gemm_plan import parse_plan
+    from spectune.specs.io import loads_json, read_bytes_bounded
+
+    doc = loads_json(read_bytes_bounded(path), path)
+    if not isinstance(doc, dict) or not doc.get("gemm_plan"):
+        raise SpecError(
+            f"{path}: no 'gemm_plan' to run (documents of spectune calibrate --raw-out and "
+            "spectune execute record the GEMM variants their process ran)"
+        )
+    parse_plan(doc["gemm_plan"], path)
+    return dict(doc["gemm_plan"])
+
+
 def parse_policy_arg(text: str) -> tuple[PolicyTable | None, TreePolicy | None]:
     """A policy file (PolicyTable JSON) or the inline 'builder:DEPTH,TOPK,BUDGET' form; 'off'."""
     if text == "off":
@@ -132,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
         replay.retrieval = trace_retrieval(trace_steps)
         workload = f"trace:{Path(args.acceptance_trace).name}"
 
+    plan = read_gemm_plan(args.gemm_plan) if args.gemm_plan else None
+
     runs: list[tuple[int, TreePolicy | None, str]] = []
     for b in batches:
         pol = table.lookup(b, context) if table else single
@@ -172,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         job = ExecuteJob(
             target, drafter, tuple(runs), context, acc, steps, args.warmup, args.out,
             doc={"hardware": hardware, "workload": workload, "command": _command(args)},
-            use_kernels=not args.no_kernels, use_graphs=not args.no_graphs,
+            use_kernels=not args.no_kernels, use_graphs=not args.no_graphs, gemm_plan=plan,
         )  # fmt: skip
         launch(execute_rank, args.tp, (job,), backend="gloo" if args.dry_run else "nccl")
         return 0
@@ -184,7 +202,10 @@ def run(args: argparse.Namespace) -> int:
         use_graphs=not args.no_graphs,
         use_kernels=not args.no_kernels,
     )
-    session = Session(target, drafter, cfg, device)
+    from spectune.kernels.gemm import GemmPlan
+
+    fixed = None if plan is None else GemmPlan.from_dict(plan, args.gemm_plan)
+    session = Session(target, drafter, cfg, device, gemm_plan=fixed)
     recs = measure_runs(session, runs, context, acc, steps, args.warmup, repeats=args.repeat)
     doc = measurement_doc(
         gpu=gpu,
@@ -288,6 +309,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="torch attention/verify instead of spectune.kernels",
     )
+    p.add_argument(
+        "--gemm-plan",
+        metavar="DOC",
+        default=None,
+        help="run the GEMM variants that DOC records (its 'gemm_plan': a calibrate run "
+        "(--raw-out) or a measurement) instead of timing them at start, so this run's kernels "
+        "are the ones the calibration was fitted on; shapes DOC lacks are still timed",
+    )
     p.set_defaults(func=run)
 
 
@@ -305,4 +334,6 @@ def _command(args: argparse.Namespace) -> str:
         parts.append(f"--acceptance-trace {args.acceptance_trace}")
     if args.tp > 1:
         parts.append(f"--tp {args.tp}")
+    if args.gemm_plan:
+        parts.append(f"--gemm-plan {args.gemm_plan}")
     return " ".join(parts)

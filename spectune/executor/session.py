@@ -20,7 +20,7 @@ from spectune.executor.graphs import PhaseGraphs
 from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner
 from spectune.executor.model import Decoder
 from spectune.executor.sources import cache_slots, tree_slots
-from spectune.kernels.gemm import autotune, set_plan
+from spectune.kernels.gemm import GemmPlan, autotune, set_plan
 from spectune.kernels.span_attention import self_check
 from spectune.kernels.timing import PhaseTimer
 from spectune.kernels.tree_attention_plan import TreeAttentionPlan, tune_tree_attention
@@ -82,8 +82,15 @@ class Session:
     """Target + drafter + caches on one device."""
 
     def __init__(
-        self, target: ModelSpec, drafter: ModelSpec, cfg: SessionConfig, device: torch.device | str
+        self,
+        target: ModelSpec,
+        drafter: ModelSpec,
+        cfg: SessionConfig,
+        device: torch.device | str,
+        gemm_plan: GemmPlan | None = None,
     ):
+        """`gemm_plan`: GEMM variants to run instead of timing them (kernels.gemm.autotune's
+        `fixed`; e.g. the plan of the calibrate run whose fit predicts this session)."""
         self.cfg = cfg
         self.device = torch.device(device)
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
@@ -102,7 +109,7 @@ class Session:
             gated = sorted(
                 {(s.hidden, s.ffn) for s in (target, drafter) if s.moe_layers < s.layers}
             )
-            plan, self.gemm_rows = autotune(shapes, self.device, gated=gated)
+            plan, self.gemm_rows = autotune(shapes, self.device, gated=gated, fixed=gemm_plan)
             set_plan(plan)
             self.gemm_plan = plan.to_dict()
 

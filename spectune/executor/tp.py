@@ -34,7 +34,7 @@ from spectune.executor.drafter import Drafter, Eagle3Head, ModelDrafter
 from spectune.executor.loop import PhaseResult
 from spectune.executor.model import Decoder, LayerWeights, _fill
 from spectune.executor.session import Session, SessionConfig, weight_shapes
-from spectune.kernels.gemm import linear
+from spectune.kernels.gemm import GemmPlan, autotune, linear, set_plan
 from spectune.specs import ModelSpec, SpecError, TreePolicy
 
 
@@ -217,8 +217,9 @@ class TPSession(Session):
         cfg: SessionConfig,
         group: TPGroup,
         seed: int = 0,
+        gemm_plan: GemmPlan | None = None,
     ):
-        from spectune.kernels.gemm import GemmPlan, autotune, set_plan
+        """`gemm_plan`: GEMM variants to run for the shard shapes it covers (Session's)."""
         from spectune.kernels.span_attention import self_check
 
         self.cfg = cfg
@@ -241,7 +242,7 @@ class TPSession(Session):
             tp = group.world
             shapes = sorted(set(tp_weight_shapes(target, tp)) | set(tp_weight_shapes(drafter, tp)))
             gated = sorted({(s.hidden, s.ffn // tp) for s in (target, drafter)})
-            plan, self.gemm_rows = autotune(shapes, self.device, gated=gated)
+            plan, self.gemm_rows = autotune(shapes, self.device, gated=gated, fixed=gemm_plan)
             # every rank runs rank 0's choices: the same kernels keep the ranks in step (a
             # slower choice on one rank would show up as waiting in every collective)
             plan = GemmPlan(group.broadcast_object(plan.choice))

@@ -17,6 +17,7 @@ import torch
 from spectune.executor.collectives import SWEEP_BYTES, TPGroup, collective_sweep
 from spectune.executor.session import SessionConfig, measure_runs
 from spectune.executor.tp import TPSession
+from spectune.kernels.gemm import GemmPlan
 from spectune.specs import ModelSpec, TreePolicy, write_json_atomic
 
 
@@ -68,6 +69,7 @@ class ExecuteJob:
     use_kernels: bool = True
     use_graphs: bool = True
     grid: CalibrateJob | None = None  # a verify grid (and sweep) to time first, same session
+    gemm_plan: dict[str, str] | None = None  # GEMM variants to run (TPSession's gemm_plan)
 
 
 def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
@@ -83,7 +85,8 @@ def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
         use_graphs=job.use_graphs,
         use_kernels=job.use_kernels,
     )
-    session = TPSession(job.target, job.drafter, cfg, group)
+    plan = None if job.gemm_plan is None else GemmPlan.from_dict(job.gemm_plan, "--gemm-plan")
+    session = TPSession(job.target, job.drafter, cfg, group, gemm_plan=plan)
     if job.grid is not None:
         _grid(group, session, job.grid, sweep_all(group, g.tps, g.sizes, g.reps))
     recs = measure_runs(session, list(job.runs), job.context, job.acceptance, job.steps, job.warmup)

@@ -23,6 +23,8 @@ import triton.language as tl
 
 from spectune.kernels.elementwise import silu_mul
 from spectune.kernels.timing import graph_time
+from spectune.specs import SpecError
+from spectune.specs.gemm_plan import parse_plan, plan_key
 
 
 @triton.jit
@@ -215,10 +217,29 @@ def pick_variant(timed: dict[str, float], prev: str | None = None) -> str:
 
 class GemmPlan:
     """Chosen variant per (N, K, M bucket, gated); M above the largest bucket uses cuBLAS.
-    Gated entries time the SwiGLU-fused down projection (silu(gate) * up as the input)."""
+    Gated entries time the SwiGLU-fused down projection (silu(gate) * up as the input).
+    Written form (to_dict / from_dict): spectune.specs.gemm_plan."""
 
     def __init__(self, choice: dict[tuple[int, int, int, bool], str] | None = None):
         self.choice = dict(choice or {})
+
+    @classmethod
+    def from_dict(cls, plan: object, where: str) -> GemmPlan:
+        """The plan a document recorded ({"NxK@M[+silu]": variant}); a SpecError naming `where`
+        and the entry that is malformed, or that names a bucket or variant this build lacks."""
+        choice = parse_plan(plan, where)
+        for (n, k, m, g), v in choice.items():
+            if m not in M_BUCKETS:
+                raise SpecError(
+                    f"{where}: gemm_plan key {plan_key(n, k, m, g)!r}: bucket {m} is not one of "
+                    f"this build's M buckets {M_BUCKETS}"
+                )
+            if v not in VARIANTS:
+                raise SpecError(
+                    f"{where}: gemm_plan[{plan_key(n, k, m, g)!r}] = {v!r} is not a variant of "
+                    f"this build ({', '.join(VARIANTS)})"
+                )
+        return cls(choice)
 
     def variant(self, n: int, k: int, m: int, gated: bool = False) -> str:
         for bucket in M_BUCKETS:
@@ -227,10 +248,7 @@ class GemmPlan:
         return "cublas"
 
     def to_dict(self) -> dict[str, str]:
-        return {
-            f"{n}x{k}@{m}{'+silu' if g else ''}": v
-            for (n, k, m, g), v in sorted(self.choice.items())
-        }
+        return {plan_key(n, k, m, g): v for (n, k, m, g), v in sorted(self.choice.items())}
 
 
 _PLAN = GemmPlan()
@@ -276,14 +294,22 @@ def autotune(
     buckets: Sequence[int] = M_BUCKETS,
     copies_bytes: int = 256 << 20,
     gated: Iterable[tuple[int, int]] = (),
+    fixed: GemmPlan | None = None,
 ) -> tuple[GemmPlan, list[dict[str, object]]]:
     """Time every variant per weight shape (N, K) and M bucket, and for the `gated` shapes also
     the SwiGLU-fused form; weights rotate over enough copies that L2 never holds them. Each
     bucket runs pick_variant's choice (the fastest, or the previous bucket's within PLAN_TIE).
-    Returns the plan and the timing rows."""
+    Shapes that `fixed` covers at every bucket (a plan another process chose, e.g. the
+    calibration's) keep its choices untimed. Returns the plan and the timing rows."""
     choice: dict[tuple[int, int, int, bool], str] = {}
     rows: list[dict[str, object]] = []
     jobs = [(n, k, False) for n, k in shapes] + [(n, k, True) for n, k in gated]
+    if fixed is not None:  # a shape is kept when `fixed` has every bucket of it
+        kept = {(n, k, g) for n, k, g in jobs if all((n, k, m, g) in fixed.choice for m in buckets)}
+        choice.update(
+            {(n, k, m, g): fixed.choice[(n, k, m, g)] for n, k, g in kept for m in buckets}
+        )
+        jobs = [j for j in jobs if j not in kept]
     for n, k, fused in jobs:
         copies = max(1, -(-copies_bytes // (n * k * 2)))
         ws = [

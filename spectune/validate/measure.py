@@ -33,12 +33,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from spectune.specs import SpecError, TreePolicy
+from spectune.specs.gemm_plan import parse_plan
 from spectune.specs.io import from_mapping
 from spectune.specs.policy import MAX_DEPTH
 
@@ -381,30 +381,13 @@ def run_draft_widths(
 
 RUN_SCHEMA = "spectune.calibration-run/v1"
 MAX_TP = 64  # as Scenario.tp
-#: a "gemm_plan" holds at most this many entries (weight shapes x M buckets x plain / gated)
-MAX_PLAN_ENTRIES = 4096
-_PLAN_KEY = re.compile(r"\d{1,7}x\d{1,7}@\d{1,7}(\+silu)?")
-_PLAN_VARIANT = re.compile(r"cublas|splitk\d{1,3}(/\d{1,4}x\d{1,4}/\d{1,2}w\d{1,2}s)?")
 
 
 def gemm_plan(doc: dict[str, Any], where: str) -> dict[str, str]:
     """The document's "gemm_plan" ({} when absent), or a SpecError naming the entry that is not
-    "NxK@M[+silu]" -> a kernels.gemm variant ("cublas", "splitk{S}[/{N}x{K}/{W}w{S}s]")."""
+    "NxK@M[+silu]" -> a kernels.gemm variant (specs.gemm_plan.parse_plan)."""
     plan = doc.get("gemm_plan", {})
-    if not isinstance(plan, dict):
-        raise SpecError(f"{where}: field 'gemm_plan' must be an object (shape@bucket -> variant)")
-    if len(plan) > MAX_PLAN_ENTRIES:
-        raise SpecError(
-            f"{where}: field 'gemm_plan' has {len(plan)} entries, more than {MAX_PLAN_ENTRIES}"
-        )
-    for key, v in plan.items():
-        if not (isinstance(key, str) and _PLAN_KEY.fullmatch(key)):
-            raise SpecError(f"{where}: gemm_plan key {str(key)[:40]!r} is not NxK@M or NxK@M+silu")
-        if not (isinstance(v, str) and _PLAN_VARIANT.fullmatch(v)):
-            raise SpecError(
-                f"{where}: gemm_plan[{key!r}] = {str(v)[:40]!r} is not a GEMM variant "
-                "(cublas, or splitk<S> with an optional /<N>x<K>/<W>w<S>s tile)"
-            )
+    parse_plan(plan, where)
     return plan
 
 
