@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
-
-import torch
 
 from spectune.kernels.gemm import M_BUCKETS, VARIANTS, GemmPlan, autotune
 from spectune.specs import SpecError
@@ -178,3 +177,31 @@ def test_autotune_times_only_the_shapes_a_fixed_plan_lacks() -> None:
     assert {(r["n"], r["k"]) for r in rows} == {(512, 256)}
     assert all(plan.choice[key] == "splitk2" for key in kept)
     assert {m for n, _, m, _ in plan.choice if n == 512} == set(M_BUCKETS)
+
+
+def test_check_notes_the_gemm_variants_a_measurement_ran_beyond_its_calibration() -> None:
+    from spectune.validate.check import plan_differences
+
+    run = {"4096x4096@1": "cublas", "6144x4096@1": "splitk1", "28672x4096@1": "cublas"}
+    same = dict(run)
+    other = {**run, "28672x4096@1": "splitk1/64x256/4w3s", "2048x4096@1": "splitk2"}  # + a shard
+    plans = {"run.json": (True, run), "a.json": (False, same), "b.json": (False, other)}
+    assert plan_differences(plans) == [
+        ("b.json", "run.json", {"28672x4096@1": ("cublas", "splitk1/64x256/4w3s")})
+    ]
+    # no calibration run, or two of them: nothing to compare against
+    assert plan_differences({"b.json": (False, other)}) == []
+    assert plan_differences({**plans, "run2.json": (True, other)}) == []
+
+
+def test_check_of_a_committed_folder_names_the_differing_plan(tmp_path: Path) -> None:
+    """h200-newuser9's execute autotuned the gate|up GEMM at one token to split-K where its
+    calibrate run had cuBLAS: spectune check says so (a note, not a failure)."""
+    from spectune.validate.check import check_folder, format_check
+
+    res = check_folder(FOLDER.parent / "h200-newuser9")
+    notes = {name: diff for name, _, diff in res.plan_notes}
+    assert notes["execute-planned.json"]["28672x4096@1"] == ("cublas", "splitk1/64x256/4w3s")
+    text = format_check(res, 0.10, 0.10)
+    assert "note: execute-planned.json ran 2 GEMM variant(s)" in text
+    assert text.splitlines()[-1].startswith("PASS")

@@ -109,6 +109,9 @@ class CheckResult:
     speedup: list[Row] = field(default_factory=list)
     engine: list[EngineRow] = field(default_factory=list)
     engine_skipped: list[tuple[str, str]] = field(default_factory=list)  # (where, why)
+    # (measurement, calibration run, {key: (run's variant, measurement's)}): GEMM variants a
+    # measurement ran other than those of the calibration run beside it (plan_differences)
+    plan_notes: list[tuple[str, str, dict[str, tuple[str, str]]]] = field(default_factory=list)
     files: int = 0
 
     @property
@@ -185,6 +188,7 @@ def check_folder(
     dirs = sorted({p.parent for p in root.rglob("*.json")})
     for d in dirs:
         cals = calibrations_in(d)
+        plans: dict[str, tuple[bool, dict[str, str]]] = {}  # file -> (calibration run?, plan)
         for p in sorted(d.glob("*.json")):
             data = _load(p)
             if data and data.get("schema") == ENGINE_SCHEMA:
@@ -204,6 +208,8 @@ def check_folder(
                 calibration=cals.get(hw.name),
             )
             name = str(p.relative_to(root))
+            if data.get("gemm_plan"):
+                plans[name] = (data["schema"] == RUN_SCHEMA, data["gemm_plan"])
             if data["schema"] == RUN_SCHEMA:
                 for r in data.get("verify", []):
                     pred = _scalar(cm.verify_time(r["batch"], r["tokens"], r["context"]))
@@ -219,9 +225,33 @@ def check_folder(
                     _check_measurement(cm, m, name, res)
                 continue
             _check_measurement(cm, data, name, res)
+        res.plan_notes.extend(plan_differences(plans))
     if res.files == 0:
         raise SpecError(f"{root}: no measurement or calibration-run JSON files")
     return res
+
+
+def plan_differences(
+    plans: Mapping[str, tuple[bool, Mapping[str, str]]],
+) -> list[tuple[str, str, dict[str, tuple[str, str]]]]:
+    """For each measurement of a folder (file -> (is a calibration run, its gemm_plan)) beside
+    exactly one calibration run: the GEMM plan entries both record with different variants,
+    {key: (run's variant, measurement's)}; entries only one records (other shapes, e.g. a tp
+    shard's) are not compared. Autotuned in two processes, variants tied within a few percent
+    can differ, and then the measurement did not run the kernels the calibration was fitted
+    on (`spectune execute --gemm-plan` pins them)."""
+    runs = [(name, plan) for name, (is_run, plan) in plans.items() if is_run]
+    if len(runs) != 1:
+        return []
+    run_name, run_plan = runs[0]
+    out = []
+    for name, (is_run, plan) in plans.items():
+        if is_run:
+            continue
+        diff = {k: (run_plan[k], v) for k, v in sorted(plan.items()) if run_plan.get(k, v) != v}
+        if diff:
+            out.append((name, run_name, diff))
+    return out
 
 
 def _check_measurement(cm: Any, doc: dict[str, Any], name: str, res: CheckResult) -> None:
@@ -386,6 +416,14 @@ def format_check(
         lines.append(f"{e.file:<36.36} {e.what:<44.44} {pred} {meas} {e.error:>+7.1%}{note}")
     for where, why in res.engine_skipped:
         lines.append(f"skipped {where}: {why}")
+    for name, run_name, diff in res.plan_notes:
+        shown = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in list(diff.items())[:4])
+        more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
+        lines.append(
+            f"note: {name} ran {len(diff)} GEMM variant(s) other than {run_name}'s, whose "
+            f"timings the calibration was fitted on: {shown}{more} (spectune execute "
+            f"--gemm-plan {Path(run_name).name} runs the calibration's)"
+        )
     for (eng, q), (m, n) in res.engine_mape().items():
         tol = engine_tol if q == "tokens_per_s" else accept_tol
         flag = "" if m <= tol else "  FAIL"
