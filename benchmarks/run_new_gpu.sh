@@ -98,7 +98,7 @@ gpu() {
 # so a part that ran throttled (sustained compute at the power limit) shows in its table
 CLOCKS_PID=
 if [ "$DRY" != 1 ] && command -v nvidia-smi >/dev/null; then
-    Q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
+    Q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,power.limit
     nvidia-smi -i 0 --query-gpu=$Q --format=csv,noheader,nounits -lms 500 >"$D/gpu-clocks.csv" 2>/dev/null &
     CLOCKS_PID=$!
     trap '[ -n "$CLOCKS_PID" ] && kill "$CLOCKS_PID" 2>/dev/null' EXIT
@@ -245,24 +245,29 @@ if rep.exists():
         + " of ceiling; determined: " + ", ".join(r.get("identified", {}).get("determined", []))
     )
 def part_clocks(d: Path) -> None:
-    """Per GPU part: mean and lowest SM clock, mean power (gpu-clocks.csv over parts.tsv)."""
+    """Per GPU part, over gpu-clocks.csv's samples inside its parts.tsv span: the median SM
+    clock while busy (power >= 40% of the limit; idle gaps drop the clock to its floor), the
+    lowest, and the share of the part's samples at the power limit (>= 97%), where the GPU
+    lowers its clock: sustained runs reach it, calibrate's short timings mostly do not."""
     from datetime import datetime
+    from statistics import median
 
     samples = []
     for line in (d / "gpu-clocks.csv").read_text().splitlines()[:100_000]:
         f = [x.strip() for x in line.split(",")]
         try:
             t = datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
-            samples.append((t, float(f[1]), float(f[3])))
+            samples.append((t, float(f[1]), float(f[3]), float(f[5])))
         except (ValueError, IndexError):
             continue  # a header, a cut last line or [N/A]
     for line in (d / "parts.tsv").read_text().splitlines():
         name, t0, t1 = line.split("\t")
-        sel = [(c, w) for t, c, w in samples if float(t0) <= t <= float(t1)]
-        if sel:
-            clk = [c for c, _ in sel]
-            print(f"clock {name}: SM {sum(clk) / len(clk):.0f} MHz mean, {min(clk):.0f} lowest; "
-                  f"{sum(w for _, w in sel) / len(sel):.0f} W mean ({len(sel)} samples)")
+        sel = [(c, w, lim) for t, c, w, lim in samples if float(t0) <= t <= float(t1)]
+        busy = [c for c, w, lim in sel if w >= 0.4 * lim]
+        if busy:
+            capped = sum(w >= 0.97 * lim for _, w, lim in sel) / len(sel)
+            print(f"clock {name}: SM {median(busy):.0f} MHz median while busy, {min(busy):.0f} "
+                  f"lowest; {capped:.0%} of the time at the power limit ({sel[0][2]:.0f} W)")
 
 
 if (d / "gpu-clocks.csv").exists() and (d / "parts.tsv").exists():
