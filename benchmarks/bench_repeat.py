@@ -82,7 +82,9 @@ def _stats(xs: list[float]) -> str:
 def main(argv: list[str]) -> None:
     folders = argv or [f for f, extra in FOLDERS.items() if not extra]
     every, every_ar, every_spread = [], [], []
-    print(f"{'folder':<42} {'plan':<8} {'timing-only speedup moves':<44} no-spec step (ar) by batch")
+    print(
+        f"{'folder':<42} {'plan':<8} {'timing-only speedup moves':<44} no-spec step (ar) by batch"
+    )
     for name in folders:
         rows, spreads, col = pairs(ROOT / name)
         if not rows:
@@ -94,9 +96,7 @@ def main(argv: list[str]) -> None:
                 seen.add((r["file"], r["batch"]))
                 by_batch.setdefault(r["batch"], []).append(r["ar"])
                 every_ar.append(r["ar"])
-        ar = " ".join(
-            f"B{b} {statistics.fmean(v):+.1%}" for b, v in sorted(by_batch.items())
-        )
+        ar = " ".join(f"B{b} {statistics.fmean(v):+.1%}" for b, v in sorted(by_batch.items()))
         print(f"{name:<42} {col:<8} {_stats([r['speedup'] for r in rows]):<44} {ar}")
         every += rows
         every_spread += spreads

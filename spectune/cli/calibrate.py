@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
         if offset is not None:
             report["inforward_allreduce"] = offset
     else:
+        t = time.perf_counter()
         cal, report = fit_calibration(raw, measurements, base=base)
+        print(f"[fit: {time.perf_counter() - t:.1f} s]", flush=True)
     cal.save(args.out)
     if args.report:
         write_json_atomic(args.report, report)
@@ -103,7 +106,7 @@ def _one_gpu_run(args: argparse.Namespace) -> dict[str, Any]:
     over 2, 4, ... of them (the interconnect terms' data)."""
     import torch
 
-    from spectune.executor.calibrate import calibration_run
+    from spectune.executor.calibrate import calibration_run, lap
     from spectune.executor.session import Session, SessionConfig, require_cuda
 
     device = require_cuda()
@@ -122,7 +125,9 @@ def _one_gpu_run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = SessionConfig(
         max([*args.batch, *spec_batches]), max(args.context), max([*args.tokens, *slots])
     )
+    t = time.perf_counter()
     session = Session(load_model(args.target), load_model(args.drafter), cfg, device)
+    lap("models built, GEMM plan autotuned", t)
     raw = calibration_run(
         session,
         gpu=name,

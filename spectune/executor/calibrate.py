@@ -21,6 +21,7 @@ What is measured (all medians of CUDA-event timings after warm-up):
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -302,6 +303,14 @@ def verify_grid(
     return rows
 
 
+def lap(what: str, since: float) -> float:
+    """Print how long `what` took since `since` (time.perf_counter); return now. calibrate's
+    progress log, so a slow part is visible in the log of a run that ran out of time."""
+    now = time.perf_counter()
+    print(f"[{what}: {now - since:.1f} s]", flush=True)
+    return now
+
+
 def calibration_run(
     session: Session,
     *,
@@ -322,6 +331,7 @@ def calibration_run(
     when an `acceptance` model is given; at `spec_context`, default the largest context; the
     verify grid's kernel time by class with `kernel_classes`)."""
     dev = session.device
+    t = time.perf_counter()
     doc: dict[str, Any] = {
         "schema": RUN_SCHEMA,
         "gpu": gpu,
@@ -339,15 +349,20 @@ def calibration_run(
         f"graph step {doc['graph_step_s'] * 1e6:.1f} us",
         flush=True,
     )
+    t = lap("ceilings", t)
     if session.gemm_plan:  # the variants this process runs (they can differ from execute's)
         doc["gemm_plan"] = dict(session.gemm_plan)
     doc["gemm"] = gemm_sweep(session)
+    t = lap("GEMM sweep", t)
     if attention_grid:
         doc["attention_rows"] = attention_sweep(session, batches, contexts, tokens)
+        t = lap("attention sweep", t)
     doc["verify"] = verify_grid(session, batches, tokens, contexts, classes=kernel_classes)
+    t = lap("verify grid", t)
     if acceptance is not None:
         c = spec_context or max(contexts)
         doc["spec_runs"] = spec_runs(session, acceptance, workload, spec_batches, c, spec_steps)
+        lap("speculative runs", t)
     return doc
 
 
