@@ -191,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
             target, drafter, tuple(runs), context, acc, steps, args.warmup, args.out,
             doc={"hardware": hardware, "workload": workload, "command": _command(args)},
             use_kernels=not args.no_kernels, use_graphs=not args.no_graphs, gemm_plan=plan,
+            plan_source=args.gemm_plan or "gemm_plan",
         )  # fmt: skip
         launch(execute_rank, args.tp, (job,), backend="gloo" if args.dry_run else "nccl")
         return 0
@@ -202,10 +203,9 @@ def run(args: argparse.Namespace) -> int:
         use_graphs=not args.no_graphs,
         use_kernels=not args.no_kernels,
     )
-    from spectune.kernels.gemm import GemmPlan
-
-    fixed = None if plan is None else GemmPlan.from_dict(plan, args.gemm_plan)
-    session = Session(target, drafter, cfg, device, gemm_plan=fixed)
+    session = Session(
+        target, drafter, cfg, device, gemm_plan=plan, plan_source=args.gemm_plan or ""
+    )
     recs = measure_runs(session, runs, context, acc, steps, args.warmup, repeats=args.repeat)
     doc = measurement_doc(
         gpu=gpu,

@@ -87,10 +87,12 @@ class Session:
         drafter: ModelSpec,
         cfg: SessionConfig,
         device: torch.device | str,
-        gemm_plan: GemmPlan | None = None,
+        gemm_plan: dict[str, str] | None = None,
+        plan_source: str = "gemm_plan",
     ):
-        """`gemm_plan`: GEMM variants to run instead of timing them (kernels.gemm.autotune's
-        `fixed`; e.g. the plan of the calibrate run whose fit predicts this session)."""
+        """`gemm_plan`: GEMM variants to run instead of timing them, as documents record them
+        (kernels.gemm.GemmPlan.from_dict; autotune's `fixed`): e.g. the plan of the calibrate
+        run whose fit predicts this session. `plan_source` names it in errors."""
         self.cfg = cfg
         self.device = torch.device(device)
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
@@ -109,7 +111,8 @@ class Session:
             gated = sorted(
                 {(s.hidden, s.ffn) for s in (target, drafter) if s.moe_layers < s.layers}
             )
-            plan, self.gemm_rows = autotune(shapes, self.device, gated=gated, fixed=gemm_plan)
+            fixed = None if gemm_plan is None else GemmPlan.from_dict(gemm_plan, plan_source)
+            plan, self.gemm_rows = autotune(shapes, self.device, gated=gated, fixed=fixed)
             set_plan(plan)
             self.gemm_plan = plan.to_dict()
 

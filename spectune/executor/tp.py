@@ -217,9 +217,11 @@ class TPSession(Session):
         cfg: SessionConfig,
         group: TPGroup,
         seed: int = 0,
-        gemm_plan: GemmPlan | None = None,
+        gemm_plan: dict[str, str] | None = None,
+        plan_source: str = "gemm_plan",
     ):
-        """`gemm_plan`: GEMM variants to run for the shard shapes it covers (Session's)."""
+        """`gemm_plan`, `plan_source`: GEMM variants to run for the shard shapes the plan
+        covers (Session's)."""
         from spectune.kernels.span_attention import self_check
 
         self.cfg = cfg
@@ -242,7 +244,8 @@ class TPSession(Session):
             tp = group.world
             shapes = sorted(set(tp_weight_shapes(target, tp)) | set(tp_weight_shapes(drafter, tp)))
             gated = sorted({(s.hidden, s.ffn // tp) for s in (target, drafter)})
-            plan, self.gemm_rows = autotune(shapes, self.device, gated=gated, fixed=gemm_plan)
+            fixed = None if gemm_plan is None else GemmPlan.from_dict(gemm_plan, plan_source)
+            plan, self.gemm_rows = autotune(shapes, self.device, gated=gated, fixed=fixed)
             # every rank runs rank 0's choices: the same kernels keep the ranks in step (a
             # slower choice on one rank would show up as waiting in every collective)
             plan = GemmPlan(group.broadcast_object(plan.choice))

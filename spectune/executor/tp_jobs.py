@@ -17,7 +17,6 @@ import torch
 from spectune.executor.collectives import SWEEP_BYTES, TPGroup, collective_sweep
 from spectune.executor.session import SessionConfig, measure_runs
 from spectune.executor.tp import TPSession
-from spectune.kernels.gemm import GemmPlan
 from spectune.specs import ModelSpec, TreePolicy, write_json_atomic
 
 
@@ -70,6 +69,7 @@ class ExecuteJob:
     use_graphs: bool = True
     grid: CalibrateJob | None = None  # a verify grid (and sweep) to time first, same session
     gemm_plan: dict[str, str] | None = None  # GEMM variants to run (TPSession's gemm_plan)
+    plan_source: str = "gemm_plan"  # where gemm_plan came from, for errors
 
 
 def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
@@ -85,8 +85,9 @@ def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
         use_graphs=job.use_graphs,
         use_kernels=job.use_kernels,
     )
-    plan = None if job.gemm_plan is None else GemmPlan.from_dict(job.gemm_plan, "--gemm-plan")
-    session = TPSession(job.target, job.drafter, cfg, group, gemm_plan=plan)
+    session = TPSession(
+        job.target, job.drafter, cfg, group, gemm_plan=job.gemm_plan, plan_source=job.plan_source
+    )
     if job.grid is not None:
         _grid(group, session, job.grid, sweep_all(group, g.tps, g.sizes, g.reps))
     recs = measure_runs(session, list(job.runs), job.context, job.acceptance, job.steps, job.warmup)
