@@ -157,8 +157,9 @@ def test_execute_reads_a_committed_calibrate_runs_plan_before_the_gpu(
     from spectune.cli.execute import read_gemm_plan
 
     run = FOLDER.parent / "h100-newuser17" / "calibrate-run.json"
-    plan = read_gemm_plan(str(run))
+    plan, gpu = read_gemm_plan(str(run))
     assert plan and GemmPlan.from_dict(plan, str(run)).to_dict() == plan
+    assert gpu == "NVIDIA H100 80GB HBM3"
     if not torch.cuda.is_available():
         argv = ["execute", "--policy", "dynamic-topk:5,4,8", "--gemm-plan", str(run),
                 "--out", str(tmp_path / "m.json")]  # fmt: skip

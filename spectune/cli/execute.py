@@ -56,9 +56,10 @@ if TYPE_CHECKING:
     from spectune.specs.trace import TraceStep
 
 
-def read_gemm_plan(path: str) -> dict[str, str]:
+def read_gemm_plan(path: str) -> tuple[dict[str, str], str | None]:
     """The "gemm_plan" of the document at `path` (a calibrate run or a measurement), read
-    bounded and validated (specs.gemm_plan); a SpecError when it has none."""
+    bounded and validated (specs.gemm_plan), and the GPU the document names ("gpu"); a
+    SpecError when it has no plan."""
     from spectune.specs.gemm_plan import parse_plan
     from spectune.specs.io import loads_json, read_bytes_bounded
 
@@ -69,7 +70,8 @@ def read_gemm_plan(path: str) -> dict[str, str]:
             "spectune execute record the GEMM variants their process ran)"
         )
     parse_plan(doc["gemm_plan"], path)
-    return dict(doc["gemm_plan"])
+    gpu = doc.get("gpu")
+    return dict(doc["gemm_plan"]), gpu if isinstance(gpu, str) else None
 
 
 def parse_policy_arg(text: str) -> tuple[PolicyTable | None, TreePolicy | None]:
@@ -148,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         replay.retrieval = trace_retrieval(trace_steps)
         workload = f"trace:{Path(args.acceptance_trace).name}"
 
-    plan = read_gemm_plan(args.gemm_plan) if args.gemm_plan else None
+    plan, plan_gpu = read_gemm_plan(args.gemm_plan) if args.gemm_plan else (None, None)
 
     runs: list[tuple[int, TreePolicy | None, str]] = []
     for b in batches:
@@ -178,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
         device = require_cuda()
         gpu = torch.cuda.get_device_name(device)
     hardware = args.hardware or gpu_hardware_name(gpu)
+    if plan_gpu is not None and plan_gpu != gpu:
+        print(f"note: {args.gemm_plan}'s GEMM plan was chosen on {plan_gpu}; this GPU is {gpu}")
     if table is not None and hardware != scenario.gpu:
         print(f"note: measuring on {hardware}; {args.policy} was planned for {scenario.gpu}")
     if table is not None and scenario.tp != args.tp:
