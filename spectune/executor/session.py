@@ -8,14 +8,17 @@ Llama-3.1-8B weights. Graphs are captured per run and freed after it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from spectune.executor.drafter import Drafter, make_drafter
+from spectune.executor.gpu_state import GpuSampler
 from spectune.executor.graphs import PhaseGraphs
 from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner
 from spectune.executor.model import Decoder
@@ -256,6 +259,16 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
+def _sampler(gpu: int | None) -> Any:
+    """A GpuSampler of CUDA device `gpu`, or a stand-in that records nothing (CPU)."""
+    return GpuSampler(gpu) if gpu is not None else contextlib.nullcontext(_NoState())
+
+
+class _NoState:
+    def state(self) -> None:
+        return None
+
+
 def measure_runs(
     session: Session,
     runs: list[tuple[int, TreePolicy | None, str]],
@@ -274,18 +287,23 @@ def measure_runs(
     and skipped."""
     from spectune.validate.measure import RunSpec, run_record
 
-    baselines: dict[int, PhaseResult] = {}
+    baselines: dict[int, tuple[PhaseResult, dict[str, float] | None]] = {}
     out = []
+    gpu = (session.device.index or 0) if session.device.type == "cuda" else None
     for batch, policy, label in runs:
         if batch not in baselines:
-            baselines[batch] = session.run_ar(batch, context, steps, warmup)
-        ar = baselines[batch]
+            with _sampler(gpu) as s:
+                baselines[batch] = (session.run_ar(batch, context, steps, warmup), s.state())
+        ar, ar_state = baselines[batch]
         try:
-            res = (
-                None
-                if policy is None
-                else session.run_spec(batch, context, policy, acceptance, steps, warmup, repeats)
-            )
+            with _sampler(gpu) as s:
+                res = (
+                    None
+                    if policy is None
+                    else session.run_spec(
+                        batch, context, policy, acceptance, steps, warmup, repeats
+                    )
+                )
         except Exception:
             if not keep_going:
                 raise
@@ -293,6 +311,11 @@ def measure_runs(
             _free()
             continue
         rec = run_record(RunSpec(batch, policy, label), res, ar)
+        # the SM clock and power while each was timed (executor.gpu_state; NVML where present)
+        if policy is not None and s.state() is not None:
+            rec["gpu_state"] = s.state()
+        if ar_state is not None:
+            rec["ar_gpu_state"] = ar_state
         out.append(rec)
         spread = rec.get("spread", {}).get("tokens_per_s_rel", 0.0) if repeats > 1 else 0.0
         note = f"  +-{spread:.1%} ({repeats} runs)" if repeats > 1 and policy else ""

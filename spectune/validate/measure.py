@@ -21,11 +21,14 @@ Measurement JSON (schema spectune.measurement/v1; spectune.validate.check reads 
                a static shape's drafted nodes per level (static runs; optional),
                "repeats": {"tokens_per_s": [...], "tokens_per_step": [...], "step_ms": [...]}
                and "spread": {"tokens_per_s_rel": sample std / mean, ...} (optional: runs
-               measured more than once; the run's figures are then the repeats' means)}],
+               measured more than once; the run's figures are then the repeats' means),
+               "gpu_state", "ar_gpu_state": the SM clock (median, lowest; MHz), power (W), its
+               enforced limit and the share of samples at it, while the run / its baseline
+               was timed (executor.gpu_state; optional: NVML present)}],
      "gemm_plan": the GEMM variant the process ran per weight shape and token bucket,
-               {"NxK@M[+silu]": variant} (kernels.gemm.GemmPlan.to_dict; optional: a GPU run's
-               autotune, which differs between processes where variants tie; calibration-run
-               documents carry it too)}
+               {"NxK@M[+silu]": variant} (specs.gemm_plan; optional: a GPU run's plan, autotuned
+               or pinned with `spectune execute --gemm-plan`; calibration-run documents carry
+               it too)}
 """
 
 from __future__ import annotations
@@ -323,6 +326,9 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
             _number(ar, "verify", f"{w}.ar_phases_ms")
         if "label" in r and not isinstance(r["label"], str):
             raise SpecError(f"{w}: field 'label' must be a string")
+        for key in ("gpu_state", "ar_gpu_state"):
+            if key in r:
+                gpu_state(r[key], f"{w}.{key}")
         _policy(r, w)
         if r.get("policy") is not None and "tokens_per_step" not in r:
             raise SpecError(f"{w}: field 'tokens_per_step' is missing")
@@ -389,6 +395,36 @@ def gemm_plan(doc: dict[str, Any], where: str) -> dict[str, str]:
     plan = doc.get("gemm_plan", {})
     parse_plan(plan, where)
     return plan
+
+
+#: a run's "gpu_state" (executor.gpu_state.summarize): field -> (lowest, highest, integer)
+GPU_STATE_FIELDS = {
+    "sm_clock_mhz": (1.0, 10_000.0, False),
+    "sm_clock_min_mhz": (1.0, 10_000.0, False),
+    "samples": (1.0, 1e7, True),
+    "power_w": (0.0, 10_000.0, False),
+    "power_limit_w": (1.0, 10_000.0, False),
+    "at_power_limit": (0.0, 1.0, False),
+}
+
+
+def gpu_state(state: object, where: str) -> None:
+    """SpecError unless `state` is a run's "gpu_state": an object of GPU_STATE_FIELDS (SM clock
+    and its lowest value in MHz, samples, power and its limit in W, the share of samples at the
+    limit), each a finite number in its range; sm_clock_mhz and samples required."""
+    if not isinstance(state, dict):
+        raise SpecError(f"{where}: must be an object (SM clock and power while timed)")
+    for key in state:
+        if key not in GPU_STATE_FIELDS:
+            raise SpecError(
+                f"{where}: unknown field {str(key)[:40]!r}; known: {', '.join(GPU_STATE_FIELDS)}"
+            )
+    for key in ("sm_clock_mhz", "samples"):
+        if key not in state:
+            raise SpecError(f"{where}: field {key!r} is missing")
+    for key, (lo, hi, integer) in GPU_STATE_FIELDS.items():
+        if key in state:
+            _number(state, key, where, lo=lo, lo_open=False, hi=hi, integer=integer)
 
 
 def doc_tp(doc: dict[str, Any], where: str) -> int:
