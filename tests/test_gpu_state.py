@@ -35,6 +35,7 @@ def _fake_nvml(clocks: list[int], power_mw: int = 690_000, limit_mw: int = 700_0
     return types.SimpleNamespace(
         NVML_CLOCK_SM=1,
         nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
         nvmlDeviceGetHandleByUUID=lambda u: ("h", u),
         nvmlDeviceGetHandleByIndex=lambda i: ("h", i),
         nvmlDeviceGetClockInfo=clock,

@@ -10,6 +10,7 @@ driver, or with an NVML call failing, the sampler records nothing and the run is
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
@@ -118,6 +119,9 @@ class GpuSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        if self._nvml is not None:  # balance __enter__'s nvmlInit (reference counted)
+            with contextlib.suppress(Exception):
+                self._nvml[0].nvmlShutdown()
 
     def state(self) -> dict[str, float] | None:
         n = min(len(self._clocks), len(self._powers))
