@@ -1,5 +1,8 @@
-"""The "gemm_plan" field of measurement and calibration-run documents: the GEMM variant each
-weight shape and token bucket ran in the process that measured them (kernels.gemm.GemmPlan)."""
+"""The kernel plans of measurement and calibration-run documents (specs.kernel_plan): the GEMM
+variant each weight shape and token bucket ran ("gemm_plan", kernels.gemm.GemmPlan; run again
+with `spectune execute --gemm-plan`) and the tree-attention launch tuned per verify shape
+("attention_plan"); `spectune check` notes where a measurement's differ from its calibration
+run's."""
 
 from __future__ import annotations
 
@@ -15,7 +18,12 @@ from hypothesis import strategies as st
 
 from spectune.kernels.gemm import M_BUCKETS, VARIANTS, GemmPlan, autotune
 from spectune.specs import SpecError
-from spectune.specs.gemm_plan import MAX_PLAN_ENTRIES
+from spectune.specs.kernel_plan import (
+    MAX_PLAN_ENTRIES,
+    attention_key,
+    attention_launch,
+    check_attention_plan,
+)
 from spectune.validate.measure import (
     gemm_plan,
     validate_calibration_run,
@@ -201,8 +209,80 @@ def test_check_of_a_committed_folder_names_the_differing_plan(tmp_path: Path) ->
     from spectune.validate.check import check_folder, format_check
 
     res = check_folder(FOLDER.parent / "h200-newuser9")
-    notes = {name: diff for name, _, diff in res.plan_notes}
+    notes = {name: diff for kind, name, _, diff in res.plan_notes if kind == "gemm_plan"}
     assert notes["execute-planned.json"]["28672x4096@1"] == ("cublas", "splitk1/64x256/4w3s")
     text = format_check(res, 0.10, 0.10)
     assert "note: execute-planned.json ran 2 GEMM variant(s)" in text
     assert text.splitlines()[-1].startswith("PASS")
+
+
+# ---- the tree-attention launch tuned per verify shape: "attention_plan" ----
+
+
+@pytest.mark.parametrize(
+    ("label", "written"),
+    [
+        (["default"], "default"),
+        ([64, 64, 4, 3, 8, True], "64x64/4w3s/s8/pdl"),
+        ([32, 128, 4, 2, None, False], "32x128/4w2s/sauto"),
+    ],
+)
+def test_attention_launch_written_form(label: list[object], written: str) -> None:
+    assert attention_launch(label) == written
+    check_attention_plan({attention_key(1, 64, 4096): written}, "doc")
+
+
+@pytest.mark.parametrize(
+    ("plan", "match"),
+    [
+        (["default"], "must be an object"),
+        ({"B1xN64": "default"}, "is not B<b>xN<n>xC<c>"),
+        ({"B1xN64xC4096": "fast"}, "is not a tree-attention launch"),
+        ({"B1xN64xC4096": "64x64/4w3s/s8/tma"}, "is not a tree-attention launch"),
+        ({f"B{b}xN1xC1": "default" for b in range(MAX_PLAN_ENTRIES + 1)}, "more than"),
+    ],
+)
+def test_documents_refuse_a_malformed_attention_plan(plan: object, match: str) -> None:
+    for doc, validate in _docs():
+        bad = copy.deepcopy(doc)
+        bad["attention_plan"] = plan
+        with pytest.raises(SpecError, match=match):
+            validate(bad, "doc.json")
+        good = copy.deepcopy(doc)
+        good["attention_plan"] = {"B8xN32xC4096": "64x64/4w3s/s4/pdl"}
+        validate(good, "doc.json")
+
+
+def test_the_session_keeps_the_fastest_tuned_launch() -> None:
+    from types import SimpleNamespace
+
+    from spectune.executor.session import Session
+
+    s = SimpleNamespace(attention_plan={}, attention_rows=[])
+    rows = [
+        {"config": ["default"], "seconds": 2e-5, "calls": 16},
+        {"config": [64, 64, 4, 3, 8, True], "seconds": 1.8e-5, "calls": 16},
+        {"config": [128, 64, 8, 3, 4, True], "error": "out of resources"},
+    ]
+    Session._tuned(s, 1, 64, 4096, rows)  # type: ignore[arg-type]
+    assert s.attention_plan == {"B1xN64xC4096": "64x64/4w3s/s8/pdl"}
+    Session._tuned(s, 1, 64, 4096, [])  # tuned before: the pick stands
+    assert s.attention_plan == {"B1xN64xC4096": "64x64/4w3s/s8/pdl"}
+    assert len(s.attention_rows) == 1
+
+
+def test_check_notes_tree_attention_launches_too(tmp_path: Path) -> None:
+    import shutil
+
+    from spectune.validate.check import check_folder
+
+    src = FOLDER.parent / "h100-newuser17"
+    for f in ("calibrate-run.json", "execute-planned.json", "calibration-h100-sxm.json"):
+        shutil.copy(src / f, tmp_path / f)
+    for f, launch in (("calibrate-run.json", "default"), ("execute-planned.json", "64x64/4w3s/s8")):
+        doc = json.loads((tmp_path / f).read_text())
+        doc["attention_plan"] = {"B1xN1xC4096": launch, "B1xN8xC4096": "default"}
+        (tmp_path / f).write_text(json.dumps(doc))
+    res = check_folder(tmp_path)
+    assert ("attention_plan", "execute-planned.json", "calibrate-run.json",
+            {"B1xN1xC4096": ("default", "64x64/4w3s/s8")}) in res.plan_notes  # fmt: skip

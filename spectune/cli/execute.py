@@ -58,10 +58,10 @@ if TYPE_CHECKING:
 
 def read_gemm_plan(path: str) -> tuple[dict[str, str], str | None]:
     """The "gemm_plan" of the document at `path` (a calibrate run or a measurement), read
-    bounded and validated (specs.gemm_plan), and the GPU the document names ("gpu"); a
+    bounded and validated (specs.kernel_plan), and the GPU the document names ("gpu"); a
     SpecError when it has no plan."""
-    from spectune.specs.gemm_plan import parse_plan
     from spectune.specs.io import loads_json, read_bytes_bounded
+    from spectune.specs.kernel_plan import parse_plan
 
     doc = loads_json(read_bytes_bounded(path), path)
     if not isinstance(doc, dict) or not doc.get("gemm_plan"):
@@ -226,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
             "repeats": args.repeat,
             "comparisons": comparisons(recs),
             **({"gemm_plan": session.gemm_plan} if session.gemm_plan else {}),
+            **({"attention_plan": session.attention_plan} if session.attention_plan else {}),
         },
     )
     write_json_atomic(args.out, doc)

@@ -363,6 +363,8 @@ def calibration_run(
         c = spec_context or max(contexts)
         doc["spec_runs"] = spec_runs(session, acceptance, workload, spec_batches, c, spec_steps)
         lap("speculative runs", t)
+    if session.attention_plan:  # the tree-attention launch tuned per verify shape
+        doc["attention_plan"] = dict(session.attention_plan)
     return doc
 
 

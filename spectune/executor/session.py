@@ -28,6 +28,7 @@ from spectune.kernels.span_attention import self_check
 from spectune.kernels.timing import PhaseTimer
 from spectune.kernels.tree_attention_plan import TreeAttentionPlan, tune_tree_attention
 from spectune.specs import ModelSpec, SpecError, TreePolicy
+from spectune.specs.kernel_plan import attention_key, attention_launch
 
 
 def weight_shapes(spec: ModelSpec) -> list[tuple[int, int]]:
@@ -108,6 +109,7 @@ class Session:
         self.attention_check = self_check(self.device) if self.device.type == "cuda" else 0.0
         self.gemm_rows: list[dict[str, object]] = []
         self.attention_rows: list[dict[str, object]] = []
+        self.attention_plan: dict[str, str] = {}  # verify shape -> tuned launch (written form)
         self.gemm_plan: dict[str, str] = {}
         if self.device.type == "cuda" and cfg.autotune_gemm:
             shapes = sorted(set(weight_shapes(target)) | set(weight_shapes(drafter)))
@@ -144,10 +146,21 @@ class Session:
             rows = tune_tree_attention(
                 batch, tokens, context, self.tcache.layers(batch), self.target.spec.heads
             )
-            if rows:
-                self.attention_rows.append(
-                    {"batch": batch, "tokens": tokens, "context": context, "rows": rows}
-                )
+            self._tuned(batch, tokens, context, rows)
+
+    def _tuned(self, batch: int, tokens: int, context: int, rows: list[dict[str, object]]) -> None:
+        """Keep a shape's tuner rows and its pick in attention_plan (the documents' written
+        form: specs.kernel_plan; rows is empty when the shape was tuned before)."""
+        timed = [r for r in rows if "seconds" in r]
+        if timed:
+            best = min(timed, key=lambda r: float(r["seconds"]))  # type: ignore[arg-type]
+            label = best["config"]
+            assert isinstance(label, list)
+            self.attention_plan[attention_key(batch, tokens, context)] = attention_launch(label)
+        if rows:
+            self.attention_rows.append(
+                {"batch": batch, "tokens": tokens, "context": context, "rows": rows}
+            )
 
     def run_ar(self, batch: int, context: int, steps: int, warmup: int = 3) -> PhaseResult:
         self._check(batch, context, 1)

@@ -239,6 +239,7 @@ class TPSession(Session):
         self.attention_check = self_check(self.device) if self.device.type == "cuda" else 0.0
         self.gemm_rows: list[dict[str, object]] = []
         self.attention_rows: list[dict[str, object]] = []
+        self.attention_plan: dict[str, str] = {}
         self.gemm_plan: dict[str, str] = {}
         if self.device.type == "cuda" and cfg.autotune_gemm:
             tp = group.world
@@ -269,10 +270,7 @@ class TPSession(Session):
             best = self.group.broadcast_object(tap._TUNED.get(key))
             if best is not None:
                 tap._TUNED[key] = best
-            if rows:
-                self.attention_rows.append(
-                    {"batch": batch, "tokens": tokens, "context": context, "rows": rows}
-                )
+            self._tuned(batch, tokens, context, rows)
 
     def run_spec(
         self,

@@ -24,7 +24,7 @@ import triton.language as tl
 from spectune.kernels.elementwise import silu_mul
 from spectune.kernels.timing import graph_time
 from spectune.specs import SpecError
-from spectune.specs.gemm_plan import parse_plan, plan_key
+from spectune.specs.kernel_plan import parse_plan, plan_key
 
 
 @triton.jit
@@ -218,7 +218,7 @@ def pick_variant(timed: dict[str, float], prev: str | None = None) -> str:
 class GemmPlan:
     """Chosen variant per (N, K, M bucket, gated); M above the largest bucket uses cuBLAS.
     Gated entries time the SwiGLU-fused down projection (silu(gate) * up as the input).
-    Written form (to_dict / from_dict): spectune.specs.gemm_plan."""
+    Written form (to_dict / from_dict): spectune.specs.kernel_plan."""
 
     def __init__(self, choice: dict[tuple[int, int, int, bool], str] | None = None):
         self.choice = dict(choice or {})

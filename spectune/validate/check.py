@@ -109,9 +109,10 @@ class CheckResult:
     speedup: list[Row] = field(default_factory=list)
     engine: list[EngineRow] = field(default_factory=list)
     engine_skipped: list[tuple[str, str]] = field(default_factory=list)  # (where, why)
-    # (measurement, calibration run, {key: (run's variant, measurement's)}): GEMM variants a
-    # measurement ran other than those of the calibration run beside it (plan_differences)
-    plan_notes: list[tuple[str, str, dict[str, tuple[str, str]]]] = field(default_factory=list)
+    # (plan, measurement, calibration run, {key: (run's choice, measurement's)}): GEMM variants
+    # ("gemm_plan") or tree-attention launches ("attention_plan") a measurement ran other than
+    # those of the calibration run beside it (plan_differences)
+    plan_notes: list[tuple[str, str, str, dict[str, tuple[str, str]]]] = field(default_factory=list)
     files: int = 0
 
     @property
@@ -188,7 +189,11 @@ def check_folder(
     dirs = sorted({p.parent for p in root.rglob("*.json")})
     for d in dirs:
         cals = calibrations_in(d)
-        plans: dict[str, tuple[bool, dict[str, str]]] = {}  # file -> (calibration run?, plan)
+        # plan field -> file -> (calibration run?, plan)
+        plans: dict[str, dict[str, tuple[bool, dict[str, str]]]] = {
+            PLAN_FIELDS[0]: {},
+            PLAN_FIELDS[1]: {},
+        }
         for p in sorted(d.glob("*.json")):
             data = _load(p)
             if data and data.get("schema") == ENGINE_SCHEMA:
@@ -208,8 +213,9 @@ def check_folder(
                 calibration=cals.get(hw.name),
             )
             name = str(p.relative_to(root))
-            if data.get("gemm_plan"):
-                plans[name] = (data["schema"] == RUN_SCHEMA, data["gemm_plan"])
+            for kind in PLAN_FIELDS:
+                if data.get(kind):
+                    plans[kind][name] = (data["schema"] == RUN_SCHEMA, data[kind])
             if data["schema"] == RUN_SCHEMA:
                 for r in data.get("verify", []):
                     pred = _scalar(cm.verify_time(r["batch"], r["tokens"], r["context"]))
@@ -225,21 +231,26 @@ def check_folder(
                     _check_measurement(cm, m, name, res)
                 continue
             _check_measurement(cm, data, name, res)
-        res.plan_notes.extend(plan_differences(plans))
+        for kind in PLAN_FIELDS:
+            res.plan_notes.extend((kind, *d) for d in plan_differences(plans[kind]))
     if res.files == 0:
         raise SpecError(f"{root}: no measurement or calibration-run JSON files")
     return res
 
 
+#: the documents' records of the kernels their process chose (specs.kernel_plan)
+PLAN_FIELDS = ("gemm_plan", "attention_plan")
+
+
 def plan_differences(
     plans: Mapping[str, tuple[bool, Mapping[str, str]]],
 ) -> list[tuple[str, str, dict[str, tuple[str, str]]]]:
-    """For each measurement of a folder (file -> (is a calibration run, its gemm_plan)) beside
-    exactly one calibration run: the GEMM plan entries both record with different variants,
-    {key: (run's variant, measurement's)}; entries only one records (other shapes, e.g. a tp
-    shard's) are not compared. Autotuned in two processes, variants tied within a few percent
-    can differ, and then the measurement did not run the kernels the calibration was fitted
-    on (`spectune execute --gemm-plan` pins them)."""
+    """For each measurement of a folder (file -> (is a calibration run, its plan: gemm_plan or
+    attention_plan)) beside exactly one calibration run: the entries both record with
+    different choices, {key: (run's, measurement's)}; entries only one records (other shapes,
+    e.g. a tp shard's) are not compared. Tuned in two processes, kernels tied within a few
+    percent can differ, and then the measurement did not run the kernels the calibration was
+    fitted on (`spectune execute --gemm-plan` pins the GEMMs)."""
     runs = [(name, plan) for name, (is_run, plan) in plans.items() if is_run]
     if len(runs) != 1:
         return []
@@ -416,13 +427,20 @@ def format_check(
         lines.append(f"{e.file:<36.36} {e.what:<44.44} {pred} {meas} {e.error:>+7.1%}{note}")
     for where, why in res.engine_skipped:
         lines.append(f"skipped {where}: {why}")
-    for name, run_name, diff in res.plan_notes:
+    for kind, name, run_name, diff in res.plan_notes:
         shown = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in list(diff.items())[:4])
         more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
+        what, pin = (
+            (
+                "GEMM variant(s)",
+                f" (spectune execute --gemm-plan {Path(run_name).name} runs the calibration's)",
+            )
+            if kind == "gemm_plan"
+            else ("tree-attention launch(es)", "")
+        )
         lines.append(
-            f"note: {name} ran {len(diff)} GEMM variant(s) other than {run_name}'s, whose "
-            f"timings the calibration was fitted on: {shown}{more} (spectune execute "
-            f"--gemm-plan {Path(run_name).name} runs the calibration's)"
+            f"note: {name} ran {len(diff)} {what} other than {run_name}'s, whose timings the "
+            f"calibration was fitted on: {shown}{more}{pin}"
         )
     for (eng, q), (m, n) in res.engine_mape().items():
         tol = engine_tol if q == "tokens_per_s" else accept_tol

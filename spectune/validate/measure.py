@@ -25,8 +25,10 @@ Measurement JSON (schema spectune.measurement/v1; spectune.validate.check reads 
                "gpu_state", "ar_gpu_state": the SM clock (median, lowest; MHz), power (W), its
                enforced limit and the share of samples at it, while the run / its baseline
                was timed (executor.gpu_state; optional: NVML present)}],
+     "attention_plan": the tree-attention launch the process tuned per verify shape,
+               {"B<b>xN<n>xC<c>": launch} (specs.kernel_plan; optional),
      "gemm_plan": the GEMM variant the process ran per weight shape and token bucket,
-               {"NxK@M[+silu]": variant} (specs.gemm_plan; optional: a GPU run's plan, autotuned
+               {"NxK@M[+silu]": variant} (specs.kernel_plan; optional: a GPU run's plan, autotuned
                or pinned with `spectune execute --gemm-plan`; calibration-run documents carry
                it too)}
 """
@@ -41,8 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectune.specs import SpecError, TreePolicy
-from spectune.specs.gemm_plan import parse_plan
 from spectune.specs.io import from_mapping
+from spectune.specs.kernel_plan import check_attention_plan, parse_plan
 from spectune.specs.policy import MAX_DEPTH
 
 SCHEMA = "spectune.measurement/v1"
@@ -294,6 +296,7 @@ def validate_measurement(doc: Any, where: str = "measurement") -> None:
     _number(doc, "context", where, lo_open=False, hi=2**31, integer=True)
     doc_tp(doc, where)
     gemm_plan(doc, where)
+    attention_plan(doc, where)
     if not doc["runs"]:
         raise SpecError(f"{where}: field 'runs' is empty; a measurement needs at least one run")
     for i, r in enumerate(doc["runs"]):
@@ -389,9 +392,17 @@ RUN_SCHEMA = "spectune.calibration-run/v1"
 MAX_TP = 64  # as Scenario.tp
 
 
+def attention_plan(doc: dict[str, Any], where: str) -> dict[str, str]:
+    """The document's "attention_plan" ({} when absent), or a SpecError naming the entry that
+    is not "B<b>xN<n>xC<c>" -> a tree-attention launch (specs.kernel_plan)."""
+    plan = doc.get("attention_plan", {})
+    check_attention_plan(plan, where)
+    return plan
+
+
 def gemm_plan(doc: dict[str, Any], where: str) -> dict[str, str]:
     """The document's "gemm_plan" ({} when absent), or a SpecError naming the entry that is not
-    "NxK@M[+silu]" -> a kernels.gemm variant (specs.gemm_plan.parse_plan)."""
+    "NxK@M[+silu]" -> a kernels.gemm variant (specs.kernel_plan.parse_plan)."""
     plan = doc.get("gemm_plan", {})
     parse_plan(plan, where)
     return plan
@@ -493,6 +504,7 @@ def validate_calibration_run(doc: Any, where: str = "calibration run") -> None:
                     )
     doc_tp(doc, where)
     gemm_plan(doc, where)
+    attention_plan(doc, where)
     _collectives(doc, where)
     if not doc.get("verify") and not doc.get("gemm"):
         raise SpecError(f"{where}: no verify or gemm rows to fit or check")
