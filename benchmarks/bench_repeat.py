@@ -14,9 +14,10 @@ first bound how close any prediction can come. Per pair (same batch, same policy
 - the timing-only speedup ratio: (ar_e / ar_c) / (step_e / step_c) - 1, i.e. how much the
   measured speedup moved with acceptance held (check prices each run at its own measured
   acceptance, so draws do not enter a speedup error; timings do).
-Within execute, `spread` is each run's (max - min) / mean step over its repeats. The GEMM plan
-column says whether execute ran variants other than calibrate's (documents since the field
-exists; "-" when unrecorded).
+Within execute, `spread` is each run's (max - min) / mean step over its repeats. The plan
+column says whether execute ran GEMM variants or tree-attention launches other than calibrate's
+(gemm_plan / attention_plan; "-" when unrecorded). Where both runs of a pair recorded the GPU's
+clock (gpu_state), `clock` is the mean of execute's median SM clock over calibrate's, - 1.
 """
 
 from __future__ import annotations
@@ -46,14 +47,14 @@ def pairs(folder: Path) -> tuple[list[dict[str, Any]], list[float], str]:
         return [], [], "-"
     cal = {_key(r): r for r in run["spec_runs"]["runs"] if r["policy"] is not None}
     rows, spreads, differs = [], [], set()
-    plan = run.get("gemm_plan", {})
     for f in sorted(folder.glob("execute-planned*.json")):
         doc = _load(f)
         if doc.get("tp", 1) != 1:
             continue
-        theirs = doc.get("gemm_plan", {})
-        if plan and theirs:
-            differs.add(any(plan.get(k, v) != v for k, v in theirs.items()))
+        for kind in ("gemm_plan", "attention_plan"):
+            plan, theirs = run.get(kind, {}), doc.get(kind, {})
+            if plan and theirs:
+                differs.add(any(plan.get(k, v) != v for k, v in theirs.items()))
         for r in doc["runs"]:
             steps = (r.get("repeats") or {}).get("step_ms") or []
             if len(steps) > 1:
@@ -63,9 +64,13 @@ def pairs(folder: Path) -> tuple[list[dict[str, Any]], list[float], str]:
                 continue
             ar = r["ar_step_ms"] / c["ar_step_ms"]
             step = r["phases_ms"]["step"] / c["phases_ms"]["step"]
+            clock = None
+            if "gpu_state" in r and "gpu_state" in c:
+                clock = r["gpu_state"]["sm_clock_mhz"] / c["gpu_state"]["sm_clock_mhz"] - 1
             rows.append(
                 {"file": f.name, "batch": r["batch"], "label": r["label"],
-                 "tree": _key(r)[2:5], "ar": ar - 1, "speedup": ar / step - 1}  # type: ignore[index]
+                 "tree": _key(r)[2:5], "ar": ar - 1, "speedup": ar / step - 1,  # type: ignore[index]
+                 "clock": clock}
             )  # fmt: skip
     col = "-" if not differs else ("differs" if True in differs else "same")
     return rows, spreads, col
@@ -97,7 +102,9 @@ def main(argv: list[str]) -> None:
                 by_batch.setdefault(r["batch"], []).append(r["ar"])
                 every_ar.append(r["ar"])
         ar = " ".join(f"B{b} {statistics.fmean(v):+.1%}" for b, v in sorted(by_batch.items()))
-        print(f"{name:<42} {col:<8} {_stats([r['speedup'] for r in rows]):<44} {ar}")
+        clocks = [r["clock"] for r in rows if r["clock"] is not None]
+        clk = f"  clock {statistics.fmean(clocks):+.1%}" if clocks else ""
+        print(f"{name:<42} {col:<8} {_stats([r['speedup'] for r in rows]):<44} {ar}{clk}")
         every += rows
         every_spread += spreads
     print()

@@ -286,6 +286,9 @@ for row in res.speedup:
           f"{row.error:>+7.1%}")
 worst = res.worst_speedup_error
 print(f"worst speedup error {worst:.1%} over {len(res.speedup)} runs (goal <= 3%)")
+for kind, name, run_name, diff in res.plan_notes:  # kernels other than calibrate's
+    print(f"{name}: {len(diff)} {kind} entries differ from {run_name}'s: "
+          + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in list(diff.items())[:3]))
 for f in sorted(d.glob("execute-trace-*.json")):
     doc = json.loads(f.read_text())
     for c in doc.get("comparisons", []):
