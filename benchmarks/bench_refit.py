@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_refit                    # the folders below
     python -m benchmarks.bench_refit measurements/h100-newuser3 ...
+    python -m benchmarks.bench_refit --tile-m 32 ...     # the fit with another gemm_tile_m
 
 A change to the cost model or to `spectune calibrate`'s fit (spectune.validate.fit) is judged
 here the way a new user meets it: each folder's `calibrate-run.json` (the device's raw
@@ -15,7 +16,8 @@ checked when it was made) beside the refit's: verify MAPE per file and the worst
 speedup error per file; then over the executions (goal_errors) the worst and mean error of
 the goal's rows (the planned policy and the engines' defaults) and the mean and worst of every
 execution. The last lines average these over the folders refitted. Nothing in the folders is
-written.
+written. `--tile-m N` fits from a base calibration with gemm_tile_m N instead of the default's
+(results/tile_m_cpu.txt compares 64 and 32).
 """
 
 from __future__ import annotations
@@ -148,12 +150,13 @@ def check_with(src: Path, cal: Calibration) -> CheckResult:
         return check_folder(tmp)
 
 
-def refit(folder: str, extra: tuple[str, ...]) -> dict[str, Any]:
-    """The committed and refitted check of one folder, and the refit's parameters."""
+def refit(folder: str, extra: tuple[str, ...], base: Calibration | None = None) -> dict[str, Any]:
+    """The committed and refitted check of one folder (fitted from `base`, default the
+    default Calibration), and the refit's parameters."""
     src = ROOT / folder
     run = _load(src / "calibrate-run.json")
     docs = [_load(src / name) for name in extra]
-    cal, report = fit_calibration(run, docs)
+    cal, report = fit_calibration(run, docs, base=base)
     before = check_folder(src)
     after = check_with(src, cal)
     return {
@@ -193,6 +196,12 @@ def _pct(x: float | None) -> str:
 
 
 def main(argv: list[str]) -> int:
+    base = None
+    if argv[:1] == ["--tile-m"]:
+        if len(argv) < 2 or not argv[1].isdigit() or int(argv[1]) < 1:
+            print("--tile-m needs a positive integer (rows of a GEMM tile)", file=sys.stderr)
+            return 2
+        base, argv = Calibration(gemm_tile_m=int(argv[1])), argv[2:]
     folders = {f: FOLDERS.get(f, ()) for f in argv} if argv else FOLDERS
     results = []
     print("per file: verify MAPE, worst (mean) |speedup error|; committed calibration -> refit")
@@ -200,7 +209,7 @@ def main(argv: list[str]) -> int:
         if not (ROOT / folder / "calibrate-run.json").is_file():
             print(f"{folder}: no calibrate-run.json, skipped")
             continue
-        r = refit(folder, extra)
+        r = refit(folder, extra, base)
         results.append(r)
         b, a = r["before"], r["after"]
         print(
