@@ -269,6 +269,8 @@ def test_the_session_keeps_the_fastest_tuned_launch() -> None:
     Session._tuned(s, 1, 64, 4096, [])  # tuned before: the pick stands
     assert s.attention_plan == {"B1xN64xC4096": "64x64/4w3s/s8/pdl"}
     assert len(s.attention_rows) == 1
+    s.gemm_plan = {}
+    assert Session.kernel_plans(s) == {"attention_plan": {"B1xN64xC4096": "64x64/4w3s/s8/pdl"}}  # type: ignore[arg-type]
 
 
 def test_check_notes_tree_attention_launches_too(tmp_path: Path) -> None:

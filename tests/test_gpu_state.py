@@ -80,6 +80,12 @@ def test_no_nvml_records_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.state() is None
 
 
+def test_a_cpu_session_records_nothing(fake_gpu: dict[str, object]) -> None:
+    with gs.GpuSampler(None) as s:  # measure_runs' device index on CPU
+        pass
+    assert s.state() is None and "index" not in fake_gpu
+
+
 def test_summarize() -> None:
     assert gs.summarize([], [], 700.0) is None
     out = gs.summarize([1980, 1500, 1900], [300.0, 700.0, 690.0], 700.0)

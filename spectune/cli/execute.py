@@ -151,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         workload = f"trace:{Path(args.acceptance_trace).name}"
 
     plan, plan_gpu = read_gemm_plan(args.gemm_plan) if args.gemm_plan else (None, None)
+    plan_source = args.gemm_plan or "gemm_plan"  # names the plan's file in errors
 
     runs: list[tuple[int, TreePolicy | None, str]] = []
     for b in batches:
@@ -195,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
             target, drafter, tuple(runs), context, acc, steps, args.warmup, args.out,
             doc={"hardware": hardware, "workload": workload, "command": _command(args)},
             use_kernels=not args.no_kernels, use_graphs=not args.no_graphs, gemm_plan=plan,
-            plan_source=args.gemm_plan or "gemm_plan",
+            plan_source=plan_source,
         )  # fmt: skip
         launch(execute_rank, args.tp, (job,), backend="gloo" if args.dry_run else "nccl")
         return 0
@@ -207,9 +208,7 @@ def run(args: argparse.Namespace) -> int:
         use_graphs=not args.no_graphs,
         use_kernels=not args.no_kernels,
     )
-    session = Session(
-        target, drafter, cfg, device, gemm_plan=plan, plan_source=args.gemm_plan or ""
-    )
+    session = Session(target, drafter, cfg, device, gemm_plan=plan, plan_source=plan_source)
     recs = measure_runs(session, runs, context, acc, steps, args.warmup, repeats=args.repeat)
     doc = measurement_doc(
         gpu=gpu,
@@ -225,8 +224,7 @@ def run(args: argparse.Namespace) -> int:
             "command": _command(args),
             "repeats": args.repeat,
             "comparisons": comparisons(recs),
-            **({"gemm_plan": session.gemm_plan} if session.gemm_plan else {}),
-            **({"attention_plan": session.attention_plan} if session.attention_plan else {}),
+            **session.kernel_plans(),
         },
     )
     write_json_atomic(args.out, doc)

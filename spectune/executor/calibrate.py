@@ -350,8 +350,6 @@ def calibration_run(
         flush=True,
     )
     t = lap("ceilings", t)
-    if session.gemm_plan:  # the variants this process runs (they can differ from execute's)
-        doc["gemm_plan"] = dict(session.gemm_plan)
     doc["gemm"] = gemm_sweep(session)
     t = lap("GEMM sweep", t)
     if attention_grid:
@@ -363,8 +361,9 @@ def calibration_run(
         c = spec_context or max(contexts)
         doc["spec_runs"] = spec_runs(session, acceptance, workload, spec_batches, c, spec_steps)
         lap("speculative runs", t)
-    if session.attention_plan:  # the tree-attention launch tuned per verify shape
-        doc["attention_plan"] = dict(session.attention_plan)
+    # the GEMM variants and tree-attention launches this process ran (they can differ from
+    # execute's; `spectune execute --gemm-plan` runs the GEMMs again)
+    doc.update(session.kernel_plans())
     return doc
 
 

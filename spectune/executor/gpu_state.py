@@ -70,14 +70,15 @@ def summarize(
 
 class GpuSampler:
     """Samples the SM clock and the power of one CUDA device every PERIOD_S in a thread while
-    the `with` block runs; `state()` then summarizes them (None where NVML is unavailable).
+    the `with` block runs; `state()` then summarizes them (None where NVML is unavailable, or
+    for device_index None: a CPU session).
 
         with GpuSampler(0) as s:
             session.run_spec(...)
         record["gpu_state"] = s.state()
     """
 
-    def __init__(self, device_index: int, period_s: float = PERIOD_S):
+    def __init__(self, device_index: int | None, period_s: float = PERIOD_S):
         self.period_s = period_s
         self.device_index = device_index
         self._clocks: list[float] = []
@@ -88,7 +89,7 @@ class GpuSampler:
         self._nvml: tuple[Any, Any] | None = None
 
     def __enter__(self) -> GpuSampler:
-        self._nvml = _nvml_handle(self.device_index)
+        self._nvml = None if self.device_index is None else _nvml_handle(self.device_index)
         if self._nvml is not None:
             nvml, h = self._nvml
             try:

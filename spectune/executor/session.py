@@ -8,12 +8,10 @@ Llama-3.1-8B weights. Graphs are captured per run and freed after it.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -148,6 +146,12 @@ class Session:
             )
             self._tuned(batch, tokens, context, rows)
 
+    def kernel_plans(self) -> dict[str, dict[str, str]]:
+        """The kernels this process chose, as documents record them (specs.kernel_plan):
+        "gemm_plan" and "attention_plan", each where non-empty."""
+        plans = {"gemm_plan": self.gemm_plan, "attention_plan": self.attention_plan}
+        return {k: dict(v) for k, v in plans.items() if v}
+
     def _tuned(self, batch: int, tokens: int, context: int, rows: list[dict[str, object]]) -> None:
         """Keep a shape's tuner rows and its pick in attention_plan (the documents' written
         form: specs.kernel_plan; rows is empty when the shape was tuned before)."""
@@ -272,16 +276,6 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
-def _sampler(gpu: int | None) -> Any:
-    """A GpuSampler of CUDA device `gpu`, or a stand-in that records nothing (CPU)."""
-    return GpuSampler(gpu) if gpu is not None else contextlib.nullcontext(_NoState())
-
-
-class _NoState:
-    def state(self) -> None:
-        return None
-
-
 def measure_runs(
     session: Session,
     runs: list[tuple[int, TreePolicy | None, str]],
@@ -305,11 +299,11 @@ def measure_runs(
     gpu = (session.device.index or 0) if session.device.type == "cuda" else None
     for batch, policy, label in runs:
         if batch not in baselines:
-            with _sampler(gpu) as s:
+            with GpuSampler(gpu) as s:
                 baselines[batch] = (session.run_ar(batch, context, steps, warmup), s.state())
         ar, ar_state = baselines[batch]
         try:
-            with _sampler(gpu) as s:
+            with GpuSampler(gpu) as s:
                 res = (
                     None
                     if policy is None
@@ -325,8 +319,9 @@ def measure_runs(
             continue
         rec = run_record(RunSpec(batch, policy, label), res, ar)
         # the SM clock and power while each was timed (executor.gpu_state; NVML where present)
-        if policy is not None and s.state() is not None:
-            rec["gpu_state"] = s.state()
+        state = s.state()
+        if policy is not None and state is not None:
+            rec["gpu_state"] = state
         if ar_state is not None:
             rec["ar_gpu_state"] = ar_state
         out.append(rec)

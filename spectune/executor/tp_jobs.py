@@ -116,8 +116,7 @@ def execute_rank(group: TPGroup, job: ExecuteJob) -> None:
         extra={
             "tp": group.world,
             "ranks_agree": all(a == accepted for a in every),
-            **({"gemm_plan": session.gemm_plan} if session.gemm_plan else {}),
-            **({"attention_plan": session.attention_plan} if session.attention_plan else {}),
+            **session.kernel_plans(),
             **meta,
         },
     )

@@ -190,10 +190,7 @@ def check_folder(
     for d in dirs:
         cals = calibrations_in(d)
         # plan field -> file -> (calibration run?, plan)
-        plans: dict[str, dict[str, tuple[bool, dict[str, str]]]] = {
-            PLAN_FIELDS[0]: {},
-            PLAN_FIELDS[1]: {},
-        }
+        plans: dict[str, dict[str, tuple[bool, dict[str, str]]]] = {k: {} for k in PLAN_FIELDS}
         for p in sorted(d.glob("*.json")):
             data = _load(p)
             if data and data.get("schema") == ENGINE_SCHEMA:
