@@ -65,6 +65,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h200-newuser7": (),
     "measurements/h200-newuser8": (),
     "measurements/h200-newuser9": (),
+    "measurements/h200-newuser10": (),
     "benchmarks/results/new_gpu_h100_repeat": (),
     "benchmarks/results/new_gpu_h100_calonly": (),
     "benchmarks/results/new_gpu_h200_rerun": (),

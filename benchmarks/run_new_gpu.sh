@@ -231,7 +231,9 @@ from spectune.validate.check import check_folder
 
 d = Path(sys.argv[1])
 status = (d / ".status").read_text().split("\n") if (d / ".status").exists() else []
-print("parts:", " | ".join(s for s in status if s) or "-", "(124: hit its time limit)")
+status = [s for s in status if s]
+legend = " (rc 124: the part hit its time limit)" if any("rc=124" in s for s in status) else ""
+print("parts:", (" | ".join(status) or "-") + legend)
 rep = d / "calibration-report.json"
 if rep.exists():
     r = json.loads(rep.read_text())

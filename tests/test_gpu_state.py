@@ -144,3 +144,24 @@ def test_arbitrary_states_are_accepted_or_refused_cleanly(state: dict[str, float
         gpu_state(state, "run")
     except SpecError as e:
         assert str(e).startswith("run:")
+
+
+def test_the_first_gpu_recorded_runs_carry_a_plausible_state() -> None:
+    """measurements/h200-newuser10 was timed with the sampler on an H200: every run and its
+    baseline carry a state the validator accepts, sampled more than once, with the lowest clock
+    at or under the median, and the H200's 700 W limit."""
+    folder = FOLDER.parent / "h200-newuser10"
+    run = json.loads((folder / "calibrate-run.json").read_text())
+    docs = {"calibrate-run.json": run["spec_runs"]["runs"]}
+    for name in ("execute-planned.json", "execute-trace-humaneval.json"):
+        docs[name] = json.loads((folder / name).read_text())["runs"]
+    for name, runs in docs.items():
+        assert runs, name
+        for i, r in enumerate(runs):
+            for key in ("gpu_state", "ar_gpu_state"):
+                state = r[key]
+                gpu_state(state, f"{name} runs[{i}].{key}")
+                assert state["samples"] >= 2
+                assert 0 < state["sm_clock_min_mhz"] <= state["sm_clock_mhz"] <= 2100
+                assert state["power_limit_w"] == pytest.approx(700.0)
+                assert 0.0 <= state["at_power_limit"] <= 1.0
