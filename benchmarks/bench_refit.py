@@ -3,6 +3,7 @@
     python -m benchmarks.bench_refit                    # the folders below
     python -m benchmarks.bench_refit measurements/h100-newuser3 ...
     python -m benchmarks.bench_refit --tile-m 32 ...     # the fit with another gemm_tile_m
+    python -m benchmarks.bench_refit --hold-weight-bw ...  # weight bandwidth held at the GEMM sweep's
 
 A change to the cost model or to `spectune calibrate`'s fit (spectune.validate.fit) is judged
 here the way a new user meets it: each folder's `calibrate-run.json` (the device's raw
@@ -56,6 +57,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "measurements/h100-newuser15": (),
     "measurements/h100-newuser16": (),
     "measurements/h100-newuser17": (),
+    "measurements/h100-newuser18": (),
     "measurements/h200-newuser": (),
     "measurements/h200-newuser2": (),
     "measurements/h200-newuser3": (),
@@ -151,13 +153,15 @@ def check_with(src: Path, cal: Calibration) -> CheckResult:
         return check_folder(tmp)
 
 
-def refit(folder: str, extra: tuple[str, ...], base: Calibration | None = None) -> dict[str, Any]:
+def refit(
+    folder: str, extra: tuple[str, ...], base: Calibration | None = None, **fit: bool
+) -> dict[str, Any]:
     """The committed and refitted check of one folder (fitted from `base`, default the
-    default Calibration), and the refit's parameters."""
+    default Calibration, with fit_calibration's `fit` options), and the refit's parameters."""
     src = ROOT / folder
     run = _load(src / "calibrate-run.json")
     docs = [_load(src / name) for name in extra]
-    cal, report = fit_calibration(run, docs, base=base)
+    cal, report = fit_calibration(run, docs, base=base, **fit)
     before = check_folder(src)
     after = check_with(src, cal)
     return {
@@ -198,6 +202,9 @@ def _pct(x: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     base = None
+    fit: dict[str, bool] = {}
+    if argv[:1] == ["--hold-weight-bw"]:
+        fit["hold_weight_bw"], argv = True, argv[1:]
     if argv[:1] == ["--tile-m"]:
         if len(argv) < 2 or not argv[1].isdigit() or int(argv[1]) < 1:
             print("--tile-m needs a positive integer (rows of a GEMM tile)", file=sys.stderr)
@@ -210,7 +217,7 @@ def main(argv: list[str]) -> int:
         if not (ROOT / folder / "calibrate-run.json").is_file():
             print(f"{folder}: no calibrate-run.json, skipped")
             continue
-        r = refit(folder, extra, base)
+        r = refit(folder, extra, base, **fit)
         results.append(r)
         b, a = r["before"], r["after"]
         print(

@@ -106,7 +106,7 @@ def _calibration(
         base,
         hardware=hardware,
         static_draft_step_s=base.static_draft_step_s if static is None else float(static) * 1e-6,
-        weight_bw_efficiency=float(p["weight_bw_efficiency"]),
+        weight_bw_efficiency=float(p.get("weight_bw_efficiency", base.weight_bw_efficiency)),
         attention_bw_efficiency=float(p["attention_bw_efficiency"]),
         attention_flops_efficiency=float(p["attention_flops_efficiency"]),
         elementwise_bw_efficiency=float(p["elementwise_bw_efficiency"]),
@@ -353,13 +353,16 @@ def fit_calibration(
     base: Calibration | None = None,
     max_nfev: int = 400,
     hold_gemm_fixed: bool = True,
+    hold_weight_bw: bool = False,
 ) -> tuple[Calibration, dict[str, Any]]:
     """Calibration fitted to a calibration-run document (+ measurement documents of the same GPU
     and models). Returns it and a report (per-kind MAPE before and after). `max_nfev` bounds
     the least-squares iterations (each prices every row once per parameter).
     Where the run has GEMM rows, its gemm_stream_line's rate is a measured read: the read
     ceiling (weight and attention bandwidths) takes it. `hold_gemm_fixed`: gemm_fixed_s and
-    gemm_exposed_compute held at the line's intercept and exposed share; False keeps base's."""
+    gemm_exposed_compute held at the line's intercept and exposed share; False keeps base's.
+    `hold_weight_bw`: weight_bw_efficiency held at the line's rate (the weight GEMMs priced as
+    the micro-benchmarks time them) instead of fitted to the whole forwards."""
     from scipy.optimize import least_squares
 
     from spectune.planner.costmodel import CostModel
@@ -408,6 +411,10 @@ def fit_calibration(
     # efficiencies <= measured read / copy bandwidth and matmul rate
     ceiling = ceilings(run, hw, None if line is None else line.bytes_per_s)
     params = bounded((*PARAMS, *_optional_params(rows)), ceiling)
+    if hold_weight_bw and line is not None:
+        held_bw = min(1.0, line.bytes_per_s / hw.hbm_bytes_per_s)
+        base = dataclasses.replace(base, weight_bw_efficiency=held_bw)
+        params = tuple(p for p in params if p[0] != "weight_bw_efficiency")
 
     def model(x: Sequence[float] | np.ndarray) -> np.ndarray:
         cal = _calibration(x, hw.name, base, params)
