@@ -209,3 +209,8 @@ def test_the_gemm_stream_sets_the_read_ceiling_and_the_fixed_part() -> None:
     free, _ = fit_calibration(run, max_nfev=30, hold_gemm_fixed=False)
     assert free.gemm_fixed_s == Calibration().gemm_fixed_s
     assert free.gemm_exposed_compute == Calibration().gemm_exposed_compute
+    # held at the stream's rate, the weight bandwidth is not a fitted parameter
+    held, rep = fit_calibration(run, max_nfev=30, hold_weight_bw=True)
+    assert held.weight_bw_efficiency == pytest.approx(0.93, rel=1e-6)
+    assert "weight_bw_efficiency" not in rep["params"]
+    assert held.gemm_fixed_s == pytest.approx(fixed, rel=1e-6)
