@@ -102,11 +102,12 @@ def _calibration(
     eff = grid / per
     static = p.get("static_draft_step_us")
     slot = p.get("draft_slot_us")
+    bw = p.get("weight_bw_efficiency", base.weight_bw_efficiency)  # held: absent from params
     return dataclasses.replace(
         base,
         hardware=hardware,
         static_draft_step_s=base.static_draft_step_s if static is None else float(static) * 1e-6,
-        weight_bw_efficiency=float(p.get("weight_bw_efficiency", base.weight_bw_efficiency)),
+        weight_bw_efficiency=None if bw is None else float(bw),
         attention_bw_efficiency=float(p["attention_bw_efficiency"]),
         attention_flops_efficiency=float(p["attention_flops_efficiency"]),
         elementwise_bw_efficiency=float(p["elementwise_bw_efficiency"]),
