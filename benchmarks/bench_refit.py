@@ -9,7 +9,9 @@ A change to the cost model or to `spectune calibrate`'s fit (spectune.validate.f
 here the way a new user meets it: each folder's `calibrate-run.json` (the device's raw
 micro-benchmarks, verify grid and short speculative runs) is refitted on CPU, with the
 one-GPU measurement documents its README names as fit input (the TP folders'
-measurement-tp1.json), and every document of the folder is re-predicted with that calibration
+measurement-tp1.json), each split grid (verify-tpN.json) raising the all-reduce law at its tp
+by the in-forward offset (validate.fit.fit_inforward_offset, as `spectune calibrate --from-run
+verify-tpN.json --base` does in benchmarks/run_tp_gpu.sh), and every document of the folder is re-predicted with that calibration
 by `spectune check`'s code (spectune.validate.check.check_folder). The executions of the new-user
 folders (execute-*.json) and every tp > 1 document stay out of the fit, so their errors are
 out of sample. Each line gives the committed calibration's figures (as the folder was
@@ -35,7 +37,7 @@ import numpy as np
 from spectune.specs.calibration import Calibration
 from spectune.specs.io import loads_json, read_bytes_bounded
 from spectune.validate.check import CALIBRATION_SCHEMA, CheckResult, check_folder
-from spectune.validate.fit import fit_calibration
+from spectune.validate.fit import fit_calibration, fit_inforward_offset
 
 ROOT = Path(__file__).resolve().parent.parent
 #: folder -> measurement documents that join calibrate-run.json in the fit
@@ -162,6 +164,8 @@ def refit(
     run = _load(src / "calibrate-run.json")
     docs = [_load(src / name) for name in extra]
     cal, report = fit_calibration(run, docs, base=base, **fit)
+    for grid in sorted(src.glob("verify-tp*.json")):  # as spectune calibrate --from-run each
+        cal, _ = fit_inforward_offset(_load(grid), cal)
     before = check_folder(src)
     after = check_with(src, cal)
     return {
