@@ -165,3 +165,25 @@ def test_the_first_gpu_recorded_runs_carry_a_plausible_state() -> None:
                 assert 0 < state["sm_clock_min_mhz"] <= state["sm_clock_mhz"] <= 2100
                 assert state["power_limit_w"] == pytest.approx(700.0)
                 assert 0.0 <= state["at_power_limit"] <= 1.0
+
+
+@pytest.mark.gpu
+def test_the_sampler_reads_this_gpu() -> None:
+    """On a GPU with its driver and nvidia-ml-py (the gpu extra): a third of a second of
+    matmuls gives several samples of a plausible clock and the enforced power limit."""
+    import torch
+
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    with gs.GpuSampler(torch.cuda.current_device(), period_s=0.02) as s:
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize()
+    st_ = s.state()
+    assert st_ is not None, (
+        "no NVML: install the gpu extra (nvidia-ml-py) on a machine with a driver"
+    )
+    gpu_state(st_, "run")
+    assert st_["samples"] >= 3
+    assert 200 <= st_["sm_clock_min_mhz"] <= st_["sm_clock_mhz"] <= 3500
+    assert st_.get("power_limit_w", 0) > 0
