@@ -3,7 +3,7 @@
     python -m benchmarks.bench_refit                    # the folders below
     python -m benchmarks.bench_refit measurements/h100-newuser3 ...
     python -m benchmarks.bench_refit --tile-m 32 ...     # the fit with another gemm_tile_m
-    python -m benchmarks.bench_refit --hold-weight-bw ...  # weight bandwidth held at the GEMM sweep's
+    python -m benchmarks.bench_refit --hold-weight-bw ...  # weight bandwidth held at the GEMM line's rate
 
 A change to the cost model or to `spectune calibrate`'s fit (spectune.validate.fit) is judged
 here the way a new user meets it: each folder's `calibrate-run.json` (the device's raw
