@@ -89,6 +89,7 @@ def _micro(args: argparse.Namespace) -> int:
         batches=args.batch,
         tokens=args.tokens,
         contexts=args.context,
+        kernel_classes=args.kernel_classes,
     )
     write_json_atomic(args.out, raw)
     return 0
@@ -435,6 +436,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--batch", type=ints(1, 4096), default=[1, 8, 32, 64])
     s.add_argument("--tokens", type=ints(1, 1024), default=[1, 16, 64])
     s.add_argument("--context", type=ints(1, 1 << 20), default=[4096])
+    s.add_argument(
+        "--kernel-classes",
+        action="store_true",
+        help="also profile each verify-grid point's kernel time by class (spectune calibrate's)",
+    )
     s.set_defaults(func=_micro)
     s = sub.add_parser("merge")
     s.add_argument("run")

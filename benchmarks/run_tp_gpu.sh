@@ -44,7 +44,9 @@
 # host of fewer than 4 GPUs), TP_STEPS (15), TP_GRAPHS=0 (the TP runs without CUDA graphs,
 # should capturing NCCL collectives fail), TP2_GPUS (default 0,1), TP2_TARGET (8b, default; or
 # 70b: Llama-3.1-70B at tp 2 needs ~71 GB of weights + ~43 GB of KV at B 64 per GPU, so H200
-# only), TP_GPUS (GPUs of the host; default: nvidia-smi's count, 4 for --dry-run).
+# only), TP_GPUS (GPUs of the host; default: nvidia-smi's count, 4 for --dry-run),
+# TP_KERNEL_CLASSES=1 (the one-GPU verify grid also profiled by kernel class: calibrate-run.json's
+# verify rows then carry linear_s / attention_s, as `spectune calibrate --kernel-classes` writes).
 set -uo pipefail
 OUT=${OUT:-out}
 D="$OUT/tp"
@@ -135,8 +137,12 @@ if has one; then
             --also dynamic-topk:7,10,60 --also static:3,1,4 --also static:5,4,8 --batch "$BATCH" \
             --context "$CTX" --steps 20 --warmup 3 --out "$D/measurement-tp1.json" \
             >"$OUT/one-execute.log" 2>&1 &
-        CUDA_VISIBLE_DEVICES=0 timeout -k 10 170 "$PY" benchmarks/bench_tp.py micro \
-            --out "$D/calibrate-run.json" --hardware "$HW" 2>&1 | tee -a "$LOG"
+        # TP_KERNEL_CLASSES=1: the one-GPU verify grid also by kernel class (linear / attention /
+        # the rest; about +4 s a point), what a class-by-class fit of the cost model needs
+        MICRO_ARGS=() MICRO_LIMIT=170
+        if [ "${TP_KERNEL_CLASSES:-0}" = 1 ]; then MICRO_ARGS=(--kernel-classes) MICRO_LIMIT=230; fi
+        CUDA_VISIBLE_DEVICES=0 timeout -k 10 "$MICRO_LIMIT" "$PY" benchmarks/bench_tp.py micro \
+            --out "$D/calibrate-run.json" --hardware "$HW" "${MICRO_ARGS[@]}" 2>&1 | tee -a "$LOG"
         status "one-micro rc=${PIPESTATUS[0]}"
         wait $!
         status "one-execute rc=$?"
