@@ -38,7 +38,12 @@ from typing import Any
 
 import torch
 
-from spectune.executor.calibrate import copy_bandwidth, kernel_class, read_bandwidth
+from spectune.executor.calibrate import (
+    copy_bandwidth,
+    exclusive_durations,
+    kernel_class,
+    read_bandwidth,
+)
 from spectune.executor.graphs import PhaseGraphs
 from spectune.executor.session import Session, SessionConfig
 from spectune.kernels.timing import PhaseTimer
@@ -70,7 +75,8 @@ def _forward(s: Session, batch: int, tokens: int, context: int) -> Any:
 
 
 def _profile(fn: Any, reps: int) -> list[list[tuple[str, float, float]]]:
-    """Kernels (name, start us, duration us) of each of `reps` calls of fn, split by call."""
+    """Kernels (name, start us, exclusive duration us) of each of `reps` calls of fn, split by
+    call (executor.calibrate.exclusive_durations)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -78,12 +84,15 @@ def _profile(fn: Any, reps: int) -> list[list[tuple[str, float, float]]]:
         for _ in range(reps):
             fn()
             torch.cuda.synchronize()
-    ev = sorted(
-        (e.name, float(e.time_range.start), float(e.time_range.end - e.time_range.start))
-        for e in prof.events()
-        if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
+    # exclusive durations: a PDL kernel's wait for its predecessor is not counted twice
+    ev = exclusive_durations(
+        [
+            (e.name, float(e.time_range.start), float(e.time_range.end))
+            for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA
+            and e.time_range.end > e.time_range.start
+        ]
     )
-    ev.sort(key=lambda x: x[1])
     if not ev:
         return []
     # calls are separated by a host sync: split at the largest gaps

@@ -4,6 +4,8 @@ calibration's profiled verify rows and benchmarks/probe_forward_kernels.py use t
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
@@ -44,3 +46,41 @@ def test_classes_are_the_cost_models() -> None:
     parts = [c for kind in CLASS_PARTS.values() for c in kind]
     assert sorted(parts) == sorted(CLASSES)
     assert set(CLASS_PARTS) == {f"verify_{c}" for c in (*KERNEL_CLASS_NAMES, "other")}
+
+
+def test_exclusive_durations_charge_an_overlap_once() -> None:
+    """A PDL kernel (b) starts while its predecessor (a) runs and waits; a kernel wholly inside
+    another (c) adds nothing; a gap stays a gap."""
+    from spectune.executor.calibrate import exclusive_durations
+
+    spans = [("b", 5.0, 20.0), ("a", 0.0, 10.0), ("c", 12.0, 15.0), ("d", 30.0, 34.0)]
+    assert exclusive_durations(spans) == [
+        ("a", 0.0, 10.0),
+        ("b", 5.0, 10.0),
+        ("c", 12.0, 0.0),
+        ("d", 30.0, 4.0),
+    ]
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 1e4), st.floats(0, 1e3)).map(lambda t: ("k", t[0], t[0] + t[1])),
+        max_size=40,
+    )
+)
+def test_exclusive_durations_sum_to_the_union_of_the_spans(
+    spans: list[tuple[str, float, float]],
+) -> None:
+    from spectune.executor.calibrate import exclusive_durations
+
+    out = exclusive_durations(spans)
+    assert len(out) == len(spans) and all(d >= 0 for _, _, d in out)
+    merged: list[list[float]] = []  # the spans' union as disjoint intervals
+    for _, s, e in sorted(spans, key=lambda k: k[1]):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    union = sum(e - s for s, e in merged)
+    assert sum(d for _, _, d in out) == pytest.approx(union, rel=1e-9, abs=1e-9)
+    assert sum(d for _, _, d in out) <= sum(e - s for _, s, e in spans) + 1e-9

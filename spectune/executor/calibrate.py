@@ -245,10 +245,28 @@ def kernel_class(name: str) -> str:
     return "other"
 
 
+def exclusive_durations(
+    kernels: Sequence[tuple[str, float, float]],
+) -> list[tuple[str, float, float]]:
+    """(name, start, exclusive duration) of kernels given as (name, start, end), in start order:
+    each kernel is charged only the time after every earlier-started kernel has ended. A kernel
+    launched with programmatic dependent launch starts while its predecessor runs and waits
+    inside; its own start-to-end span would count that wait twice (a profiled forward's class
+    sums then exceed its wall time: 6.3 ms of kernels in a 5.6 ms tp 1 forward on an H200). The
+    exclusive durations sum to the union of the spans, never more than the wall time."""
+    out = []
+    frontier = -math.inf
+    for name, start, end in sorted(kernels, key=lambda k: (k[1], k[2])):
+        out.append((name, start, max(0.0, end - max(start, frontier))))
+        frontier = max(frontier, end)
+    return out
+
+
 def kernel_classes(fn: Callable[[], None], reps: int = 3) -> dict[str, float]:
     """Seconds per call of fn's CUDA kernels by class ({'linear_s', 'attention_s'}: the kernels'
-    own durations, mean over `reps` calls under torch.profiler; 'kernels': kernels per call),
-    or {} where the profiler sees no kernels (e.g. a tracer that cannot see inside graphs)."""
+    exclusive durations (exclusive_durations), mean over `reps` calls under torch.profiler;
+    'kernels': kernels per call), or {} where the profiler sees no kernels (e.g. a tracer that
+    cannot see inside graphs)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -257,15 +275,14 @@ def kernel_classes(fn: Callable[[], None], reps: int = 3) -> dict[str, float]:
             fn()
         torch.cuda.synchronize()
     sums = {"linear": 0.0, "attention": 0.0, "other": 0.0}
-    count = 0
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        dur_us = float(e.time_range.end - e.time_range.start)
-        if dur_us <= 0:
-            continue
-        sums[kernel_class(e.name)] += dur_us * 1e-6
-        count += 1
+    spans = [
+        (e.name, float(e.time_range.start), float(e.time_range.end))
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
+    ]
+    count = len(spans)
+    for name, _, dur_us in exclusive_durations(spans):
+        sums[kernel_class(name)] += dur_us * 1e-6
     if count == 0:
         return {}
     return {
