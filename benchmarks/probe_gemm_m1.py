@@ -22,19 +22,16 @@ from pathlib import Path
 import torch
 
 from spectune.cli.common import ints
-from spectune.kernels.gemm import autotune, run_variant
+from spectune.kernels.gemm import autotune, rotating_weights, run_variant
 from spectune.kernels.timing import graph_time
 
 HIDDEN, FFN, QKV = 4096, 14336, 6144  # Llama-3.1-8B (config.json)
 SHAPES = [(QKV, HIDDEN), (HIDDEN, HIDDEN), (2 * FFN, HIDDEN), (HIDDEN, FFN)]
-COPIES_BYTES = 256 << 20
 
 
 def _time(variant: str, m: int, n: int, k: int, gated: bool, dev: torch.device) -> float:
     """Seconds per call of `variant` at x [m, k] (gated: [m, 2k]) over rotated weights."""
-    copies = max(1, -(-COPIES_BYTES // (n * k * 2)))
-    ws = [torch.empty((n, k), device=dev, dtype=torch.bfloat16).uniform_(-0.02, 0.02)
-          for _ in range(copies)]  # fmt: skip
+    ws = rotating_weights(n, k, dev)
     x = torch.empty((m, 2 * k if gated else k), device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
 
     def call() -> None:

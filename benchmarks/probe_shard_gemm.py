@@ -26,13 +26,19 @@ One GPU; writes the JSON and prints a table last.
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
 import torch
 
 from spectune.executor.tp import shard_spec, tp_weight_shapes
-from spectune.kernels.gemm import GemmPlan, autotune, linear, linear_gated, set_plan
+from spectune.kernels.gemm import (
+    GemmPlan,
+    autotune,
+    linear,
+    linear_gated,
+    rotating_weights,
+    set_plan,
+)
 from spectune.kernels.timing import graph_time
 from spectune.planner.operators import Rates, gemm_time
 from spectune.specs import load_model
@@ -40,14 +46,9 @@ from spectune.specs.calibration import load_calibration
 from spectune.specs.hardware import load_hardware
 from spectune.specs.io import write_json_atomic
 
-L2_SAFE_BYTES = 256 << 20
-
-
-def _copies(n: int, k: int) -> int:
-    return max(1, math.ceil(L2_SAFE_BYTES / (n * k * 2)))
-
 
 def _weights(n: int, k: int, count: int, dev: torch.device) -> list[torch.Tensor]:
+    """`count` distinct [N, K] weights (a forward's layers)."""
     return [
         torch.empty((n, k), device=dev, dtype=torch.bfloat16).uniform_(-0.02, 0.02)
         for _ in range(count)
@@ -73,7 +74,7 @@ def probe(tp: int, rows_m: list[int], rates: Rates, dev: torch.device) -> dict[s
         sweep: dict[str, float] = {}
         model: dict[str, float] = {}
         for name, (n, k) in {**layer, "lm_head": head}.items():
-            ws = _weights(n, k, _copies(n, k), dev)
+            ws = rotating_weights(n, k, dev)
             gated = name == "down"
             x = torch.empty((m, 2 * k if gated else k), device=dev, dtype=torch.bfloat16)
             x.uniform_(-1, 1)

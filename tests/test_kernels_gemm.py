@@ -99,3 +99,15 @@ def test_gpu_bf16_variants_match_reference(gated: bool) -> None:
     for v in ("splitk1", "splitk4/128x128/8w3s", "splitk8/64x256/4w3s"):
         out = splitk_linear(x, w, gated=gated, **parse_variant(v)).float()
         assert float((out - ref).norm() / ref.norm()) < 1e-2, v
+
+
+def test_rotating_weights_cycle_the_bytes_asked_for() -> None:
+    """Copies enough to cover total_bytes (at least one), distinct, at the executor's scale."""
+    from spectune.kernels.gemm import rotating_weights
+
+    ws = rotating_weights(4, 8, "cpu", total_bytes=200)  # 64 bytes a copy -> 4 copies
+    assert len(ws) == 4
+    assert all(w.shape == (4, 8) and w.dtype == torch.bfloat16 for w in ws)
+    assert all(float(w.abs().max()) <= 0.02 for w in ws)
+    assert len({w.data_ptr() for w in ws}) == 4
+    assert len(rotating_weights(4, 8, "cpu", total_bytes=1)) == 1

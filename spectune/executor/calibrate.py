@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from spectune.executor.session import Session, measure_runs
-from spectune.kernels.gemm import linear
+from spectune.kernels.gemm import linear, rotating_weights
 from spectune.kernels.span_attention import span_attention
 from spectune.kernels.stream import stream_read
 from spectune.kernels.timing import PhaseTimer, graph_time
@@ -37,7 +37,6 @@ from spectune.specs import TreePolicy
 
 RUN_SCHEMA = "spectune.calibration-run/v1"
 GEMM_TOKENS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-L2_SAFE_BYTES = 256 * 1024 * 1024  # rotate weight copies until this many bytes are cycled
 # one short run per tree builder: what the fit needs to separate the builders' fixed costs
 # (SGLang's default 5/4/8 and a 6/8/32 tree give the per-node tree cost; the pruned, grafted
 # and shared-budget variants of 6/8/32 their own fixed costs). The shared budget's trees
@@ -119,11 +118,7 @@ def gemm_sweep(session: Session, tokens: Sequence[int] = GEMM_TOKENS) -> list[di
     }
     rows = []
     for name, (n, k) in shapes.items():
-        copies = max(1, math.ceil(L2_SAFE_BYTES / (n * k * 2)))
-        ws = [
-            torch.empty((n, k), device=dev, dtype=torch.bfloat16).uniform_(-0.02, 0.02)
-            for _ in range(copies)
-        ]
+        ws = rotating_weights(n, k, dev)
         for m in tokens:
             x = torch.empty((m, k), device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
 

@@ -190,6 +190,22 @@ def make_gemm_inputs(
     return x, w
 
 
+#: bytes of weight copies a timing loop cycles through, so that L2 (50-60 MB) never holds them
+ROTATE_BYTES = 256 << 20
+
+
+def rotating_weights(
+    n: int, k: int, device: torch.device | str, total_bytes: int = ROTATE_BYTES
+) -> list[torch.Tensor]:
+    """Enough bf16 copies of a [N, K] weight (the executor's scale) to cycle `total_bytes`: a
+    timing loop over them reads every weight from HBM, as a forward does."""
+    copies = max(1, -(-total_bytes // (n * k * 2)))
+    return [
+        torch.empty((n, k), device=device, dtype=torch.bfloat16).uniform_(-0.02, 0.02)
+        for _ in range(copies)
+    ]
+
+
 # split-K variants "splitk{S}" or "splitk{S}/{BLOCK_N}x{BLOCK_K}/{warps}w{stages}s"
 _TILES = ("", "/128x128/8w3s", "/64x256/4w3s", "/32x128/4w5s")
 VARIANTS = ("cublas", *(f"splitk{s}{t}" for s in (1, 2, 4, 8) for t in _TILES))
@@ -292,7 +308,7 @@ def autotune(
     shapes: Iterable[tuple[int, int]],
     device: torch.device,
     buckets: Sequence[int] = M_BUCKETS,
-    copies_bytes: int = 256 << 20,
+    copies_bytes: int = ROTATE_BYTES,
     gated: Iterable[tuple[int, int]] = (),
     fixed: GemmPlan | None = None,
 ) -> tuple[GemmPlan, list[dict[str, object]]]:
@@ -311,11 +327,7 @@ def autotune(
         )
         jobs = [j for j in jobs if j not in kept]
     for n, k, fused in jobs:
-        copies = max(1, -(-copies_bytes // (n * k * 2)))
-        ws = [
-            torch.empty((n, k), device=device, dtype=torch.bfloat16).uniform_(-0.02, 0.02)
-            for _ in range(copies)
-        ]
+        ws = rotating_weights(n, k, device, copies_bytes)
         prev_m = 0
         for m in buckets:
             x = torch.empty(
