@@ -14,7 +14,7 @@ writes them), no timing value. The summary re-predicts every document of DIR wit
 `spectune check`'s code (spectune.validate.check.check_folder) and reports, for the documents
 with tp > 1: verify-latency MAPE, the speedup errors, and the all-reduce cost per layer
 measured in place (verify with its collectives minus the same shard compute without them) next
-to the cost model's (its comm class plus one launch per collective).
+to the cost model's (its comm class: the collectives with their launches and the gather's copy).
 """
 
 from __future__ import annotations
@@ -230,8 +230,7 @@ def _summary(args: argparse.Namespace) -> int:
                 continue
             meas = (r["seconds"] - r["seconds_nocomm"]) / target.layers
             parts = cm.verify_breakdown(r["batch"], r["tokens"], r["context"])
-            n_coll = 2 * target.layers + 1  # two all-reduces per layer + the logits all-gather
-            model = (float(parts["comm"]) + n_coll * cm.rates.launch_s) / target.layers
+            model = float(parts["comm"]) / target.layers  # launches and gather copy included
             per_layer.append(
                 {"file": name, "batch": r["batch"], "tokens": r["tokens"],
                  "measured_us": meas * 1e6, "model_us": model * 1e6}
@@ -300,7 +299,7 @@ def _draft_steps(
     """The drafter steps the TP grid timed (forward + logits + top-k over B x W tokens, with
     and without collectives) beside the cost model's drafter forward with the top-k over its
     B x W rows (CostModel.draft_select_time) and its collectives (two all-reduces per layer and
-    the logits all-gather, plus their launches)."""
+    the logits all-gather with their launches: the forward's comm class)."""
     from spectune.planner.costmodel import CostModel
     from spectune.specs import load_hardware, load_model
 
@@ -321,12 +320,11 @@ def _draft_steps(
         drafter = load_model(doc["drafter"])
         cm = CostModel(hw, load_model(doc["target"]), drafter, tp=doc["tp"],
                        calibration=cals.get(hw.name))  # fmt: skip
-        n_coll = 2 * drafter.layers + 1
         for r in doc["draft"]:
             parts = cm.draft_step_breakdown(r["batch"], r["tokens"], r["context"])
             rows_ = r["batch"] * r["tokens"]
             model = sum(float(v) for v in parts.values()) + float(cm.draft_select_time(rows_))
-            m_coll = float(parts["comm"]) + n_coll * cm.rates.launch_s
+            m_coll = float(parts["comm"])  # launches included
             coll = r["seconds"] - r["seconds_nocomm"]
             rows.append({"file": name, "batch": r["batch"], "width": r["tokens"],
                          "measured_us": r["seconds"] * 1e6, "model_us": model * 1e6,

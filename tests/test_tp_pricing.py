@@ -16,6 +16,8 @@ from spectune.planner.operators import (
     ACT_BYTES,
     LOGIT_BYTES,
     Rates,
+    allgather_time,
+    allreduce_time,
     elementwise_time,
     gemm_time,
 )
@@ -78,18 +80,38 @@ def test_one_gpu_pays_no_collectives() -> None:
 
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_logits_path_by_hand(tp: int) -> None:
-    # verify over L = 8 x 16 tokens: the vocab-parallel LM head GEMM over V/tp rows, then (tp > 1)
-    # the copy that lays the rank-major gather out as [L, V] (read + write L*V bf16), then the
-    # logits pass over all V on every rank (write + read L*V fp32), one launch each
+    # verify over L = 8 x 16 tokens: the vocab-parallel LM head GEMM over V/tp rows, then the
+    # logits pass over all V on every rank (write + read L*V fp32); under tp > 1 the copy that
+    # lays the rank-major gather out as [L, V] (read + write L*V bf16) is the gather's, in comm
     cm = CostModel(H100, TARGET, HEAD, tp=tp, calibration=_law(0.0))
     r = cm.rates
     lines = 8 * 16
     v, h = TARGET.lm_vocab, TARGET.hidden
     want = float(gemm_time(r, lines, v / tp, h, r.dense_format(TARGET.dtype_bytes)))
-    if tp > 1:
-        want += float(elementwise_time(r, 2 * lines * v * ACT_BYTES))
     want += float(elementwise_time(r, 2 * lines * v * LOGIT_BYTES))
     assert float(cm.verify_breakdown(8, 16, 4096)["lm_head"]) == pytest.approx(want, rel=1e-12)
+    if tp > 1:
+        gather = float(allgather_time(r, lines * v * ACT_BYTES, tp))
+        copy = float(elementwise_time(r, 2 * lines * v * ACT_BYTES))
+        layers = float(allreduce_time(r, lines * h * ACT_BYTES, tp)) * 2 * TARGET.layers
+        launches = (2 * TARGET.layers + 2) * r.launch_s  # all-reduces, gather, copy
+        got = float(cm.verify_breakdown(8, 16, 4096)["comm"])
+        assert got == pytest.approx(layers + gather + copy + launches, rel=1e-12)
+
+
+@pytest.mark.parametrize("target", ["llama-3.1-8b", "llama-3.1-70b", "deepseek-v3"])
+def test_collectives_launch_in_comm(target: str) -> None:
+    # a split forward runs the same kernels as one GPU's plus its collectives: the launch class
+    # stays tp 1's and every collective's launch is in comm, which is what a split grid's
+    # seconds - seconds_nocomm measures (validate.fit.fit_inforward_offset reads it so)
+    cal = dataclasses.replace(_law(0.0), launch_s=3e-6)
+    one = CostModel(H100, model_preset(target), None, tp=1, calibration=cal)
+    for tp in (2, 4, 8):
+        split = CostModel(H100, model_preset(target), None, tp=tp, calibration=cal)
+        for b, n in ((1, 1), (8, 16), (64, 4)):
+            assert float(split.verify_breakdown(b, n, 4096)["launch"]) == pytest.approx(
+                float(one.verify_breakdown(b, n, 4096)["launch"]), rel=1e-12
+            )
 
 
 def test_ring_law_where_no_regime_was_fitted() -> None:
@@ -100,4 +122,7 @@ def test_ring_law_where_no_regime_was_fitted() -> None:
     per_layer = 2 * (14 / 8 * 8192 * 2 / (450e9 * 0.6) + 1e-5)
     gather = 7 / 8 * 128256 * 2 / (450e9 * 0.6) + 1e-5
     assert r.link_latency_s == 1e-5
-    assert float(cm.verify_breakdown(1, 1, 0)["comm"]) == pytest.approx(80 * per_layer + gather)
+    copy = float(elementwise_time(r, 2 * 128256 * ACT_BYTES))  # the gather's layout copy
+    launches = (2 * 80 + 2) * r.launch_s
+    got = float(cm.verify_breakdown(1, 1, 0)["comm"])
+    assert got == pytest.approx(80 * per_layer + gather + copy + launches)

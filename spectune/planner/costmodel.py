@@ -294,7 +294,7 @@ class CostModel:
     ) -> dict[str, F64]:
         """Seconds per operator class (BREAKDOWN_KEYS) of one drafter forward (draft_step_time's
         terms: under tp > 1 'comm' holds its two all-reduces per layer and its logits
-        all-gather). SpecError without a model drafter."""
+        all-gather, with their launches). SpecError without a model drafter."""
         if self._drafter is None:
             raise SpecError("a drafter breakdown needs a model drafter (this CostModel has none)")
         shape = self._uniform(batch, tokens, context)

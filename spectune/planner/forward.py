@@ -41,8 +41,11 @@ ATTENTION = "attention"  # score + softmax + value over cached and new keys
 MLP = "mlp"  # dense SwiGLU MLP, or router + routed and shared experts; EAGLE-3's fc
 LM_HEAD = "lm_head"  # LM head GEMM over every token that needs logits
 ELEMENTWISE = "elementwise"  # embedding, norms, RoPE + KV write, activation, logits pass
-COMM = "comm"  # tensor-parallel all-reduces (2 per layer) and the logits all-gather
-LAUNCH = "launch"  # one kernel launch per kernel (graph replay or eager)
+# tensor-parallel all-reduces (2 per layer), the logits all-gather and its layout copy, each
+# with its kernel's launch: all a split forward spends on its collectives, what a split verify
+# grid measures as seconds - seconds_nocomm (validate.fit.fit_inforward_offset)
+COMM = "comm"
+LAUNCH = "launch"  # one launch per kernel outside the collectives (graph replay or eager)
 CLASSES = (QKV_O, ATTENTION, MLP, LM_HEAD, ELEMENTWISE, COMM, LAUNCH)
 
 
@@ -144,12 +147,16 @@ class ForwardPricer:
         m = self.model
         out = {k: np.zeros(()) for k in CLASSES}
         launches = 0.0
+        comm_launches = 0.0  # kernels of the collectives: COMM carries their launches
         tg = b.gemm_tokens
 
         def add(cls: str, time: F64, kernels: int = 1) -> None:
-            nonlocal launches
+            nonlocal launches, comm_launches
             out[cls] = out[cls] + time
-            launches += kernels
+            if cls == COMM:
+                comm_launches += kernels
+            else:
+                launches += kernels
 
         # embedding lookup: read T rows of [vocab, hidden], write [T, hidden]
         add(ELEMENTWISE, elementwise_time(self.r, 2 * tg * m.hidden * ACT_BYTES))
@@ -184,7 +191,7 @@ class ForwardPricer:
             # the gathered [tp, L, V/tp] is rank-major; one copy lays it out as [L, V]: read +
             # write L*V*2 bytes (executor.collectives.all_gather_last; vLLM's
             # GroupCoordinator.all_gather, vllm/distributed/parallel_state.py, movedim + reshape)
-            add(LM_HEAD, elementwise_time(self.r, 2 * lm * m.lm_vocab * ACT_BYTES))
+            add(COMM, elementwise_time(self.r, 2 * lm * m.lm_vocab * ACT_BYTES))
         # logits pass (fp32 upcast + softmax/argmax/top-k) over the whole vocabulary, on every
         # rank after the gather (SGLang's and vLLM's LogitsProcessor gather, then sample): write
         # and read L*V fp32 values
@@ -192,6 +199,7 @@ class ForwardPricer:
 
         launch_s = np.where(b.graph, self.r.launch_s, self.r.eager_launch_s)
         out[LAUNCH] = out[LAUNCH] + launches * launch_s
+        out[COMM] = out[COMM] + comm_launches * launch_s
         shape = np.broadcast_shapes(*(np.shape(v) for v in out.values()))
         return {
             k: np.asarray(v, dtype=np.float64)

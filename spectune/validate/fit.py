@@ -810,8 +810,10 @@ def fit_inforward_offset(
     GEMM; inside a forward they cost 2-6 us more (2x H100 and 4x H200 hosts:
     benchmarks/results/allreduce_offset_cpu.txt). A TP calibration run times each verify-grid
     point with and without its collectives ("seconds_nocomm"), so per point
-    (seconds - seconds_nocomm - the model's collectives) / (2 x layers) is that cost (two
-    all-reduces a layer carry it; the logits' all-gather keeps its law), and the median,
+    (seconds - seconds_nocomm - the model's collectives) / (2 x layers) is that cost (the
+    model's collectives: the forward's "comm" class, launches and the gather's layout copy
+    included, as seconds_nocomm leaves them all out; two all-reduces a layer carry the cost;
+    the logits' all-gather keeps its law), and the median,
     clipped to [0, INFORWARD_OFFSET_MAX_S], is added to the latency of every all-reduce regime
     of that tp. Returns `cal` unchanged and None where the run has no such points or `cal` no
     law rows at its tp; else the report {tp, offset_us, points, spread_us: the points'
