@@ -5,8 +5,8 @@
 
 The interconnect terms of a calibration come from the collectives sweep, which times each
 all-reduce in place after a GEMM (executor.collectives.in_place_all_reduce). Inside a split
-forward every all-reduce costs more: a TP verify grid (verify-tpN.json, each point timed with
-and without its collectives) puts 2-6 us on each, on 2x H100 and 4x H200 hosts alike.
+forward an all-reduce costs more or less than that: a TP verify grid (verify-tpN.json, each
+point timed with and without its collectives) reads the difference off directly.
 
 For each verify-tpN.json of a folder this probe takes the offset `spectune calibrate --tp N`
 adds to the all-reduce law at N (validate.fit.fit_inforward_offset: per grid point,
@@ -27,17 +27,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_refit import _cell, _load, _per_file, check_with
+from benchmarks.bench_refit import FOLDERS, _cell, _load, _per_file, check_with
 from spectune.specs.calibration import Calibration
 from spectune.validate.check import calibrations_in
 from spectune.validate.fit import fit_inforward_offset
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT = (
-    "benchmarks/results/tp_h100x2_c",
-    "benchmarks/results/tp_h200x4_b",
-    "measurements/h200x4-tp",
-)
+DEFAULT = tuple(f for f, extra in FOLDERS.items() if extra)  # bench_refit's TP folders
 
 
 def offsets(folder: Path, cal: Calibration) -> tuple[Calibration, dict[int, float]]:

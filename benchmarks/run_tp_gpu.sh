@@ -35,7 +35,7 @@
 #                                                    -> tp/verify-tp4.json, tp/execute-tp4.json
 #   tp2     the same for Llama-3.1-8B on 2 GPUs      -> tp/verify-tp2.json, tp/execute-tp2.json
 #   offset  `spectune calibrate --from-run verify-tpN.json --base` per split grid: the law at N
-#           raised by what an all-reduce costs inside the split forward, as `calibrate --tp N`
+#           moved by what an all-reduce costs inside the split forward, as `calibrate --tp N`
 #           does (the one-GPU fit is kept as calibration-1gpu-<gpu>.json beside tp/)
 #                                                                  -> tp/calibration-<gpu>.json
 #   check   `spectune check $OUT/tp`, then the summary table (printed last, also summary.txt):

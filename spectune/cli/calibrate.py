@@ -15,7 +15,7 @@ With --tp N the verify grid runs with the target split over N GPUs (spectune.exe
 point also without its collectives; that run is for `spectune check` (it records "tp"), and
 its calibration is --base with the interconnect terms refitted to its all-reduces (--base's
 kept where the run has none, as in benchmarks/bench_tp.py's verify-tpN.json), and the
-all-reduce law at N raised by what each costs inside the split forward beyond it
+all-reduce law at N moved by what each costs inside the split forward beyond (or short of) it
 (spectune.validate.fit.fit_inforward_offset).
 """
 
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         report: dict[str, Any] = {"interconnect": "--base's (the run has no all-reduce rows)"}
         if swept:
             cal, report = fit_interconnect(raw["collectives"], raw["hardware"], cal)
-        # and what an all-reduce costs inside the split forward beyond the sweep's law
+        # and what an all-reduce costs inside the split forward against the sweep's law (either sign)
         target, drafter = load_model(args.target), load_model(args.drafter)
         if (target.name, drafter.name) != (raw["target"], raw["drafter"]):  # --from-run
             target, drafter = load_model(raw["target"]), load_model(raw["drafter"])
@@ -262,7 +262,7 @@ def format_report(report: dict[str, Any]) -> str:
     off = report.get("inforward_allreduce")
     if isinstance(off, dict):
         lines.append(
-            f"all-reduce inside the split forward: +{off['offset_us']:.2f} us beyond the sweep's "
+            f"all-reduce inside the split forward: {off['offset_us']:+.2f} us against the sweep's "
             f"law at tp {off['tp']} (median of {off['points']} grid points, interquartile range "
             f"{off['spread_us']:.2f} us), added to that law's latency"
         )

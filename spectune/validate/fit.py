@@ -795,6 +795,7 @@ def fit_interconnect(
 
 
 #: an in-forward all-reduce offset above this is not a collective's cost: the offset is clipped
+#: there (below, at the law's least latency)
 INFORWARD_OFFSET_MAX_S = 50e-6
 
 
@@ -805,20 +806,21 @@ def fit_inforward_offset(
     target: ModelSpec | None = None,
     drafter: ModelSpec | None = None,
 ) -> tuple[Calibration, dict[str, Any] | None]:
-    """`cal` with the all-reduce law at the run's tp raised by what each all-reduce of a split
-    forward costs beyond the law. The collectives sweep times every all-reduce in place after a
-    GEMM; inside a forward they cost 2-6 us more (2x H100 and 4x H200 hosts:
-    benchmarks/results/allreduce_offset_cpu.txt). A TP calibration run times each verify-grid
-    point with and without its collectives ("seconds_nocomm"), so per point
-    (seconds - seconds_nocomm - the model's collectives) / (2 x layers) is that cost (the
+    """`cal` with the all-reduce law at the run's tp moved by what each all-reduce of a split
+    forward costs beyond (or short of) the law. The collectives sweep times every all-reduce in
+    place after a GEMM; inside a forward they cost more or less than that, by the host and the
+    sweep (+1.4..+2.2 us on the 2x H200 and 4x H200 hosts, -1.9..-2.4 us where an older sweep
+    timed them slower: benchmarks/results/allreduce_offset_cpu.txt). A TP calibration run
+    times each verify-grid point with and without its collectives ("seconds_nocomm"), so per
+    point (seconds - seconds_nocomm - the model's collectives) / (2 x layers) is that cost (the
     model's collectives: the forward's "comm" class, launches and the gather's layout copy
     included, as seconds_nocomm leaves them all out; two all-reduces a layer carry the cost;
-    the logits' all-gather keeps its law), and the median,
-    clipped to [0, INFORWARD_OFFSET_MAX_S], is added to the latency of every all-reduce regime
-    of that tp. Returns `cal` unchanged and None where the run has no such points or `cal` no
-    law rows at its tp; else the report {tp, offset_us, points, spread_us: the points'
-    interquartile range}. `target`, `drafter`: the run's models where they are not presets
-    (default: the presets the run names)."""
+    the logits' all-gather keeps its law), and the median, clipped to [-(the law's least
+    latency at that tp), INFORWARD_OFFSET_MAX_S] so that no regime's latency goes negative, is
+    added to the latency of every all-reduce regime of that tp. Returns `cal` unchanged and
+    None where the run has no such points or `cal` no law rows at its tp; else the report {tp,
+    offset_us, points, spread_us: the points' interquartile range}. `target`, `drafter`: the
+    run's models where they are not presets (default: the presets the run names)."""
     from spectune.planner.costmodel import CostModel
 
     tp = int(run.get("tp", 1))
@@ -836,7 +838,8 @@ def fit_inforward_offset(
         / (2 * target.layers)
         for r in pts
     ])  # fmt: skip
-    offset = float(np.clip(np.median(per), 0.0, INFORWARD_OFFSET_MAX_S))
+    floor = -min(row[2] for row in cal.allreduce_law if int(row[0]) == tp)
+    offset = float(np.clip(np.median(per), floor, INFORWARD_OFFSET_MAX_S))
     law = tuple(
         (row[0], row[1], row[2] + offset, row[3]) if int(row[0]) == tp else row
         for row in cal.allreduce_law
