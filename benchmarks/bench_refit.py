@@ -80,11 +80,13 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h100_rerun": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x4": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x4_b": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x4_c": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_b": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_c": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_d": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_e": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x2_f": ("measurement-tp1.json",),
     "measurements/h200x4-tp": ("measurement-tp1.json",),
 }
 

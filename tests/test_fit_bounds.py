@@ -185,7 +185,9 @@ def test_the_gemm_stream_sets_the_read_ceiling_and_the_fixed_part() -> None:
     """GEMM rows that stream at 0.93 of the HBM peak with a 6 us fixed part and 0.2 of their math
     exposed, on a GPU whose copy runs at 0.85 and whose forwards stream at 0.95: the stream is a
     measured read, so the weight bandwidth may reach 0.93 (not the copy's 0.85, not the
-    forwards' 0.95), and gemm_fixed_s and gemm_exposed_compute are held at the line's."""
+    forwards' 0.95), and a GEMM's fixed time with its launch (gemm_fixed_s + launch_s: each
+    benchmark call is timed with its launch in the graph) and gemm_exposed_compute are held at
+    the line's."""
     from spectune.specs import load_model
 
     m = load_model(TARGET)
@@ -199,7 +201,8 @@ def test_the_gemm_stream_sets_the_read_ceiling_and_the_fixed_part() -> None:
     cm = _cm(_truth({"weight_bw_efficiency": 0.95}))
     run = _calrun(_doc(cm), copy_bytes_per_s=0.85 * H100.hbm_bytes_per_s, gemm=gemm)
     cal, report = fit_calibration(run, max_nfev=30)
-    assert cal.gemm_fixed_s == pytest.approx(fixed, rel=1e-6)
+    assert cal.launch_s is not None and 0.0 <= cal.launch_s < fixed
+    assert cal.gemm_fixed_s + cal.launch_s == pytest.approx(fixed, rel=1e-6)
     assert cal.gemm_exposed_compute == pytest.approx(exposed, rel=1e-6)
     assert report["weight_stream"]["exposed"] == pytest.approx(exposed, rel=1e-6)
     assert report["bounds"]["read_fraction_of_peak"] == pytest.approx(0.93, rel=1e-6)
@@ -213,4 +216,22 @@ def test_the_gemm_stream_sets_the_read_ceiling_and_the_fixed_part() -> None:
     held, rep = fit_calibration(run, max_nfev=30, hold_weight_bw=True)
     assert held.weight_bw_efficiency == pytest.approx(0.93, rel=1e-6)
     assert "weight_bw_efficiency" not in rep["params"]
-    assert held.gemm_fixed_s == pytest.approx(fixed, rel=1e-6)
+    assert held.launch_s is not None
+    assert held.gemm_fixed_s + held.launch_s == pytest.approx(fixed, rel=1e-6)
+
+
+def test_a_gemms_fixed_time_pays_its_launch_once() -> None:
+    """The GEMM micro-benchmarks time each call with its launch in the graph, and the cost
+    model charges launch_s per kernel apart: held at a wall intercept, gemm_fixed_s is that less
+    the launch (never below 0); without one, base's stands."""
+    from spectune.validate.fit import PARAMS, _calibration
+
+    x = [p[3] for p in PARAMS]
+    at = {name: i for i, (name, *_) in enumerate(PARAMS)}
+    base = Calibration(gemm_fixed_s=1e-6)
+    for launch_us, want in ((0.0, 6e-6), (2.0, 4e-6), (9.0, 0.0)):
+        x[at["launch_us"]] = launch_us
+        cal = _calibration(x, "h100-sxm", base, PARAMS, gemm_wall_s=6e-6)
+        assert cal.launch_s == pytest.approx(launch_us * 1e-6)
+        assert cal.gemm_fixed_s == pytest.approx(want, abs=1e-15)
+        assert _calibration(x, "h100-sxm", base, PARAMS).gemm_fixed_s == 1e-6

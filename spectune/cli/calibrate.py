@@ -243,9 +243,9 @@ def format_report(report: dict[str, Any]) -> str:
         held = "held there" if stream.get("held") else "not held"
         lines.append(
             f"GEMM micro-benchmarks: weights stream at {stream['bytes_per_s'] / 1e12:.2f} TB/s "
-            f"(a read: the read ceiling takes it), fixed part {stream['fixed_us']:.2f} us per GEMM, "
-            f"{stream.get('exposed', 0.0):.3f} of the math at peak exposed "
-            f"(gemm_fixed_s and gemm_exposed_compute {held})"
+            f"(a read: the read ceiling takes it), fixed part {stream['fixed_us']:.2f} us per GEMM "
+            f"with its launch, {stream.get('exposed', 0.0):.3f} of the math at peak exposed "
+            f"(gemm_fixed_s + launch_s and gemm_exposed_compute {held})"
         )
     tile = report.get("ragged_tile_m")
     if isinstance(tile, dict):

@@ -130,8 +130,8 @@ class Calibration:
     gemm_fixed_s: float = help_field(
         0.0,
         help="fixed time of one weight GEMM beyond its launch (pipeline fill, tail), s: the "
-        "intercept of time vs weight bytes of weight-streaming GEMMs; default 0, as the "
-        "HardwareSpec launch_s already stands for launch + ramp",
+        "intercept of time vs weight bytes of weight-streaming GEMMs timed in a graph, less "
+        "launch_s; default 0, as the HardwareSpec launch_s already stands for launch + ramp",
     )
     gemm_exposed_compute: float = help_field(
         0.0,

@@ -93,7 +93,12 @@ def _calibration(
     hardware: str,
     base: Calibration,
     params: Sequence[tuple[str, float, float, float]] = PARAMS,
+    gemm_wall_s: float | None = None,
 ) -> Calibration:
+    """The Calibration of parameter vector `x` (`params`' order) over `base`. `gemm_wall_s`:
+    a weight GEMM's fixed time with its launch (the GEMM micro-benchmarks' intercept, each
+    call timed with its launch in the graph), so gemm_fixed_s is that less x's launch_s (the
+    cost model counts the launch apart); None keeps base's gemm_fixed_s."""
     p = dict(zip((n for n, *_ in params), x, strict=True))
     grid = np.asarray(GEMM_GRID)
     eff = p["gemm_emax"] * -np.expm1(-grid / p["gemm_m0"])
@@ -103,15 +108,18 @@ def _calibration(
     static = p.get("static_draft_step_us")
     slot = p.get("draft_slot_us")
     bw = p.get("weight_bw_efficiency", base.weight_bw_efficiency)  # held: absent from params
+    launch_s = float(p["launch_us"]) * 1e-6
+    fixed = base.gemm_fixed_s if gemm_wall_s is None else max(0.0, gemm_wall_s - launch_s)
     return dataclasses.replace(
         base,
         hardware=hardware,
+        gemm_fixed_s=fixed,
         static_draft_step_s=base.static_draft_step_s if static is None else float(static) * 1e-6,
         weight_bw_efficiency=None if bw is None else float(bw),
         attention_bw_efficiency=float(p["attention_bw_efficiency"]),
         attention_flops_efficiency=float(p["attention_flops_efficiency"]),
         elementwise_bw_efficiency=float(p["elementwise_bw_efficiency"]),
-        launch_s=float(p["launch_us"]) * 1e-6,
+        launch_s=launch_s,
         attention_split_s=float(p["attention_split_us"]) * 1e-6,
         draft_step_s=float(p["draft_step_us"]) * 1e-6,
         draft_select_bytes_per_s=float(p["draft_select_gb_s"]) * 1e9,
@@ -240,9 +248,17 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 # line through time vs bytes over the target's weight shapes at M <= 64):
 # - the fixed part of a weight-streaming GEMM (the intercept, 5-7 us on H100 and H200). Whole
 #   forwards confound it with the weight bandwidth (every one-GPU forward runs the same GEMMs),
-#   so the fit holds gemm_fixed_s there and fits the bandwidth around it; a tensor-parallel
-#   shard, which halves the bytes and keeps the GEMMs, is then priced right
-#   (benchmarks/probe_gemm_fixed.py: shard compute MAPE 4.9-5.8% -> 1.4-1.6% at tp 2);
+#   so the fit holds a GEMM's fixed time there and fits the bandwidth around it; a
+#   tensor-parallel shard, which halves the bytes and keeps the GEMMs, is then priced right
+#   (benchmarks/probe_gemm_fixed.py: shard compute MAPE 4.9-5.8% -> 1.4-1.6% at tp 2). The
+#   intercept holds each call's launch (the benchmark times calls in a graph), so gemm_fixed_s
+#   is it less the fitted launch_s: held at the intercept itself, every GEMM paid its launch
+#   twice and the fit took launch_s toward 0 or the weight bandwidth down, a split that moves
+#   from run to run and with it the tp > 1 price (same-host H200 pairs with tp 1 grids within
+#   0.3% fitted launch_s 0.03 vs 0.99 us and priced tp 2, batch 1 +0.4% vs +5.2%); less the
+#   launch, over the 14 TP folders goal rows worst 3.92 -> 3.77% (mean of the folders'),
+#   mean 1.77 -> 1.64%, and over 8 one-GPU folders 3.32 -> 3.17%, 1.41 -> 1.35%
+#   (benchmarks/results/tp_refit_cpu.txt, refit_cpu.txt);
 # - the share of a streaming GEMM's math the stream does not hide (gemm_exposed_compute: the
 #   stream rate falls with M, on an H100 3.07 TB/s at M = 1 and 2.95 at M = 64; 0.18-0.23 of
 #   the math at peak on H100, 0.27-0.34 on H200). Held there, the forwards' fit takes its
@@ -360,8 +376,11 @@ def fit_calibration(
     and models). Returns it and a report (per-kind MAPE before and after). `max_nfev` bounds
     the least-squares iterations (each prices every row once per parameter).
     Where the run has GEMM rows, its gemm_stream_line's rate is a measured read: the read
-    ceiling (weight and attention bandwidths) takes it. `hold_gemm_fixed`: gemm_fixed_s and
-    gemm_exposed_compute held at the line's intercept and exposed share; False keeps base's.
+    ceiling (weight and attention bandwidths) takes it. `hold_gemm_fixed`: a GEMM's fixed time
+    with its launch held at the line's intercept (each micro-benchmark call is timed with its
+    launch in the graph: gemm_fixed_s is the intercept less the fitted launch_s, which the
+    cost model charges per kernel apart) and gemm_exposed_compute at the line's exposed
+    share; False keeps base's.
     `hold_weight_bw`: weight_bw_efficiency held at the line's rate (the weight GEMMs priced as
     the micro-benchmarks time them) instead of fitted to the whole forwards."""
     from scipy.optimize import least_squares
@@ -381,7 +400,9 @@ def fit_calibration(
             raise SpecError("measurements must be of the calibration run's GPU and models")
     base = base or Calibration()
     line = gemm_stream_line(run)
+    wall = None  # a weight GEMM's fixed time with its launch: the line's intercept, held
     if line is not None and hold_gemm_fixed:
+        wall = line.fixed_s
         base = dataclasses.replace(
             base, gemm_fixed_s=line.fixed_s, gemm_exposed_compute=line.exposed
         )
@@ -418,7 +439,7 @@ def fit_calibration(
         params = tuple(p for p in params if p[0] != "weight_bw_efficiency")
 
     def model(x: Sequence[float] | np.ndarray) -> np.ndarray:
-        cal = _calibration(x, hw.name, base, params)
+        cal = _calibration(x, hw.name, base, params, wall)
         cm = CostModel(hw, target, drafter, calibration=cal)
         return np.array([predict_row(cm, k, a) for k, a, _ in rows])
 
@@ -430,7 +451,7 @@ def fit_calibration(
     x0 = np.array([p[3] for p in params])
     start = model(x0)
     sol = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac", max_nfev=max_nfev)
-    cal = _calibration(sol.x, hw.name, base, params)
+    cal = _calibration(sol.x, hw.name, base, params, wall)
     cal = dataclasses.replace(
         cal,
         source=f"spectune calibrate on {run.get('gpu', hw.name)}: least-squares fit of "
@@ -459,7 +480,9 @@ def fit_calibration(
             report[f"mape_{kind}_before"] = float(np.mean(np.abs(start[sel] / meas[sel] - 1)))
             report[f"mape_{kind}_after"] = float(np.mean(np.abs(end[sel] / meas[sel] - 1)))
     for label, x in (("before", x0), ("after", sol.x)):
-        cm_x = CostModel(hw, target, drafter, calibration=_calibration(x, hw.name, base, params))
+        cm_x = CostModel(
+            hw, target, drafter, calibration=_calibration(x, hw.name, base, params, wall)
+        )
         for kind in dict.fromkeys(k for k, _, _ in shown):
             errs = [abs(predict_row(cm_x, k, a) / s - 1) for k, a, s in shown if k == kind]
             report[f"mape_{kind}_{label}"] = float(np.mean(errs))
