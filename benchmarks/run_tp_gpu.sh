@@ -198,7 +198,7 @@ if has offset && [[ -f "$D/calibration-$HW.json" ]]; then
 fi
 
 if has offset; then
-    OFFSET_NOTE="then, per split grid, spectune calibrate --from-run verify-tpN.json --base: the law at N raised by the in-forward all-reduce offset (validate.fit.fit_inforward_offset; the fit before it is calibration-1gpu-$HW.json in the archive)"
+    OFFSET_NOTE="then, per split grid, spectune calibrate --from-run verify-tpN.json --base: the law at N moved by the in-forward all-reduce offset (either sign) (validate.fit.fit_inforward_offset; the fit before it is calibration-1gpu-$HW.json in the archive)"
 else
     OFFSET_NOTE="no in-forward offset (TP_PARTS without offset)"
 fi
