@@ -254,11 +254,13 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 #   intercept holds each call's launch (the benchmark times calls in a graph), so gemm_fixed_s
 #   is it less the fitted launch_s: held at the intercept itself, every GEMM paid its launch
 #   twice and the fit took launch_s toward 0 or the weight bandwidth down, a split that moves
-#   from run to run and with it the tp > 1 price (same-host H200 pairs with tp 1 grids within
-#   0.3% fitted launch_s 0.03 vs 0.99 us and priced tp 2, batch 1 +0.4% vs +5.2%); less the
-#   launch, over the 14 TP folders goal rows worst 3.92 -> 3.77% (mean of the folders'),
-#   mean 1.77 -> 1.64%, and over 8 one-GPU folders 3.32 -> 3.17%, 1.41 -> 1.35%
-#   (benchmarks/results/tp_refit_cpu.txt, refit_cpu.txt);
+#   from run to run and with it the tp > 1 price (two H200 hosts whose tp 1 grids agree within
+#   0.3% fitted launch_s 0.03 vs 0.99 us and priced tp 2, batch 1 +0.4% vs +5.2%). Less the
+#   launch, the fits of the H200 TP folders all land at launch_s 0 and weight_bw_efficiency
+#   0.84-0.89 (before: launch_s 0-1.17 us, 0.84-0.95): one split from run to run, the small
+#   kernels' time still carried by the weight stream; over the 14 TP folders goal rows worst
+#   3.92 -> 3.77% (mean of the folders'), mean 1.77 -> 1.64%, and over 8 one-GPU folders
+#   3.32 -> 3.17%, 1.41 -> 1.35% (benchmarks/results/refit_cpu.txt, tp_refit_cpu.txt);
 # - the share of a streaming GEMM's math the stream does not hide (gemm_exposed_compute: the
 #   stream rate falls with M, on an H100 3.07 TB/s at M = 1 and 2.95 at M = 64; 0.18-0.23 of
 #   the math at peak on H100, 0.27-0.34 on H200). Held there, the forwards' fit takes its
