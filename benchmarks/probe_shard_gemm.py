@@ -13,7 +13,7 @@ only the full (tp 1) shapes. This probe asks which part is off, per tp in `--tp`
             gate|up, silu*up -> down; then the LM head shard) in one CUDA graph, nothing else;
 - model:    the cost model's price of the same GEMMs with `--calibration` (operators.gemm_time).
 
-at M = 1 / 16 / 64 rows. Each tp's GEMM plan is autotuned in process, as a TP rank does. If the
+at the `--m` rows (default 1 / 16 / 64). Each tp's GEMM plan is autotuned in process, as a TP rank does. If the
 sweep at shard shapes matches the sequence, calibrate can time shard shapes and the fit's line
 will carry them; if the sequence is faster than the sweep, the forward hides part of each GEMM's
 fixed cost, which no single-shape sweep sees.
@@ -45,14 +45,6 @@ from spectune.specs import load_model
 from spectune.specs.calibration import load_calibration
 from spectune.specs.hardware import load_hardware
 from spectune.specs.io import write_json_atomic
-
-
-def _weights(n: int, k: int, count: int, dev: torch.device) -> list[torch.Tensor]:
-    """`count` distinct [N, K] weights (a forward's layers)."""
-    return [
-        torch.empty((n, k), device=dev, dtype=torch.bfloat16).uniform_(-0.02, 0.02)
-        for _ in range(count)
-    ]
 
 
 def probe(tp: int, rows_m: list[int], rates: Rates, dev: torch.device) -> dict[str, Any]:
@@ -87,11 +79,12 @@ def probe(tp: int, rows_m: list[int], rates: Rates, dev: torch.device) -> dict[s
             model[name] = float(gemm_time(rates, m, n, k, fmt))
             del ws
         # one forward's GEMMs in order, 32 layers of distinct weights, then the LM head
+        # one weight each (rotating_weights over a single copy's bytes)
         lw = [
-            {name: _weights(n, k, 1, dev)[0] for name, (n, k) in layer.items()}
+            {name: rotating_weights(n, k, dev, 1)[0] for name, (n, k) in layer.items()}
             for _ in range(spec.layers)
         ]
-        hw = _weights(*head, 1, dev)[0]
+        hw = rotating_weights(*head, dev, 1)[0]
         xh = torch.empty((m, h), device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
         xa = torch.empty((m, o[1]), device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
         xg = torch.empty((m, 2 * down[1]), device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
@@ -156,7 +149,7 @@ def main() -> None:
     )
     for p in res["probes"]:
         for r in p["rows"]:
-            n_gemm = 4 * 32 + 1
+            n_gemm = 4 * load_model("llama-3.1-8b").layers + 1  # the forward's GEMMs
             sw, sq, mo = r["sweep_forward_s"], r["sequence_s"], r["model_forward_s"]
             print(
                 f"{p['tp']:<3}{r['m']:>4} {sw * 1e6:10.1f} {sq * 1e6:9.1f} {mo * 1e6:9.1f}"

@@ -404,10 +404,8 @@ def fit_calibration(
     line = gemm_stream_line(run)
     wall = None  # a weight GEMM's fixed time with its launch: the line's intercept, held
     if line is not None and hold_gemm_fixed:
-        wall = line.fixed_s
-        base = dataclasses.replace(
-            base, gemm_fixed_s=line.fixed_s, gemm_exposed_compute=line.exposed
-        )
+        wall = line.fixed_s  # _calibration sets gemm_fixed_s from it
+        base = dataclasses.replace(base, gemm_exposed_compute=line.exposed)
     over = _overheads(measurements)
     if over:  # fixed per-step costs first: the least-squares fit prices whole steps with them
         base = dataclasses.replace(
