@@ -5,21 +5,43 @@
 #
 #     OUT=$OUT bash benchmarks/run_tp_classes.sh      # from the repo root, on 2 GPUs of one host
 #
-# benchmarks/probe_tp_forward.py at --tp 1 (GPU 0) and --tp 2 (GPUs 0, 1) over TPC_SHAPES
-# (default B 1 / 32 / 64 x N 1 / 4 / 8 at context 4096), each shape with and without its
-# collectives, under torch.profiler. About 3 minutes. Writes under $OUT: tp1_forward.json,
-# tp2_forward.json (per shape: wall, kernel time by class, the longest kernels by name), run.log.
+# benchmarks/probe_tp_forward.py over TPC_SHAPES (default B 1 / 32 / 64 x N 1 / 4 / 8 at context
+# 4096), each shape with and without its collectives, under torch.profiler. Parts (TPC_PARTS,
+# default "tp1 tp2"):
+#   tp1    tp 1 on GPU 0                                   -> $OUT/tp1_forward.json
+#   tp2    tp 2 on GPUs 0, 1                               -> $OUT/tp2_forward.json
+#   chips  tp 1 on GPU 1 alone, then on GPUs 0 and 1 at once (two processes): how far two
+#          chips of one host differ, and whether both busy at once slows either
+#                           -> $OUT/gpu1_forward.json, both0_forward.json, both1_forward.json
+# About 1 minute a part. Also writes run.log and clocks.txt (each GPU's clocks and power limit).
 set -uo pipefail
 # shellcheck source=benchmarks/device_env.sh
 source benchmarks/device_env.sh
 export NCCL_NVLS_ENABLE=0
 : >"$LOG"
 SHAPES=${TPC_SHAPES:-1x1,1x4,1x8,32x1,32x4,32x8,64x1,64x4,64x8}
+PARTS=${TPC_PARTS:-tp1 tp2}
+LIMIT=${TPC_PROBE_S:-200}
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+probe() {  # probe TP OUTFILE [CUDA_VISIBLE_DEVICES]
+    CUDA_VISIBLE_DEVICES=${3:-${CUDA_VISIBLE_DEVICES:-}} timeout "$LIMIT" $PY \
+        benchmarks/probe_tp_forward.py --tp "$1" --shapes "$SHAPES" --out "$OUT/$2" 2>&1 \
+        | grep -v -i warn
+}
 {
     device_header
-    for tp in 1 2; do
-        echo "== tp $tp"
-        timeout "${TPC_PROBE_S:-200}" $PY benchmarks/probe_tp_forward.py --tp "$tp" \
-            --shapes "$SHAPES" --out "$OUT/tp${tp}_forward.json" 2>&1 | grep -v -i warn
-    done
-} 2>&1 | tee -a "$LOG" | tail -40
+    nvidia-smi --query-gpu=index,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu \
+        --format=csv >"$OUT/clocks.txt" 2>&1
+    cat "$OUT/clocks.txt"
+    if has tp1; then echo "== tp 1, GPU 0"; probe 1 tp1_forward.json 0; fi
+    if has tp2; then echo "== tp 2, GPUs 0,1"; probe 2 tp2_forward.json 0,1; fi
+    if has chips; then
+        echo "== tp 1, GPU 1 alone"
+        probe 1 gpu1_forward.json 1
+        echo "== tp 1 on GPU 0 and GPU 1 at once"
+        probe 1 both0_forward.json 0 >"$OUT/both0.log" &
+        probe 1 both1_forward.json 1 >"$OUT/both1.log"
+        wait
+        tail -12 "$OUT/both0.log" "$OUT/both1.log"
+    fi
+} 2>&1 | tee -a "$LOG" | tail -80
