@@ -10,9 +10,9 @@
 # default "tp1 tp2"):
 #   tp1    tp 1 on GPU 0                                   -> $OUT/tp1_forward.json
 #   tp2    tp 2 on GPUs 0, 1                               -> $OUT/tp2_forward.json
-#   chips  tp 1 on GPU 1 alone, then on GPUs 0 and 1 at once (two processes): how far two
-#          chips of one host differ, and whether both busy at once slows either
-#                           -> $OUT/gpu1_forward.json, both0_forward.json, both1_forward.json
+#   gpu1   tp 1 on GPU 1: how far the two chips of one host differ -> $OUT/gpu1_forward.json
+#   both   tp 1 on GPUs 0 and 1 at once (two processes): whether both busy slows either
+#                                         -> $OUT/both0_forward.json, both1_forward.json
 # About 1 minute a part. Also writes run.log and clocks.txt (each GPU's clocks and power limit).
 set -uo pipefail
 # shellcheck source=benchmarks/device_env.sh
@@ -35,13 +35,12 @@ probe() {  # probe TP OUTFILE [CUDA_VISIBLE_DEVICES]
     cat "$OUT/clocks.txt"
     if has tp1; then echo "== tp 1, GPU 0"; probe 1 tp1_forward.json 0; fi
     if has tp2; then echo "== tp 2, GPUs 0,1"; probe 2 tp2_forward.json 0,1; fi
-    if has chips; then
-        echo "== tp 1, GPU 1 alone"
-        probe 1 gpu1_forward.json 1
+    if has gpu1; then echo "== tp 1, GPU 1"; probe 1 gpu1_forward.json 1; fi
+    if has both; then
         echo "== tp 1 on GPU 0 and GPU 1 at once"
         probe 1 both0_forward.json 0 >"$OUT/both0.log" &
         probe 1 both1_forward.json 1 >"$OUT/both1.log"
         wait
-        tail -12 "$OUT/both0.log" "$OUT/both1.log"
+        tail -n 12 "$OUT/both0.log" "$OUT/both1.log"
     fi
 } 2>&1 | tee -a "$LOG" | tail -80
