@@ -165,7 +165,7 @@ def test_fit_recovers_a_known_calibration() -> None:
     from spectune.validate.fit import _calibration, fit_calibration
 
     truth = _calibration(
-        [0.7, 0.5, 0.3, 0.4, 5.0, 4.0, 0.75, 300.0, 60.0, 170.0], HW, Calibration()
+        [0.7, 0.5, 0.3, 0.4, 5.0, 4.0, 0.75, 300.0, 60.0, 170.0, 50.0], HW, Calibration()
     )
     cm = _cm(truth)
     run = _calibration_run(cm, (1, 16, 64))
@@ -192,7 +192,7 @@ def _phase_doc(
             "compact": 0.0,
             "overhead": 0.0,
             "extend": _scalar(cm.draft_extend_time(b, d + 1, c)) * 1e3,
-            "verify": _scalar(cm.verify_time(b, n, c)) * 1e3,
+            "verify": _scalar(cm.iteration(TreePolicy(builder, d, k, n), b, c).verify_s) * 1e3,
             "step": _scalar(cm.iteration(TreePolicy(builder, d, k, n), b, c).total_s) * 1e3,
         }
         runs.append(
@@ -321,7 +321,9 @@ def test_fit_recovers_a_known_draft_step_cost() -> None:
     step."""
     from spectune.validate.fit import _calibration, fit_calibration
 
-    truth = _calibration([0.7, 0.5, 0.3, 0.4, 5.0, 4.0, 0.75, 300.0, 60.0, 90.0], HW, Calibration())
+    truth = _calibration(
+        [0.7, 0.5, 0.3, 0.4, 5.0, 4.0, 0.75, 300.0, 60.0, 90.0, 50.0], HW, Calibration()
+    )
     truth = dataclasses.replace(truth, tree_build_s=150e-6, tree_build_per_node_s=0.05e-6)
     cm = _cm(truth)
     run = _calibration_run(cm, (1, 64))
@@ -330,6 +332,26 @@ def test_fit_recovers_a_known_draft_step_cost() -> None:
     assert cal.draft_select_bytes_per_s == pytest.approx(90e9, rel=0.1)
     assert cal.tree_build_per_node_s == pytest.approx(0.05e-6, rel=1e-6)
     assert report["mape_draft_after"] < 0.01 and report["mape_step_after"] < 0.01
+
+
+def test_fit_recovers_a_known_spec_verify_cost() -> None:
+    """Speculative runs whose verify phase pays 90 us beyond its forward (features captured,
+    target tokens drawn: Calibration.spec_verify_s), beside a verify grid and plain steps that
+    do not, are fitted back to it from the fit's start of 50 us; made without it, the fit
+    finds (about) none."""
+    from spectune.validate.fit import _calibration, fit_calibration
+
+    for made in (90.0, 0.0):
+        truth = _calibration(
+            [0.7, 0.5, 0.3, 0.4, 5.0, 4.0, 0.75, 300.0, 60.0, 170.0, made], HW, Calibration()
+        )
+        truth = dataclasses.replace(truth, tree_build_s=150e-6, tree_build_per_node_s=0.05e-6)
+        cm = _cm(truth)
+        cal, report = fit_calibration(
+            _calibration_run(cm, (1, 64)), [_phase_doc(cm, SHAPES)], max_nfev=80
+        )
+        assert cal.spec_verify_s == pytest.approx(made * 1e-6, abs=3e-6)
+        assert report["mape_verify_after"] < 0.01 and report["mape_step_after"] < 0.01
 
 
 def test_fit_recovers_a_known_static_draft_step_cost() -> None:
@@ -342,7 +364,7 @@ def test_fit_recovers_a_known_static_draft_step_cost() -> None:
     from spectune.validate.fit import _calibration, _overheads, fit_calibration
 
     truth = _calibration(
-        [0.7, 0.5, 0.3, 0.4, 5.0, 5.0, 0.75, 300.0, 80.0, 120.0], HW, Calibration()
+        [0.7, 0.5, 0.3, 0.4, 5.0, 5.0, 0.75, 300.0, 80.0, 120.0, 50.0], HW, Calibration()
     )
     truth = dataclasses.replace(
         truth,
@@ -390,7 +412,7 @@ def test_fit_recovers_the_slot_cost() -> None:
     from spectune.validate.fit import _calibration, fit_calibration
 
     truth = _calibration(
-        [0.7, 0.5, 0.3, 0.4, 2.0, 4.0, 0.75, 300.0, 60.0, 170.0], HW, Calibration()
+        [0.7, 0.5, 0.3, 0.4, 2.0, 4.0, 0.75, 300.0, 60.0, 170.0, 50.0], HW, Calibration()
     )
     truth = dataclasses.replace(
         truth, tree_build_s=150e-6, tree_build_per_node_s=0.05e-6, draft_slot_s=12e-6
@@ -425,7 +447,7 @@ def test_kernel_time_by_class_is_reported_not_fitted() -> None:
     from spectune.validate.fit import _calibration, _rows, fit_calibration
 
     truth = _calibration(
-        [0.88, 0.6, 0.35, 0.4, 2.5, 4.0, 0.8, 120.0, 60.0, 170.0], HW, Calibration()
+        [0.88, 0.6, 0.35, 0.4, 2.5, 4.0, 0.8, 120.0, 60.0, 170.0, 50.0], HW, Calibration()
     )
     cm = _cm(truth)
     plain = _calibration_run(cm, (1, 4, 16, 64))

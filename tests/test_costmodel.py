@@ -811,3 +811,61 @@ def test_draft_widths_refused_with_what_is_wrong(widths: tuple, policy: TreePoli
     cm = CostModel(H100, model_preset("llama-3.1-8b"), model_preset("eagle3-llama-3.1-8b"))
     with pytest.raises(SpecError, match="draft_widths"):
         cm.iteration(policy, 8, 4096, draft_widths=widths)
+
+
+def test_a_speculative_verify_pays_its_fixed_cost_and_a_plain_step_does_not() -> None:
+    """Calibration.spec_verify_s: what a speculative verify phase runs beyond its forward
+    (features captured, target tokens drawn) is added to every speculative verify, the
+    hierarchical target verify included, and to no step without speculation."""
+    extra = 80e-6
+    cm0 = cost_model("h100-sxm", "llama-3.1-8b", "eagle3-llama-3.1-8b", 1)
+    cm = CostModel(
+        cm0.hardware, cm0.target, cm0.drafter, calibration=Calibration(spec_verify_s=extra)
+    )
+    b = np.array([1, 8, 64])
+    for policy in (TreePolicy("dynamic-topk", 5, 4, 8), TreePolicy("static", 3, 1, 4)):
+        with_, without = cm.iteration(policy, b, 4096), cm0.iteration(policy, b, 4096)
+        assert with_.verify_s - without.verify_s == pytest.approx([extra] * 3, abs=1e-12)
+        assert with_.total_s - without.total_s == pytest.approx([extra] * 3, abs=1e-12)
+        assert with_.draft_s == pytest.approx(without.draft_s, abs=0)
+    plain, plain0 = cm.iteration(None, b, 4096), cm0.iteration(None, b, 4096)
+    assert plain.total_s == pytest.approx(plain0.total_s, abs=0)
+    assert cm.verify_time(b, 8, 4096) == pytest.approx(cm0.verify_time(b, 8, 4096), abs=0)
+    h0 = _hier_cost_model()
+    h = CostModel(
+        h0.hardware, h0.target, h0.drafter, calibration=Calibration(spec_verify_s=extra),
+        intermediate=h0.intermediate, intermediate_drafter=h0.intermediate_drafter,
+    )  # fmt: skip
+    p = TreePolicy("dynamic-topk", 3, 10, 30, chain=6)
+    assert float(h.iteration(p, 4, 1024).verify_s - h0.iteration(p, 4, 1024).verify_s) == (
+        pytest.approx(extra, abs=1e-12)
+    )
+    with pytest.raises(SpecError, match="spec_verify_s"):
+        Calibration(spec_verify_s=-1e-6)
+
+
+def test_the_fit_prices_spec_verify_on_run_verify_rows_only() -> None:
+    """validate.fit's spec_verify_us becomes Calibration.spec_verify_s, which the measured runs'
+    verify rows pay and the grid's forwards and the plain steps do not: the contrast that
+    identifies it."""
+    from spectune.validate.fit import PARAMS, _calibration, predict_row
+
+    names = [n for n, *_ in PARAMS]
+    x = [start for _, _, _, start in PARAMS]
+    x[names.index("spec_verify_us")] = 70.0
+    cal = _calibration(x, "h100-sxm", Calibration())
+    assert cal.spec_verify_s == pytest.approx(70e-6)
+    x[names.index("spec_verify_us")] = 0.0
+    cal0 = _calibration(x, "h100-sxm", Calibration())
+    cms = [
+        CostModel(H100, model_preset("llama-3.1-8b"), model_preset("eagle3-llama-3.1-8b"),
+                  calibration=c)
+        for c in (cal, cal0)
+    ]  # fmt: skip
+    run = {"batch": 8, "context": 4096, "policy": TreePolicy("dynamic-topk", 5, 4, 8)}
+    grid = {"batch": 8, "tokens": 8, "context": 4096}
+    rows = {"verify": ("verify", run), "step": ("step", run), "grid": ("verify", grid),
+            "ar": ("ar", grid)}  # fmt: skip
+    diff = {k: predict_row(cms[0], *r) - predict_row(cms[1], *r) for k, r in rows.items()}
+    assert diff["verify"] == pytest.approx(70e-6) and diff["step"] == pytest.approx(70e-6)
+    assert diff["grid"] == 0.0 and diff["ar"] == 0.0

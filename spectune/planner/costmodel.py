@@ -16,6 +16,8 @@ StepBreakdown (spectune.planner.step), the one price every consumer reads:
                top-k/sort/pool cost per step, per tree builder, and per frontier slot
                of the later steps                                       (draft_time)
     verify     target over the tree tokens/seq, logits at every node    (verify_time)
+               + the fixed cost of a speculative verify beyond its forward
+               (features captured, target tokens drawn: Calibration.spec_verify_s)
     extend     drafter over the accepted tokens                         (draft_extend_time)
     overhead   scheduler, sampling, tree building: fixed + per level    (step_overhead_time)
                + per node
@@ -31,7 +33,7 @@ accepted) until the intermediate holds a chain, then one target verify of that c
     draft         R x draft_time of the intermediate's drafter        (draft_s)
     intermediate  R x intermediate forward over the tree tokens/seq   (intermediate_s)
     extend        R x drafter extend over the accepted tokens/round   (extend_s)
-    verify        target over the chain + root tokens/seq             (verify_s)
+    verify        target over the chain + root tokens/seq, + spec_verify_s   (verify_s)
     overhead      fixed once, tree building R times; retrieval and pruning R times
 
 The phase methods price one phase each; nothing outside this module adds them up.
@@ -518,7 +520,8 @@ class CostModel:
                     b, policy.depth, policy.topk, c, builder=builder, widths=draft_widths
                 ),
                 "intermediate_s": None,
-                "verify_s": self._tree_verify_time(policy, b, n, c, tokens_cv),
+                "verify_s": self._tree_verify_time(policy, b, n, c, tokens_cv)
+                + self.calibration.spec_verify_s,
                 "extend_s": self.draft_extend_time(b, a, c),
                 "overhead_s": self.step_overhead_time(b, n, builder=builder, depth=policy.depth),
                 "retrieval_s": self.retrieval_time(b) if policy.graft_budget > 0 else None,
@@ -592,7 +595,7 @@ class CostModel:
         parts: dict[str, F64 | None] = {
             "draft_s": r * draft,
             "intermediate_s": r * self.intermediate_verify_time(b, n_tree, c),
-            "verify_s": self.verify_time(b, n_target, c),
+            "verify_s": self.verify_time(b, n_target, c) + self.calibration.spec_verify_s,
             "extend_s": r * extend,
             "overhead_s": fixed + r * tree,
             "retrieval_s": r * self.retrieval_time(b) if policy.graft_budget > 0 else None,

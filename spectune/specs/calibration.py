@@ -319,6 +319,16 @@ class Calibration:
         "6/10/32 at threshold 1e-9, which prunes nothing, vs the same tree dense): tree phase "
         "+0.11-0.18 ms and verify +0.01-0.13 ms at batch 1-32",
     )
+    spec_verify_s: float = help_field(
+        0.0,
+        help="fixed cost of a speculative verify beyond its target forward, s: what the verify "
+        "phase runs that a step without speculation does not (the EAGLE-3 features captured "
+        "from three layers, the target token drawn and compared at every node: a dozen small "
+        "kernels, executor.verifiers.base). On the 2x H200 TP hosts the executor's verify phase "
+        "runs 73-124 us above the same forward of the verify grid at batch 1-64, 4-16 tokens "
+        "(benchmarks/results/tp_h200x2_h). Default 0 (unmeasured); `spectune calibrate` fits "
+        "it from the measured runs' verify phases beside the grid's forwards",
+    )
     ragged_sync_s: float = help_field(
         0.0,
         help="per-iteration cost of a ragged verify (pruned trees, or a shared budget above "
@@ -399,6 +409,7 @@ class Calibration:
             "retrieval_step_s",
             "prune_step_s",
             "ragged_sync_s",
+            "spec_verify_s",
         )
         for name in times:
             v = getattr(self, name)

@@ -16,8 +16,9 @@ Parameters: weight/attention/elementwise bandwidth efficiencies, attention FLOP 
 the per-kernel launch cost inside a graph, the fixed cost of each draft step beyond the
 drafter's forward (top-k, frontier sort, pool bookkeeping: draft_step_s; and
 static_draft_step_s when static-builder runs are among the measurements; draft_slot_s, a
-cost per frontier slot of each later step, when runs of two top-k or more are), and the GEMM
-efficiency curve
+cost per frontier slot of each later step, when runs of two top-k or more are), the fixed
+cost of a speculative verify beyond its forward (spec_verify_s: the measured runs' verify
+phases against the grid's forwards and the plain steps' verify), and the GEMM efficiency curve
 eff(M) = e_max * (1 - exp(-M / m0)) tabulated on a grid (M / eff grows with M, as Calibration
 requires). The fixed per-step costs (step overhead, per-request cost, tree building: fixed,
 per tree node, and per level of a dynamic tree where runs of two depths are measured; the
@@ -58,6 +59,9 @@ PARAMS = (
     # Calibration.draft_select_bytes_per_s in GB/s: what the draft steps' top-k and candidate
     # sort read per drafted row (logits bytes); up to an HBM3e stream, start at the H100 profile
     ("draft_select_gb_s", 20.0, 5000.0, 170.0),
+    # Calibration.spec_verify_s in us: a speculative verify phase beyond its forward (the
+    # measured runs' verify phases against the grid's forwards and the plain steps' verify)
+    ("spec_verify_us", 0.0, 500.0, 50.0),
 )
 # fitted only when static-builder runs are measured (otherwise nothing constrains it)
 STATIC_PARAM = ("static_draft_step_us", 0.0, 500.0, 20.0)
@@ -123,6 +127,7 @@ def _calibration(
         attention_split_s=float(p["attention_split_us"]) * 1e-6,
         draft_step_s=float(p["draft_step_us"]) * 1e-6,
         draft_select_bytes_per_s=float(p["draft_select_gb_s"]) * 1e9,
+        spec_verify_s=float(p.get("spec_verify_us", base.spec_verify_s * 1e6)) * 1e-6,
         draft_slot_s=base.draft_slot_s if slot is None else float(slot) * 1e-6,
         gemm_tokens=tuple(float(g) for g in grid),
         gemm_flops_efficiency=tuple(float(e) for e in eff),
