@@ -88,6 +88,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h200x2_e": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_f": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_h": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x2_i": ("measurement-tp1.json",),
     "measurements/h200x2-tp": ("measurement-tp1.json",),
     "measurements/h200x4-tp": ("measurement-tp1.json",),
 }
