@@ -25,17 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.bench_refit import _load
 from spectune.planner.costmodel import CostModel
 from spectune.planner.operators import ACT_BYTES, allreduce_time
 from spectune.specs import load_hardware, load_model
 from spectune.specs.calibration import Calibration
-from spectune.specs.io import loads_json, read_bytes_bounded
 
 TARGET, DRAFTER = "llama-3.1-8b", "eagle3-llama-3.1-8b"
-
-
-def _load(p: Path) -> Any:
-    return loads_json(read_bytes_bounded(p), str(p))
 
 
 def _priced(cm: CostModel, b: int, n: int, c: int) -> dict[str, float]:

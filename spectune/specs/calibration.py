@@ -324,10 +324,11 @@ class Calibration:
         help="fixed cost of a speculative verify beyond its target forward, s: what the verify "
         "phase runs that a step without speculation does not (the EAGLE-3 features captured "
         "from three layers, the target token drawn and compared at every node: a dozen small "
-        "kernels, executor.verifiers.base). On the 2x H200 TP hosts the executor's verify phase "
-        "runs 73-124 us above the same forward of the verify grid at batch 1-64, 4-16 tokens "
+        "kernels, executor.verifiers.base). On a 2x H200 host the executor's verify phase runs "
+        "73-124 us above the same forward of the verify grid at batch 1-64, 4-16 tokens "
         "(benchmarks/results/tp_h200x2_h). Default 0 (unmeasured); `spectune calibrate` fits "
-        "it from the measured runs' verify phases beside the grid's forwards",
+        "it from the measured runs' verify phases beside the grid's forwards: 24-100 us over "
+        "the TP folders (benchmarks/results/tp_refit_cpu.txt, tp_h200x2_i)",
     )
     ragged_sync_s: float = help_field(
         0.0,

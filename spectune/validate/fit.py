@@ -127,7 +127,7 @@ def _calibration(
         attention_split_s=float(p["attention_split_us"]) * 1e-6,
         draft_step_s=float(p["draft_step_us"]) * 1e-6,
         draft_select_bytes_per_s=float(p["draft_select_gb_s"]) * 1e9,
-        spec_verify_s=float(p.get("spec_verify_us", base.spec_verify_s * 1e6)) * 1e-6,
+        spec_verify_s=float(p["spec_verify_us"]) * 1e-6,
         draft_slot_s=base.draft_slot_s if slot is None else float(slot) * 1e-6,
         gemm_tokens=tuple(float(g) for g in grid),
         gemm_flops_efficiency=tuple(float(e) for e in eff),
