@@ -13,6 +13,11 @@ longest 40), so the step can be placed.
     PYTHONPATH=. python benchmarks/probe_tp_forward.py --tp 2 --out $OUT/tp_forward.json
     PYTHONPATH=. python benchmarks/probe_tp_forward.py --tp 1 --shapes 1x1,1x4 ...
 
+`--draft-shapes BxW,...` also times the drafter's step (TPSession.draft_step_timing: the EAGLE-3
+head's forward over B x W frontier tokens, its logits and the top-W) the same way, so the
+drafter's tp 2 step can be set beside its tp 1 step on the same host (the TP runs price the
+tp 2 draft phase 3-6% low at batch 1-8 while its tp 1 phase is within 3%).
+
 Llama-3.1-8B + its EAGLE-3 head at real shape, context 4096; --tp GPUs of one host (NCCL; keep
 NVLink multicast off: NCCL_NVLS_ENABLE=0). Rank 0 writes the JSON and prints a table last.
 """
@@ -20,8 +25,9 @@ NVLink multicast off: NCCL_NVLS_ENABLE=0). Rank 0 writes the JSON and prints a t
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -35,6 +41,8 @@ from spectune.specs import load_model
 from spectune.specs.io import write_json_atomic
 
 SHAPES = "1x1,1x2,1x4,1x8,1x16,8x1,8x2,8x4,8x8,8x16"
+#: the draft widths of the TP runs' policies (chain 1, SGLang's top-k 4, the planned 10)
+DRAFT_SHAPES = ""
 CONTEXT = 4096
 
 
@@ -55,31 +63,61 @@ def _profiler(reps: int, sink: dict[str, Any]) -> Callable[[Callable[[], None]],
     return profile
 
 
-def probe_rank(group: TPGroup, shapes: list[tuple[int, int]], context: int, out: str) -> None:
+Profile = Callable[[Callable[[], None]], dict[str, float]]
+
+
+def _time_one(
+    s: TPSession, kind: str, batch: int, tokens: int, context: int, profile: Profile
+) -> tuple[float, dict[str, float]]:
+    """A verify forward or a drafter step of `s` at (batch, tokens), 10 timed replays."""
+    if kind == "verify":
+        return s.verify_timing(batch, tokens, context, 10, profile=profile)
+    return s.draft_step_timing(batch, tokens, context, 10, profile)
+
+
+def _timed(model: Any, time: Callable[[Profile], tuple[float, dict[str, float]]]) -> dict[str, Any]:
+    """{"comm": ..., "nocomm": ...}: `time(profile)` with `model`'s collectives on and off, each
+    the median wall time and the profiled kernel time by class (and per kernel name)."""
+    row: dict[str, Any] = {}
+    for comm in (True, False):
+        model.set_comm(comm)
+        torch.manual_seed(0)
+        sink: dict[str, Any] = {}
+        t, classes = time(_profiler(5, sink))
+        row["comm" if comm else "nocomm"] = {"wall_us": t * 1e6, "by_class_us": classes, **sink}
+    model.set_comm(True)
+    return row
+
+
+def probe_rank(
+    group: TPGroup,
+    shapes: list[tuple[int, int]],
+    context: int,
+    out: str,
+    draft_shapes: Sequence[tuple[int, int]] = (),
+) -> None:
     target, drafter = load_model("llama-3.1-8b"), load_model("eagle3-llama-3.1-8b")
+    both = [*shapes, *draft_shapes]
     cfg = SessionConfig(
-        max(b for b, _ in shapes), context, max(16, max(n for _, n in shapes)), use_graphs=True
+        max(b for b, _ in both), context, max(16, max(n for _, n in both)), use_graphs=True
     )
     s = TPSession(target, drafter, cfg, group)
-    rows = []
-    for b, n in shapes:
-        row: dict[str, Any] = {"batch": b, "tokens": n, "context": context}
-        for comm in (True, False):
-            s.target.set_comm(comm)
-            torch.manual_seed(0)
-            sink: dict[str, Any] = {}
-            t, classes = s.verify_timing(b, n, context, 10, profile=_profiler(5, sink))
-            key = "comm" if comm else "nocomm"
-            row[key] = {"wall_us": t * 1e6, "by_class_us": classes, **sink}
-        s.target.set_comm(True)
-        rows.append(row)
-        if group.rank == 0:
-            c, z = row["comm"], row["nocomm"]
-            print(
-                f"tp{group.world} B={b} N={n}: {c['wall_us']:.1f} us "
-                f"(no collectives {z['wall_us']:.1f})",
-                flush=True,
+    rows: list[dict[str, Any]] = []
+    drafts: list[dict[str, Any]] = []
+    for kind, todo, sink in (("verify", shapes, rows), ("draft", draft_shapes, drafts)):
+        for b, n in todo:
+            timed = _timed(
+                s.target if kind == "verify" else s.tp_drafter,
+                functools.partial(_time_one, s, kind, b, n, context),
             )
+            sink.append({"batch": b, "tokens": n, "context": context, **timed})
+            if group.rank == 0:
+                c, z = timed["comm"], timed["nocomm"]
+                print(
+                    f"tp{group.world} {kind} B={b} N={n}: {c['wall_us']:.1f} us "
+                    f"(no collectives {z['wall_us']:.1f})",
+                    flush=True,
+                )
     if group.rank != 0:
         return
     doc = {
@@ -89,29 +127,45 @@ def probe_rank(group: TPGroup, shapes: list[tuple[int, int]], context: int, out:
         "gemm_plan": s.gemm_plan,
         "attention_rows": s.attention_rows,
         "shapes": rows,
+        "draft_shapes": drafts,
     }
     if out:
         write_json_atomic(out, doc)
     classes = ("linear", "attention", "other", "comm")
     print(f"tp {group.world}, context {context}, us (wall; kernel time by class, with collectives)")
     print(f"{'B':>3} {'N':>3} {'wall':>8} {'nocomm':>8} " + " ".join(f"{c:>9}" for c in classes))
-    for r in rows:
-        cl = r["comm"]["by_class_us"]
-        print(
-            f"{r['batch']:>3} {r['tokens']:>3} {r['comm']['wall_us']:>8.1f} "
-            f"{r['nocomm']['wall_us']:>8.1f} " + " ".join(f"{cl.get(c, 0):>9.1f}" for c in classes)
-        )
+    for title, part in (("verify", rows), ("drafter step (N: frontier width)", drafts)):
+        if part:
+            print(title)
+        for r in part:
+            cl = r["comm"]["by_class_us"]
+            print(
+                f"{r['batch']:>3} {r['tokens']:>3} {r['comm']['wall_us']:>8.1f} "
+                f"{r['nocomm']['wall_us']:>8.1f} "
+                + " ".join(f"{cl.get(c, 0):>9.1f}" for c in classes)
+            )
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--tp", type=int, default=2)
     p.add_argument("--shapes", default=SHAPES, help="comma-separated BxN at --context")
+    p.add_argument(
+        "--draft-shapes", default=DRAFT_SHAPES, help="comma-separated BxW drafter steps (none: '')"
+    )
     p.add_argument("--context", type=int, default=CONTEXT)
     p.add_argument("--out", default="")
     args = p.parse_args()
-    shapes = [(int(b), int(n)) for b, n in (sh.split("x") for sh in args.shapes.split(","))]
-    launch(probe_rank, args.tp, (shapes, args.context, args.out), backend="nccl")
+
+    def parse(text: str) -> list[tuple[int, int]]:
+        return [(int(b), int(n)) for b, n in (sh.split("x") for sh in text.split(",") if sh)]
+
+    launch(
+        probe_rank,
+        args.tp,
+        (parse(args.shapes), args.context, args.out, parse(args.draft_shapes)),
+        backend="nccl",
+    )
     return 0
 
 

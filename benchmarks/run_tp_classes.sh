@@ -6,7 +6,9 @@
 #     OUT=$OUT bash benchmarks/run_tp_classes.sh      # from the repo root, on 2 GPUs of one host
 #
 # benchmarks/probe_tp_forward.py over TPC_SHAPES (default B 1 / 32 / 64 x N 1 / 4 / 8 at context
-# 4096), each shape with and without its collectives, under torch.profiler. Parts (TPC_PARTS,
+# 4096), each shape with and without its collectives, under torch.profiler; and the drafter's
+# step over TPC_DRAFT_SHAPES (B x frontier width; default the TP runs' widths 1 / 4 / 10 at
+# batch 1 and 8, width 1 and 4 at 32, 1 at 64; '' for none). Parts (TPC_PARTS,
 # default "tp1 tp2"):
 #   tp1    tp 1 on GPU 0                                   -> $OUT/tp1_forward.json
 #   tp2    tp 2 on GPUs 0, 1                               -> $OUT/tp2_forward.json
@@ -20,12 +22,14 @@ source benchmarks/device_env.sh
 export NCCL_NVLS_ENABLE=0
 : >"$LOG"
 SHAPES=${TPC_SHAPES:-1x1,1x4,1x8,32x1,32x4,32x8,64x1,64x4,64x8}
+DRAFT=${TPC_DRAFT_SHAPES-1x1,1x4,1x10,8x1,8x4,8x10,32x1,32x4,64x1}
 PARTS=${TPC_PARTS:-tp1 tp2}
 LIMIT=${TPC_PROBE_S:-200}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 probe() {  # probe TP OUTFILE [CUDA_VISIBLE_DEVICES]
     CUDA_VISIBLE_DEVICES=${3:-${CUDA_VISIBLE_DEVICES:-}} timeout "$LIMIT" $PY \
-        benchmarks/probe_tp_forward.py --tp "$1" --shapes "$SHAPES" --out "$OUT/$2" 2>&1 \
+        benchmarks/probe_tp_forward.py --tp "$1" --shapes "$SHAPES" --draft-shapes "$DRAFT" \
+        --out "$OUT/$2" 2>&1 \
         | grep -v -i warn
 }
 {

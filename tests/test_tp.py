@@ -131,7 +131,16 @@ def _loop_rank(group: TPGroup, out: str) -> None:
     head.set_comm(False)
     partial = head.logits(h).shape[-1]
     head.set_comm(True)
-    info = {"seconds": [t, t0], "back": back, "widths": [partial, head.logits(h).shape[-1]]}
+    # the profile hook gets the replayed step and its report comes back beside the time
+    t1, report = session.draft_step_timing(
+        B, 2, C, reps=1, profile=lambda fn: (fn(), {"calls": 1.0})[1]
+    )
+    info = {
+        "seconds": [t, t0, t1],
+        "back": back,
+        "widths": [partial, head.logits(h).shape[-1]],
+        "report": report,
+    }
     Path(f"{out}.draft.{group.rank}").write_text(json.dumps(info))
 
 
@@ -150,6 +159,7 @@ def test_drafter_step_timed_with_and_without_collectives(ranks: Path) -> None:
         info = json.loads((ranks / f"acc.draft.{r}").read_text())
         assert all(t > 0 for t in info["seconds"]) and info["back"]
         assert info["widths"] == [HEAD.lm_vocab // 2, HEAD.lm_vocab]
+        assert info["report"] == {"calls": 1.0}
 
 
 def _sweep_rank(group: TPGroup, out: str) -> None:

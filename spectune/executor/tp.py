@@ -298,7 +298,7 @@ class TPSession(Session):
         compute without its collectives). Their difference is what the drafter's collectives
         (two all-reduces per layer, the logits all-gather) cost in place per draft step."""
         return self._with_and_without_comm(
-            self.tp_drafter, lambda: self._draft_step_time(batch, width, context, reps)
+            self.tp_drafter, lambda: self.draft_step_timing(batch, width, context, reps)[0]
         )
 
     def _with_and_without_comm(self, model: Any, time: Callable[[], float]) -> tuple[float, float]:
@@ -314,10 +314,18 @@ class TPSession(Session):
             model.set_comm(True)
         return with_comm, without
 
-    def _draft_step_time(self, batch: int, width: int, context: int, reps: int) -> float:
+    def draft_step_timing(
+        self,
+        batch: int,
+        width: int,
+        context: int,
+        reps: int = 10,
+        profile: Callable[[Callable[[], None]], dict[str, float]] | None = None,
+    ) -> tuple[float, dict[str, float]]:
         """Median seconds of one drafter step (forward + logits + top-k), replayed from a CUDA
         graph: tokens [B, W] at positions context.., each seeing the prefix and the earlier
-        frontier slots (a causal [B, W, W] mask)."""
+        frontier slots (a causal [B, W, W] mask); and what `profile` (given the replay, as
+        Session.verify_timing's) reports of the same graph ({} without one)."""
         from spectune.executor.graphs import PhaseGraphs
         from spectune.executor.session import _free
         from spectune.kernels.timing import PhaseTimer
@@ -348,9 +356,10 @@ class TPSession(Session):
         timer = PhaseTimer(("draft",), reps, dev)
         timer.run([fn])
         t = timer.medians_s()["draft"]
+        classes = profile(fn) if profile is not None else {}
         del g
         _free()
-        return t
+        return t, classes
 
     def verify_time_comm(
         self, batch: int, tokens: int, context: int, reps: int = 10
