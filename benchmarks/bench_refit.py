@@ -81,6 +81,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h200x4": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x4_b": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x4_c": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x4_d": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_b": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_c": ("measurement-tp1.json",),
@@ -89,6 +90,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h200x2_f": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_h": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_i": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x2_j": ("measurement-tp1.json",),
     "measurements/h200x2-tp": ("measurement-tp1.json",),
     "measurements/h200x4-tp": ("measurement-tp1.json",),
 }

@@ -232,6 +232,7 @@ class TPSession(Session):
         cap = cfg.max_context + cfg.max_tree + 8
         self.target = TPDecoder(target, group, dtype, max_pos=cap + 64)
         self.tp_drafter = make_tp_drafter(drafter, self.target)
+        self.draft_vocab = drafter.lm_vocab  # the drafter's logits width with its collectives
         self.drafter: Drafter = self.tp_drafter
         self.tcache = self.target.new_cache(cfg.max_batch, cap)
         self.dcache = self.drafter.new_cache(cfg.max_batch, cap)
@@ -345,9 +346,18 @@ class TPSession(Session):
         )
         out = torch.zeros((batch, width, width), dtype=torch.int64, device=dev)
 
+        vocab = self.draft_vocab
+
         def step() -> None:
             h = d.draft_step(tok, hidden, pos, self.dcache, context, 0, mask)
-            out.copy_(torch.topk(d.logits(h), width, dim=-1).indices)
+            logits = d.logits(h)
+            if logits.shape[-1] < vocab:
+                # collectives off: this rank's share, tiled to the whole width (one copy, as
+                # the gather's layout copy) so that the top-k runs as it does after the gather:
+                # torch.topk picks its kernels by width (at batch 1 over 16K columns 17 fewer
+                # than over 32K, results/tp_classes_h200/host_c)
+                logits = logits.repeat(1, 1, vocab // logits.shape[-1])
+            out.copy_(torch.topk(logits, width, dim=-1).indices)
 
         g = PhaseGraphs([step], dev, self.cfg.use_graphs)
         fn = g.phases()[0]
