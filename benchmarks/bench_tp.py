@@ -90,6 +90,7 @@ def _micro(args: argparse.Namespace) -> int:
         tokens=args.tokens,
         contexts=args.context,
         kernel_classes=args.kernel_classes,
+        draft_widths=args.draft_widths,
     )
     write_json_atomic(args.out, raw)
     return 0
@@ -299,10 +300,23 @@ def _draft_steps(
     """The drafter steps the TP grid timed (forward + logits + top-k over B x W tokens, with
     and without collectives) beside the cost model's drafter forward with the top-k over its
     B x W rows (CostModel.draft_select_time) and its collectives (two all-reduces per layer and
-    the logits all-gather with their launches: the forward's comm class)."""
+    the logits all-gather with their launches: the forward's comm class). Where a tp 1
+    document of the same models timed the same step (calibrate-run.json's rows "draft", bench_tp
+    micro), the step's change from tp 1, measured and priced: what a prediction at tp N adds
+    to the drafting the fit prices at tp 1 (a step's bookkeeping, draft_step_s, is in
+    neither)."""
     from spectune.planner.costmodel import CostModel
     from spectune.specs import load_hardware, load_model
 
+    def key(doc: dict[str, Any], r: dict[str, Any]) -> tuple[Any, ...]:
+        return doc["target"], doc["drafter"], r["batch"], r["tokens"], r["context"]
+
+    tp1 = {
+        key(doc, r): r["seconds"]
+        for name, doc in docs.items()
+        if isinstance(doc, dict) and tp_of.get(name, 1) == 1
+        for r in doc.get("draft") or []
+    }
     rows: list[dict[str, Any]] = []
     for name, doc in docs.items():
         if not isinstance(doc, dict) or tp_of.get(name, 1) == 1 or not doc.get("draft"):
@@ -310,29 +324,43 @@ def _draft_steps(
         if not rows:
             lines.append(
                 "  drafter step (forward + logits + top-k), measured vs model (us): the whole"
-                " step, and its collectives in place (with minus without)"
+                " step, its collectives in place (with minus without), and its change from"
+                " tp 1's step (calibrate-run.json's)"
             )
             lines.append(
                 f"  {'file':<22} {'B':>3} {'W':>4} {'step':>9} {'model':>9} {'error':>7}"
-                f" {'coll.':>8} {'model':>8} {'error':>7}"
+                f" {'coll.':>8} {'model':>8} {'error':>7} {'vs tp 1':>8} {'model':>8}"
             )
         hw = load_hardware(doc["hardware"])
-        drafter = load_model(doc["drafter"])
-        cm = CostModel(hw, load_model(doc["target"]), drafter, tp=doc["tp"],
-                       calibration=cals.get(hw.name))  # fmt: skip
+        target, drafter = load_model(doc["target"]), load_model(doc["drafter"])
+        cal = cals.get(hw.name)
+        cm = CostModel(hw, target, drafter, tp=doc["tp"], calibration=cal)
+        cm1 = CostModel(hw, target, drafter, tp=1, calibration=cal)
+
+        def price(c: CostModel, b: int, w: int, ctx: int) -> float:
+            parts = c.draft_step_breakdown(b, w, ctx)
+            return sum(float(v) for v in parts.values()) + float(c.draft_select_time(b * w))
+
         for r in doc["draft"]:
-            parts = cm.draft_step_breakdown(r["batch"], r["tokens"], r["context"])
-            rows_ = r["batch"] * r["tokens"]
-            model = sum(float(v) for v in parts.values()) + float(cm.draft_select_time(rows_))
-            m_coll = float(parts["comm"])  # launches included
+            b, w, ctx = r["batch"], r["tokens"], r["context"]
+            model = price(cm, b, w, ctx)
+            m_coll = float(cm.draft_step_breakdown(b, w, ctx)["comm"])  # launches included
             coll = r["seconds"] - r["seconds_nocomm"]
-            rows.append({"file": name, "batch": r["batch"], "width": r["tokens"],
-                         "measured_us": r["seconds"] * 1e6, "model_us": model * 1e6,
-                         "collectives_us": coll * 1e6, "model_collectives_us": m_coll * 1e6})  # fmt: skip
+            row = {"file": name, "batch": b, "width": w,
+                   "measured_us": r["seconds"] * 1e6, "model_us": model * 1e6,
+                   "collectives_us": coll * 1e6, "model_collectives_us": m_coll * 1e6}  # fmt: skip
+            delta = ""
+            if key(doc, r) in tp1:
+                d_meas = r["seconds"] - tp1[key(doc, r)]
+                d_model = model - price(cm1, b, w, ctx)
+                row.update(vs_tp1_us=d_meas * 1e6, model_vs_tp1_us=d_model * 1e6)
+                delta = f" {d_meas * 1e6:>+8.1f} {d_model * 1e6:>+8.1f}"
+            rows.append(row)
             lines.append(
-                f"  {name:<22.22} {r['batch']:>3} {r['tokens']:>4} {r['seconds'] * 1e6:>9.1f} "
+                f"  {name:<22.22} {b:>3} {w:>4} {r['seconds'] * 1e6:>9.1f} "
                 f"{model * 1e6:>9.1f} {model / r['seconds'] - 1:>+7.1%} {coll * 1e6:>8.1f} "
                 f"{m_coll * 1e6:>8.1f} {m_coll / coll - 1 if coll > 0 else float('nan'):>+7.1%}"
+                + delta
             )
     return rows
 
@@ -438,6 +466,13 @@ def main(argv: list[str] | None = None) -> int:
         "--kernel-classes",
         action="store_true",
         help="also profile each verify-grid point's kernel time by class (spectune calibrate's)",
+    )
+    s.add_argument(
+        "--draft-widths",
+        type=ints(1, 1024),
+        default=[1, 4, 10],
+        help="the drafter's step at tp 1 over --batch x these frontier widths (rows 'draft', "
+        "beside which the summary sets the split grids' drafter steps)",
     )
     s.set_defaults(func=_micro)
     s = sub.add_parser("merge")

@@ -338,10 +338,13 @@ def calibration_run(
     spec_context: int | None = None,
     spec_steps: int = 20,
     kernel_classes: bool = False,
+    draft_widths: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Every micro-benchmark above as one calibration-run document (the speculative runs only
     when an `acceptance` model is given; at `spec_context`, default the largest context; the
-    verify grid's kernel time by class with `kernel_classes`)."""
+    verify grid's kernel time by class with `kernel_classes`; with `draft_widths`, the
+    drafter's step over contexts x batches x those frontier widths, rows "draft", as the TP
+    split grids time them at tp > 1, executor.tp_jobs)."""
     dev = session.device
     t = time.perf_counter()
     doc: dict[str, Any] = {
@@ -369,6 +372,13 @@ def calibration_run(
         t = lap("attention sweep", t)
     doc["verify"] = verify_grid(session, batches, tokens, contexts, classes=kernel_classes)
     t = lap("verify grid", t)
+    if draft_widths:
+        doc["draft"] = [
+            {"batch": b, "tokens": w, "context": c,
+             "seconds": session.draft_step_timing(b, w, c)[0]}
+            for c in contexts for b in batches for w in draft_widths
+        ]  # fmt: skip
+        t = lap("drafter steps", t)
     if acceptance is not None:
         c = spec_context or max(contexts)
         doc["spec_runs"] = spec_runs(session, acceptance, workload, spec_batches, c, spec_steps)

@@ -101,6 +101,7 @@ class Session:
         cap = cfg.max_context + cfg.max_tree + 8
         self.target = make_target(target, self.device, dtype, max_pos=cap + 64)
         self.drafter: Drafter = make_drafter(drafter, self.target)
+        self.draft_vocab = drafter.lm_vocab  # the width of the drafter's logits
         self.tcache = self.target.new_cache(cfg.max_batch, cap)
         self.dcache = self.drafter.new_cache(cfg.max_batch, cap)
         self.use_kernels = cfg.use_kernels and self.device.type == "cuda"
@@ -264,6 +265,60 @@ class Session:
         timer = PhaseTimer(("verify",), reps, dev)
         timer.run([fn])
         t = timer.medians_s()["verify"]
+        classes = profile(fn) if profile is not None else {}
+        del g
+        _free()
+        return t, classes
+
+    def draft_step_timing(
+        self,
+        batch: int,
+        width: int,
+        context: int,
+        reps: int = 10,
+        profile: Callable[[Callable[[], None]], dict[str, float]] | None = None,
+    ) -> tuple[float, dict[str, float]]:
+        """Median seconds of one drafter step (forward + logits + top-k), replayed from a CUDA
+        graph: tokens [B, W] at positions context.., each seeing the prefix and the earlier
+        frontier slots (a causal [B, W, W] mask); and what `profile` (given the replay, as
+        verify_timing's) reports of the same graph ({} without one). A drafter whose logits
+        come narrower than its vocabulary (a TP drafter with its collectives off,
+        executor.tp) has them tiled to the whole width first."""
+        self._check(batch, context, width)
+        dev, d = self.device, self.drafter
+        tok = torch.randint(0, self.target.spec.vocab, (batch, width), device=dev)
+        hidden = torch.randn(
+            (batch, width, self.target.spec.hidden), device=dev, dtype=self.target.dtype
+        )
+        pos = context + torch.arange(width, device=dev).expand(batch, width)
+        mask = (
+            torch.ones((width, width), dtype=torch.bool, device=dev)
+            .tril()
+            .expand(batch, width, width)
+            .contiguous()
+        )
+        out = torch.zeros((batch, width, width), dtype=torch.int64, device=dev)
+
+        vocab = self.draft_vocab
+
+        def step() -> None:
+            h = d.draft_step(tok, hidden, pos, self.dcache, context, 0, mask)
+            logits = d.logits(h)
+            if logits.shape[-1] < vocab:
+                # a rank's share: tiled to the whole width (one copy, as the gather's layout
+                # copy) so that the top-k runs as it does after the gather:
+                # torch.topk picks its kernels by width (at batch 1 over 16K columns 17 fewer
+                # than over 32K, results/tp_classes_h200/host_c)
+                logits = logits.repeat(1, 1, vocab // logits.shape[-1])
+            out.copy_(torch.topk(logits, width, dim=-1).indices)
+
+        g = PhaseGraphs([step], dev, self.cfg.use_graphs)
+        fn = g.phases()[0]
+        for _ in range(2):
+            fn()
+        timer = PhaseTimer(("draft",), reps, dev)
+        timer.run([fn])
+        t = timer.medians_s()["draft"]
         classes = profile(fn) if profile is not None else {}
         del g
         _free()
