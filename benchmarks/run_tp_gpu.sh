@@ -216,7 +216,7 @@ every document here at its own "tp" with the calibration beside it.
 
 | file | what |
 | --- | --- |
-| calibrate-run.json | one-GPU micro-benchmarks (Llama-3.1-8B, GPU 0; verify grid B{$BATCH} x N{1,16,64}) + the collectives sweep on 2$( ((GPUS >= 4)) && echo " and 4") GPUs (rows "collectives") |
+| calibrate-run.json | one-GPU micro-benchmarks (Llama-3.1-8B, GPU 0; verify grid B{$BATCH} x N{1,16,64}; the drafter's step at tp 1, rows "draft") + the collectives sweep on 2$( ((GPUS >= 4)) && echo " and 4") GPUs (rows "collectives") |
 | measurement-tp1.json | one GPU (GPU 1, run beside the micro-benchmarks on GPU 0): SGLang 5/4/8, the chain 3/1/4 and 7/10/60, static 3/1/4 and 5/4/8 at B{$BATCH} |
 | calibration-$HW.json | \`spectune calibrate --from-run calibrate-run.json --measurements measurement-tp1.json\`: efficiencies and fixed costs from one GPU, interconnect terms (validate.fit.fit_interconnect: per tp, the all-reduce and all-gather laws by message-size regime) from the sweep; $OFFSET_NOTE |
 | policy-tp4.json, policy-tp2.json | planned tables (validate.planned.plan_table, calibrated, tp 4 / tp 2) |
