@@ -12,6 +12,9 @@ re-checks each folder as benchmarks.bench_refit does (its lines and summary). Va
     fixed    and gemm_fixed_s fitted (not held at the GEMM micro-benchmarks' intercept)
     launch   and attention_fixed_s fitted, and a floor fitted under every elementwise kernel
              (planner.forward's elementwise_time = max(bytes / rate, floor))
+    logits   launch, and the logits pass (priced in the LM head: an fp32 write and read of
+             the logits) counted in the "other" class, where the profile times the
+             executor's argmax, not in "linear"
 
 Folders: those named, else every bench_refit folder whose calibrate-run.json has class rows.
 Results: benchmarks/results/class_fit_cpu.md. Nothing is written; the patches live in this
@@ -32,7 +35,7 @@ import spectune.validate.fit as fit
 from spectune.planner import operators as ops
 
 CLASS_ROWS = ("verify_linear", "verify_attention", "verify_other")
-VARIANTS = ("base", "fixed", "launch")
+VARIANTS = ("base", "fixed", "launch", "logits")
 EXTRA = {
     "fixed": (("gemm_fixed_us", 0.0, 20.0, 3.0),),
     "launch": (
@@ -41,6 +44,7 @@ EXTRA = {
         ("ew_floor_us", 0.0, 10.0, 2.0),
     ),
 }
+EXTRA["logits"] = EXTRA["launch"]
 
 
 class _Floor:
@@ -65,8 +69,10 @@ def apply(variant: str, weight: float) -> None:
     if not extra:
         return
     fit.PARAMS = (*fit.PARAMS, *extra)
-    if variant == "launch":
+    if variant in ("launch", "logits"):
         fwd.elementwise_time = _Floor.elementwise_time  # type: ignore[assignment]
+    if variant == "logits":
+        fit.predict_row = _logits_in_other(fit.predict_row)  # type: ignore[assignment]
     built = fit._calibration
 
     def calibration(x: Any, hardware: str, base: Any, params: Any = fit.PARAMS,
@@ -83,6 +89,21 @@ def apply(variant: str, weight: float) -> None:
         return cal
 
     fit._calibration = calibration  # type: ignore[assignment]
+
+
+def _logits_in_other(predict: Any) -> Any:
+    """predict_row with the logits pass moved from the linear class row to the other."""
+    from spectune.planner.operators import LOGIT_BYTES
+
+    def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
+        t = float(predict(cm, kind, a))
+        if kind not in ("verify_linear", "verify_other"):
+            return t
+        rows = a["batch"] * a["tokens"]  # logits at every token
+        logits = float(fwd.elementwise_time(cm.rates, 2 * rows * cm.target.lm_vocab * LOGIT_BYTES))
+        return t - logits if kind == "verify_linear" else t + logits
+
+    return predict_row
 
 
 def _has_class_rows(folder: str) -> bool:

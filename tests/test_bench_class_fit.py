@@ -20,6 +20,7 @@ def restored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fit, "PARAMS", fit.PARAMS)
     monkeypatch.setattr(fit, "_calibration", fit._calibration)
     monkeypatch.setattr(fwd, "elementwise_time", fwd.elementwise_time)
+    monkeypatch.setattr(fit, "predict_row", fit.predict_row)
     monkeypatch.setattr(bcf._Floor, "seconds", 0.0)
 
 
@@ -55,3 +56,18 @@ def test_bad_arguments_exit_2(argv: list[str], restored: None) -> None:
 def test_an_unknown_variant_is_refused(restored: None) -> None:
     with pytest.raises(SystemExit, match="unknown variant"):
         bcf.apply("nope", 0.5)
+
+
+def test_the_logits_variant_moves_the_logits_pass_to_the_other_class(restored: None) -> None:
+    from spectune.planner.costmodel import CostModel
+    from spectune.specs import load_model
+
+    cm = CostModel(load_hardware("h100-sxm"), load_model("llama-3.1-8b"))
+    a = {"batch": 4, "tokens": 16, "context": 4096}
+    before = {k: fit.predict_row(cm, k, a) for k in ("verify", *bcf.CLASS_ROWS)}
+    bcf.apply("logits", 0.5)
+    after = {k: fit.predict_row(cm, k, a) for k in ("verify", *bcf.CLASS_ROWS)}
+    moved = before["verify_linear"] - after["verify_linear"]
+    assert moved > 0 and after["verify_other"] - before["verify_other"] == pytest.approx(moved)
+    assert after["verify"] == before["verify"]
+    assert after["verify_attention"] == before["verify_attention"]
