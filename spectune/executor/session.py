@@ -238,13 +238,7 @@ class Session:
         if kern:
             self.tune(batch, tokens, context)
         tok = torch.randint(0, self.target.spec.vocab, (batch, tokens), device=dev)
-        pos = context + torch.arange(tokens, device=dev).expand(batch, tokens)
-        mask = (
-            torch.ones((tokens, tokens), dtype=torch.bool, device=dev)
-            .tril()
-            .expand(batch, tokens, tokens)
-            .contiguous()
-        )
+        pos, mask = _causal_rows(batch, tokens, context, dev)
         plan = (
             TreeAttentionPlan(batch, tokens, context, self.tcache.capacity, self.target.heads, dev)
             if kern
@@ -258,17 +252,7 @@ class Session:
             h, _ = self.target.forward(tok, pos, self.tcache, context, mask, plan=plan)
             out.copy_(self.target.lm_head(h).argmax(dim=-1))
 
-        g = PhaseGraphs([fwd], dev, self.cfg.use_graphs)
-        fn = g.phases()[0]
-        for _ in range(2):
-            fn()
-        timer = PhaseTimer(("verify",), reps, dev)
-        timer.run([fn])
-        t = timer.medians_s()["verify"]
-        classes = profile(fn) if profile is not None else {}
-        del g
-        _free()
-        return t, classes
+        return self._replay_timing(fwd, "verify", reps, profile)
 
     def draft_step_timing(
         self,
@@ -290,13 +274,7 @@ class Session:
         hidden = torch.randn(
             (batch, width, self.target.spec.hidden), device=dev, dtype=self.target.dtype
         )
-        pos = context + torch.arange(width, device=dev).expand(batch, width)
-        mask = (
-            torch.ones((width, width), dtype=torch.bool, device=dev)
-            .tril()
-            .expand(batch, width, width)
-            .contiguous()
-        )
+        pos, mask = _causal_rows(batch, width, context, dev)
         out = torch.zeros((batch, width, width), dtype=torch.int64, device=dev)
 
         vocab = self.draft_vocab
@@ -312,17 +290,42 @@ class Session:
                 logits = logits.repeat(1, 1, vocab // logits.shape[-1])
             out.copy_(torch.topk(logits, width, dim=-1).indices)
 
-        g = PhaseGraphs([step], dev, self.cfg.use_graphs)
+        return self._replay_timing(step, "draft", reps, profile)
+
+    def _replay_timing(
+        self,
+        body: Callable[[], None],
+        phase: str,
+        reps: int,
+        profile: Callable[[Callable[[], None]], dict[str, float]] | None,
+    ) -> tuple[float, dict[str, float]]:
+        """`body` captured in a CUDA graph (eager where the session runs without graphs),
+        replayed twice to warm up, then the median seconds of `reps` timed replays and what
+        `profile` reports of the replay ({} without one); the graph is freed after."""
+        dev = self.device
+        g = PhaseGraphs([body], dev, self.cfg.use_graphs)
         fn = g.phases()[0]
         for _ in range(2):
             fn()
-        timer = PhaseTimer(("draft",), reps, dev)
+        timer = PhaseTimer((phase,), reps, dev)
         timer.run([fn])
-        t = timer.medians_s()["draft"]
+        t = timer.medians_s()[phase]
         classes = profile(fn) if profile is not None else {}
         del g
         _free()
         return t, classes
+
+
+def _causal_rows(
+    batch: int, n: int, context: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions [B, n] of n new tokens after `context` cached ones, and their causal mask
+    [B, n, n] (each sees the earlier ones): the shape a chain of n tokens verifies or drafts."""
+    pos = context + torch.arange(n, device=device).expand(batch, n)
+    mask = (
+        torch.ones((n, n), dtype=torch.bool, device=device).tril().expand(batch, n, n).contiguous()
+    )
+    return pos, mask
 
 
 def _free() -> None:
