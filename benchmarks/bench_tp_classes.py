@@ -13,7 +13,13 @@ shape the tp 2 / tp 1 wall ratio measured and priced, each class measured / pric
 (us; measured "other" is the wall less linear, attention and the collectives' in-place cost),
 and each all-reduce's in-place cost (the wall with less without collectives, less the logits
 all-gather and layout-copy kernels, over the all-reduces) beside the law's price and, with
---sweep, the sweep's in-place time at that size. Then one JSON document.
+--sweep, the sweep's in-place time at that size.
+
+Then the split of each class into what a shard halves and what it keeps, measured and priced
+(the "split" of each row): a class whose time is S + F at tp 1 and S/2 + F at tp 2 (the weights
+and the KV heads split in two, every kernel kept) has F = 2 x tp2 - tp1. Per weight GEMM
+(F of the linear class over Llama's 4 GEMMs a layer and the LM head) and per layer's attention
+launch, in us; "other" is kept whole at both tp. Then one JSON document.
 """
 
 from __future__ import annotations
@@ -68,6 +74,17 @@ def _per_allreduce_us(row: dict[str, Any], layers: int) -> float:
     return (comm - gather - copy) / (2 * layers)
 
 
+def split(tp1: dict[str, float], tp2: dict[str, float], layers: int) -> dict[str, float]:
+    """{'gemm_fixed_us': the linear class's kept time per weight GEMM, 'attention_fixed_us': the
+    attention class's per layer} of one shape's classes at tp 1 and tp 2 (us): F = 2 x tp2 -
+    tp1 of a class whose time is S + F at tp 1 and S/2 + F at tp 2. Llama's executor forward
+    runs 4 weight GEMMs a layer (qkv, o, gate_up, down) and the LM head."""
+    return {
+        "gemm_fixed_us": (2 * tp2["linear"] - tp1["linear"]) / (4 * layers + 1),
+        "attention_fixed_us": (2 * tp2["attention"] - tp1["attention"]) / layers,
+    }
+
+
 def compare(folder: Path, cal: Calibration, sweep: Path | None) -> list[dict[str, Any]]:
     one, two = _load(folder / "tp1_forward.json"), _load(folder / "tp2_forward.json")
     hw = load_hardware("h200" if "H200" in one["gpu"] else "h100-sxm")
@@ -91,6 +108,12 @@ def compare(folder: Path, cal: Calibration, sweep: Path | None) -> list[dict[str
             "batch": b, "tokens": n, "context": c,
             "tp1": {"measured": _measured(r1), "priced": _priced(cms[1], b, n, c)},
             "tp2": {"measured": _measured(r2), "priced": _priced(cms[2], b, n, c)},
+            "split": {
+                k: split(_measured(r1) if k == "measured" else _priced(cms[1], b, n, c),
+                         _measured(r2) if k == "measured" else _priced(cms[2], b, n, c),
+                         target.layers)
+                for k in ("measured", "priced")
+            },
             "allreduce_bytes": size,
             "allreduce_us": {"inplace": _per_allreduce_us(r2, target.layers), "law": law,
                              "sweep": swept.get(size)},
@@ -125,6 +148,14 @@ def main(argv: list[str] | None = None) -> int:
         sw = "-" if a["sweep"] is None else f"{a['sweep']:.1f}"
         print(f"  B{r['batch']:>3} N{r['tokens']:>2} {r['allreduce_bytes'] / 2**20:7.3f} MiB  "
               f"{a['inplace']:5.1f} / {a['law']:5.1f} / {sw}")  # fmt: skip
+    print("what a shard keeps (F = 2 x tp2 - tp1 of a class), us measured / priced: per weight"
+          " GEMM, per layer's attention; other at tp 1 / tp 2 measured")  # fmt: skip
+    for r in rows:
+        m, q = r["split"]["measured"], r["split"]["priced"]
+        o1, o2 = r["tp1"]["measured"]["other"], r["tp2"]["measured"]["other"]
+        print(f"  B{r['batch']:>3} N{r['tokens']:>2}  GEMM {m['gemm_fixed_us']:5.1f} / "
+              f"{q['gemm_fixed_us']:<5.1f} attention {m['attention_fixed_us']:5.1f} / "
+              f"{q['attention_fixed_us']:<5.1f} other {o1:4.0f} / {o2:4.0f}")  # fmt: skip
     print(json.dumps({"bench": "tp_classes", "folder": str(args.folder), "rows": rows}))
     return 0
 

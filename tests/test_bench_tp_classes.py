@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_tp_classes import main
+from benchmarks.bench_tp_classes import main, split
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = ROOT / "benchmarks/results/tp_classes_h200/host_b"
@@ -41,3 +41,39 @@ def test_mismatched_shapes_are_refused(tmp_path: Path) -> None:
         (tmp_path / name).write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="shapes differ"):
         main([str(tmp_path), "--calibration", str(CAL)])
+
+
+def test_split_of_what_a_shard_keeps() -> None:
+    # a class of S + F at tp 1 and S/2 + F at tp 2: F per weight GEMM (129 of them) and per layer
+    tp1 = {"linear": 129 * 3.0 + 4000.0, "attention": 32 * 6.0 + 400.0}
+    tp2 = {"linear": 129 * 3.0 + 2000.0, "attention": 32 * 6.0 + 200.0}
+    got = split(tp1, tp2, 32)
+    assert got == pytest.approx({"gemm_fixed_us": 3.0, "attention_fixed_us": 6.0})
+
+
+@pytest.mark.parametrize(
+    ("host", "cal"),
+    [
+        (HOST, CAL),
+        (
+            ROOT / "benchmarks/results/tp_h100x2_e/classes",
+            ROOT / "benchmarks/results/tp_h100x2_c/calibration-h100-sxm.json",
+        ),
+    ],
+)
+def test_a_shard_keeps_a_few_us_a_gemm_and_a_layer(
+    host: Path, cal: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(host), "--calibration", str(cal)]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for r in doc["rows"]:
+        if r["tokens"] != 1:
+            continue
+        m, q = r["split"]["measured"], r["split"]["priced"]
+        # one token a sequence, both GPUs: the split forward keeps 3-5 us of each weight GEMM
+        # and 6-12 us of each layer's attention; the calibration keeps more of the GEMM (its
+        # fixed time, the GEMM micro-benchmarks' intercept) and none of an unsplit attention
+        assert 2.5 < m["gemm_fixed_us"] < 5.0 < q["gemm_fixed_us"]
+        assert 5.5 < m["attention_fixed_us"] < 12.5
+        if r["batch"] >= 32:
+            assert q["attention_fixed_us"] == 0.0
