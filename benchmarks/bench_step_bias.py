@@ -61,6 +61,10 @@ def _elementwise_floor(floor_s: float) -> Any:
 
 
 def _hold(name: str, value: float) -> None:
+    """Fit parameter `name` held at `value` (added to validate.fit.PARAMS where the fit holds
+    it outside them, as launch_us at 0)."""
+    if name not in {n for n, *_ in fit.PARAMS}:
+        fit.PARAMS = (*fit.PARAMS, (name, value, value + 1e-9, value))
     fit.PARAMS = tuple(
         (n, value, value + 1e-9, value) if n == name else (n, lo, hi, x0)
         for n, lo, hi, x0 in fit.PARAMS

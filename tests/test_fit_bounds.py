@@ -14,8 +14,15 @@ import pytest
 from test_prune_cost import DRAFTER, HW, TARGET, US, _cm, _doc, _run, _scalar
 
 from spectune.specs import Calibration, TreePolicy, load_hardware
+from spectune.specs.errors import SpecError
 from spectune.validate.check import check_folder
-from spectune.validate.fit import PARAMS, _calibration, _overheads, fit_calibration
+from spectune.validate.fit import (
+    FIT_KERNEL_COSTS,
+    PARAMS,
+    _calibration,
+    _overheads,
+    fit_calibration,
+)
 from spectune.validate.fit_bounds import CEILING_OF, bounded, ceilings, identified
 from spectune.validate.measure import RUN_SCHEMA, spec_run_measurements, validate_document
 
@@ -201,8 +208,11 @@ def test_the_gemm_stream_sets_the_read_ceiling_and_the_fixed_part() -> None:
     cm = _cm(_truth({"weight_bw_efficiency": 0.95}))
     run = _calrun(_doc(cm), copy_bytes_per_s=0.85 * H100.hbm_bytes_per_s, gemm=gemm)
     cal, report = fit_calibration(run, max_nfev=30)
-    assert cal.launch_s is not None and 0.0 <= cal.launch_s < fixed
-    assert cal.gemm_fixed_s + cal.launch_s == pytest.approx(fixed, rel=1e-6)
+    # the line's intercept is a GEMM timed alone; the fit holds the in-forward costs
+    assert cal.launch_s == 0.0
+    assert cal.gemm_fixed_s == FIT_KERNEL_COSTS["gemm_fixed_s"] < fixed
+    assert cal.attention_fixed_s == FIT_KERNEL_COSTS["attention_fixed_s"]
+    assert cal.elementwise_floor_s == FIT_KERNEL_COSTS["elementwise_floor_s"]
     assert cal.gemm_exposed_compute == pytest.approx(exposed, rel=1e-6)
     assert report["weight_stream"]["exposed"] == pytest.approx(exposed, rel=1e-6)
     assert report["bounds"]["read_fraction_of_peak"] == pytest.approx(0.93, rel=1e-6)
@@ -216,22 +226,41 @@ def test_the_gemm_stream_sets_the_read_ceiling_and_the_fixed_part() -> None:
     held, rep = fit_calibration(run, max_nfev=30, hold_weight_bw=True)
     assert held.weight_bw_efficiency == pytest.approx(0.93, rel=1e-6)
     assert "weight_bw_efficiency" not in rep["params"]
-    assert held.launch_s is not None
-    assert held.gemm_fixed_s + held.launch_s == pytest.approx(fixed, rel=1e-6)
+    assert held.gemm_fixed_s == FIT_KERNEL_COSTS["gemm_fixed_s"]
 
 
-def test_a_gemms_fixed_time_pays_its_launch_once() -> None:
-    """The GEMM micro-benchmarks time each call with its launch in the graph, and the cost
-    model charges launch_s per kernel apart: held at a wall intercept, gemm_fixed_s is that less
-    the launch (never below 0); without one, base's stands."""
+def test_a_fit_holds_the_in_forward_kernel_costs() -> None:
+    """A fitted calibration holds each kernel's fixed cost at what it keeps inside a forward
+    (FIT_KERNEL_COSTS), whatever the GEMMs timed alone say, with no separate launch; without
+    the GEMM micro-benchmarks base's gemm_fixed_s stands; a params table that fits launch_us
+    sets launch_s."""
     from spectune.validate.fit import PARAMS, _calibration
 
     x = [p[3] for p in PARAMS]
-    at = {name: i for i, (name, *_) in enumerate(PARAMS)}
     base = Calibration(gemm_fixed_s=1e-6)
-    for launch_us, want in ((0.0, 6e-6), (2.0, 4e-6), (9.0, 0.0)):
-        x[at["launch_us"]] = launch_us
-        cal = _calibration(x, "h100-sxm", base, PARAMS, gemm_wall_s=6e-6)
-        assert cal.launch_s == pytest.approx(launch_us * 1e-6)
-        assert cal.gemm_fixed_s == pytest.approx(want, abs=1e-15)
-        assert _calibration(x, "h100-sxm", base, PARAMS).gemm_fixed_s == 1e-6
+    for wall in (6e-6, 9e-6):
+        cal = _calibration(x, "h100-sxm", base, PARAMS, gemm_wall_s=wall)
+        assert cal.gemm_fixed_s == FIT_KERNEL_COSTS["gemm_fixed_s"]
+        assert cal.launch_s == 0.0
+    alone = _calibration(x, "h100-sxm", base, PARAMS)
+    assert alone.gemm_fixed_s == 1e-6
+    assert alone.attention_fixed_s == FIT_KERNEL_COSTS["attention_fixed_s"]
+    with_launch = (*PARAMS, ("launch_us", 0.0, 30.0, 2.0))
+    assert _calibration([*x, 2.0], "h100-sxm", base, with_launch).launch_s == pytest.approx(2e-6)
+
+
+def test_the_elementwise_floor() -> None:
+    """Each memory-bound kernel takes at least the floor; no bytes, no kernel."""
+    from spectune.planner.operators import Rates, elementwise_time
+    from spectune.specs import load_hardware
+
+    hw = load_hardware("h100-sxm")
+    r0 = Rates.resolve(hw, Calibration(hardware="h100-sxm"))
+    r = Rates.resolve(hw, Calibration(hardware="h100-sxm", elementwise_floor_s=2e-6))
+    b = np.array([0.0, 1e3, 1e9])
+    t0, t = elementwise_time(r0, b), elementwise_time(r, b)
+    assert t0[0] == t[0] == 0.0
+    assert t[1] == 2e-6 > t0[1]
+    assert t[2] == t0[2] > 2e-6
+    with pytest.raises(SpecError, match="elementwise_floor_s"):
+        Calibration(elementwise_floor_s=-1e-6)

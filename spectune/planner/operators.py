@@ -87,6 +87,7 @@ class Rates:
     gemm_exposed_compute: float  # share of a streaming GEMM's math at peak its stream adds
     attention_fixed_s: float  # one attention kernel's fixed time beyond its launch
     attention_split_s: float  # what a split (flash-decoding) attention launch adds
+    elementwise_floor_s: float  # least time of one memory-bound kernel
     eager_launch_s: float  # one kernel without a graph
     gemm_tokens: F64  # [P] M grid of the GEMM efficiency curve (P may be 1)
     gemm_efficiency: F64  # [P] fraction of peak FLOP/s at each grid point
@@ -140,6 +141,7 @@ class Rates:
             gemm_exposed_compute=cal.gemm_exposed_compute,
             attention_fixed_s=cal.attention_fixed_s,
             attention_split_s=cal.attention_split_s,
+            elementwise_floor_s=cal.elementwise_floor_s,
             eager_launch_s=eager,
             gemm_tokens=grid,
             gemm_efficiency=eff,
@@ -446,8 +448,13 @@ def attention_time(r: Rates, kv_bytes: ArrayLike, flops: ArrayLike, io_bytes: Ar
 
 
 def elementwise_time(r: Rates, bytes_: ArrayLike) -> F64:
-    """A memory-bound kernel moving `bytes_` (norms, RoPE, activation, KV write, logits pass)."""
-    return np.asarray(bytes_, dtype=np.float64) / r.elementwise_bytes_per_s
+    """One memory-bound kernel moving `bytes_` (norms, RoPE, activation, KV write, logits pass):
+    max(bytes / elementwise rate, Rates.elementwise_floor_s); no bytes, no kernel (0)."""
+    b = np.asarray(bytes_, dtype=np.float64)
+    t = b / r.elementwise_bytes_per_s
+    if r.elementwise_floor_s <= 0.0:
+        return t
+    return np.where(b > 0, np.maximum(t, r.elementwise_floor_s), 0.0)
 
 
 def allreduce_time(r: Rates, bytes_: ArrayLike, tp: int) -> F64:

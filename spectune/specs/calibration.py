@@ -150,6 +150,15 @@ class Calibration:
         "of time vs KV bytes of decode attention; default 0 (see gemm_fixed_s; the merge of a "
         "split launch is attention_split_s)",
     )
+    elementwise_floor_s: float = help_field(
+        0.0,
+        help="least time of one memory-bound kernel (norm, RoPE + KV store, activation, "
+        "embedding gather, logits pass), s: operators.elementwise_time prices each at "
+        "max(bytes / elementwise rate, this). Inside a verify forward a fused add + RMSNorm "
+        "over one token takes 2.9 us and SiLU x mul 1.5 us on H200, their bytes 0.01 us "
+        "(benchmarks/results/tp_classes_h200/host_b). Default 0 (calibrations fitted without "
+        "it); a fitted calibration holds validate.fit.FIT_KERNEL_COSTS's",
+    )
     attention_split_s: float = help_field(
         0.0,
         help="time an attention launch adds when it cuts each sequence's prefix into splits "
@@ -395,6 +404,7 @@ class Calibration:
             "launch_s",
             "gemm_fixed_s",
             "attention_fixed_s",
+            "elementwise_floor_s",
             "attention_split_s",
             "eager_launch_s",
             "step_overhead_s",

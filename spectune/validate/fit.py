@@ -49,7 +49,6 @@ PARAMS = (
     ("attention_bw_efficiency", 0.05, 1.0, 0.6),
     ("attention_flops_efficiency", 0.02, 1.0, 0.3),
     ("elementwise_bw_efficiency", 0.02, 1.0, 0.5),
-    ("launch_us", 0.0, 30.0, 3.0),
     # Calibration.attention_split_s in us: what a split (flash-decoding) attention launch adds
     # (small batches: operators.attention_splits)
     ("attention_split_us", 0.0, 50.0, 5.0),
@@ -86,6 +85,27 @@ RAGGED_TILE_LR = 4.0
 #: / 3.47%, and over the ten TP folders worst goal row 4.07 / 4.12 / 4.36%: half a wave
 FIT_WAVE_TAIL = 0.5
 
+#: The per-kernel fixed costs of a fitted calibration, held at what a verify forward's kernels
+#: take inside its CUDA graph (each kernel's launch inside it: a fitted launch_s is 0):
+#: - gemm_fixed_s: a weight GEMM keeps 2.2-5.0 us when a tensor-parallel shard halves its bytes
+#:   (one token a sequence: 3.1-4.9 us on a 2x H200 host, 3.1-3.9 on a 2x H100 one;
+#:   benchmarks/bench_tp_classes.py's split of benchmarks/results/tp_classes_h200/host_b and
+#:   tp_h100x2_e/classes), where the GEMM micro-benchmarks' intercept, a call timed alone, is
+#:   5.3-6.4 us;
+#: - attention_fixed_s: a layer's tree attention launch keeps 6.1-7.0 us at one token a sequence
+#:   (the same splits; 12 us at batch 64 on the H100 pair);
+#: - elementwise_floor_s: one memory-bound kernel's least time, a fused add + RMSNorm over one
+#:   token 2.9 us, RoPE + KV store 1.7, SiLU x mul 1.5 (host_b's tp 1 forward, by kernel name).
+#: Refitted with these held (benchmarks/results/fixed_costs_cpu.md), against the fit that held
+#: gemm_fixed_s at the micro-benchmarks' intercept less a fitted launch_s: over the 53 folders
+#: of benchmarks/bench_refit.py see that file; on the TP folders every 2x H200 and 2x H100 host's
+#: goal rows worst moved toward 3% or under (tp_h100x2_c 4.1 -> 2.9%, tp_h200x2_k 4.5 -> 3.8%).
+FIT_KERNEL_COSTS = {
+    "gemm_fixed_s": 3.0e-6,
+    "attention_fixed_s": 6.0e-6,
+    "elementwise_floor_s": 2.0e-6,
+}
+
 
 def _tokens(run: dict) -> float:
     """Tokens verified per sequence: the measured mean of a pruned run, else the tree size."""
@@ -99,10 +119,10 @@ def _calibration(
     params: Sequence[tuple[str, float, float, float]] = PARAMS,
     gemm_wall_s: float | None = None,
 ) -> Calibration:
-    """The Calibration of parameter vector `x` (`params`' order) over `base`. `gemm_wall_s`:
-    a weight GEMM's fixed time with its launch (the GEMM micro-benchmarks' intercept, each
-    call timed with its launch in the graph), so gemm_fixed_s is that less x's launch_s (the
-    cost model counts the launch apart); None keeps base's gemm_fixed_s."""
+    """The Calibration of parameter vector `x` (`params`' order) over `base`, with the
+    per-kernel fixed costs of FIT_KERNEL_COSTS (launch_s 0 unless `params` fits "launch_us"):
+    gemm_fixed_s where `gemm_wall_s`, a weight GEMM's fixed time timed alone (the GEMM
+    micro-benchmarks' intercept), says the GEMMs were measured; None keeps base's."""
     p = dict(zip((n for n, *_ in params), x, strict=True))
     grid = np.asarray(GEMM_GRID)
     eff = p["gemm_emax"] * -np.expm1(-grid / p["gemm_m0"])
@@ -112,8 +132,8 @@ def _calibration(
     static = p.get("static_draft_step_us")
     slot = p.get("draft_slot_us")
     bw = p.get("weight_bw_efficiency", base.weight_bw_efficiency)  # held: absent from params
-    launch_s = float(p["launch_us"]) * 1e-6
-    fixed = base.gemm_fixed_s if gemm_wall_s is None else max(0.0, gemm_wall_s - launch_s)
+    launch_s = float(p.get("launch_us", 0.0)) * 1e-6
+    fixed = base.gemm_fixed_s if gemm_wall_s is None else FIT_KERNEL_COSTS["gemm_fixed_s"]
     return dataclasses.replace(
         base,
         hardware=hardware,
@@ -124,6 +144,8 @@ def _calibration(
         attention_flops_efficiency=float(p["attention_flops_efficiency"]),
         elementwise_bw_efficiency=float(p["elementwise_bw_efficiency"]),
         launch_s=launch_s,
+        attention_fixed_s=FIT_KERNEL_COSTS["attention_fixed_s"],
+        elementwise_floor_s=FIT_KERNEL_COSTS["elementwise_floor_s"],
         attention_split_s=float(p["attention_split_us"]) * 1e-6,
         draft_step_s=float(p["draft_step_us"]) * 1e-6,
         draft_select_bytes_per_s=float(p["draft_select_gb_s"]) * 1e9,
@@ -251,21 +273,16 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 # to 7.5%).
 # The GEMM micro-benchmarks do give two things the whole forwards cannot (gemm_stream_line: a
 # line through time vs bytes over the target's weight shapes at M <= 64):
-# - the fixed part of a weight-streaming GEMM (the intercept, 5-7 us on H100 and H200). Whole
-#   forwards confound it with the weight bandwidth (every one-GPU forward runs the same GEMMs),
-#   so the fit holds a GEMM's fixed time there and fits the bandwidth around it; a
-#   tensor-parallel shard, which halves the bytes and keeps the GEMMs, is then priced right
-#   (benchmarks/probe_gemm_fixed.py: shard compute MAPE 4.9-5.8% -> 1.4-1.6% at tp 2). The
-#   intercept holds each call's launch (the benchmark times calls in a graph), so gemm_fixed_s
-#   is it less the fitted launch_s: held at the intercept itself, every GEMM paid its launch
-#   twice and the fit took launch_s toward 0 or the weight bandwidth down, a split that moves
-#   from run to run and with it the tp > 1 price (two H200 hosts whose tp 1 grids agree within
-#   0.3% fitted launch_s 0.03 vs 0.99 us and priced tp 2, batch 1 +0.4% vs +5.2%). Less the
-#   launch, the fits of the H200 TP folders all land at launch_s 0 and weight_bw_efficiency
-#   0.84-0.89 (before: launch_s 0-1.17 us, 0.84-0.95): one split from run to run, the small
-#   kernels' time still carried by the weight stream; over the 14 TP folders goal rows worst
-#   3.92 -> 3.77% (mean of the folders'), mean 1.77 -> 1.64%, and over 8 one-GPU folders
-#   3.32 -> 3.17%, 1.41 -> 1.35% (benchmarks/results/refit_cpu.txt, tp_refit_cpu.txt);
+# - the fixed part of a weight-streaming GEMM (the intercept, 5-7 us on H100 and H200): a call
+#   timed alone. Whole forwards confound a GEMM's fixed time with the weight bandwidth (every
+#   one-GPU forward runs the same GEMMs), and a tensor-parallel shard, which halves the bytes
+#   and keeps the kernels, prices the split differently (two H200 hosts whose tp 1 grids agreed
+#   within 0.3% priced tp 2 batch 1 +0.4% and +5.2%). The intercept held, the fits put the small
+#   kernels' time in the weight stream (launch_s 0, weight_bw_efficiency 0.84-0.89 on the H200
+#   TP folders), and a shard halved it. Inside the forward a GEMM keeps less than the intercept
+#   (3-4 us), and the attention launches and small kernels keep what the fit had nowhere to put:
+#   the fit holds all three at what the split forwards keep (FIT_KERNEL_COSTS) and fits the
+#   rates around them;
 # - the share of a streaming GEMM's math the stream does not hide (gemm_exposed_compute: the
 #   stream rate falls with M, on an H100 3.07 TB/s at M = 1 and 2.95 at M = 64; 0.18-0.23 of
 #   the math at peak on H100, 0.27-0.34 on H200). Held there, the forwards' fit takes its
@@ -383,11 +400,11 @@ def fit_calibration(
     and models). Returns it and a report (per-kind MAPE before and after). `max_nfev` bounds
     the least-squares iterations (each prices every row once per parameter).
     Where the run has GEMM rows, its gemm_stream_line's rate is a measured read: the read
-    ceiling (weight and attention bandwidths) takes it. `hold_gemm_fixed`: a GEMM's fixed time
-    with its launch held at the line's intercept (each micro-benchmark call is timed with its
-    launch in the graph: gemm_fixed_s is the intercept less the fitted launch_s, which the
-    cost model charges per kernel apart) and gemm_exposed_compute at the line's exposed
-    share; False keeps base's.
+    ceiling (weight and attention bandwidths) takes it. `hold_gemm_fixed`: gemm_fixed_s held
+    at FIT_KERNEL_COSTS's in-forward value and gemm_exposed_compute at the line's exposed share
+    (where the run has the line); False keeps base's. Every fit holds attention_fixed_s and
+    elementwise_floor_s at FIT_KERNEL_COSTS's and launch_s at 0 (each kernel's launch is in
+    its class's fixed cost).
     `hold_weight_bw`: weight_bw_efficiency held at the line's rate (the weight GEMMs priced as
     the micro-benchmarks time them) instead of fitted to the whole forwards."""
     from scipy.optimize import least_squares
