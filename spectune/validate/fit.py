@@ -100,6 +100,12 @@ FIT_WAVE_TAIL = 0.5
 #: gemm_fixed_s at the micro-benchmarks' intercept less a fitted launch_s: over the 53 folders
 #: of benchmarks/bench_refit.py see that file; on the TP folders every 2x H200 and 2x H100 host's
 #: goal rows worst moved toward 3% or under (tp_h100x2_c 4.1 -> 2.9%, tp_h200x2_k 4.5 -> 3.8%).
+#: least-squares iterations of a calibration fit: each prices every row once per parameter
+#: (about 1 s an iteration for a TP run's 132 rows on a device host's CPU). Most fits converge
+#: in 20-40; an H100 pair's fit whose gemm_m0 ran to its lower bound took 400 (555 s) and
+#: moved its verify MAPE 0.91 -> 0.88% after the 60th (benchmarks/results/tp_h100x2_g)
+FIT_MAX_NFEV = 80
+
 FIT_KERNEL_COSTS = {
     "gemm_fixed_s": 3.0e-6,
     "attention_fixed_s": 6.0e-6,
@@ -392,7 +398,7 @@ def fit_calibration(
     measurements: Sequence[dict[str, Any]] = (),
     *,
     base: Calibration | None = None,
-    max_nfev: int = 400,
+    max_nfev: int = FIT_MAX_NFEV,
     hold_gemm_fixed: bool = True,
     hold_weight_bw: bool = False,
 ) -> tuple[Calibration, dict[str, Any]]:
