@@ -97,15 +97,9 @@ FIT_WAVE_TAIL = 0.5
 #: - elementwise_floor_s: one memory-bound kernel's least time, a fused add + RMSNorm over one
 #:   token 2.9 us, RoPE + KV store 1.7, SiLU x mul 1.5 (host_b's tp 1 forward, by kernel name).
 #: Refitted with these held (benchmarks/results/fixed_costs_cpu.md), against the fit that held
-#: gemm_fixed_s at the micro-benchmarks' intercept less a fitted launch_s: over the 53 folders
-#: of benchmarks/bench_refit.py see that file; on the TP folders every 2x H200 and 2x H100 host's
-#: goal rows worst moved toward 3% or under (tp_h100x2_c 4.1 -> 2.9%, tp_h200x2_k 4.5 -> 3.8%).
-#: least-squares iterations of a calibration fit: each prices every row once per parameter
-#: (about 1 s an iteration for a TP run's 132 rows on a device host's CPU). Most fits converge
-#: in 20-40; an H100 pair's fit whose gemm_m0 ran to its lower bound took 400 (555 s) and
-#: moved its verify MAPE 0.91 -> 0.88% after the 60th (benchmarks/results/tp_h100x2_g)
-FIT_MAX_NFEV = 80
-
+#: gemm_fixed_s at the micro-benchmarks' intercept less a fitted launch_s: over 20 TP folders
+#: goal rows worst 3.64 -> 3.41% (max 5.6 -> 4.5%), mean 1.49 -> 1.41%, verify MAPE 1.46 ->
+#: 1.47%; over 32 one-GPU folders 3.16 -> 3.15%, 1.18 -> 1.21%, 1.41 -> 1.42%.
 FIT_KERNEL_COSTS = {
     "gemm_fixed_s": 3.0e-6,
     "attention_fixed_s": 6.0e-6,
