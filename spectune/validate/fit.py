@@ -107,6 +107,13 @@ FIT_KERNEL_COSTS = {
 }
 
 
+#: least-squares iterations of a calibration fit: each prices every row once per parameter
+#: (about 1 s an iteration for a TP run's 132 rows on a device host's CPU). Most fits converge
+#: in 20-40; an H100 pair's fit whose gemm_m0 ran to its lower bound took 400 (555 s) and
+#: moved its verify MAPE 0.91 -> 0.88% after the 60th (benchmarks/results/fit_nfev_h100x2)
+FIT_MAX_NFEV = 80
+
+
 def _tokens(run: dict) -> float:
     """Tokens verified per sequence: the measured mean of a pruned run, else the tree size."""
     return float(run.get("verified_mean", run["nodes"]))
