@@ -165,7 +165,7 @@ def test_fit_recovers_a_known_calibration() -> None:
     from spectune.validate.fit import _calibration, fit_calibration
 
     truth = _calibration(
-        [0.7, 0.5, 0.3, 0.4, 5.0, 4.0, 0.75, 300.0, 60.0, 170.0, 50.0], HW, Calibration()
+        [0.7, 0.5, 0.3, 0.4, 4.0, 0.75, 300.0, 60.0, 170.0, 50.0], HW, Calibration()
     )
     cm = _cm(truth)
     run = _calibration_run(cm, (1, 16, 64))
@@ -322,7 +322,7 @@ def test_fit_recovers_a_known_draft_step_cost() -> None:
     from spectune.validate.fit import _calibration, fit_calibration
 
     truth = _calibration(
-        [0.7, 0.5, 0.3, 0.4, 5.0, 4.0, 0.75, 300.0, 60.0, 90.0, 50.0], HW, Calibration()
+        [0.7, 0.5, 0.3, 0.4, 4.0, 0.75, 300.0, 60.0, 90.0, 50.0], HW, Calibration()
     )
     truth = dataclasses.replace(truth, tree_build_s=150e-6, tree_build_per_node_s=0.05e-6)
     cm = _cm(truth)
@@ -343,7 +343,7 @@ def test_fit_recovers_a_known_spec_verify_cost() -> None:
 
     for made in (90.0, 0.0):
         truth = _calibration(
-            [0.7, 0.5, 0.3, 0.4, 5.0, 4.0, 0.75, 300.0, 60.0, 170.0, made], HW, Calibration()
+            [0.7, 0.5, 0.3, 0.4, 4.0, 0.75, 300.0, 60.0, 170.0, made], HW, Calibration()
         )
         truth = dataclasses.replace(truth, tree_build_s=150e-6, tree_build_per_node_s=0.05e-6)
         cm = _cm(truth)
@@ -364,7 +364,7 @@ def test_fit_recovers_a_known_static_draft_step_cost() -> None:
     from spectune.validate.fit import _calibration, _overheads, fit_calibration
 
     truth = _calibration(
-        [0.7, 0.5, 0.3, 0.4, 5.0, 5.0, 0.75, 300.0, 80.0, 120.0, 50.0], HW, Calibration()
+        [0.7, 0.5, 0.3, 0.4, 5.0, 0.75, 300.0, 80.0, 120.0, 50.0], HW, Calibration()
     )
     truth = dataclasses.replace(
         truth,
@@ -412,7 +412,7 @@ def test_fit_recovers_the_slot_cost() -> None:
     from spectune.validate.fit import _calibration, fit_calibration
 
     truth = _calibration(
-        [0.7, 0.5, 0.3, 0.4, 2.0, 4.0, 0.75, 300.0, 60.0, 170.0, 50.0], HW, Calibration()
+        [0.7, 0.5, 0.3, 0.4, 4.0, 0.75, 300.0, 60.0, 170.0, 50.0], HW, Calibration()
     )
     truth = dataclasses.replace(
         truth, tree_build_s=150e-6, tree_build_per_node_s=0.05e-6, draft_slot_s=12e-6
@@ -447,7 +447,7 @@ def test_kernel_time_by_class_is_reported_not_fitted() -> None:
     from spectune.validate.fit import _calibration, _rows, fit_calibration
 
     truth = _calibration(
-        [0.88, 0.6, 0.35, 0.4, 2.5, 4.0, 0.8, 120.0, 60.0, 170.0, 50.0], HW, Calibration()
+        [0.88, 0.6, 0.35, 0.4, 4.0, 0.8, 120.0, 60.0, 170.0, 50.0], HW, Calibration()
     )
     cm = _cm(truth)
     plain = _calibration_run(cm, (1, 4, 16, 64))
