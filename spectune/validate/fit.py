@@ -280,16 +280,14 @@ def predict_row(cm: Any, kind: str, a: dict[str, Any]) -> float:
 # to 7.5%).
 # The GEMM micro-benchmarks do give two things the whole forwards cannot (gemm_stream_line: a
 # line through time vs bytes over the target's weight shapes at M <= 64):
-# - the fixed part of a weight-streaming GEMM (the intercept, 5-7 us on H100 and H200): a call
-#   timed alone. Whole forwards confound a GEMM's fixed time with the weight bandwidth (every
-#   one-GPU forward runs the same GEMMs), and a tensor-parallel shard, which halves the bytes
-#   and keeps the kernels, prices the split differently (two H200 hosts whose tp 1 grids agreed
-#   within 0.3% priced tp 2 batch 1 +0.4% and +5.2%). The intercept held, the fits put the small
-#   kernels' time in the weight stream (launch_s 0, weight_bw_efficiency 0.84-0.89 on the H200
-#   TP folders), and a shard halved it. Inside the forward a GEMM keeps less than the intercept
-#   (3-4 us), and the attention launches and small kernels keep what the fit had nowhere to put:
-#   the fit holds all three at what the split forwards keep (FIT_KERNEL_COSTS) and fits the
-#   rates around them;
+# - the fixed part of a weight-streaming GEMM timed alone (the intercept, 5-7 us on H100 and
+#   H200), reported, not used: whole forwards confound a kernel's fixed time with the
+#   bandwidths (every one-GPU forward runs the same kernels), and a tensor-parallel shard, which
+#   halves the bytes and keeps the kernels, prices whatever split the fit chose (two H200 hosts
+#   whose tp 1 grids agreed within 0.3% priced tp 2 batch 1 +0.4% and +5.2%). Inside a forward a
+#   GEMM keeps 3-4 us, each attention launch 6-7 us and each small kernel its 1.5-3 us: the fit
+#   holds all three at what the split forwards keep (FIT_KERNEL_COSTS) and fits the rates
+#   around them;
 # - the share of a streaming GEMM's math the stream does not hide (gemm_exposed_compute: the
 #   stream rate falls with M, on an H100 3.07 TB/s at M = 1 and 2.95 at M = 64; 0.18-0.23 of
 #   the math at peak on H100, 0.27-0.34 on H200). Held there, the forwards' fit takes its
