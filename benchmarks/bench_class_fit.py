@@ -10,8 +10,8 @@ re-checks each folder as benchmarks.bench_refit does (its lines and summary). Va
 
     base     the class rows with today's terms
     fixed    and gemm_fixed_s fitted (not held at the GEMM micro-benchmarks' intercept)
-    launch   and attention_fixed_s fitted, and a floor fitted under every elementwise kernel
-             (planner.forward's elementwise_time = max(bytes / rate, floor))
+    launch   and attention_fixed_s fitted, and the floor under every elementwise kernel
+             (Calibration.elementwise_floor_s: max(bytes / rate, floor)) fitted
     logits   launch, and the logits pass (priced in the LM head: an fp32 write and read of
              the logits) counted in the "other" class, where the profile times the
              executor's argmax, not in "linear"
@@ -27,12 +27,9 @@ import dataclasses
 import sys
 from typing import Any
 
-import numpy as np
-
 import benchmarks.bench_refit as br
 import spectune.planner.forward as fwd
 import spectune.validate.fit as fit
-from spectune.planner import operators as ops
 
 CLASS_ROWS = ("verify_linear", "verify_attention", "verify_other")
 VARIANTS = ("base", "fixed", "launch", "logits")
@@ -47,18 +44,6 @@ EXTRA = {
 EXTRA["logits"] = EXTRA["launch"]
 
 
-class _Floor:
-    """The elementwise floor of the calibration built last (validate.fit builds the fitted one
-    last, before the folder is re-checked)."""
-
-    seconds = 0.0
-
-    @classmethod
-    def elementwise_time(cls, r: ops.Rates, bytes_: Any) -> Any:
-        t = ops.elementwise_time(r, bytes_)
-        return np.where(np.asarray(bytes_) > 0, np.maximum(t, cls.seconds), 0.0)
-
-
 def apply(variant: str, weight: float) -> None:
     """Patch validate.fit (and, for 'launch', planner.forward) for `variant` in this process."""
     if variant not in VARIANTS:
@@ -69,23 +54,24 @@ def apply(variant: str, weight: float) -> None:
     if not extra:
         return
     fit.PARAMS = (*fit.PARAMS, *extra)
-    if variant in ("launch", "logits"):
-        fwd.elementwise_time = _Floor.elementwise_time  # type: ignore[assignment]
     if variant == "logits":
         fit.predict_row = _logits_in_other(fit.predict_row)  # type: ignore[assignment]
     built = fit._calibration
 
     def calibration(x: Any, hardware: str, base: Any, params: Any = fit.PARAMS,
-                    gemm_wall_s: float | None = None) -> Any:  # fmt: skip
+                    hold_gemm_fixed: bool = False) -> Any:  # fmt: skip
         names = [n for n, *_ in params]
-        cal = built(x, hardware, base, params, None)
+        cal = built(x, hardware, base, params, False)
         if "gemm_fixed_us" not in names:
             return cal
         got = {n: float(x[names.index(n)]) * 1e-6 for n, *_ in extra}
         cal = dataclasses.replace(cal, gemm_fixed_s=got["gemm_fixed_us"])
         if "attn_fixed_us" in got:
-            _Floor.seconds = got["ew_floor_us"]
-            cal = dataclasses.replace(cal, attention_fixed_s=got["attn_fixed_us"])
+            cal = dataclasses.replace(
+                cal,
+                attention_fixed_s=got["attn_fixed_us"],
+                elementwise_floor_s=got["ew_floor_us"],
+            )
         return cal
 
     fit._calibration = calibration  # type: ignore[assignment]

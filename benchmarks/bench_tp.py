@@ -337,14 +337,15 @@ def _draft_steps(
         cm = CostModel(hw, target, drafter, tp=doc["tp"], calibration=cal)
         cm1 = CostModel(hw, target, drafter, tp=1, calibration=cal)
 
-        def price(c: CostModel, b: int, w: int, ctx: int) -> float:
+        def price(c: CostModel, b: int, w: int, ctx: int) -> tuple[float, float]:
+            """(the step, its collectives with their launches) as `c` prices them."""
             parts = c.draft_step_breakdown(b, w, ctx)
-            return sum(float(v) for v in parts.values()) + float(c.draft_select_time(b * w))
+            step = sum(float(v) for v in parts.values()) + float(c.draft_select_time(b * w))
+            return step, float(parts.get("comm", 0.0))
 
         for r in doc["draft"]:
             b, w, ctx = r["batch"], r["tokens"], r["context"]
-            model = price(cm, b, w, ctx)
-            m_coll = float(cm.draft_step_breakdown(b, w, ctx)["comm"])  # launches included
+            model, m_coll = price(cm, b, w, ctx)
             coll = r["seconds"] - r["seconds_nocomm"]
             row = {"file": name, "batch": b, "width": w,
                    "measured_us": r["seconds"] * 1e6, "model_us": model * 1e6,
@@ -352,7 +353,7 @@ def _draft_steps(
             delta = ""
             if key(doc, r) in tp1:
                 d_meas = r["seconds"] - tp1[key(doc, r)]
-                d_model = model - price(cm1, b, w, ctx)
+                d_model = model - price(cm1, b, w, ctx)[0]
                 row.update(vs_tp1_us=d_meas * 1e6, model_vs_tp1_us=d_model * 1e6)
                 delta = f" {d_meas * 1e6:>+8.1f} {d_model * 1e6:>+8.1f}"
             rows.append(row)

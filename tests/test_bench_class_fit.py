@@ -21,7 +21,6 @@ def restored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fit, "_calibration", fit._calibration)
     monkeypatch.setattr(fwd, "elementwise_time", fwd.elementwise_time)
     monkeypatch.setattr(fit, "predict_row", fit.predict_row)
-    monkeypatch.setattr(bcf._Floor, "seconds", 0.0)
 
 
 def test_the_launch_variant_fits_the_class_rows_and_three_more_terms(restored: None) -> None:
@@ -33,6 +32,7 @@ def test_the_launch_variant_fits_the_class_rows_and_three_more_terms(restored: N
     x[-3:] = [4.0, 6.0, 2.5]
     cal = fit._calibration(x, "h100-sxm", Calibration(), fit.PARAMS)
     assert cal.gemm_fixed_s == pytest.approx(4e-6) and cal.attention_fixed_s == pytest.approx(6e-6)
+    assert cal.elementwise_floor_s == pytest.approx(2.5e-6)
     # a tiny elementwise kernel now costs the floor, a large one its bytes at the rate
     from spectune.planner.operators import Rates
 

@@ -231,17 +231,17 @@ def test_the_gemm_stream_sets_the_read_ceiling_and_the_fixed_part() -> None:
 
 def test_a_fit_holds_the_in_forward_kernel_costs() -> None:
     """A fitted calibration holds each kernel's fixed cost at what it keeps inside a forward
-    (FIT_KERNEL_COSTS), whatever the GEMMs timed alone say, with no separate launch; without
-    the GEMM micro-benchmarks base's gemm_fixed_s stands; a params table that fits launch_us
+    (FIT_KERNEL_COSTS), with no separate launch; where the run's GEMMs were not measured
+    base's gemm_fixed_s stands; a params table that fits launch_us
     sets launch_s."""
     from spectune.validate.fit import PARAMS, _calibration
 
     x = [p[3] for p in PARAMS]
     base = Calibration(gemm_fixed_s=1e-6)
-    for wall in (6e-6, 9e-6):
-        cal = _calibration(x, "h100-sxm", base, PARAMS, gemm_wall_s=wall)
-        assert cal.gemm_fixed_s == FIT_KERNEL_COSTS["gemm_fixed_s"]
-        assert cal.launch_s == 0.0
+    cal = _calibration(x, "h100-sxm", base, PARAMS, hold_gemm_fixed=True)
+    assert cal.gemm_fixed_s == FIT_KERNEL_COSTS["gemm_fixed_s"]
+    assert cal.launch_s == 0.0
+    assert cal.elementwise_floor_s == FIT_KERNEL_COSTS["elementwise_floor_s"]
     alone = _calibration(x, "h100-sxm", base, PARAMS)
     assert alone.gemm_fixed_s == 1e-6
     assert alone.attention_fixed_s == FIT_KERNEL_COSTS["attention_fixed_s"]

@@ -451,10 +451,7 @@ def elementwise_time(r: Rates, bytes_: ArrayLike) -> F64:
     """One memory-bound kernel moving `bytes_` (norms, RoPE, activation, KV write, logits pass):
     max(bytes / elementwise rate, Rates.elementwise_floor_s); no bytes, no kernel (0)."""
     b = np.asarray(bytes_, dtype=np.float64)
-    t = b / r.elementwise_bytes_per_s
-    if r.elementwise_floor_s <= 0.0:
-        return t
-    return np.where(b > 0, np.maximum(t, r.elementwise_floor_s), 0.0)
+    return np.where(b > 0, np.maximum(b / r.elementwise_bytes_per_s, r.elementwise_floor_s), 0.0)
 
 
 def allreduce_time(r: Rates, bytes_: ArrayLike, tp: int) -> F64:

@@ -130,8 +130,8 @@ class Calibration:
     gemm_fixed_s: float = help_field(
         0.0,
         help="fixed time of one weight GEMM beyond its launch (pipeline fill, tail), s: what a "
-        "GEMM keeps inside a forward when a tensor-parallel shard halves its bytes, 3 us in a "
-        "fitted calibration (validate.fit.FIT_KERNEL_COSTS; a GEMM timed alone keeps 5-7 us); "
+        "GEMM keeps inside a forward when a tensor-parallel shard halves its bytes, which a "
+        "fitted calibration holds (validate.fit.FIT_KERNEL_COSTS; a GEMM timed alone keeps more); "
         "default 0, as the HardwareSpec launch_s already stands for launch + ramp",
     )
     gemm_exposed_compute: float = help_field(
@@ -148,8 +148,8 @@ class Calibration:
     attention_fixed_s: float = help_field(
         0.0,
         help="fixed time of every attention kernel beyond its launch (ramp), s: what a layer's "
-        "tree attention keeps inside a forward when a shard halves its KV heads, 6 us in a "
-        "fitted calibration (validate.fit.FIT_KERNEL_COSTS); default 0 (see gemm_fixed_s; the "
+        "tree attention keeps inside a forward when a shard halves its KV heads, which a "
+        "fitted calibration holds (validate.fit.FIT_KERNEL_COSTS); default 0 (see gemm_fixed_s; the "
         "merge of a split launch is attention_split_s)",
     )
     elementwise_floor_s: float = help_field(

@@ -124,12 +124,12 @@ def _calibration(
     hardware: str,
     base: Calibration,
     params: Sequence[tuple[str, float, float, float]] = PARAMS,
-    gemm_wall_s: float | None = None,
+    hold_gemm_fixed: bool = False,
 ) -> Calibration:
     """The Calibration of parameter vector `x` (`params`' order) over `base`, with the
     per-kernel fixed costs of FIT_KERNEL_COSTS (launch_s 0 unless `params` fits "launch_us"):
-    gemm_fixed_s where `gemm_wall_s`, a weight GEMM's fixed time timed alone (the GEMM
-    micro-benchmarks' intercept), says the GEMMs were measured; None keeps base's."""
+    gemm_fixed_s FIT_KERNEL_COSTS's with `hold_gemm_fixed` (the run's GEMMs were measured),
+    else base's."""
     p = dict(zip((n for n, *_ in params), x, strict=True))
     grid = np.asarray(GEMM_GRID)
     eff = p["gemm_emax"] * -np.expm1(-grid / p["gemm_m0"])
@@ -140,7 +140,7 @@ def _calibration(
     slot = p.get("draft_slot_us")
     bw = p.get("weight_bw_efficiency", base.weight_bw_efficiency)  # held: absent from params
     launch_s = float(p.get("launch_us", 0.0)) * 1e-6
-    fixed = base.gemm_fixed_s if gemm_wall_s is None else FIT_KERNEL_COSTS["gemm_fixed_s"]
+    fixed = FIT_KERNEL_COSTS["gemm_fixed_s"] if hold_gemm_fixed else base.gemm_fixed_s
     return dataclasses.replace(
         base,
         hardware=hardware,
@@ -334,7 +334,8 @@ CLASS_PARTS = {
 #: GEMM micro-benchmark rows of at most this M stream their weights on H100 / H200 (far below
 #: the ridge: M* ~ 300 rows in bf16), so time vs bytes is a line whose intercept is fixed time
 GEMM_STREAM_M = 64
-#: gemm_fixed_s is held in [0, this]: an intercept above it is not a fixed cost of a GEMM
+#: the stream line's intercept (a GEMM's fixed time timed alone) is clipped to [0, this]: above it
+#: it is not a fixed cost of a GEMM
 GEMM_FIXED_MAX_S = 20e-6
 
 
@@ -429,9 +430,9 @@ def fit_calibration(
             raise SpecError("measurements must be of the calibration run's GPU and models")
     base = base or Calibration()
     line = gemm_stream_line(run)
-    wall = None  # a weight GEMM's fixed time with its launch: the line's intercept, held
+    held = False  # the run's GEMMs measured: a GEMM's fixed time and exposed math held
     if line is not None and hold_gemm_fixed:
-        wall = line.fixed_s  # _calibration sets gemm_fixed_s from it
+        held = True
         base = dataclasses.replace(base, gemm_exposed_compute=line.exposed)
     over = _overheads(measurements)
     if over:  # fixed per-step costs first: the least-squares fit prices whole steps with them
@@ -466,7 +467,7 @@ def fit_calibration(
         params = tuple(p for p in params if p[0] != "weight_bw_efficiency")
 
     def model(x: Sequence[float] | np.ndarray) -> np.ndarray:
-        cal = _calibration(x, hw.name, base, params, wall)
+        cal = _calibration(x, hw.name, base, params, held)
         cm = CostModel(hw, target, drafter, calibration=cal)
         return np.array([predict_row(cm, k, a) for k, a, _ in rows])
 
@@ -478,7 +479,7 @@ def fit_calibration(
     x0 = np.array([p[3] for p in params])
     start = model(x0)
     sol = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac", max_nfev=max_nfev)
-    cal = _calibration(sol.x, hw.name, base, params, wall)
+    cal = _calibration(sol.x, hw.name, base, params, held)
     cal = dataclasses.replace(
         cal,
         source=f"spectune calibrate on {run.get('gpu', hw.name)}: least-squares fit of "
@@ -508,7 +509,7 @@ def fit_calibration(
             report[f"mape_{kind}_after"] = float(np.mean(np.abs(end[sel] / meas[sel] - 1)))
     for label, x in (("before", x0), ("after", sol.x)):
         cm_x = CostModel(
-            hw, target, drafter, calibration=_calibration(x, hw.name, base, params, wall)
+            hw, target, drafter, calibration=_calibration(x, hw.name, base, params, held)
         )
         for kind in dict.fromkeys(k for k, _, _ in shown):
             errs = [abs(predict_row(cm_x, k, a) / s - 1) for k, a, s in shown if k == kind]
