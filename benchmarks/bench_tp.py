@@ -275,9 +275,85 @@ def _summary(args: argparse.Namespace) -> int:
                 )
                 lines.append(f"    {op} tp {tp}: {regimes}")
     out["phases"] = _phases(d, docs, cals, lines)
+    out["repeats"] = _repeats(docs, res.speedup, lines)
     print("\n".join(lines))
     print(json.dumps(out))
     return 0
+
+
+#: the second timing of a TP run's executions (run_tp_gpu.sh TP_REPEAT=1): execute-tpN.json's
+#: runs again in a new process on the same GPUs, without the verify grid
+REPEAT_SUFFIX = "-repeat.json"
+
+
+def repeat_moves(first: dict[str, Any], second: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per speculative run of `first` that `second` ran too (same batch and label): how far the
+    second timing moved the measured speedup per accepted token, (speedup_2 / tokens_2) /
+    (speedup_1 / tokens_1) - 1 (tokens: tokens per step), which check's predicted speedup
+    (tokens per step x the priced AR step / the priced step) shifts by exactly: (1 + error_1) /
+    (1 + error_2) - 1; and the step and the no-speculation step each, step_2 / step_1 - 1. Both
+    timings draw the same acceptance (executor.loop's common draws, stream 0), so their tokens
+    per step agree ("same_accept"), and the move is how close any prediction of both can come."""
+    theirs = {(r["batch"], r["label"]): r for r in second["runs"] if r["policy"] is not None}
+    rows = []
+    for r in first["runs"]:
+        o = theirs.get((r["batch"], r["label"]))
+        if r["policy"] is None or o is None:
+            continue
+        move = (o["speedup"] / o["tokens_per_step"]) / (r["speedup"] / r["tokens_per_step"])
+        rows.append(
+            {"batch": r["batch"], "label": r["label"], "move": move - 1,
+             "step": o["phases_ms"]["step"] / r["phases_ms"]["step"] - 1,
+             "ar": o["ar_step_ms"] / r["ar_step_ms"] - 1,
+             "same_accept": abs(o["tokens_per_step"] - r["tokens_per_step"]) < 1e-9}
+        )  # fmt: skip
+    return rows
+
+
+def _repeats(docs: dict[str, Any], speedup: list[Any], lines: list[str]) -> dict[str, Any]:
+    """Each execute-tpN.json beside its repeat (REPEAT_SUFFIX): per run the timing-only move of
+    the measured speedup between the two timings (repeat_moves) and check's speedup error of
+    each; then over the runs the mean and largest |move| and |error|."""
+    err = {(r.file, r.what): r.error for r in speedup}
+    out: dict[str, Any] = {}
+    for name, doc in docs.items():
+        rep = name.removesuffix(".json") + REPEAT_SUFFIX
+        if name.endswith(REPEAT_SUFFIX) or rep not in docs or "runs" not in doc:
+            continue
+        rows = repeat_moves(doc, docs[rep])
+        if not rows:
+            continue
+        lines.append(
+            f"  repeat: {name} timed again ({rep}): the measured speedup's move with acceptance "
+            "held, and check's speedup error of each timing"
+        )
+        lines.append(
+            f"  {'B':>5} {'label':<16} {'move':>7} {'step':>7} {'AR':>7} {'error':>7} {'repeat':>7}"
+        )
+        for r in rows:
+            what = next((w for f, w in err if f == name and w.startswith(
+                f"speedup B={r['batch']} {r['label']} ")), None)  # fmt: skip
+            r["error"] = err.get((name, what)) if what else None
+            r["error_repeat"] = err.get((rep, what)) if what else None
+            e1, e2 = (f"{x:+7.1%}" if x is not None else "      -"
+                      for x in (r["error"], r["error_repeat"]))  # fmt: skip
+            lines.append(
+                f"  {r['batch']:>5} {r['label']:<16.16} {r['move']:>+7.1%} {r['step']:>+7.1%} "
+                f"{r['ar']:>+7.1%} {e1} {e2}{'' if r['same_accept'] else '  (acceptance differs)'}"
+            )
+        moves = [abs(r["move"]) for r in rows]
+        errs = [abs(x) for r in rows for x in (r["error"], r["error_repeat"]) if x is not None]
+        summary = {"moves_mean": sum(moves) / len(moves), "moves_max": max(moves)}
+        if errs:
+            summary |= {"errors_mean": sum(errs) / len(errs), "errors_max": max(errs)}
+        lines.append(
+            f"  repeat moves |mean| {summary['moves_mean']:.2%} max {summary['moves_max']:.2%} "
+            f"over {len(rows)} runs"
+            + (f"; errors of both timings |mean| {summary['errors_mean']:.2%} max "
+               f"{summary['errors_max']:.2%}" if errs else "")
+        )  # fmt: skip
+        out[name] = {"rows": rows, **summary}
+    return out
 
 
 def _swept(rows: list[dict[str, Any]], tp: int, nbytes: float) -> float:

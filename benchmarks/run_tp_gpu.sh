@@ -45,7 +45,9 @@
 # should capturing NCCL collectives fail), TP2_GPUS (default 0,1), TP2_TARGET (8b, default; or
 # 70b: Llama-3.1-70B at tp 2 needs ~71 GB of weights + ~43 GB of KV at B 64 per GPU, so H200
 # only), TP_GPUS (GPUs of the host; default: nvidia-smi's count, 4 for --dry-run),
-# TP_KERNEL_CLASSES=1 (the one-GPU verify grid also profiled by kernel class: calibrate-run.json's
+# TP_REPEAT=1 (each tp run's executions timed again in a new process, without the grid:
+# execute-tpN-repeat.json, which the summary pairs with execute-tpN.json run by run; about +50 s
+# at tp 2), TP_KERNEL_CLASSES=1 (the one-GPU verify grid also profiled by kernel class: calibrate-run.json's
 # verify rows then carry linear_s / attention_s, as `spectune calibrate --kernel-classes` writes).
 set -uo pipefail
 OUT=${OUT:-out}
@@ -187,8 +189,20 @@ tp_run() { # tp_run N TARGET DRAFTER LIMIT
         --out-grid "$D/verify-tp$n.json" --out-measure "$D/execute-tp$n.json" "${DRY[@]}" \
         "${NOGRAPHS[@]}"
 }
+repeat_run() { # repeat_run N TARGET DRAFTER LIMIT: the executions again, a new process, no grid
+    local n=$1 t=$2 h=$3 limit=$4 pol=()
+    [[ -f "$D/policy-tp$n.json" ]] && pol=(--policy "$D/policy-tp$n.json")
+    part "tp$n-repeat" "$limit" "$PY" benchmarks/bench_tp.py run --tp "$n" --target "$t" \
+        --drafter "$h" "${pol[@]}" --engine sglang --engine vllm --hardware "$HW" --batch "$BATCH" \
+        --context "$CTX" --steps "$STEPS" --warmup 3 --out-grid "" \
+        --out-measure "$D/execute-tp$n-repeat.json" "${DRY[@]}" "${NOGRAPHS[@]}"
+}
 has tp4 && tp_run 4 "$T70" "$H70" "$TP4_LIMIT"
 has tp2 && CUDA_VISIBLE_DEVICES=${TP2_GPUS:-0,1} tp_run 2 "$T8" "$H8" "$TP2_LIMIT"
+if [[ "${TP_REPEAT:-0}" == 1 ]]; then
+    has tp4 && repeat_run 4 "$T70" "$H70" "$TP4_LIMIT"
+    has tp2 && CUDA_VISIBLE_DEVICES=${TP2_GPUS:-0,1} repeat_run 2 "$T8" "$H8" "$TP2_LIMIT"
+fi
 
 # what `spectune calibrate --tp N` adds: each split grid's in-forward all-reduce offset on the
 # law at its tp (validate.fit.fit_inforward_offset); the one-GPU fit stays beside the folder
@@ -222,6 +236,7 @@ every document here at its own "tp" with the calibration beside it.
 | policy-tp4.json, policy-tp2.json | planned tables (validate.planned.plan_table, calibrated, tp 4 / tp 2) |
 | verify-tp4.json, verify-tp2.json | verify grid of the split target ($T70 at tp 4 where run, $T8 at tp 2); "seconds_nocomm": the same shard compute without its collectives |
 | execute-tp4.json, execute-tp2.json | planned policy, SGLang default (engine_default), vLLM-style chain 3/1/4 (vLLM has no default) vs no speculation at B{$BATCH}; "ranks_agree": every rank accepted alike |
+| execute-tpN-repeat.json (TP_REPEAT=1) | the same runs timed again in a new process, without the grid |
 
 The TP runs (execute-tpN.json) are out of sample: nothing measured at tp > 1 enters the fit; the
 split grids (verify-tpN.json) give only the in-forward all-reduce offset, where it ran.
