@@ -80,6 +80,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h100x2_f": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100x2_g": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100x2_h": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h100x2_i": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100_rerun": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x4": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x4_b": ("measurement-tp1.json",),
