@@ -81,6 +81,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h100x2_g": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100x2_h": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100x2_i": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h100x4": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100_rerun": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x4": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x4_b": ("measurement-tp1.json",),
@@ -169,17 +170,29 @@ def check_with(src: Path, cal: Calibration) -> CheckResult:
         return check_folder(tmp)
 
 
+def refit_calibration(
+    folder: str, extra: tuple[str, ...], base: Calibration | None = None, **fit: bool
+) -> tuple[Calibration, dict[str, Any]]:
+    """The calibration `spectune calibrate` fits from folder's calibrate-run.json with the
+    measurement documents `extra` (from `base`, with fit_calibration's `fit` options), each
+    split grid (verify-tpN.json) then moving the all-reduce law at its tp by the in-forward
+    offset, as `spectune calibrate --from-run verify-tpN.json --base` does; and the fit's report."""
+    src = ROOT / folder
+    run = _load(src / "calibrate-run.json")
+    docs = [_load(src / name) for name in extra]
+    cal, report = fit_calibration(run, docs, base=base, **fit)
+    for grid in sorted(src.glob("verify-tp*.json")):
+        cal, _ = fit_inforward_offset(_load(grid), cal)
+    return cal, report
+
+
 def refit(
     folder: str, extra: tuple[str, ...], base: Calibration | None = None, **fit: bool
 ) -> dict[str, Any]:
     """The committed and refitted check of one folder (fitted from `base`, default the
     default Calibration, with fit_calibration's `fit` options), and the refit's parameters."""
     src = ROOT / folder
-    run = _load(src / "calibrate-run.json")
-    docs = [_load(src / name) for name in extra]
-    cal, report = fit_calibration(run, docs, base=base, **fit)
-    for grid in sorted(src.glob("verify-tp*.json")):  # as spectune calibrate --from-run each
-        cal, _ = fit_inforward_offset(_load(grid), cal)
+    cal, report = refit_calibration(folder, extra, base, **fit)
     before = check_folder(src)
     after = check_with(src, cal)
     return {

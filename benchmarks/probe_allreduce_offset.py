@@ -8,9 +8,10 @@ all-reduce in place after a GEMM (executor.collectives.in_place_all_reduce). Ins
 forward an all-reduce costs more or less than that: a TP verify grid (verify-tpN.json, each
 point timed with and without its collectives) reads the difference off directly.
 
-For each verify-tpN.json of a folder this probe takes the offset `spectune calibrate --tp N`
+For each verify-tpN.json of a folder this probe takes the offsets `spectune calibrate --tp N`
 adds to the all-reduce law at N (validate.fit.fit_inforward_offset: per grid point,
-(seconds - seconds_nocomm - the model's collectives) / (2 x layers), the median) and runs
+(seconds - seconds_nocomm - the model's collectives) / (2 x layers); the median per message
+size timed twice or more, of all points for the others; it prints the median of all) and runs
 `spectune check` of the folder with the shifted calibration. The grid that measured the offset
 is then in sample; the executions (execute-tpN.json) are not. A folder whose calibration has no
 law rows at a tp (older fits used the single ring law) is left unshifted there.

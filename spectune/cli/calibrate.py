@@ -15,8 +15,8 @@ With --tp N the verify grid runs with the target split over N GPUs (spectune.exe
 point also without its collectives; that run is for `spectune check` (it records "tp"), and
 its calibration is --base with the interconnect terms refitted to its all-reduces (--base's
 kept where the run has none, as in benchmarks/bench_tp.py's verify-tpN.json), and the
-all-reduce law at N moved by what each costs inside the split forward beyond (or short of) it
-(spectune.validate.fit.fit_inforward_offset).
+all-reduce law at N moved, message size by message size, by what each costs inside the split
+forward beyond (or short of) it (spectune.validate.fit.fit_inforward_offset).
 """
 
 from __future__ import annotations
@@ -269,8 +269,17 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(
             f"all-reduce inside the split forward: {off['offset_us']:+.2f} us against the sweep's "
             f"law at tp {off['tp']} (median of {off['points']} grid points, interquartile range "
-            f"{off['spread_us']:.2f} us), added to that law's latency"
+            f"{off['spread_us']:.2f} us); added to that law's latency by message size"
         )
+        by_size = off.get("by_size") or []
+        if by_size:
+            lines.append(
+                "  by size (points): "
+                + ", ".join(
+                    f"{_bytes(b['bytes'])} {b['offset_us']:+.1f} us ({b['points']})"
+                    for b in by_size
+                )
+            )
     shown = {
         "identified", "bounds", "params", "overheads", "ragged_tile_m", "weight_stream",
         "inforward_allreduce",
@@ -279,6 +288,14 @@ def format_report(report: dict[str, Any]) -> str:
         if k.startswith("mape_") or k == "rows" or (k not in shown and "params" not in report):
             lines.append(f"{k:<32} {v:.4g}" if isinstance(v, float) else f"{k:<32} {v}")
     return "\n".join(lines)
+
+
+def _bytes(n: float) -> str:
+    """A message size as the sweep names them: B, KiB or MiB."""
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n:g} B"
 
 
 def register(sub: argparse._SubParsersAction) -> None:

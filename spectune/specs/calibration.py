@@ -37,6 +37,8 @@ SCHEMA = "spectune.calibration/v1"
 MIN_FRACTION = 1e-3
 """Smallest efficiency a calibration may give (a fraction of peak; below it is a unit slip)."""
 MAX_FIXED_S = 10.0
+#: largest bus bandwidth a link-law row may give, bytes/s (beyond any interconnect: a unit slip)
+MAX_BUS_BYTES_PER_S = 1e15
 """Largest fixed time a calibration may give, s (per launch, step or request: far past any)."""
 
 # Uncalibrated static draft-step cost as a fraction of the dynamic one: the static step runs
@@ -553,7 +555,7 @@ def link_law_time(
 
 def check_link_law(rows: tuple[tuple[float, ...], ...], name: str) -> None:
     """SpecError naming `name` unless every row is (tp >= 2 integer, from_bytes >= 0, latency_s
-    in [0, MAX_FIXED_S], bus_bytes_per_s in (0, 1e15]), each tp's regimes start at 0 bytes
+    in [0, MAX_FIXED_S], bus_bytes_per_s in (0, MAX_BUS_BYTES_PER_S]), each tp's regimes start at 0 bytes
     with distinct from_bytes, and time never falls where one regime hands over to the next."""
     op = "all_reduce" if name == "allreduce_law" else "all_gather"
     by_tp: dict[int, list[tuple[float, ...]]] = {}
@@ -566,10 +568,10 @@ def check_link_law(rows: tuple[tuple[float, ...], ...], name: str) -> None:
         tp, start, lat, bw = r
         if tp != int(tp) or tp < 2:
             raise SpecError(f"field {name!r} row {i}: tp must be an integer >= 2, got {tp}")
-        if not start >= 0 or not 0 <= lat <= MAX_FIXED_S or not 0 < bw <= 1e15:
+        if not start >= 0 or not 0 <= lat <= MAX_FIXED_S or not 0 < bw <= MAX_BUS_BYTES_PER_S:
             raise SpecError(
                 f"field {name!r} row {i}: need from_bytes >= 0, latency_s in [0, "
-                f"{MAX_FIXED_S:g}] and bus_bytes_per_s in (0, 1e15], got {r}"
+                f"{MAX_FIXED_S:g}] and bus_bytes_per_s in (0, {MAX_BUS_BYTES_PER_S:g}], got {r}"
             )
         by_tp.setdefault(int(tp), []).append(r)
     for tp, regimes in by_tp.items():

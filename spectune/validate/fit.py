@@ -32,13 +32,14 @@ padding).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from spectune.specs import ModelSpec, SpecError, TreePolicy, load_hardware, load_model
-from spectune.specs.calibration import Calibration
+from spectune.specs.calibration import Calibration, link_factor, link_law_time
 from spectune.validate.measure import run_draft_widths, spec_run_measurements
 
 GEMM_GRID = (1.0, 16.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 65536.0)
@@ -769,7 +770,6 @@ def fit_interconnect(
     from scipy.optimize import least_squares
 
     from spectune.planner.operators import Rates
-    from spectune.specs.calibration import link_law_time
     from spectune.validate.link_law import fit_link_law
 
     hw = load_hardware(hardware)
@@ -848,6 +848,33 @@ def fit_interconnect(
 #: an in-forward all-reduce offset above this is not a collective's cost: the offset is clipped
 #: there (below, at the law's least latency)
 INFORWARD_OFFSET_MAX_S = 50e-6
+#: grid points a message size needs for an in-forward offset of its own; a size timed fewer
+#: times takes the median of every point (one point's noise, 1% of a 35 ms forward, is 5 us an
+#: all-reduce: benchmarks/results/tp_classes_h200/README.md)
+INFORWARD_SIZE_POINTS = 2
+
+
+def _law_by_size(
+    rows: Sequence[tuple[float, ...]], tp: int, sizes: Sequence[float], offsets: Sequence[float]
+) -> tuple[tuple[float, ...], ...]:
+    """All-reduce law rows at `tp` (Calibration.allreduce_law's form): `rows` (that tp's
+    regimes, ascending) cut at the geometric midpoints between consecutive `sizes`, each piece's
+    latency raised by the offset of the size nearest it (in log bytes), so a message the grid
+    timed costs the law's time + its size's offset; a piece that would start below where the
+    previous one ends is raised to meet it, so the law never falls with size (what a smaller
+    offset after a larger one would make it do). Bandwidths stay the law's. Shapes: sizes
+    ascending, as many offsets."""
+    f = link_factor("all_reduce", tp)
+    mids = [float(np.sqrt(x * y)) for x, y in itertools.pairwise(sizes)]
+    law: list[list[float]] = []
+    for start in sorted({r[1] for r in rows} | set(mids)):
+        row = max((r for r in rows if r[1] <= start), key=lambda r: r[1])
+        nearest = int(np.searchsorted(mids, start, side="right"))
+        law.append([float(tp), start, row[2] + offsets[nearest], row[3]])
+    for prev, cur in itertools.pairwise(law):
+        short = (prev[2] + f * cur[1] / prev[3]) - (cur[2] + f * cur[1] / cur[3])
+        cur[2] += max(short, 0.0) * (1 + 1e-9)
+    return tuple(tuple(r) for r in law)
 
 
 def fit_inforward_offset(
@@ -857,49 +884,66 @@ def fit_inforward_offset(
     target: ModelSpec | None = None,
     drafter: ModelSpec | None = None,
 ) -> tuple[Calibration, dict[str, Any] | None]:
-    """`cal` with the all-reduce law at the run's tp moved by what each all-reduce of a split
-    forward costs beyond (or short of) the law. The collectives sweep times every all-reduce in
-    place after a GEMM; inside a forward they cost more or less than that, by the host and the
-    sweep (+1.4..+2.2 us on the 2x H200 and 4x H200 hosts, -1.9..-2.4 us where an older sweep
-    timed them slower: benchmarks/results/allreduce_offset_cpu.txt). A TP calibration run
-    times each verify-grid point with and without its collectives ("seconds_nocomm"), so per
-    point (seconds - seconds_nocomm - the model's collectives) / (2 x layers) is that cost (the
-    model's collectives: the forward's "comm" class, launches and the gather's layout copy
-    included, as seconds_nocomm leaves them all out; two all-reduces a layer carry the cost;
-    the logits' all-gather keeps its law), and the median, clipped to [-(the law's least
-    latency at that tp), INFORWARD_OFFSET_MAX_S] so that no regime's latency goes negative, is
-    added to the latency of every all-reduce regime of that tp. Returns `cal` unchanged and
-    None where the run has no such points or `cal` no law rows at its tp; else the report {tp,
-    offset_us, points, spread_us: the points' interquartile range}. `target`, `drafter`: the
-    run's models where they are not presets (default: the presets the run names)."""
+    """`cal` with the all-reduce law at the run's tp moved, message size by message size, by
+    what each all-reduce of a split forward costs beyond (or short of) the law. The
+    collectives sweep times every all-reduce in place after a GEMM; inside a forward they cost
+    more, by the size: on the 2x H100 pairs +2..+3 us up to 512 KiB, +5..+7 us at 2 MiB (NCCL's
+    LL protocol still, at 70 GB/s in the sweep), less again from 4 MiB (benchmarks/results/
+    tp_h100x2_h, -_i; every grid with a 2 MiB point reads +5..+7 us there, on H100 and H200).
+    A TP calibration run times each verify-grid point with and without its collectives
+    ("seconds_nocomm"), so per point (seconds - seconds_nocomm - the model's collectives) /
+    (2 x layers) is that cost (the model's collectives: the forward's "comm" class, launches
+    and the gather's layout copy included, as seconds_nocomm leaves them all out; two
+    all-reduces a layer carry the cost; the logits' all-gather keeps its law). Each message
+    size the grid timed INFORWARD_SIZE_POINTS times or more takes the median of its points,
+    every other size the median of all points; each is clipped to [-(the law's least latency at
+    that tp), INFORWARD_OFFSET_MAX_S], and the law at that tp is raised by it around that size
+    (_law_by_size). Returns `cal` unchanged and None where the run has no such points or `cal`
+    no law rows at its tp; else the report {tp, offset_us: the median over all points, points,
+    spread_us: their interquartile range, by_size: [{bytes, offset_us, points}]}. `target`,
+    `drafter`: the run's models where they are not presets (default: the presets the run
+    names)."""
     from spectune.planner.costmodel import CostModel
+    from spectune.planner.operators import ACT_BYTES
 
     tp = int(run.get("tp", 1))
     pts = [r for r in run.get("verify", []) if "seconds_nocomm" in r]
-    if tp < 2 or not pts or not any(int(row[0]) == tp for row in cal.allreduce_law):
+    rows = sorted((r for r in cal.allreduce_law if int(r[0]) == tp), key=lambda r: r[1])
+    if tp < 2 or not pts or not rows:
         return cal, None
     target = target or load_model(run["target"])
-    cm = CostModel(
-        load_hardware(run["hardware"]), target, drafter or load_model(run["drafter"]), tp=tp,
-        calibration=cal,
-    )  # fmt: skip
+    hw = load_hardware(run["hardware"])
+    cm = CostModel(hw, target, drafter or load_model(run["drafter"]), tp=tp, calibration=cal)
     per = np.array([
         (r["seconds"] - r["seconds_nocomm"]
          - _scalar(cm.verify_breakdown(r["batch"], r["tokens"], r["context"])["comm"]))
         / (2 * target.layers)
         for r in pts
     ])  # fmt: skip
-    floor = -min(row[2] for row in cal.allreduce_law if int(row[0]) == tp)
-    offset = float(np.clip(np.median(per), floor, INFORWARD_OFFSET_MAX_S))
-    law = tuple(
-        (row[0], row[1], row[2] + offset, row[3]) if int(row[0]) == tp else row
-        for row in cal.allreduce_law
+    # the message of each all-reduce: every verified token's hidden state
+    size = np.array([r["batch"] * r["tokens"] * target.hidden * ACT_BYTES for r in pts], float)
+    floor = -min(row[2] for row in rows)
+    median = float(np.median(per))
+    sizes = sorted(set(size.tolist()))
+    offset = {
+        b: float(np.clip(
+            np.median(per[size == b]) if np.sum(size == b) >= INFORWARD_SIZE_POINTS else median,
+            floor, INFORWARD_OFFSET_MAX_S,
+        ))
+        for b in sizes
+    }  # fmt: skip
+    moved = tuple(r for r in cal.allreduce_law if int(r[0]) != tp) + _law_by_size(
+        rows, tp, sizes, [offset[b] for b in sizes]
     )
     q1, q3 = np.percentile(per, [25, 75])
     report = {
         "tp": tp,
-        "offset_us": offset * 1e6,
+        "offset_us": float(np.clip(median, floor, INFORWARD_OFFSET_MAX_S)) * 1e6,
         "points": len(pts),
         "spread_us": float(q3 - q1) * 1e6,
+        "by_size": [
+            {"bytes": b, "offset_us": offset[b] * 1e6, "points": int(np.sum(size == b))}
+            for b in sizes
+        ],
     }
-    return dataclasses.replace(cal, allreduce_law=law), report
+    return dataclasses.replace(cal, allreduce_law=moved), report
