@@ -81,6 +81,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h100x2_g": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100x2_h": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100x2_i": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h100x2_j": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100x4": ("measurement-tp1.json",),
     "benchmarks/results/tp_h100_rerun": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x4": ("measurement-tp1.json",),
