@@ -37,9 +37,9 @@ SCHEMA = "spectune.calibration/v1"
 MIN_FRACTION = 1e-3
 """Smallest efficiency a calibration may give (a fraction of peak; below it is a unit slip)."""
 MAX_FIXED_S = 10.0
-#: largest bus bandwidth a link-law row may give, bytes/s (beyond any interconnect: a unit slip)
-MAX_BUS_BYTES_PER_S = 1e15
 """Largest fixed time a calibration may give, s (per launch, step or request: far past any)."""
+MAX_BUS_BYTES_PER_S = 1e15
+"""Largest bus bandwidth a link-law row may give, bytes/s (past any interconnect: a unit slip)."""
 
 # Uncalibrated static draft-step cost as a fraction of the dynamic one: the static step runs
 # the per-row top-k and the slot gathers but not the k*k frontier sort and the pool scatters.
@@ -555,8 +555,9 @@ def link_law_time(
 
 def check_link_law(rows: tuple[tuple[float, ...], ...], name: str) -> None:
     """SpecError naming `name` unless every row is (tp >= 2 integer, from_bytes >= 0, latency_s
-    in [0, MAX_FIXED_S], bus_bytes_per_s in (0, MAX_BUS_BYTES_PER_S]), each tp's regimes start at 0 bytes
-    with distinct from_bytes, and time never falls where one regime hands over to the next."""
+    in [0, MAX_FIXED_S], bus_bytes_per_s in (0, MAX_BUS_BYTES_PER_S]), each tp's regimes start
+    at 0 bytes with distinct from_bytes, and time never falls where one regime hands over to
+    the next."""
     op = "all_reduce" if name == "allreduce_law" else "all_gather"
     by_tp: dict[int, list[tuple[float, ...]]] = {}
     for i, r in enumerate(rows):
