@@ -314,7 +314,8 @@ def _repeats(docs: dict[str, Any], speedup: list[Any], lines: list[str]) -> dict
     """Each execute-tpN.json beside its repeat (REPEAT_SUFFIX): per run the timing-only move of
     the measured speedup between the two timings (repeat_moves) and check's speedup error of
     each; then over the runs the mean and largest |move| and |error|."""
-    err = {(r.file, r.what): r.error for r in speedup}
+    # check names a run "speedup B=<batch> <label> <tree>"
+    err = {(r.file, *r.what.split()[1:3]): r.error for r in speedup}
     out: dict[str, Any] = {}
     for name, doc in docs.items():
         rep = name.removesuffix(".json") + REPEAT_SUFFIX
@@ -331,10 +332,8 @@ def _repeats(docs: dict[str, Any], speedup: list[Any], lines: list[str]) -> dict
             f"  {'B':>5} {'label':<16} {'move':>7} {'step':>7} {'AR':>7} {'error':>7} {'repeat':>7}"
         )
         for r in rows:
-            what = next((w for f, w in err if f == name and w.startswith(
-                f"speedup B={r['batch']} {r['label']} ")), None)  # fmt: skip
-            r["error"] = err.get((name, what)) if what else None
-            r["error_repeat"] = err.get((rep, what)) if what else None
+            run = (f"B={r['batch']}", r["label"])
+            r["error"], r["error_repeat"] = err.get((name, *run)), err.get((rep, *run))
             e1, e2 = (f"{x:+7.1%}" if x is not None else "      -"
                       for x in (r["error"], r["error_repeat"]))  # fmt: skip
             lines.append(

@@ -181,28 +181,22 @@ if has plan; then
     has tp2 && plan_tp 2 "$T8" "$H8"
 fi
 
-tp_run() { # tp_run N TARGET DRAFTER LIMIT
-    local n=$1 t=$2 h=$3 limit=$4 pol=()
+tp_run() { # tp_run N TARGET DRAFTER LIMIT [repeat]: the grid and the executions, or with
+    # "repeat" the executions alone again (a new process, no grid) -> execute-tpN-repeat.json
+    local n=$1 t=$2 h=$3 limit=$4 pol=() name="tp$1"
+    local out=("${GRID[@]}" --out-grid "$D/verify-tp$1.json")
     [[ -f "$D/policy-tp$n.json" ]] && pol=(--policy "$D/policy-tp$n.json")
-    part "tp$n" "$limit" "$PY" benchmarks/bench_tp.py run --tp "$n" --target "$t" --drafter "$h" \
+    [[ "${5:-}" == repeat ]] && name="tp$n-repeat" out=(--out-grid "")
+    part "$name" "$limit" "$PY" benchmarks/bench_tp.py run --tp "$n" --target "$t" --drafter "$h" \
         "${pol[@]}" --engine sglang --engine vllm --hardware "$HW" --batch "$BATCH" \
-        --context "$CTX" --steps "$STEPS" --warmup 3 "${GRID[@]}" \
-        --out-grid "$D/verify-tp$n.json" --out-measure "$D/execute-tp$n.json" "${DRY[@]}" \
-        "${NOGRAPHS[@]}"
-}
-repeat_run() { # repeat_run N TARGET DRAFTER LIMIT: the executions again, a new process, no grid
-    local n=$1 t=$2 h=$3 limit=$4 pol=()
-    [[ -f "$D/policy-tp$n.json" ]] && pol=(--policy "$D/policy-tp$n.json")
-    part "tp$n-repeat" "$limit" "$PY" benchmarks/bench_tp.py run --tp "$n" --target "$t" \
-        --drafter "$h" "${pol[@]}" --engine sglang --engine vllm --hardware "$HW" --batch "$BATCH" \
-        --context "$CTX" --steps "$STEPS" --warmup 3 --out-grid "" \
-        --out-measure "$D/execute-tp$n-repeat.json" "${DRY[@]}" "${NOGRAPHS[@]}"
+        --context "$CTX" --steps "$STEPS" --warmup 3 "${out[@]}" \
+        --out-measure "$D/execute-$name.json" "${DRY[@]}" "${NOGRAPHS[@]}"
 }
 has tp4 && tp_run 4 "$T70" "$H70" "$TP4_LIMIT"
 has tp2 && CUDA_VISIBLE_DEVICES=${TP2_GPUS:-0,1} tp_run 2 "$T8" "$H8" "$TP2_LIMIT"
 if [[ "${TP_REPEAT:-0}" == 1 ]]; then
-    has tp4 && repeat_run 4 "$T70" "$H70" "$TP4_LIMIT"
-    has tp2 && CUDA_VISIBLE_DEVICES=${TP2_GPUS:-0,1} repeat_run 2 "$T8" "$H8" "$TP2_LIMIT"
+    has tp4 && tp_run 4 "$T70" "$H70" "$TP4_LIMIT" repeat
+    has tp2 && CUDA_VISIBLE_DEVICES=${TP2_GPUS:-0,1} tp_run 2 "$T8" "$H8" "$TP2_LIMIT" repeat
 fi
 
 # what `spectune calibrate --tp N` adds: each split grid's in-forward all-reduce offset on the
