@@ -37,13 +37,23 @@ from spectune.executor.calibrate import kernel_class
 from spectune.executor.collectives import TPGroup, launch
 from spectune.executor.session import SessionConfig
 from spectune.executor.tp import TPSession
+from spectune.kernels.gemm import GemmPlan
 from spectune.specs import load_model
-from spectune.specs.io import write_json_atomic
+from spectune.specs.io import load_document, write_json_atomic
 
 SHAPES = "1x1,1x2,1x4,1x8,1x16,8x1,8x2,8x4,8x8,8x16"
 #: the draft widths of the TP runs' policies (chain 1, SGLang's top-k 4, the planned 10)
 DRAFT_SHAPES = ""
 CONTEXT = 4096
+
+
+def read_plan(path: str) -> dict[str, str]:
+    """The GEMM plan in file `path`: a document's "gemm_plan" (this probe's --out, a TP run's
+    execute-tpN.json) or a plan object itself, checked as TPSession reads it
+    (kernels.gemm.GemmPlan.from_dict); a SpecError naming the file where it is neither."""
+    doc = load_document(path)
+    plan = doc.get("gemm_plan", doc)
+    return GemmPlan.from_dict(plan, path).to_dict()
 
 
 def _class(name: str) -> str:
@@ -95,13 +105,15 @@ def probe_rank(
     context: int,
     out: str,
     draft_shapes: Sequence[tuple[int, int]] = (),
+    gemm_plan: str = "",
 ) -> None:
     target, drafter = load_model("llama-3.1-8b"), load_model("eagle3-llama-3.1-8b")
     both = [*shapes, *draft_shapes]
     cfg = SessionConfig(
         max(b for b, _ in both), context, max(16, max(n for _, n in both)), use_graphs=True
     )
-    s = TPSession(target, drafter, cfg, group)
+    plan = read_plan(gemm_plan) if gemm_plan else None
+    s = TPSession(target, drafter, cfg, group, gemm_plan=plan, plan_source=gemm_plan or "gemm_plan")
     rows: list[dict[str, Any]] = []
     drafts: list[dict[str, Any]] = []
     for kind, todo, sink in (("verify", shapes, rows), ("draft", draft_shapes, drafts)):
@@ -155,6 +167,12 @@ def main() -> int:
     )
     p.add_argument("--context", type=int, default=CONTEXT)
     p.add_argument("--out", default="")
+    p.add_argument(
+        "--gemm-plan",
+        default="",
+        help="JSON file: GEMM variants to run instead of autotuning (a document with "
+        "'gemm_plan', e.g. this probe's --out, or the plan object itself)",
+    )
     args = p.parse_args()
 
     def parse(text: str) -> list[tuple[int, int]]:
@@ -163,7 +181,7 @@ def main() -> int:
     launch(
         probe_rank,
         args.tp,
-        (parse(args.shapes), args.context, args.out, parse(args.draft_shapes)),
+        (parse(args.shapes), args.context, args.out, parse(args.draft_shapes), args.gemm_plan),
         backend="nccl",
     )
     return 0
