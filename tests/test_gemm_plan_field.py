@@ -32,7 +32,7 @@ from spectune.validate.measure import (
 
 PLAN = GemmPlan(
     {(6144, 4096, 1, False): "splitk1/32x128/4w5s", (4096, 14336, 16, True): "cublas",
-     (28672, 4096, 64, False): "splitk4/128x128/8w3s"}
+     (28672, 4096, 64, False): "splitk4/128x128/8w3s", (4096, 7168, 32, False): "cublaslt"}
 ).to_dict()  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from spectune.kernels.gemm import (  # noqa: E402
     VARIANTS,
     parse_variant,
     pick_variant,
+    run_variant,
     set_plan,
 )
 
@@ -54,7 +55,9 @@ def test_plan_picks_variant_per_bucket_and_linear_dispatches() -> None:
     assert plan.variant(48, 64, 40, gated=True) == "splitk4"
     assert plan.variant(48, 64, 4096) == "cublas"  # past the last bucket
     assert plan.to_dict() == {"48x64@16": "splitk2", "48x64@64+silu": "splitk4"}
-    assert all(v == "cublas" or parse_variant(v)["splits"] in (1, 2, 4, 8) for v in VARIANTS)
+    assert all(
+        v in ("cublas", "cublaslt") or parse_variant(v)["splits"] in (1, 2, 4, 8) for v in VARIANTS
+    )
     # off the GPU linear / linear_gated are torch's, whatever the plan
     set_plan(plan)
     try:
@@ -66,6 +69,16 @@ def test_plan_picks_variant_per_bucket_and_linear_dispatches() -> None:
         )
     finally:
         set_plan(GemmPlan())
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("variant", ["cublas", "cublaslt"])
+def test_library_variants_match_reference(gated: bool, variant: str) -> None:
+    """The library variants (silu(gate) * up first where gated) give the reference product; off
+    the GPU both are torch's linear."""
+    x, w = make_gemm_inputs(9, 48, 200, gated=gated, seed=4)
+    out = run_variant(variant, x, w, gated)
+    torch.testing.assert_close(out, reference_linear(x, w, gated=gated), atol=1e-4, rtol=1e-4)
 
 
 def test_pick_variant_keeps_the_previous_bucket_within_the_tie() -> None:
@@ -99,6 +112,10 @@ def test_gpu_bf16_variants_match_reference(gated: bool) -> None:
     for v in ("splitk1", "splitk4/128x128/8w3s", "splitk8/64x256/4w3s"):
         out = splitk_linear(x, w, gated=gated, **parse_variant(v)).float()
         assert float((out - ref).norm() / ref.norm()) < 1e-2, v
+    before = torch.backends.cuda.preferred_blas_library()
+    out = run_variant("cublaslt", x, w, gated).float()
+    assert float((out - ref).norm() / ref.norm()) < 1e-2
+    assert torch.backends.cuda.preferred_blas_library() == before  # one call's preference only
 
 
 def test_rotating_weights_cycle_the_bytes_asked_for() -> None:

@@ -6,7 +6,12 @@ a 132-SM GPU and stream at a third to a half of the bandwidth (measured on an H2
 M = 64 moved 2.1 TB/s of a 4.3 TB/s copy rate). Splitting K as well fills the GPU:
 - `splitk`: a Triton kernel over (N blocks x S splits) writing float32 partials [S, M, N], then a
   reduce kernel to bf16 (bytes: N*K*2 of weights + 2*S*M*N*4 of partials);
-- `cublas`: torch's linear (best once M is large enough for N tiles to fill the waves).
+- `cublas`: torch's linear (best once M is large enough for N tiles to fill the waves);
+- `cublaslt`: torch's linear with cuBLASLt as the preferred BLAS library. At 16-48 rows the
+  default library's heuristic splits K for some shapes and launches a reduce kernel after the
+  GEMM; cuBLASLt's picks an unsplit kernel for some of them: on an H200 the tp 2 down
+  projection shard (4096 x 7168) at M = 32 takes 17.9 us against 20.2 us
+  (benchmarks/results/cublas_splitk_h200).
 `GemmPlan` holds, per weight shape and M bucket, the fastest variant measured on this GPU
 (`autotune`, a few seconds at session start); `linear` / `linear_gated` run the planned variant
 (one plan per process: one GPU); without a plan (CPU, tests) torch's linear is used.
@@ -161,7 +166,23 @@ def run_variant(v: str, x: torch.Tensor, w: torch.Tensor, gated: bool = False) -
     input is silu(gate) * up (cuBLAS: silu_mul first; split-K: fused into the kernel)."""
     if v == "cublas":
         return torch.nn.functional.linear(silu_mul(x) if gated else x, w)
+    if v == "cublaslt":
+        return lt_linear(silu_mul(x) if gated else x, w)
     return splitk_linear(x, w, gated=gated, **parse_variant(v))
+
+
+def lt_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """torch's linear with cuBLASLt as the preferred BLAS library for this one call (the
+    preference is read when the call is issued, so a CUDA graph captures cuBLASLt's kernel);
+    torch's linear off CUDA."""
+    if not x.is_cuda:
+        return torch.nn.functional.linear(x, w)
+    prev = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library("cublaslt")
+    try:
+        return torch.nn.functional.linear(x, w)
+    finally:
+        torch.backends.cuda.preferred_blas_library(prev)
 
 
 def reference_linear(x: torch.Tensor, w: torch.Tensor, gated: bool = False) -> torch.Tensor:
@@ -208,7 +229,7 @@ def rotating_weights(
 
 # split-K variants "splitk{S}" or "splitk{S}/{BLOCK_N}x{BLOCK_K}/{warps}w{stages}s"
 _TILES = ("", "/128x128/8w3s", "/64x256/4w3s", "/32x128/4w5s")
-VARIANTS = ("cublas", *(f"splitk{s}{t}" for s in (1, 2, 4, 8) for t in _TILES))
+VARIANTS = ("cublas", "cublaslt", *(f"splitk{s}{t}" for s in (1, 2, 4, 8) for t in _TILES))
 M_BUCKETS = (1, 16, 32, 64, 128, 256)  # above the last bucket: cuBLAS
 #: a bucket keeps the previous (smaller) bucket's variant unless another is faster by more
 #: than this share: the autotune's times vary ~1-2% between runs, and a flip between two

@@ -1,7 +1,8 @@
 """The written form of the kernel choices a process made on its GPU, as documents record them.
 
 - "gemm_plan" (read back by `spectune execute --gemm-plan`): "NxK@M" (a weight [N, K] at the
-  M-token bucket) or "NxK@M+silu" (the SwiGLU-fused down projection) -> a variant: "cublas", or
+  M-token bucket) or "NxK@M+silu" (the SwiGLU-fused down projection) -> a variant: "cublas",
+  "cublaslt" (cuBLAS with cuBLASLt as the preferred library), or
   "splitk{S}" with an optional "/{BLOCK_N}x{BLOCK_K}/{warps}w{stages}s" tile
   (spectune.kernels.gemm runs them).
 - "attention_plan": "B{batch}xN{tree tokens}xC{context}" -> the tree-attention launch the
@@ -21,7 +22,7 @@ from spectune.specs.errors import SpecError
 #: a plan holds at most this many entries (weight shapes x M buckets x plain / gated)
 MAX_PLAN_ENTRIES = 4096
 PLAN_KEY = re.compile(r"(\d{1,7})x(\d{1,7})@(\d{1,7})(\+silu)?")
-PLAN_VARIANT = re.compile(r"cublas|splitk\d{1,3}(/\d{1,4}x\d{1,4}/\d{1,2}w\d{1,2}s)?")
+PLAN_VARIANT = re.compile(r"cublas(lt)?|splitk\d{1,3}(/\d{1,4}x\d{1,4}/\d{1,2}w\d{1,2}s)?")
 
 #: (N, K, M bucket, gated): one entry's shape
 PlanShape = tuple[int, int, int, bool]
@@ -49,7 +50,7 @@ def parse_plan(plan: object, where: str) -> dict[PlanShape, str]:
         if not (isinstance(v, str) and PLAN_VARIANT.fullmatch(v)):
             raise SpecError(
                 f"{where}: gemm_plan[{key!r}] = {str(v)[:40]!r} is not a GEMM variant "
-                "(cublas, or splitk<S> with an optional /<N>x<K>/<W>w<S>s tile)"
+                "(cublas, cublaslt, or splitk<S> with an optional /<N>x<K>/<W>w<S>s tile)"
             )
         dims = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
         if min(dims) < 1:
