@@ -11,8 +11,10 @@
 #   tuned   the autotuned plan                              -> $OUT/tuned_forward.json
 #   as16    every shape's 32-row bucket running its 16-row bucket's variant -> $OUT/as16_forward.json
 #   as64    every shape's 32-row bucket running its 64-row bucket's variant -> $OUT/as64_forward.json
-# then a table of wall and linear-class time per shape and plan (printed last, also table.txt).
-# About 1 minute a plan.
+#   nolt    every bucket that runs cuBLASLt ("cublaslt") running the default cuBLAS instead
+#                                                           -> $OUT/nolt_forward.json
+# (GBP_PLANS: the plans after "tuned", default "as16 as64"), then a table of wall and
+# linear-class time per shape and plan (printed last, also table.txt). About 1 minute a plan.
 set -uo pipefail
 # shellcheck source=benchmarks/device_env.sh
 source benchmarks/device_env.sh
@@ -20,6 +22,7 @@ export NCCL_NVLS_ENABLE=0
 : >"$LOG"
 SHAPES=${GBP_SHAPES:-1x1,16x1,32x1,64x1,8x4}
 LIMIT=${GBP_PROBE_S:-200}
+PLANS=${GBP_PLANS:-as16 as64}
 probe() {  # probe NAME [PLANFILE]
     timeout "$LIMIT" $PY benchmarks/probe_tp_forward.py --tp 2 --shapes "$SHAPES" \
         --draft-shapes '' --out "$OUT/$1_forward.json" ${2:+--gemm-plan "$2"} 2>&1 | grep -v -i warn
@@ -31,21 +34,21 @@ probe() {  # probe NAME [PLANFILE]
 import json, sys
 out = sys.argv[1]
 plan = json.load(open(f"{out}/tuned_forward.json"))["gemm_plan"]
-for name, src in (("as16", "@16"), ("as64", "@64")):
-    new = dict(plan)
-    for key, v in plan.items():
-        if "@32" in key:
-            new[key] = plan[key.replace("@32", src)]
+plans = {
+    name: {k: plan[k.replace("@32", src)] if "@32" in k else v for k, v in plan.items()}
+    for name, src in (("as16", "@16"), ("as64", "@64"))
+}
+plans["nolt"] = {k: "cublas" if v == "cublaslt" else v for k, v in plan.items()}
+for name, new in plans.items():
     json.dump({"gemm_plan": new}, open(f"{out}/plan_{name}.json", "w"), indent=1)
-    print(name, {k: new[k] for k in new if "@32" in k and new[k] != plan[k]})
+    print(name, {k: new[k] for k in new if new[k] != plan[k]})
 PY
-    echo "== as16"; probe as16 "$OUT/plan_as16.json"
-    echo "== as64"; probe as64 "$OUT/plan_as64.json"
-    $PY - "$OUT" <<'PY' | tee "$OUT/table.txt"
+    for name in $PLANS; do echo "== $name"; probe "$name" "$OUT/plan_$name.json"; done
+    $PY - "$OUT" $PLANS <<'PY' | tee "$OUT/table.txt"
 import json, sys
 out = sys.argv[1]
-docs = {n: json.load(open(f"{out}/{n}_forward.json")) for n in ("tuned", "as16", "as64")}
-print("tp 2 forward, us: wall with collectives / linear class, per plan of the 32-row bucket")
+docs = {n: json.load(open(f"{out}/{n}_forward.json")) for n in ("tuned", *sys.argv[2:])}
+print("tp 2 forward, us: wall with collectives / linear class, per GEMM plan")
 print(f"{'B':>3} {'N':>3} " + " ".join(f"{n:>17}" for n in docs))
 for i, row in enumerate(docs["tuned"]["shapes"]):
     cells = []
