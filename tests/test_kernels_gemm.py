@@ -3,6 +3,8 @@ plan that `linear` consults (interpreter on CPU; bf16 on the GPU)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -128,3 +130,27 @@ def test_rotating_weights_cycle_the_bytes_asked_for() -> None:
     assert all(float(w.abs().max()) <= 0.02 for w in ws)
     assert len({w.data_ptr() for w in ws}) == 4
     assert len(rotating_weights(4, 8, "cpu", total_bytes=1)) == 1
+
+
+def test_autotune_times_cublaslt_from_its_least_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The autotune offers "cublaslt" only at buckets of LT_MIN_BUCKET rows or more: below it
+    the plan never runs it, though it times fastest (timings stubbed: no kernel runs)."""
+    import spectune.kernels.gemm as gemm
+
+    last: list[str] = []
+
+    def run(v: str, *args: object, **kwargs: object) -> None:
+        last.append(v)
+
+    def timed(fn: Callable[[], object], device: object) -> float:
+        fn()  # runs the stub above for each weight copy
+        return 1e-6 if last[-1] == "cublaslt" else 2e-6
+
+    monkeypatch.setattr(gemm, "run_variant", run)
+    monkeypatch.setattr(gemm, "graph_time", timed)
+    plan, rows = gemm.autotune([(64, 32)], torch.device("cpu"), copies_bytes=1)
+    assert {r["m"] for r in rows if r["variant"] == "cublaslt"} == {
+        m for m in gemm.M_BUCKETS if m >= gemm.LT_MIN_BUCKET
+    }
+    for m in gemm.M_BUCKETS:
+        assert (plan.variant(64, 32, m) == "cublaslt") == (m >= gemm.LT_MIN_BUCKET), m

@@ -238,6 +238,13 @@ M_BUCKETS = (1, 16, 32, 64, 128, 256)  # above the last bucket: cuBLAS
 #: at M = 2-16 (31.8 us), tied within 3% when timed alone (benchmarks/probe_gemm_buckets.py):
 #: the forward stepped up by 113 us from one token to two (benchmarks/probe_tp_forward.py)
 PLAN_TIE = 0.03
+#: the least M bucket the autotune times "cublaslt" at. Timed alone it wins some shapes at every
+#: bucket, but inside the tp 2 forward of Llama-3.1-8B it pays only from 32 rows: with it, the
+#: forward at B32 x 1 took 0.9% less on an H200 pair and 1.1% less on an H100 pair, at B64 x 1
+#: 0.2% / 1.0% and at B8 x 8 0.4% / 1.8% less, while the H100 pair's B1 and B8 x 1 forwards,
+#: whose SwiGLU-fused down projection it took at buckets 1 and 16, took 1.4% and 1.0% more
+#: (benchmarks/results/gemm_bucket_h200: host_c, h100_host)
+LT_MIN_BUCKET = 32
 
 
 def pick_variant(timed: dict[str, float], prev: str | None = None) -> str:
@@ -333,8 +340,8 @@ def autotune(
     gated: Iterable[tuple[int, int]] = (),
     fixed: GemmPlan | None = None,
 ) -> tuple[GemmPlan, list[dict[str, object]]]:
-    """Time every variant per weight shape (N, K) and M bucket, and for the `gated` shapes also
-    the SwiGLU-fused form; weights rotate over enough copies that L2 never holds them. Each
+    """Time every variant per weight shape (N, K) and M bucket ("cublaslt" from LT_MIN_BUCKET
+    rows on), and for the `gated` shapes also the SwiGLU-fused form; weights rotate over enough copies that L2 never holds them. Each
     bucket runs pick_variant's choice (the fastest, or the previous bucket's within PLAN_TIE).
     Shapes that `fixed` covers at every bucket (a plan another process chose, e.g. the
     calibration's) keep its choices untimed. Returns the plan and the timing rows."""
@@ -356,6 +363,8 @@ def autotune(
             ).uniform_(-1, 1)
             timed: dict[str, float] = {}
             for v in VARIANTS:
+                if v == "cublaslt" and m < LT_MIN_BUCKET:
+                    continue
 
                 def call(
                     x: torch.Tensor = x,
