@@ -100,6 +100,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h200x2_k": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_l": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_m": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x2_n": ("measurement-tp1.json",),
     "measurements/h200x2-tp": ("measurement-tp1.json",),
     "measurements/h200x4-tp": ("measurement-tp1.json",),
 }
