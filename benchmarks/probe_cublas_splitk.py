@@ -8,10 +8,13 @@ kernels.gemm.autotune times its variants):
 - "cublas": torch's linear as the executor runs it (cuBLAS, the default BLAS library);
 - "lt": the same call with torch.backends.cuda.preferred_blas_library("cublaslt");
 - "pad64": the rows zero-padded to a multiple of 64 (one copy kernel), then torch's linear;
-and profiles the kernels each launches at `--profile-m`, so a run under
-CUBLAS_WORKSPACE_CONFIG=:0:0 (no workspace: no split-K partials) can be set beside one without.
+and profiles the kernels each launches at `--profile-m` (whether cuBLAS splits K and launches
+its reduce kernel). Under CUBLAS_WORKSPACE_CONFIG=:0:0 (no workspace, so no split-K partials)
+the "lt" form fails on torch 2.11: cuBLASLt cannot allocate its workspace.
 
     PYTHONPATH=. python benchmarks/probe_cublas_splitk.py --label default --out $OUT/default.json
+
+Results: benchmarks/results/gemm_bucket_h200/isolated (the forwards: host_c, host_d, h100_host).
 """
 
 from __future__ import annotations

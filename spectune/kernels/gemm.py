@@ -11,7 +11,7 @@ M = 64 moved 2.1 TB/s of a 4.3 TB/s copy rate). Splitting K as well fills the GP
   default library's heuristic splits K for some shapes and launches a reduce kernel after the
   GEMM; cuBLASLt's picks an unsplit kernel for some of them: on an H200 the tp 2 down
   projection shard (4096 x 7168) at M = 32 takes 17.9 us against 20.2 us
-  (benchmarks/results/cublas_splitk_h200).
+  (benchmarks/results/gemm_bucket_h200/isolated).
 `GemmPlan` holds, per weight shape and M bucket, the fastest variant measured on this GPU
 (`autotune`, a few seconds at session start); `linear` / `linear_gated` run the planned variant
 (one plan per process: one GPU); without a plan (CPU, tests) torch's linear is used.
