@@ -16,7 +16,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spectune.kernels.gemm import M_BUCKETS, VARIANTS, GemmPlan, autotune
+from spectune.kernels.gemm import M_BUCKETS, VARIANTS, GemmPlan, autotune, planned_seconds
 from spectune.specs import SpecError
 from spectune.specs.kernel_plan import (
     MAX_PLAN_ENTRIES,
@@ -85,6 +85,57 @@ def test_arbitrary_plans_are_accepted_or_refused_cleanly(plan: dict[str, str]) -
         assert "gemm_plan" in str(e)
     else:
         assert out == plan
+
+
+# ---- the planned variants' timed seconds: kernels.gemm.planned_seconds, "gemm_plan_seconds" ----
+
+
+def test_planned_seconds_are_the_planned_variants_timings() -> None:
+    """Each entry's planned variant's timing; entries whose variant was not timed (a fixed
+    plan's) and failed candidates give none."""
+    plan = GemmPlan({(4096, 4096, 1, False): "splitk2", (4096, 4096, 16, False): "cublas",
+                     (4096, 14336, 1, True): "cublaslt"})  # fmt: skip
+    rows = [
+        {"n": 4096, "k": 4096, "m": 1, "gated": False, "variant": "cublas", "seconds": 9e-6},
+        {"n": 4096, "k": 4096, "m": 1, "gated": False, "variant": "splitk2", "seconds": 8e-6},
+        {"n": 4096, "k": 4096, "m": 16, "gated": False, "variant": "cublas", "seconds": 1e-5},
+        {"n": 4096, "k": 14336, "m": 1, "gated": True, "variant": "cublaslt", "error": "x"},
+    ]
+    assert planned_seconds(plan, rows) == {"4096x4096@1": 8e-6, "4096x4096@16": 1e-5}
+
+
+@pytest.mark.parametrize(
+    ("seconds", "match"),
+    [
+        ([1e-5], "must be an object"),
+        ({"4096x4096@64": 1e-5}, "is not an entry of gemm_plan"),
+        ({"6144x4096@1": 0.0}, "is not a number of seconds"),
+        ({"6144x4096@1": -1e-5}, "is not a number of seconds"),
+        ({"6144x4096@1": 2.0}, "is not a number of seconds"),
+        ({"6144x4096@1": True}, "is not a number of seconds"),
+        ({"6144x4096@1": "1e-5"}, "is not a number of seconds"),
+        ({f"{n}x4096@1": 1e-5 for n in range(MAX_PLAN_ENTRIES + 1)}, "more than"),
+    ],
+)
+def test_documents_refuse_malformed_plan_seconds(seconds: object, match: str) -> None:
+    for doc, validate in _docs():
+        bad = copy.deepcopy(doc)
+        bad["gemm_plan"], bad["gemm_plan_seconds"] = PLAN, seconds
+        with pytest.raises(SpecError, match=match):
+            validate(bad, "doc.json")
+        good = copy.deepcopy(doc)
+        good["gemm_plan"], good["gemm_plan_seconds"] = PLAN, {"6144x4096@1": 1.2e-5}
+        validate(good, "doc.json")
+
+
+@given(st.dictionaries(st.sampled_from(sorted(PLAN)), st.floats(allow_nan=True), max_size=4))
+def test_arbitrary_plan_seconds_are_accepted_or_refused_cleanly(seconds: dict[str, float]) -> None:
+    try:
+        gemm_plan({"gemm_plan": PLAN, "gemm_plan_seconds": seconds}, "doc")
+    except SpecError as e:
+        assert "gemm_plan_seconds" in str(e)
+    else:
+        assert all(0 < t <= 1 for t in seconds.values())
 
 
 # ---- a recorded plan run again: GemmPlan.from_dict, autotune(fixed=), execute --gemm-plan ----
@@ -269,7 +320,7 @@ def test_the_session_keeps_the_fastest_tuned_launch() -> None:
     Session._tuned(s, 1, 64, 4096, [])  # tuned before: the pick stands
     assert s.attention_plan == {"B1xN64xC4096": "64x64/4w3s/s8/pdl"}
     assert len(s.attention_rows) == 1
-    s.gemm_plan = {}
+    s.gemm_plan, s.gemm_plan_seconds = {}, {}
     assert Session.kernel_plans(s) == {"attention_plan": {"B1xN64xC4096": "64x64/4w3s/s8/pdl"}}  # type: ignore[arg-type]
 
 

@@ -12,6 +12,7 @@ import gc
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -21,7 +22,7 @@ from spectune.executor.graphs import PhaseGraphs
 from spectune.executor.loop import ARRunner, PhaseResult, SpecRunner
 from spectune.executor.model import Decoder
 from spectune.executor.sources import cache_slots, tree_slots
-from spectune.kernels.gemm import GemmPlan, autotune, set_plan
+from spectune.kernels.gemm import GemmPlan, autotune, planned_seconds, set_plan
 from spectune.kernels.span_attention import self_check
 from spectune.kernels.timing import PhaseTimer
 from spectune.kernels.tree_attention_plan import TreeAttentionPlan, tune_tree_attention
@@ -110,6 +111,7 @@ class Session:
         self.attention_rows: list[dict[str, object]] = []
         self.attention_plan: dict[str, str] = {}  # verify shape -> tuned launch (written form)
         self.gemm_plan: dict[str, str] = {}
+        self.gemm_plan_seconds: dict[str, float] = {}  # the planned variants' timed seconds
         if self.device.type == "cuda" and cfg.autotune_gemm:
             shapes = sorted(set(weight_shapes(target)) | set(weight_shapes(drafter)))
             gated = sorted(
@@ -119,6 +121,7 @@ class Session:
             plan, self.gemm_rows = autotune(shapes, self.device, gated=gated, fixed=fixed)
             set_plan(plan)
             self.gemm_plan = plan.to_dict()
+            self.gemm_plan_seconds = planned_seconds(plan, self.gemm_rows)
 
     @property
     def attention_backend(self) -> str:
@@ -147,10 +150,14 @@ class Session:
             )
             self._tuned(batch, tokens, context, rows)
 
-    def kernel_plans(self) -> dict[str, dict[str, str]]:
+    def kernel_plans(self) -> dict[str, dict[str, Any]]:
         """The kernels this process chose, as documents record them (specs.kernel_plan):
-        "gemm_plan" and "attention_plan", each where non-empty."""
-        plans = {"gemm_plan": self.gemm_plan, "attention_plan": self.attention_plan}
+        "gemm_plan", "gemm_plan_seconds" and "attention_plan", each where non-empty."""
+        plans: dict[str, dict[str, Any]] = {
+            "gemm_plan": self.gemm_plan,
+            "gemm_plan_seconds": self.gemm_plan_seconds,
+            "attention_plan": self.attention_plan,
+        }
         return {k: dict(v) for k, v in plans.items() if v}
 
     def _tuned(self, batch: int, tokens: int, context: int, rows: list[dict[str, object]]) -> None:

@@ -34,7 +34,7 @@ from spectune.executor.drafter import Drafter, Eagle3Head, ModelDrafter
 from spectune.executor.loop import PhaseResult
 from spectune.executor.model import Decoder, LayerWeights, _fill
 from spectune.executor.session import Session, SessionConfig, weight_shapes
-from spectune.kernels.gemm import GemmPlan, autotune, linear, set_plan
+from spectune.kernels.gemm import GemmPlan, autotune, linear, planned_seconds, set_plan
 from spectune.specs import ModelSpec, SpecError, TreePolicy
 
 
@@ -242,6 +242,7 @@ class TPSession(Session):
         self.attention_rows: list[dict[str, object]] = []
         self.attention_plan: dict[str, str] = {}
         self.gemm_plan: dict[str, str] = {}
+        self.gemm_plan_seconds: dict[str, float] = {}  # this rank's timings of the plan it runs
         if self.device.type == "cuda" and cfg.autotune_gemm:
             tp = group.world
             shapes = sorted(set(tp_weight_shapes(target, tp)) | set(tp_weight_shapes(drafter, tp)))
@@ -253,6 +254,7 @@ class TPSession(Session):
             plan = GemmPlan(group.broadcast_object(plan.choice))
             set_plan(plan)
             self.gemm_plan = plan.to_dict()
+            self.gemm_plan_seconds = planned_seconds(plan, self.gemm_rows)
 
     @property
     def tp(self) -> int:

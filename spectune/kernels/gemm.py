@@ -332,6 +332,22 @@ def linear_gated(gate_up: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return y.view(*gate_up.shape[:-1], w.shape[0])
 
 
+def planned_seconds(plan: GemmPlan, rows: Iterable[dict[str, object]]) -> dict[str, float]:
+    """{written key: seconds} of the variant `plan` runs at each entry, from the autotune's
+    timing `rows`, for the entries whose planned variant was timed (a fixed plan's are not)."""
+    timed = {
+        (r["n"], r["k"], r["m"], r["gated"], r["variant"]): r["seconds"]
+        for r in rows
+        if "seconds" in r
+    }
+    out: dict[str, float] = {}
+    for (n, k, m, g), v in plan.choice.items():
+        t = timed.get((n, k, m, g, v))
+        if isinstance(t, float):
+            out[plan_key(n, k, m, g)] = t
+    return out
+
+
 def autotune(
     shapes: Iterable[tuple[int, int]],
     device: torch.device,

@@ -5,6 +5,8 @@
   "cublaslt" (cuBLAS with cuBLASLt as the preferred library), or
   "splitk{S}" with an optional "/{BLOCK_N}x{BLOCK_K}/{warps}w{stages}s" tile
   (spectune.kernels.gemm runs them).
+- "gemm_plan_seconds": "NxK@M[+silu]" -> the seconds the autotune timed the planned variant at
+  (alone, over rotating weight copies: kernels.gemm.autotune), for the entries it timed.
 - "attention_plan": "B{batch}xN{tree tokens}xC{context}" -> the tree-attention launch the
   tuner picked for that verify shape (kernels.tree_attention_plan.tune_tree_attention):
   "default" (the shape's default config) or "{BLOCK_M}x{BLOCK_N}/{warps}w{stages}s/s{splits}"
@@ -57,6 +59,33 @@ def parse_plan(plan: object, where: str) -> dict[PlanShape, str]:
             raise SpecError(f"{where}: gemm_plan key {key!r} has a zero dimension")
         out[(*dims, m.group(4) is not None)] = v
     return out
+
+
+#: a timed GEMM of the plan takes more than 0 and at most this many seconds
+MAX_GEMM_SECONDS = 1.0
+
+
+def check_plan_seconds(seconds: object, plan: dict[str, str], where: str) -> None:
+    """A SpecError naming `where` and the entry where "gemm_plan_seconds" is not an object of at
+    most MAX_PLAN_ENTRIES entries, each a key of `plan` (the document's "gemm_plan") -> a
+    number of seconds in (0, MAX_GEMM_SECONDS]."""
+    if not isinstance(seconds, dict):
+        raise SpecError(f"{where}: field 'gemm_plan_seconds' must be an object (key -> seconds)")
+    if len(seconds) > MAX_PLAN_ENTRIES:
+        raise SpecError(
+            f"{where}: field 'gemm_plan_seconds' has {len(seconds)} entries, more than "
+            f"{MAX_PLAN_ENTRIES}"
+        )
+    for key, t in seconds.items():
+        if key not in plan:
+            raise SpecError(
+                f"{where}: gemm_plan_seconds key {str(key)[:40]!r} is not an entry of gemm_plan"
+            )
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= MAX_GEMM_SECONDS:
+            raise SpecError(
+                f"{where}: gemm_plan_seconds[{key!r}] = {str(t)[:40]!r} is not a number of "
+                f"seconds in (0, {MAX_GEMM_SECONDS:g}]"
+            )
 
 
 ATTENTION_KEY = re.compile(r"B(\d{1,6})xN(\d{1,6})xC(\d{1,8})")

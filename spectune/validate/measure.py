@@ -30,7 +30,9 @@ Measurement JSON (schema spectune.measurement/v1; spectune.validate.check reads 
      "gemm_plan": the GEMM variant the process ran per weight shape and token bucket,
                {"NxK@M[+silu]": variant} (specs.kernel_plan; optional: a GPU run's plan, autotuned
                or pinned with `spectune execute --gemm-plan`; calibration-run documents carry
-               it too)}
+               it too),
+     "gemm_plan_seconds": the seconds the autotune timed each planned variant at, alone,
+               {"NxK@M[+silu]": seconds} (specs.kernel_plan; optional: the entries it timed)}
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from typing import Any
 
 from spectune.specs import SpecError, TreePolicy
 from spectune.specs.io import from_mapping
-from spectune.specs.kernel_plan import check_attention_plan, parse_plan
+from spectune.specs.kernel_plan import check_attention_plan, check_plan_seconds, parse_plan
 from spectune.specs.policy import MAX_DEPTH
 
 SCHEMA = "spectune.measurement/v1"
@@ -405,6 +407,8 @@ def gemm_plan(doc: dict[str, Any], where: str) -> dict[str, str]:
     "NxK@M[+silu]" -> a kernels.gemm variant (specs.kernel_plan.parse_plan)."""
     plan = doc.get("gemm_plan", {})
     parse_plan(plan, where)
+    if "gemm_plan_seconds" in doc:
+        check_plan_seconds(doc["gemm_plan_seconds"], plan, where)
     return plan
 
 
