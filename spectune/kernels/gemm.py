@@ -357,10 +357,11 @@ def autotune(
     fixed: GemmPlan | None = None,
 ) -> tuple[GemmPlan, list[dict[str, object]]]:
     """Time every variant per weight shape (N, K) and M bucket ("cublaslt" from LT_MIN_BUCKET
-    rows on), and for the `gated` shapes also the SwiGLU-fused form; weights rotate over enough copies that L2 never holds them. Each
-    bucket runs pick_variant's choice (the fastest, or the previous bucket's within PLAN_TIE).
-    Shapes that `fixed` covers at every bucket (a plan another process chose, e.g. the
-    calibration's) keep its choices untimed. Returns the plan and the timing rows."""
+    rows on), and for the `gated` shapes also the SwiGLU-fused form; weights rotate over enough
+    copies that L2 never holds them. Each bucket runs pick_variant's choice (the fastest, or
+    the previous bucket's within PLAN_TIE). Shapes that `fixed` covers at every bucket (a plan
+    another process chose, e.g. the calibration's) keep its choices untimed. Returns the plan
+    and the timing rows."""
     choice: dict[tuple[int, int, int, bool], str] = {}
     rows: list[dict[str, object]] = []
     jobs = [(n, k, False) for n, k in shapes] + [(n, k, True) for n, k in gated]
