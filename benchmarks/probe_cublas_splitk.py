@@ -6,7 +6,7 @@ weight GEMMs cost 63 us more at 32 rows than at 64 (benchmarks/results/gemm_buck
 probe times, per weight shape and M (CUDA-graph replays over rotating weight copies, as
 kernels.gemm.autotune times its variants):
 - "cublas": torch's linear as the executor runs it (cuBLAS, the default BLAS library);
-- "lt": the same call with torch.backends.cuda.preferred_blas_library("cublaslt");
+- "lt": kernels.gemm.lt_linear, the executor's "cublaslt" variant (cuBLASLt preferred for the call);
 - "pad64": the rows zero-padded to a multiple of 64 (one copy kernel), then torch's linear;
 and profiles the kernels each launches at `--profile-m` (whether cuBLAS splits K and launches
 its reduce kernel). Under CUBLAS_WORKSPACE_CONFIG=:0:0 (no workspace, so no split-K partials)
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from spectune.kernels.gemm import rotating_weights
+from spectune.kernels.gemm import lt_linear, rotating_weights
 from spectune.kernels.timing import graph_time
 from spectune.specs.io import write_json_atomic
 
@@ -43,18 +43,9 @@ def _pad64(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.linear(xp, w)[:m]
 
 
-def _lt(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    prev = torch.backends.cuda.preferred_blas_library()
-    torch.backends.cuda.preferred_blas_library("cublaslt")
-    try:
-        return torch.nn.functional.linear(x, w)
-    finally:
-        torch.backends.cuda.preferred_blas_library(prev)
-
-
 FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "cublas": torch.nn.functional.linear,
-    "lt": _lt,
+    "lt": lt_linear,
     "pad64": _pad64,
 }
 
