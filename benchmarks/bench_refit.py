@@ -88,6 +88,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h200x4_b": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x4_c": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x4_d": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x4_e": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_b": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_c": ("measurement-tp1.json",),
@@ -101,6 +102,9 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h200x2_l": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_m": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_n": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x2_o": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x2_p": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x2_q": ("measurement-tp1.json",),
     "measurements/h200x2-tp": ("measurement-tp1.json",),
     "measurements/h200x4-tp": ("measurement-tp1.json",),
 }
