@@ -9,12 +9,14 @@ A change to the cost model or to `spectune calibrate`'s fit (spectune.validate.f
 here the way a new user meets it: each folder's `calibrate-run.json` (the device's raw
 micro-benchmarks, verify grid and short speculative runs) is refitted on CPU, with the
 one-GPU measurement documents its README names as fit input (the TP folders'
-measurement-tp1.json), each split grid (verify-tpN.json) raising the all-reduce law at its tp
-by the in-forward offset (validate.fit.fit_inforward_offset, as `spectune calibrate --from-run
-verify-tpN.json --base` does in benchmarks/run_tp_gpu.sh), and every document of the folder is re-predicted with that calibration
-by `spectune check`'s code (spectune.validate.check.check_folder). The executions of the new-user
-folders (execute-*.json) and every tp > 1 document stay out of the fit, so their errors are
-out of sample. Each line gives the committed calibration's figures (as the folder was
+measurement-tp1.json), each split grid (verify-tpN.json) moving the all-reduce law at its tp
+by the in-forward offset and scaling the target's weight GEMMs there by row count
+(validate.fit.fit_inforward_offset, fit_tp_gemm_scale), as `spectune calibrate --from-run
+verify-tpN.json --base` does in benchmarks/run_tp_gpu.sh, and every document of the folder is
+re-predicted with that calibration by `spectune check`'s code
+(spectune.validate.check.check_folder). The executions of the new-user folders
+(execute-*.json) and every tp > 1 document stay out of the fit, so their errors are out of
+sample. Each line gives the committed calibration's figures (as the folder was
 checked when it was made) beside the refit's: verify MAPE per file and the worst and mean
 speedup error per file; then over the executions (goal_errors) the worst and mean error of
 the goal's rows (the planned policy and the engines' defaults) and the mean and worst of every
@@ -37,7 +39,7 @@ import numpy as np
 from spectune.specs.calibration import Calibration
 from spectune.specs.io import loads_json, read_bytes_bounded
 from spectune.validate.check import CALIBRATION_SCHEMA, CheckResult, check_folder
-from spectune.validate.fit import fit_calibration, fit_inforward_offset
+from spectune.validate.fit import fit_calibration, fit_inforward_offset, fit_tp_gemm_scale
 
 ROOT = Path(__file__).resolve().parent.parent
 #: folder -> measurement documents that join calibrate-run.json in the fit
@@ -183,13 +185,15 @@ def refit_calibration(
     """The calibration `spectune calibrate` fits from folder's calibrate-run.json with the
     measurement documents `extra` (from `base`, with fit_calibration's `fit` options), each
     split grid (verify-tpN.json) then moving the all-reduce law at its tp by the in-forward
-    offset, as `spectune calibrate --from-run verify-tpN.json --base` does; and the fit's report."""
+    offset and scaling the weight GEMMs there by row count, as `spectune calibrate --from-run
+    verify-tpN.json --base` does; and the fit's report."""
     src = ROOT / folder
     run = _load(src / "calibrate-run.json")
     docs = [_load(src / name) for name in extra]
     cal, report = fit_calibration(run, docs, base=base, **fit)
     for grid in sorted(src.glob("verify-tp*.json")):
         cal, _ = fit_inforward_offset(_load(grid), cal)
+        cal, _ = fit_tp_gemm_scale(_load(grid), cal)
     return cal, report
 
 

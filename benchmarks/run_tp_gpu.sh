@@ -35,9 +35,10 @@
 #                                                    -> tp/verify-tp4.json, tp/execute-tp4.json
 #   tp2     the same for Llama-3.1-8B on 2 GPUs      -> tp/verify-tp2.json, tp/execute-tp2.json
 #   offset  `spectune calibrate --from-run verify-tpN.json --base` per split grid: the law at N
-#           moved by what an all-reduce costs inside the split forward, per message size, as
-#           `calibrate --tp N` does (the one-GPU fit is kept as calibration-1gpu-<gpu>.json
-#           beside tp/)
+#           moved by what an all-reduce costs inside the split forward, per message size, then
+#           the target's weight GEMMs at N scaled by row count to what the grid's forwards
+#           measured, as `calibrate --tp N` does (the one-GPU fit is kept as
+#           calibration-1gpu-<gpu>.json beside tp/)
 #                                                                  -> tp/calibration-<gpu>.json
 #   check   `spectune check $OUT/tp`, then the summary table (printed last, also summary.txt):
 #           TP verify MAPE, speedup errors, all-reduce cost per layer measured vs the model's.
@@ -211,7 +212,7 @@ if has offset && [[ -f "$D/calibration-$HW.json" ]]; then
 fi
 
 if has offset; then
-    OFFSET_NOTE="then, per split grid, spectune calibrate --from-run verify-tpN.json --base: the law at N moved by the in-forward all-reduce offset per message size (either sign) (validate.fit.fit_inforward_offset; the fit before it is calibration-1gpu-$HW.json in the archive)"
+    OFFSET_NOTE="then, per split grid, spectune calibrate --from-run verify-tpN.json --base: the law at N moved by the in-forward all-reduce offset per message size (either sign), then the target's weight GEMMs at N scaled by row count to what the grid measured (validate.fit.fit_inforward_offset, fit_tp_gemm_scale; the fit before it is calibration-1gpu-$HW.json in the archive)"
 else
     OFFSET_NOTE="no in-forward offset (TP_PARTS without offset)"
 fi

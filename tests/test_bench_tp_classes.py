@@ -71,9 +71,12 @@ def test_a_shard_keeps_a_few_us_a_gemm_and_a_layer(
             continue
         m, q = r["split"]["measured"], r["split"]["priced"]
         # one token a sequence, both GPUs: the split forward keeps 3-5 us of each weight GEMM
-        # and 6-12 us of each layer's attention; the calibration keeps more of the GEMM (its
-        # fixed time, the GEMM micro-benchmarks' intercept) and none of an unsplit attention
-        assert 2.5 < m["gemm_fixed_us"] < 5.0 < q["gemm_fixed_us"]
+        # and 6-12 us of each layer's attention
+        assert 2.5 < m["gemm_fixed_us"] < 5.0
         assert 5.5 < m["attention_fixed_us"] < 12.5
-        if r["batch"] >= 32:
-            assert q["attention_fixed_us"] == 0.0
+        if cal.parent.name == "tp_h100x2_c":
+            # a fit from before the fixed costs were held at these (tp_h100x2_c) keeps more of
+            # the GEMM (the GEMM micro-benchmarks' intercept) and none of an unsplit attention
+            assert q["gemm_fixed_us"] > 5.0
+            if r["batch"] >= 32:
+                assert q["attention_fixed_us"] == 0.0

@@ -104,6 +104,8 @@ def test_h100_sweep_fits_better_than_one_ring_law() -> None:
         (((2.0, 0.0, 1e-5),), "expected"),
         (((1.0, 0.0, 1e-5, 1e11),), "integer >= 2"),
         (((2.5, 0.0, 1e-5, 1e11),), "integer >= 2"),
+        (((float("nan"), 0.0, 1e-5, 1e11),), "integer >= 2"),
+        (((float("inf"), 0.0, 1e-5, 1e11),), "integer >= 2"),
         (((2.0, 0.0, -1e-5, 1e11),), "latency_s"),
         (((2.0, 0.0, 1e-5, 0.0),), "bus_bytes_per_s"),
         (((2.0, 1.0, 1e-5, 1e11),), "start at from_bytes 0"),

@@ -16,7 +16,9 @@ point also without its collectives; that run is for `spectune check` (it records
 its calibration is --base with the interconnect terms refitted to its all-reduces (--base's
 kept where the run has none, as in benchmarks/bench_tp.py's verify-tpN.json), and the
 all-reduce law at N moved, message size by message size, by what each costs inside the split
-forward beyond (or short of) it (spectune.validate.fit.fit_inforward_offset).
+forward beyond (or short of) it (spectune.validate.fit.fit_inforward_offset); then the target's
+weight-GEMM time at N is scaled, row count by row count, to what the grid's forwards measured
+(Calibration.tp_gemm_scale, spectune.validate.fit.fit_tp_gemm_scale).
 """
 
 from __future__ import annotations
@@ -43,7 +45,12 @@ def _read(path: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spectune.validate.fit import fit_calibration, fit_inforward_offset, fit_interconnect
+    from spectune.validate.fit import (
+        fit_calibration,
+        fit_inforward_offset,
+        fit_interconnect,
+        fit_tp_gemm_scale,
+    )
     from spectune.validate.measure import doc_tp, validate_calibration_run, validate_measurement
 
     if args.dry_run and args.tp == 1:
@@ -89,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
         cal, offset = fit_inforward_offset(raw, cal, target=target, drafter=drafter)
         if offset is not None:
             report["inforward_allreduce"] = offset
+        # then what the shard's weight GEMMs cost by row count against their price
+        cal, scale = fit_tp_gemm_scale(raw, cal, target=target, drafter=drafter)
+        if scale is not None:
+            report["tp_gemm_scale"] = scale
     else:
         t = time.perf_counter()
         cal, report = fit_calibration(raw, measurements, base=base)
@@ -280,9 +291,17 @@ def format_report(report: dict[str, Any]) -> str:
                     for b in by_size
                 )
             )
+    scale = report.get("tp_gemm_scale")
+    if isinstance(scale, dict) and scale.get("by_rows"):
+        lines.append(
+            f"weight GEMMs at tp {scale['tp']} against their price, by rows (points): "
+            + ", ".join(
+                f"{b['rows']:g} x{b['scale']:.3f} ({b['points']})" for b in scale["by_rows"]
+            )
+        )
     shown = {
         "identified", "bounds", "params", "overheads", "ragged_tile_m", "weight_stream",
-        "inforward_allreduce",
+        "inforward_allreduce", "tp_gemm_scale",
     }  # fmt: skip
     for k, v in report.items():
         if k.startswith("mape_") or k == "rows" or (k not in shown and "params" not in report):

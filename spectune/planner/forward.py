@@ -32,6 +32,7 @@ from spectune.planner.operators import (
     pad_up,
     spread_padded_rows,
 )
+from spectune.specs.calibration import tp_gemm_scale_at
 from spectune.specs.errors import SpecError
 from spectune.specs.model import ModelSpec
 
@@ -96,7 +97,15 @@ class BatchShape:
 class ForwardPricer:
     """Prices forward passes of one model on one GPU at tensor-parallel degree `tp`."""
 
-    def __init__(self, model: ModelSpec, rates: Rates, tp: int, *, drafting: bool = False) -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        rates: Rates,
+        tp: int,
+        *,
+        drafting: bool = False,
+        tp_gemm_scale: bool = False,
+    ) -> None:
         if model.heads % tp:
             raise SpecError(
                 f"tp={tp} must divide the attention heads of {model.name} ({model.heads})"
@@ -125,6 +134,9 @@ class ForwardPricer:
         self.head_fmt = rates.dense_format(model.dtype_bytes)
         self.wb = self.fmt.weight_bytes
         self.kpg = self.fmt.kernels  # kernels per linear-layer GEMM
+        # the weight GEMMs' factor by row count at this tp (Calibration.tp_gemm_scale, fitted
+        # on the target's split grid): the target's pricer only
+        self.gemm_scale_rows = rates.tp_gemm_scale if tp_gemm_scale and tp > 1 else ()
 
     # ---- weight bytes --------------------------------------------------------------------------
     def min_weight_bytes(self) -> float:
@@ -216,6 +228,8 @@ class ForwardPricer:
         t = gemm_time(self.r, m, n, k, fmt)
         if fmt.act_bytes:
             t = t + elementwise_time(self.r, m * k * (ACT_BYTES + fmt.act_bytes))
+        if self.gemm_scale_rows:
+            t = t * tp_gemm_scale_at(self.gemm_scale_rows, self.tp, m)
         return t
 
     # ---- layer pieces: {class: (seconds, kernels)} per layer -----------------------------------

@@ -40,6 +40,13 @@ MAX_FIXED_S = 10.0
 """Largest fixed time a calibration may give, s (per launch, step or request: far past any)."""
 MAX_BUS_BYTES_PER_S = 1e15
 """Largest bus bandwidth a link-law row may give, bytes/s (past any interconnect: a unit slip)."""
+TP_GEMM_SCALE_MIN = 0.5
+TP_GEMM_SCALE_MAX = 2.0
+"""Bounds of a Calibration.tp_gemm_scale factor: split grids move a shard's GEMM time by
+0.90..1.10 (benchmarks/results/tp_h100x2_*, tp_h200x2_*); past [0.5, 2] the fit or the file is
+wrong, not the GEMMs."""
+MAX_GEMM_ROWS = 1e7
+"""Largest GEMM row count a tp_gemm_scale row may name (tokens of one forward)."""
 
 # Uncalibrated static draft-step cost as a fraction of the dynamic one: the static step runs
 # the per-row top-k and the slot gathers but not the k*k frontier sort and the pool scatters.
@@ -123,6 +130,15 @@ class Calibration:
         (),
         help="the same for the all-gather (b: the gathered bytes; (tp-1)/tp * b crosses each "
         "link): rows (tp, from_bytes, latency_s, bus_bytes_per_s)",
+    )
+    tp_gemm_scale: tuple[tuple[float, ...], ...] = help_field(
+        (),
+        help="the target's weight-GEMM time at a tensor-parallel degree, scaled by GEMM rows: "
+        "rows (tp, gemm_rows, scale), interpolated in log rows between a tp's rows and held "
+        "at its ends; 1 at a tp without rows (and for the drafter). What a split grid's "
+        "forwards cost beyond (or short of) their price, per row count, as a share of their "
+        "weight-GEMM time (validate.fit.fit_tp_gemm_scale): the GEMM libraries pick kernels "
+        "per row count and shape, and a shard's shapes are not the one-GPU fit's",
     )
     launch_s: float | None = help_field(
         None,
@@ -460,6 +476,7 @@ class Calibration:
         self._check_gemm_curve()
         for name in ("allreduce_law", "allgather_law"):
             check_link_law(getattr(self, name), name)
+        check_tp_gemm_scale(self.tp_gemm_scale)
         g = self.graph_batch_sizes
         if any(b <= 0 for b in g) or any(b >= c for b, c in itertools.pairwise(g)):
             raise SpecError("field 'graph_batch_sizes' must be positive and strictly ascending")
@@ -512,6 +529,7 @@ class Calibration:
         d["graph_batch_sizes"] = list(self.graph_batch_sizes)
         d["allreduce_law"] = [list(r) for r in self.allreduce_law]
         d["allgather_law"] = [list(r) for r in self.allgather_law]
+        d["tp_gemm_scale"] = [list(r) for r in self.tp_gemm_scale]
         return {"schema": SCHEMA, **d}
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -567,7 +585,7 @@ def check_link_law(rows: tuple[tuple[float, ...], ...], name: str) -> None:
                 f"bus_bytes_per_s), got {len(r)} values"
             )
         tp, start, lat, bw = r
-        if tp != int(tp) or tp < 2:
+        if not (np.isfinite(tp) and tp == int(tp) and tp >= 2):
             raise SpecError(f"field {name!r} row {i}: tp must be an integer >= 2, got {tp}")
         if not start >= 0 or not 0 <= lat <= MAX_FIXED_S or not 0 < bw <= MAX_BUS_BYTES_PER_S:
             raise SpecError(
@@ -589,6 +607,47 @@ def check_link_law(rows: tuple[tuple[float, ...], ...], name: str) -> None:
                     f"field {name!r}: at tp {tp} the time falls where the regime from "
                     f"{s:g} bytes begins; a larger message cannot be faster (refit)"
                 )
+
+
+def tp_gemm_scale_at(
+    rows: tuple[tuple[float, ...], ...], tp: int, gemm_rows: ArrayLike
+) -> NDArray[np.float64]:
+    """The factor on the target's weight-GEMM time at `tp` for GEMMs of `gemm_rows` rows
+    (array) under Calibration.tp_gemm_scale's `rows`: interpolated in log rows between that
+    tp's rows, held at its first and last; 1 where `rows` hold none for `tp`."""
+    m = np.asarray(gemm_rows, dtype=np.float64)
+    at = sorted((r[1], r[2]) for r in rows if int(r[0]) == tp)
+    if not at:
+        return np.ones(m.shape)
+    x = np.log([a for a, _ in at])
+    return np.asarray(
+        np.interp(np.log(np.maximum(m, 1.0)), x, [s for _, s in at]), dtype=np.float64
+    )
+
+
+def check_tp_gemm_scale(rows: tuple[tuple[float, ...], ...]) -> None:
+    """SpecError unless every row of Calibration.tp_gemm_scale is (tp >= 2 integer, gemm_rows
+    >= 1, scale in [TP_GEMM_SCALE_MIN, TP_GEMM_SCALE_MAX]), each tp's row counts distinct."""
+    seen: set[tuple[int, float]] = set()
+    for i, r in enumerate(rows):
+        if len(r) != 3:
+            raise SpecError(
+                f"field 'tp_gemm_scale' row {i}: expected (tp, gemm_rows, scale), got "
+                f"{len(r)} values"
+            )
+        tp, m, scale = r
+        if not (np.isfinite(tp) and tp == int(tp) and tp >= 2):
+            raise SpecError(f"field 'tp_gemm_scale' row {i}: tp must be an integer >= 2, got {tp}")
+        if not 1 <= m <= MAX_GEMM_ROWS or not TP_GEMM_SCALE_MIN <= scale <= TP_GEMM_SCALE_MAX:
+            raise SpecError(
+                f"field 'tp_gemm_scale' row {i}: need gemm_rows in [1, {MAX_GEMM_ROWS:g}] and "
+                f"scale in [{TP_GEMM_SCALE_MIN:g}, {TP_GEMM_SCALE_MAX:g}], got {r}"
+            )
+        if (int(tp), m) in seen:
+            raise SpecError(
+                f"field 'tp_gemm_scale' row {i}: tp {int(tp)} has two rows at {m:g} GEMM rows"
+            )
+        seen.add((int(tp), m))
 
 
 def _builder(builder: str) -> str:
