@@ -28,7 +28,8 @@ from spectune.validate.fit import TP_GEMM_SCALE_CLIP, fit_tp_gemm_scale
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "benchmarks/results/tp_h200x2_q"
-ROWS = ((2.0, 1.0, 1.0), (2.0, 32.0, 1.08), (2.0, 128.0, 0.96))
+H = 4096.0  # Llama-3.1-8B's hidden size
+ROWS = ((2.0, H, 1.0, 1.0), (2.0, H, 32.0, 1.08), (2.0, H, 128.0, 0.96))
 
 
 def _cm(cal: Calibration, tp: int = 2) -> CostModel:
@@ -39,16 +40,18 @@ def _cm(cal: Calibration, tp: int = 2) -> CostModel:
 
 
 def test_factor_is_interpolated_in_log_rows_and_held_at_the_ends() -> None:
-    got = tp_gemm_scale_at(ROWS, 2, [0.5, 1, 32, 128, 4096, math.sqrt(32 * 128)])
+    got = tp_gemm_scale_at(ROWS, 2, 4096, [0.5, 1, 32, 128, 4096, math.sqrt(32 * 128)])
     assert got == pytest.approx([1.0, 1.0, 1.08, 0.96, 0.96, 1.02])
     # between 1 and 32 rows: a fifth of the way in log rows at 2 rows
-    assert tp_gemm_scale_at(ROWS, 2, 2.0) == pytest.approx(1.0 + 0.08 / 5)
-    assert tp_gemm_scale_at(ROWS, 4, [1, 64]).tolist() == [1.0, 1.0]
-    assert tp_gemm_scale_at((), 2, 7.0) == 1.0
+    assert tp_gemm_scale_at(ROWS, 2, 4096, 2.0) == pytest.approx(1.0 + 0.08 / 5)
+    # another tp, another hidden size, no rows: 1
+    assert tp_gemm_scale_at(ROWS, 4, 4096, [1, 64]).tolist() == [1.0, 1.0]
+    assert tp_gemm_scale_at(ROWS, 2, 8192, [1, 64]).tolist() == [1.0, 1.0]
+    assert tp_gemm_scale_at((), 2, 4096, 7.0) == 1.0
 
 
 def test_only_the_targets_weight_gemms_at_that_tp_move() -> None:
-    flat = Calibration(hardware="h200", tp_gemm_scale=((2.0, 1.0, 1.1),))
+    flat = Calibration(hardware="h200", tp_gemm_scale=((2.0, H, 1.0, 1.1),))
     plain, scaled = _cm(Calibration(hardware="h200")), _cm(flat)
     a, b = plain.verify_breakdown(8, 4, 4096), scaled.verify_breakdown(8, 4, 4096)
     for cls in (QKV_O, MLP):
@@ -57,8 +60,10 @@ def test_only_the_targets_weight_gemms_at_that_tp_move() -> None:
     assert float(a[LM_HEAD]) < float(b[LM_HEAD]) < 1.1 * float(a[LM_HEAD])
     for cls in (ATTENTION, COMM):
         assert float(b[cls]) == float(a[cls])
-    # the drafter's forward and the other tp keep their price
+    # the drafter's forward, the other tp and a target of another hidden size keep their price
     assert float(scaled.draft_step_time(8, 4, 4096)) == float(plain.draft_step_time(8, 4, 4096))
+    wide = Calibration(hardware="h200", tp_gemm_scale=((2.0, 8192.0, 1.0, 1.1),))
+    assert float(_cm(wide).verify_time(8, 4, 4096)) == float(plain.verify_time(8, 4, 4096))
     for tp in (1, 4):
         assert float(_cm(flat, tp).verify_time(8, 4, 4096)) == float(
             _cm(Calibration(hardware="h200"), tp).verify_time(8, 4, 4096)
@@ -74,15 +79,18 @@ def test_rows_round_trip(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "rows",
     [
-        ((2.0, 1.0),),
-        ((1.0, 1.0, 1.0),),
-        ((2.5, 1.0, 1.0),),
-        ((2.0, 0.0, 1.0),),
-        ((2.0, 1.0, TP_GEMM_SCALE_MAX * 1.01),),
-        ((2.0, 1.0, TP_GEMM_SCALE_MIN * 0.99),),
-        ((2.0, 1.0, float("nan")),),
-        ((2.0, float("inf"), 1.0),),
-        ((2.0, 8.0, 1.0), (2.0, 8.0, 1.1)),
+        ((2.0, 1.0, 1.0),),
+        ((1.0, H, 1.0, 1.0),),
+        ((2.5, H, 1.0, 1.0),),
+        ((2.0, 0.0, 1.0, 1.0),),
+        ((2.0, 4095.5, 1.0, 1.0),),
+        ((2.0, H, 0.0, 1.0),),
+        ((2.0, H, 1.0, TP_GEMM_SCALE_MAX * 1.01),),
+        ((2.0, H, 1.0, TP_GEMM_SCALE_MIN * 0.99),),
+        ((2.0, H, 1.0, float("nan")),),
+        ((2.0, H, float("inf"), 1.0),),
+        ((2.0, float("nan"), 1.0, 1.0),),
+        ((2.0, H, 8.0, 1.0), (2.0, H, 8.0, 1.1)),
     ],
 )
 def test_malformed_rows_are_refused_naming_the_field(rows: tuple) -> None:
@@ -92,7 +100,7 @@ def test_malformed_rows_are_refused_naming_the_field(rows: tuple) -> None:
 
 def test_a_file_with_a_bad_row_names_field_and_file(tmp_path: Path) -> None:
     doc = Calibration(hardware="h200").to_dict()
-    doc["tp_gemm_scale"] = [[2, 8, 5.0]]
+    doc["tp_gemm_scale"] = [[2, 4096, 8, 5.0]]
     path = tmp_path / "cal.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(SpecError, match="tp_gemm_scale") as err:
@@ -104,15 +112,16 @@ _num = st.floats(allow_nan=True, allow_infinity=True, width=64)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(_num, _num, _num), max_size=4))
+@given(st.lists(st.tuples(_num, _num, _num, _num), max_size=4))
 def test_any_rows_are_accepted_in_bounds_or_refused(rows: list[tuple[float, ...]]) -> None:
     try:
         cal = Calibration(tp_gemm_scale=tuple(rows))
     except SpecError:
         return
-    for tp, m, s in cal.tp_gemm_scale:
-        assert tp == int(tp) >= 2 and m >= 1 and TP_GEMM_SCALE_MIN <= s <= TP_GEMM_SCALE_MAX
-        got = tp_gemm_scale_at(cal.tp_gemm_scale, int(tp), [1.0, m, 1e6])
+    for tp, h, m, s in cal.tp_gemm_scale:
+        assert tp == int(tp) >= 2 and h == int(h) >= 1 and m >= 1
+        assert TP_GEMM_SCALE_MIN <= s <= TP_GEMM_SCALE_MAX
+        got = tp_gemm_scale_at(cal.tp_gemm_scale, int(tp), int(h), [1.0, m, 1e6])
         assert np.all(np.isfinite(got))
 
 
@@ -130,16 +139,16 @@ def _grid(cal: Calibration, truth: tuple[tuple[float, ...], ...]) -> dict:
 
 
 def test_fit_recovers_planted_factors_and_keeps_other_tp() -> None:
-    truth = tuple((2.0, float(m), s) for m, s in
+    truth = tuple((2.0, H, float(m), s) for m, s in
                   ((1, 1.01), (4, 1.03), (8, 1.05), (16, 1.04), (32, 1.09), (128, 0.95)))  # fmt: skip
-    other = ((4.0, 8.0, 1.2),)
-    cal = Calibration(hardware="h200", tp_gemm_scale=((2.0, 8.0, 1.2), *other))
+    other = ((4.0, H, 8.0, 1.2), (2.0, 8192.0, 8.0, 0.9))
+    cal = Calibration(hardware="h200", tp_gemm_scale=((2.0, H, 8.0, 1.2), *other))
     got, report = fit_tp_gemm_scale(_grid(Calibration(hardware="h200"), truth), cal)
-    assert report is not None and report["tp"] == 2
-    mine = sorted(r for r in got.tp_gemm_scale if r[0] == 2)
-    assert [r[1] for r in mine] == [r[1] for r in sorted(truth)]
-    assert [r[2] for r in mine] == pytest.approx([r[2] for r in sorted(truth)], rel=1e-9)
-    assert [r for r in got.tp_gemm_scale if r[0] != 2] == list(other)
+    assert report is not None and (report["tp"], report["hidden"]) == (2, 4096)
+    mine = sorted(r for r in got.tp_gemm_scale if r[:2] == (2.0, H))
+    assert [r[2] for r in mine] == [r[2] for r in sorted(truth)]
+    assert [r[3] for r in mine] == pytest.approx([r[3] for r in sorted(truth)], rel=1e-9)
+    assert [r for r in got.tp_gemm_scale if r[:2] != (2.0, H)] == list(other)
     assert [b["points"] for b in report["by_rows"]] == [1] * 6
 
 
@@ -149,7 +158,7 @@ def test_fit_clips_and_skips_what_is_not_a_split_grid() -> None:
     for r in doc["verify"]:
         r["seconds"] *= 3.0
     got, _ = fit_tp_gemm_scale(doc, cal)
-    assert {r[2] for r in got.tp_gemm_scale} == {TP_GEMM_SCALE_CLIP[1]}
+    assert {r[3] for r in got.tp_gemm_scale} == {TP_GEMM_SCALE_CLIP[1]}
     assert fit_tp_gemm_scale({**doc, "tp": 1}, cal) == (cal, None)
     assert fit_tp_gemm_scale({**doc, "verify": []}, cal) == (cal, None)
 
@@ -163,9 +172,9 @@ def test_calibrate_from_a_split_grid_writes_and_reports_the_factors(
     base = SRC / "calibration-h200.json"
     grid = SRC / "verify-tp2.json"
     assert cli(["calibrate", "--from-run", str(grid), "--base", str(base), "--out", str(out)]) == 0
-    assert "weight GEMMs at tp 2 against their price, by rows" in capsys.readouterr().out
+    assert "weight GEMMs at tp 2 (hidden 4096) against their price" in capsys.readouterr().out
     rows = Calibration.load(out).tp_gemm_scale
     doc = json.loads(grid.read_text())
-    assert sorted(r[1] for r in rows if r[0] == 2) == sorted(
+    assert sorted(r[2] for r in rows if r[:2] == (2.0, H)) == sorted(
         {float(r["batch"] * r["tokens"]) for r in doc["verify"]}
     )

@@ -294,7 +294,8 @@ def format_report(report: dict[str, Any]) -> str:
     scale = report.get("tp_gemm_scale")
     if isinstance(scale, dict) and scale.get("by_rows"):
         lines.append(
-            f"weight GEMMs at tp {scale['tp']} against their price, by rows (points): "
+            f"weight GEMMs at tp {scale['tp']} (hidden {scale['hidden']}) against their price, "
+            "by rows (points): "
             + ", ".join(
                 f"{b['rows']:g} x{b['scale']:.3f} ({b['points']})" for b in scale["by_rows"]
             )

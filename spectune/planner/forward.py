@@ -134,8 +134,8 @@ class ForwardPricer:
         self.head_fmt = rates.dense_format(model.dtype_bytes)
         self.wb = self.fmt.weight_bytes
         self.kpg = self.fmt.kernels  # kernels per linear-layer GEMM
-        # the weight GEMMs' factor by row count at this tp (Calibration.tp_gemm_scale, fitted
-        # on the target's split grid): the target's pricer only
+        # the weight GEMMs' factor by row count at this tp and hidden size
+        # (Calibration.tp_gemm_scale, fitted on a split grid of such a target): targets only
         self.gemm_scale_rows = rates.tp_gemm_scale if tp_gemm_scale and tp > 1 else ()
 
     # ---- weight bytes --------------------------------------------------------------------------
@@ -229,7 +229,7 @@ class ForwardPricer:
         if fmt.act_bytes:
             t = t + elementwise_time(self.r, m * k * (ACT_BYTES + fmt.act_bytes))
         if self.gemm_scale_rows:
-            t = t * tp_gemm_scale_at(self.gemm_scale_rows, self.tp, m)
+            t = t * tp_gemm_scale_at(self.gemm_scale_rows, self.tp, self.model.hidden, m)
         return t
 
     # ---- layer pieces: {class: (seconds, kernels)} per layer -----------------------------------

@@ -82,7 +82,7 @@ class Rates:
     link_step_latency_s: float  # added per ring step (2*(tp-1) per all-reduce, tp-1 per gather)
     allreduce_law: tuple[tuple[float, ...], ...]  # fitted regimes per tp (Calibration's)
     allgather_law: tuple[tuple[float, ...], ...]
-    tp_gemm_scale: tuple[tuple[float, ...], ...]  # (tp, gemm rows, factor) (Calibration's)
+    tp_gemm_scale: tuple[tuple[float, ...], ...]  # (tp, hidden, rows, factor) (Calibration's)
     launch_s: float  # one kernel inside a CUDA graph
     gemm_fixed_s: float  # one weight GEMM's fixed time beyond its launch
     gemm_exposed_compute: float  # share of a streaming GEMM's math at peak its stream adds

@@ -134,11 +134,12 @@ class Calibration:
     tp_gemm_scale: tuple[tuple[float, ...], ...] = help_field(
         (),
         help="the target's weight-GEMM time at a tensor-parallel degree, scaled by GEMM rows: "
-        "rows (tp, gemm_rows, scale), interpolated in log rows between a tp's rows and held "
-        "at its ends; 1 at a tp without rows (and for the drafter). What a split grid's "
-        "forwards cost beyond (or short of) their price, per row count, as a share of their "
-        "weight-GEMM time (validate.fit.fit_tp_gemm_scale): the GEMM libraries pick kernels "
-        "per row count and shape, and a shard's shapes are not the one-GPU fit's",
+        "rows (tp, hidden, gemm_rows, scale) for a target of that hidden size, interpolated in "
+        "log rows between its rows and held at their ends; 1 where no row has that tp and "
+        "hidden (and for the drafter). What a split grid's forwards cost beyond (or short of) "
+        "their price, per row count, as a share of their weight-GEMM time "
+        "(validate.fit.fit_tp_gemm_scale): the GEMM libraries pick kernels per row count and "
+        "shape, and a shard's shapes are not the one-GPU fit's",
     )
     launch_s: float | None = help_field(
         None,
@@ -610,13 +611,13 @@ def check_link_law(rows: tuple[tuple[float, ...], ...], name: str) -> None:
 
 
 def tp_gemm_scale_at(
-    rows: tuple[tuple[float, ...], ...], tp: int, gemm_rows: ArrayLike
+    rows: tuple[tuple[float, ...], ...], tp: int, hidden: int, gemm_rows: ArrayLike
 ) -> NDArray[np.float64]:
-    """The factor on the target's weight-GEMM time at `tp` for GEMMs of `gemm_rows` rows
-    (array) under Calibration.tp_gemm_scale's `rows`: interpolated in log rows between that
-    tp's rows, held at its first and last; 1 where `rows` hold none for `tp`."""
+    """The factor on the weight-GEMM time of a target of `hidden` at `tp` for GEMMs of
+    `gemm_rows` rows (array) under Calibration.tp_gemm_scale's `rows`: interpolated in log rows
+    between the rows of that (tp, hidden), held at the first and last; 1 where there are none."""
     m = np.asarray(gemm_rows, dtype=np.float64)
-    at = sorted((r[1], r[2]) for r in rows if int(r[0]) == tp)
+    at = sorted((r[2], r[3]) for r in rows if int(r[0]) == tp and int(r[1]) == hidden)
     if not at:
         return np.ones(m.shape)
     x = np.log([a for a, _ in at])
@@ -626,28 +627,34 @@ def tp_gemm_scale_at(
 
 
 def check_tp_gemm_scale(rows: tuple[tuple[float, ...], ...]) -> None:
-    """SpecError unless every row of Calibration.tp_gemm_scale is (tp >= 2 integer, gemm_rows
-    >= 1, scale in [TP_GEMM_SCALE_MIN, TP_GEMM_SCALE_MAX]), each tp's row counts distinct."""
-    seen: set[tuple[int, float]] = set()
+    """SpecError unless every row of Calibration.tp_gemm_scale is (tp >= 2 integer, hidden >= 1
+    integer, gemm_rows in [1, MAX_GEMM_ROWS], scale in [TP_GEMM_SCALE_MIN, TP_GEMM_SCALE_MAX]),
+    the row counts of each (tp, hidden) distinct."""
+    seen: set[tuple[int, int, float]] = set()
     for i, r in enumerate(rows):
-        if len(r) != 3:
+        if len(r) != 4:
             raise SpecError(
-                f"field 'tp_gemm_scale' row {i}: expected (tp, gemm_rows, scale), got "
+                f"field 'tp_gemm_scale' row {i}: expected (tp, hidden, gemm_rows, scale), got "
                 f"{len(r)} values"
             )
-        tp, m, scale = r
-        if not (np.isfinite(tp) and tp == int(tp) and tp >= 2):
-            raise SpecError(f"field 'tp_gemm_scale' row {i}: tp must be an integer >= 2, got {tp}")
+        tp, hidden, m, scale = r
+        for name, v, least in (("tp", tp, 2), ("hidden", hidden, 1)):
+            if not (np.isfinite(v) and v == int(v) and v >= least):
+                raise SpecError(
+                    f"field 'tp_gemm_scale' row {i}: {name} must be an integer >= {least}, got {v}"
+                )
         if not 1 <= m <= MAX_GEMM_ROWS or not TP_GEMM_SCALE_MIN <= scale <= TP_GEMM_SCALE_MAX:
             raise SpecError(
                 f"field 'tp_gemm_scale' row {i}: need gemm_rows in [1, {MAX_GEMM_ROWS:g}] and "
                 f"scale in [{TP_GEMM_SCALE_MIN:g}, {TP_GEMM_SCALE_MAX:g}], got {r}"
             )
-        if (int(tp), m) in seen:
+        key = (int(tp), int(hidden), m)
+        if key in seen:
             raise SpecError(
-                f"field 'tp_gemm_scale' row {i}: tp {int(tp)} has two rows at {m:g} GEMM rows"
+                f"field 'tp_gemm_scale' row {i}: tp {key[0]}, hidden {key[1]} has two rows at "
+                f"{m:g} GEMM rows"
             )
-        seen.add((int(tp), m))
+        seen.add(key)
 
 
 def _builder(builder: str) -> str:

@@ -962,18 +962,19 @@ def fit_tp_gemm_scale(
     target: ModelSpec | None = None,
     drafter: ModelSpec | None = None,
 ) -> tuple[Calibration, dict[str, Any] | None]:
-    """`cal` with the target's weight-GEMM time at the run's tp scaled, row count by row count,
-    so that the split grid's forwards cost what they measured (Calibration.tp_gemm_scale).
+    """`cal` with the weight-GEMM time of targets like the run's (its hidden size) at the run's
+    tp scaled, row count by row count, so that the split grid's forwards cost what they
+    measured (Calibration.tp_gemm_scale; rows of other tp or hidden sizes are kept).
 
     Per verify point: 1 + (seconds - price) / (the price's weight-GEMM time), the price being
-    `cal`'s with no factor at that tp, and the GEMM time what a factor of 2 adds to it. The
+    `cal`'s with no factor at that tp and hidden size, and the GEMM time what a factor of 2 adds to it. The
     in-forward all-reduce offset (fit_inforward_offset) goes first, so the points' collectives
     are priced as the grid timed them and what is left is the shard's compute. Each row count
     (batch x tokens; the grid's batches are graph sizes) takes the median over its points,
     clipped to TP_GEMM_SCALE_CLIP. Returns `cal` unchanged and None where the run is at tp 1 or
-    has no verify points; else the report {tp, by_rows: [{rows, scale, points}]}. `target`,
-    `drafter`: the run's models where they are not presets (default: the presets the run
-    names)."""
+    has no verify points; else the report {tp, hidden, by_rows: [{rows, scale, points}]}.
+    `target`, `drafter`: the run's models where they are not presets (default: the presets the
+    run names)."""
     from spectune.planner.costmodel import CostModel
 
     tp = int(run.get("tp", 1))
@@ -983,9 +984,10 @@ def fit_tp_gemm_scale(
     target = target or load_model(run["target"])
     drafter = drafter or load_model(run["drafter"])
     hw = load_hardware(run["hardware"])
-    others = tuple(r for r in cal.tp_gemm_scale if int(r[0]) != tp)
+    key = (float(tp), float(target.hidden))
+    others = tuple(r for r in cal.tp_gemm_scale if (r[0], r[1]) != key)
     plain = dataclasses.replace(cal, tp_gemm_scale=others)
-    doubled = dataclasses.replace(cal, tp_gemm_scale=(*others, (float(tp), 1.0, 2.0)))
+    doubled = dataclasses.replace(cal, tp_gemm_scale=(*others, (*key, 1.0, 2.0)))
     price = CostModel(hw, target, drafter, tp=tp, calibration=plain)
     price2 = CostModel(hw, target, drafter, tp=tp, calibration=doubled)
     by_rows: dict[float, list[float]] = {}
@@ -999,10 +1001,11 @@ def fit_tp_gemm_scale(
     lo, hi = TP_GEMM_SCALE_CLIP
     scale = {m: float(np.clip(np.median(v), lo, hi)) for m, v in sorted(by_rows.items())}
     cal = dataclasses.replace(
-        cal, tp_gemm_scale=(*others, *((float(tp), m, s) for m, s in scale.items()))
+        cal, tp_gemm_scale=(*others, *((*key, m, s) for m, s in scale.items()))
     )
     report = {
         "tp": tp,
+        "hidden": target.hidden,
         "by_rows": [{"rows": m, "scale": s, "points": len(by_rows[m])} for m, s in scale.items()],
     }
     return cal, report
