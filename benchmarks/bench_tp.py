@@ -274,6 +274,12 @@ def _summary(args: argparse.Namespace) -> int:
                     for r in sorted((r for r in law if int(r[0]) == tp), key=lambda r: r[1])
                 )
                 lines.append(f"    {op} tp {tp}: {regimes}")
+        # the weight GEMMs' factor by row count per (tp, hidden) (Calibration.tp_gemm_scale)
+        out["tp_gemm_scale"] = [list(r) for r in cal.tp_gemm_scale]
+        for key in sorted({(int(r[0]), int(r[1])) for r in cal.tp_gemm_scale}):
+            rows = sorted(r[2:] for r in cal.tp_gemm_scale if (int(r[0]), int(r[1])) == key)
+            factors = ", ".join(f"{m:g} x{f:.3f}" for m, f in rows)
+            lines.append(f"  weight GEMMs at tp {key[0]} (hidden {key[1]}) by rows: {factors}")
     out["phases"] = _phases(d, docs, cals, lines)
     out["repeats"] = _repeats(docs, res.speedup, lines)
     print("\n".join(lines))

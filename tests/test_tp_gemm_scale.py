@@ -178,3 +178,17 @@ def test_calibrate_from_a_split_grid_writes_and_reports_the_factors(
     assert sorted(r[2] for r in rows if r[:2] == (2.0, H)) == sorted(
         {float(r["batch"] * r["tokens"]) for r in doc["verify"]}
     )
+
+
+def test_the_tp_summary_lists_the_factors(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/bench_tp.py summary prints each (tp, hidden)'s factors and carries them in
+    its JSON (a folder with tp 2 fitted on the 8B and tp 4 on the 70B)."""
+    from benchmarks.bench_tp import main
+
+    folder = ROOT / "measurements/h200x4-tp"
+    assert main(["summary", str(folder)]) == 0
+    text = capsys.readouterr().out
+    assert "weight GEMMs at tp 2 (hidden 4096) by rows: 1 x" in text
+    assert "weight GEMMs at tp 4 (hidden 8192) by rows: 1 x" in text
+    doc = json.loads(text.strip().splitlines()[-1])
+    assert {(r[0], r[1]) for r in doc["tp_gemm_scale"]} == {(2.0, 4096.0), (4.0, 8192.0)}
