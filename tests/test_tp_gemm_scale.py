@@ -1,4 +1,4 @@
-"""Calibration.tp_gemm_scale: the target's weight-GEMM time at a tensor-parallel degree scaled by
+"""Calibration.tp_gemm_scale: weight-GEMM time at a tensor-parallel degree and hidden size scaled by
 row count (specs.calibration.tp_gemm_scale_at, planner.forward.ForwardPricer._linear), and its
 fit from a split verify grid (validate.fit.fit_tp_gemm_scale, which `spectune calibrate
 --from-run verify-tpN.json --base` runs after the in-forward all-reduce offset)."""
@@ -50,7 +50,7 @@ def test_factor_is_interpolated_in_log_rows_and_held_at_the_ends() -> None:
     assert tp_gemm_scale_at((), 2, 4096, 7.0) == 1.0
 
 
-def test_only_the_targets_weight_gemms_at_that_tp_move() -> None:
+def test_only_weight_gemms_of_that_tp_and_hidden_size_move() -> None:
     flat = Calibration(hardware="h200", tp_gemm_scale=((2.0, H, 1.0, 1.1),))
     plain, scaled = _cm(Calibration(hardware="h200")), _cm(flat)
     a, b = plain.verify_breakdown(8, 4, 4096), scaled.verify_breakdown(8, 4, 4096)
@@ -60,8 +60,11 @@ def test_only_the_targets_weight_gemms_at_that_tp_move() -> None:
     assert float(a[LM_HEAD]) < float(b[LM_HEAD]) < 1.1 * float(a[LM_HEAD])
     for cls in (ATTENTION, COMM):
         assert float(b[cls]) == float(a[cls])
-    # the drafter's forward, the other tp and a target of another hidden size keep their price
-    assert float(scaled.draft_step_time(8, 4, 4096)) == float(plain.draft_step_time(8, 4, 4096))
+    # the EAGLE-3 head (hidden 4096, the target's layer shapes) takes the same factors; the
+    # other tp and a target of another hidden size keep their price
+    d0, d1 = plain.draft_step_breakdown(8, 4, 4096), scaled.draft_step_breakdown(8, 4, 4096)
+    assert float(d1[MLP]) == pytest.approx(1.1 * float(d0[MLP]))
+    assert float(d1[ATTENTION]) == float(d0[ATTENTION])
     wide = Calibration(hardware="h200", tp_gemm_scale=((2.0, 8192.0, 1.0, 1.1),))
     assert float(_cm(wide).verify_time(8, 4, 4096)) == float(plain.verify_time(8, 4, 4096))
     for tp in (1, 4):

@@ -162,7 +162,7 @@ class CostModel:
         self.engine = engine if engine is not None else NO_OVERHEADS
         self._engine_free = self.engine == NO_OVERHEADS
         self.rates = Rates.resolve(hardware, cal)
-        self._target = ForwardPricer(target, self.rates, self.tp, tp_gemm_scale=True)
+        self._target = ForwardPricer(target, self.rates, self.tp)
         self._drafter = (
             ForwardPricer(drafter, self.rates, self.tp, drafting=True) if drafter else None
         )

@@ -104,7 +104,6 @@ class ForwardPricer:
         tp: int,
         *,
         drafting: bool = False,
-        tp_gemm_scale: bool = False,
     ) -> None:
         if model.heads % tp:
             raise SpecError(
@@ -135,8 +134,10 @@ class ForwardPricer:
         self.wb = self.fmt.weight_bytes
         self.kpg = self.fmt.kernels  # kernels per linear-layer GEMM
         # the weight GEMMs' factor by row count at this tp and hidden size
-        # (Calibration.tp_gemm_scale, fitted on a split grid of such a target): targets only
-        self.gemm_scale_rows = rates.tp_gemm_scale if tp_gemm_scale and tp > 1 else ()
+        # (Calibration.tp_gemm_scale, fitted on a split grid of a target of that size): a
+        # model of the same hidden size runs layers of the same shard shapes (an EAGLE-3 head
+        # and its target), so it takes the same factors
+        self.gemm_scale_rows = rates.tp_gemm_scale if tp > 1 else ()
 
     # ---- weight bytes --------------------------------------------------------------------------
     def min_weight_bytes(self) -> float:

@@ -133,10 +133,11 @@ class Calibration:
     )
     tp_gemm_scale: tuple[tuple[float, ...], ...] = help_field(
         (),
-        help="the target's weight-GEMM time at a tensor-parallel degree, scaled by GEMM rows: "
-        "rows (tp, hidden, gemm_rows, scale) for a target of that hidden size, interpolated in "
-        "log rows between its rows and held at their ends; 1 where no row has that tp and "
-        "hidden (and for the drafter). What a split grid's forwards cost beyond (or short of) "
+        help="weight-GEMM time at a tensor-parallel degree, scaled by GEMM rows: rows (tp, "
+        "hidden, gemm_rows, scale) for every model of that hidden size (a target and its "
+        "EAGLE-3 head share their layers' shapes), interpolated in log rows between its rows "
+        "and held at their ends; 1 where no row has that tp and hidden. What a split grid's "
+        "target forwards cost beyond (or short of) "
         "their price, per row count, as a share of their weight-GEMM time "
         "(validate.fit.fit_tp_gemm_scale): the GEMM libraries pick kernels per row count and "
         "shape, and a shard's shapes are not the one-GPU fit's",
