@@ -16,9 +16,10 @@ point also without its collectives; that run is for `spectune check` (it records
 its calibration is --base with the interconnect terms refitted to its all-reduces (--base's
 kept where the run has none, as in benchmarks/bench_tp.py's verify-tpN.json), and the
 all-reduce law at N moved, message size by message size, by what each costs inside the split
-forward beyond (or short of) it (spectune.validate.fit.fit_inforward_offset); then the target's
-weight-GEMM time at N is scaled, row count by row count, to what the grid's forwards measured
-(Calibration.tp_gemm_scale, spectune.validate.fit.fit_tp_gemm_scale).
+forward beyond (or short of) it (spectune.validate.fit.fit_inforward_offset); then the
+weight-GEMM time at N of models of the target's hidden size is scaled, row count by row count,
+to what the grid's forwards measured (Calibration.tp_gemm_scale,
+spectune.validate.fit.fit_tp_gemm_scale).
 """
 
 from __future__ import annotations

@@ -97,14 +97,7 @@ class BatchShape:
 class ForwardPricer:
     """Prices forward passes of one model on one GPU at tensor-parallel degree `tp`."""
 
-    def __init__(
-        self,
-        model: ModelSpec,
-        rates: Rates,
-        tp: int,
-        *,
-        drafting: bool = False,
-    ) -> None:
+    def __init__(self, model: ModelSpec, rates: Rates, tp: int, *, drafting: bool = False) -> None:
         if model.heads % tp:
             raise SpecError(
                 f"tp={tp} must divide the attention heads of {model.name} ({model.heads})"
@@ -133,11 +126,13 @@ class ForwardPricer:
         self.head_fmt = rates.dense_format(model.dtype_bytes)
         self.wb = self.fmt.weight_bytes
         self.kpg = self.fmt.kernels  # kernels per linear-layer GEMM
-        # the weight GEMMs' factor by row count at this tp and hidden size
+        # the weight GEMMs' factors by row count at this tp and hidden size
         # (Calibration.tp_gemm_scale, fitted on a split grid of a target of that size): a
         # model of the same hidden size runs layers of the same shard shapes (an EAGLE-3 head
-        # and its target), so it takes the same factors
-        self.gemm_scale_rows = rates.tp_gemm_scale if tp > 1 else ()
+        # and its target), so it takes the same factors; none: no scaling
+        self.gemm_scale_rows = tuple(
+            r for r in rates.tp_gemm_scale if int(r[0]) == tp and int(r[1]) == model.hidden
+        )
 
     # ---- weight bytes --------------------------------------------------------------------------
     def min_weight_bytes(self) -> float:

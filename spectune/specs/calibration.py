@@ -137,10 +137,9 @@ class Calibration:
         "hidden, gemm_rows, scale) for every model of that hidden size (a target and its "
         "EAGLE-3 head share their layers' shapes), interpolated in log rows between its rows "
         "and held at their ends; 1 where no row has that tp and hidden. What a split grid's "
-        "target forwards cost beyond (or short of) "
-        "their price, per row count, as a share of their weight-GEMM time "
-        "(validate.fit.fit_tp_gemm_scale): the GEMM libraries pick kernels per row count and "
-        "shape, and a shard's shapes are not the one-GPU fit's",
+        "target forwards cost beyond (or short of) their price, per row count, as a share of "
+        "their weight-GEMM time (validate.fit.fit_tp_gemm_scale): the GEMM libraries pick "
+        "kernels per row count and shape, and a shard's shapes are not the one-GPU fit's",
     )
     launch_s: float | None = help_field(
         None,
@@ -614,7 +613,7 @@ def check_link_law(rows: tuple[tuple[float, ...], ...], name: str) -> None:
 def tp_gemm_scale_at(
     rows: tuple[tuple[float, ...], ...], tp: int, hidden: int, gemm_rows: ArrayLike
 ) -> NDArray[np.float64]:
-    """The factor on the weight-GEMM time of a target of `hidden` at `tp` for GEMMs of
+    """The factor on the weight-GEMM time of a model of `hidden` at `tp` for GEMMs of
     `gemm_rows` rows (array) under Calibration.tp_gemm_scale's `rows`: interpolated in log rows
     between the rows of that (tp, hidden), held at the first and last; 1 where there are none."""
     m = np.asarray(gemm_rows, dtype=np.float64)

@@ -962,16 +962,16 @@ def fit_tp_gemm_scale(
     target: ModelSpec | None = None,
     drafter: ModelSpec | None = None,
 ) -> tuple[Calibration, dict[str, Any] | None]:
-    """`cal` with the weight-GEMM time of targets like the run's (its hidden size) at the run's
-    tp scaled, row count by row count, so that the split grid's forwards cost what they
+    """`cal` with the weight-GEMM time of models of the run's target's hidden size at the
+    run's tp scaled, row count by row count, so that the split grid's forwards cost what they
     measured (Calibration.tp_gemm_scale; rows of other tp or hidden sizes are kept).
 
     Per verify point: 1 + (seconds - price) / (the price's weight-GEMM time), the price being
-    `cal`'s with no factor at that tp and hidden size, and the GEMM time what a factor of 2 adds to it. The
-    in-forward all-reduce offset (fit_inforward_offset) goes first, so the points' collectives
-    are priced as the grid timed them and what is left is the shard's compute. Each row count
-    (batch x tokens; the grid's batches are graph sizes) takes the median over its points,
-    clipped to TP_GEMM_SCALE_CLIP. Returns `cal` unchanged and None where the run is at tp 1 or
+    `cal`'s with no factor at that tp and hidden size, and the GEMM time what a factor of 2
+    adds to it. The in-forward all-reduce offset (fit_inforward_offset) goes first, so the
+    points' collectives are priced as the grid timed them and what is left is the shard's
+    compute. Each row count (batch x tokens; the grid's batches are graph sizes) takes the
+    median over its points, clipped to TP_GEMM_SCALE_CLIP. Returns `cal` unchanged and None where the run is at tp 1 or
     has no verify points; else the report {tp, hidden, by_rows: [{rows, scale, points}]}.
     `target`, `drafter`: the run's models where they are not presets (default: the presets the
     run names)."""
