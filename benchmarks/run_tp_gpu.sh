@@ -235,7 +235,8 @@ every document here at its own "tp" with the calibration beside it.
 | execute-tpN-repeat.json (TP_REPEAT=1) | the same runs timed again in a new process, without the grid |
 
 The TP runs (execute-tpN.json) are out of sample: nothing measured at tp > 1 enters the fit; the
-split grids (verify-tpN.json) give only the in-forward all-reduce offset, where it ran.
+split grids (verify-tpN.json) give only the in-forward all-reduce offset and the weight GEMMs'
+scale by row count at that tp, where they ran.
 EOF
 
 if has check; then
