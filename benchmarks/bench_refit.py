@@ -109,6 +109,7 @@ FOLDERS: dict[str, tuple[str, ...]] = {
     "benchmarks/results/tp_h200x2_q": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_r": ("measurement-tp1.json",),
     "benchmarks/results/tp_h200x2_s": ("measurement-tp1.json",),
+    "benchmarks/results/tp_h200x2_t": ("measurement-tp1.json",),
     "measurements/h200x2-tp": ("measurement-tp1.json",),
     "measurements/h200x4-tp": ("measurement-tp1.json",),
 }
