@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Tensor-parallel executor vs the cost model's TP terms, on one host of 4 GPUs (nvidia-h100-x4:
-# tp 4 and tp 2) or 2 GPUs (nvidia-h100-x2 / nvidia-h200-x2: tp 2 only), in one device call of
-# about 6-8 minutes (every part has its own time limit; total < 9 min):
+# tp 4 and tp 2) or 2 GPUs (nvidia-h100-x2 / nvidia-h200-x2: tp 2 only). Every part has its own
+# time limit. Measured wall times: on 2 GPUs 4-6 minutes (227 s; 286-331 s with TP_REPEAT=1, 2x
+# H200); on 4 GPUs with TP_PARTS="sweep one fit plan tp4 offset check" 6-8 minutes (365 s on one
+# 4x H200 host; another reached tp 4 only after 259 s, its one-GPU part taking 157 s and its fit
+# 66 s, and ran out of a 400 s call there), so leave 9 minutes of a time-limited machine for it;
+# tp 4 and tp 2 together (the 4-GPU default) take longer than one 10-minute call:
 #
 #     OUT=$OUT bash benchmarks/run_tp_gpu.sh             # from the repo root; OUT defaults to ./out
 #     TP2_TARGET=70b OUT=$OUT bash benchmarks/run_tp_gpu.sh    # tp 2 with Llama-3.1-70B (H200)
