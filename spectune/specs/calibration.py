@@ -43,8 +43,8 @@ MAX_BUS_BYTES_PER_S = 1e15
 TP_GEMM_SCALE_MIN = 0.5
 TP_GEMM_SCALE_MAX = 2.0
 """Bounds of a Calibration.tp_gemm_scale factor: split grids move a shard's GEMM time by
-0.90..1.10 (benchmarks/results/tp_h100x2_*, tp_h200x2_*); past [0.5, 2] the fit or the file is
-wrong, not the GEMMs."""
+0.87..1.10 (benchmarks/results/tp_gemm_scale_cpu); past [0.5, 2] the fit or the file is wrong,
+not the GEMMs."""
 MAX_GEMM_ROWS = 1e7
 """Largest GEMM row count a tp_gemm_scale row may name (tokens of one forward)."""
 

@@ -949,9 +949,10 @@ def fit_inforward_offset(
     return dataclasses.replace(cal, allreduce_law=moved), report
 
 
-#: bounds of a fitted Calibration.tp_gemm_scale factor: the split grids measured 0.90..1.10
-#: (benchmarks/results/tp_h100x2_*, tp_h200x2_*, tp_h200x4_*); a point past these is not the
-#: GEMMs' kernel choice (a slow host, a grid without its collectives' offset)
+#: bounds of a fitted Calibration.tp_gemm_scale factor: the split grids measured 0.87..1.10
+#: (benchmarks/results/tp_gemm_scale_cpu over tp_h100x2_*, tp_h200x2_*, tp_h200x4_*); a point
+#: past these is not the GEMMs' kernel choice (a slow host, a grid without its collectives'
+#: offset)
 TP_GEMM_SCALE_CLIP = (0.8, 1.25)
 
 
@@ -971,8 +972,9 @@ def fit_tp_gemm_scale(
     adds to it. The in-forward all-reduce offset (fit_inforward_offset) goes first, so the
     points' collectives are priced as the grid timed them and what is left is the shard's
     compute. Each row count (batch x tokens; the grid's batches are graph sizes) takes the
-    median over its points, clipped to TP_GEMM_SCALE_CLIP. Returns `cal` unchanged and None where the run is at tp 1 or
-    has no verify points; else the report {tp, hidden, by_rows: [{rows, scale, points}]}.
+    median over its points, clipped to TP_GEMM_SCALE_CLIP. Returns `cal` unchanged and None
+    where the run is at tp 1 or has no verify points; else the report {tp, hidden, by_rows:
+    [{rows, scale, points}]}.
     `target`, `drafter`: the run's models where they are not presets (default: the presets the
     run names)."""
     from spectune.planner.costmodel import CostModel
